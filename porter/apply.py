@@ -1,0 +1,186 @@
+"""Turning results into changes on disk or on stdout: atomic writes, diffs, vendoring."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import stat
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Optional
+
+import porter_runtime
+
+from porter.sources import source_encoding
+
+_VERSION = re.compile(r'^__version__\s*=\s*["\']([^"\']+)["\']', re.M)
+
+
+@dataclass
+class Change:
+    """A whole-file change: ``old`` None means a new file."""
+
+    path: str  # relative to the root, "/" separators
+    old: Optional[bytes]
+    new: bytes
+
+
+# -- atomic writes -------------------------------------------------------------
+
+def write_atomic(path: Path, data: bytes, mode: Optional[int] = None) -> None:
+    """Write ``data`` to a temporary file beside ``path`` and rename it over ``path``.
+
+    A reader (or a crash) sees either the old file or the new one, never half of it;
+    the file's permission bits are kept.
+    """
+    if mode is None:
+        try:
+            mode = stat.S_IMODE(path.stat().st_mode)
+        except FileNotFoundError:
+            mode = 0o644
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".porter-tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+# -- vendoring -----------------------------------------------------------------
+
+def runtime_source() -> Path:
+    return Path(porter_runtime.__file__).parent
+
+
+def _version_tuple(text: str) -> tuple:
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"[.+-]", text))
+
+
+def vendored_version(folder: Path) -> Optional[str]:
+    try:
+        match = _VERSION.search((folder / "__init__.py").read_text(encoding="utf-8"))
+    except OSError:
+        return None
+    return match.group(1) if match else None
+
+
+def vendor_changes(target: Path, root: Path) -> tuple[list[Change], str]:
+    """The file changes that bring ``target`` to porter's runtime, and a note.
+
+    Nothing changes when the vendored copy is as new as porter's or newer; a copy of the
+    same version that differs (edited by hand) is left alone and the note says so.
+    """
+    source = runtime_source()
+    ours = porter_runtime.__version__
+    theirs = vendored_version(target)
+    wanted = runtime_files()
+    rel = Path(os.path.relpath(target, root)).as_posix()
+    if theirs is not None:
+        if _version_tuple(theirs) > _version_tuple(ours):
+            return [], f"vendored runtime {theirs} at {rel}/ is newer than porter's {ours}; left as is"
+        if theirs == ours:
+            edited = any(_read(target / n) not in (None, d) for n, d in wanted.items())
+            note = f"vendored runtime at {rel}/ was edited by hand; left as is" if edited else ""
+            if edited or all(_read(target / n) == d for n, d in wanted.items()):
+                return [], note
+    changes = []
+    for name, data in wanted.items():
+        old = _read(target / name)
+        if old != data:
+            changes.append(Change(f"{rel}/{name}", old, data))
+    verb = "updated from " + theirs if theirs else "vendored"
+    return changes, f"porter_runtime {ours} {verb} at {rel}/"
+
+
+def runtime_files() -> dict[str, bytes]:
+    """The runtime's files, by path inside the package, plus the version stamp."""
+    source = runtime_source()
+    files = {
+        p.relative_to(source).as_posix(): p.read_bytes()
+        for p in sorted(source.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts and (p.suffix == ".py" or p.name == "README.md")
+    }
+    files["VENDORED.txt"] = (
+        f"porter_runtime {porter_runtime.__version__}, vendored by porter.\n"
+        "Do not edit: `porter migrate --write` refreshes this folder when porter's copy is newer.\n"
+        "It needs nothing but torch.\n"
+    ).encode()
+    return files
+
+
+def _read(path: Path) -> Optional[bytes]:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+# -- diffs -----------------------------------------------------------------------
+
+def _decode(data: bytes) -> tuple[str, str]:
+    try:
+        encoding = source_encoding(data)
+    except SyntaxError:
+        encoding = "utf-8"
+    return data.decode(encoding, errors="surrogateescape"), encoding
+
+
+def unified_diff(change: Change) -> bytes:
+    """A ``git apply``-able diff of one file, in the file's own encoding."""
+    new_text, encoding = _decode(change.new)
+    old_text = _decode(change.old)[0] if change.old is not None else ""
+    old_name = f"a/{change.path}" if change.old is not None else "/dev/null"
+    header = f"diff --git a/{change.path} b/{change.path}\n"
+    if change.old is None:
+        header += "new file mode 100644\n"
+    header += f"--- {old_name}\n+++ b/{change.path}\n"
+    body = []
+    lines = difflib.unified_diff(
+        old_text.splitlines(keepends=True), new_text.splitlines(keepends=True), lineterm="", n=3
+    )
+    for line in list(lines)[2:]:  # difflib's own ---/+++ lines are replaced by ours
+        if line.startswith("@@"):
+            body.append(line + "\n")
+        elif line.endswith("\n"):
+            body.append(line)
+        else:
+            body.append(line + "\n\\ No newline at end of file\n")
+    return header.encode("utf-8") + "".join(body).encode(encoding, errors="surrogateescape")
+
+
+_COLOURS = {b"+": b"\x1b[32m", b"-": b"\x1b[31m", b"@": b"\x1b[36m"}
+
+
+def colourise(diff: bytes) -> bytes:
+    out = []
+    for line in diff.splitlines(keepends=True):
+        if line.startswith((b"+++", b"---", b"diff --git", b"new file")):
+            out.append(b"\x1b[1m" + line.rstrip(b"\n") + b"\x1b[0m\n")
+        elif line[:1] in _COLOURS:
+            out.append(_COLOURS[line[:1]] + line.rstrip(b"\n") + b"\x1b[0m\n")
+        else:
+            out.append(line)
+    return b"".join(out)
+
+
+def apply_changes(root: Path, changes: Iterable[Change]) -> list[tuple[str, str]]:
+    """Write every change atomically; returns (path, error) for the ones that failed."""
+    failed = []
+    for change in changes:
+        path = root / change.path
+        try:
+            write_atomic(path, change.new)
+        except OSError as exc:
+            failed.append((change.path, f"cannot write: {exc.strerror or exc}"))
+    return failed

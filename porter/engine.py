@@ -1,0 +1,247 @@
+"""The engine: find files, filter cheaply, parse, run the rules, import the runtime.
+
+``migrate_source`` turns one file's bytes into new bytes plus findings; it is pure (no
+I/O), so it is what the rule-example tests call. ``process_file`` wraps it with reading
+and error handling and returns a picklable :class:`FileResult`; files can therefore be
+processed in worker processes. Writing, diffing and vendoring live in ``porter.apply``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Optional, Sequence
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from porter import imports
+from porter.matching import Resolver
+from porter.rule import Finding, Rule
+from porter.sources import decode_error, describe_syntax_error
+
+
+@dataclass
+class Options:
+    """What a run applies; shared by every file of the run."""
+
+    rules: Sequence[type[Rule]]
+    unsafe_fixes: bool = False
+
+
+@dataclass
+class SourceResult:
+    new: bytes
+    findings: list[Finding]
+    needs_runtime: bool = False
+
+    @property
+    def rewrites(self) -> list[Finding]:
+        return [f for f in self.findings if f.action == "rewrite"]
+
+
+@dataclass
+class FileResult:
+    """What happened to one file. Plain, picklable data."""
+
+    path: str  # relative to the run's root, with "/" separators
+    status: str  # "unchanged" | "changed" | "error" | "skipped"
+    findings: list[Finding] = field(default_factory=list)
+    error: str = ""
+    old: Optional[bytes] = None  # set only when status == "changed"
+    new: Optional[bytes] = None
+
+    @property
+    def rewrites(self) -> list[Finding]:
+        return [f for f in self.findings if f.action == "rewrite"]
+
+    @property
+    def reviews(self) -> list[Finding]:
+        return [f for f in self.findings if f.action == "review"]
+
+
+# -- cheap pre-filter ----------------------------------------------------------
+
+def needles(rule: type[Rule]) -> list[tuple[bytes, ...]]:
+    """Byte strings that must all occur in a file for ``rule`` to possibly match.
+
+    Derived from the rule's declared targets so that the filter can't go stale: any
+    use of ``a.b.c`` needs ``a`` (in its import) and ``c`` (in the use or in a
+    ``from a.b import c``) somewhere in the file.
+    """
+    extra = tuple(w.encode() for w in sorted(rule.words))
+    found: list[tuple[bytes, ...]] = []
+    for target in sorted(rule.targets):
+        parts = target.split(".")
+        found.append(tuple(dict.fromkeys((parts[0].encode(), parts[-1].encode()))) + extra)
+    for method in sorted(rule.methods):
+        found.append((method.encode(),) + extra)
+    return found
+
+
+def applicable_rules(data: bytes, rules: Sequence[type[Rule]]) -> list[type[Rule]]:
+    return [
+        rule for rule in rules if any(all(n in data for n in group) for group in needles(rule))
+    ]
+
+
+# -- one file ------------------------------------------------------------------
+
+class FileContext:
+    """Per-file state shared by the rules of one pass."""
+
+    def __init__(self, module: cst.Module, source: bytes, path: str, options: Options) -> None:
+        self.module = module
+        self.source = source
+        self.path = path
+        self.unsafe_fixes = options.unsafe_fixes
+        self.resolver = Resolver(module)
+        self.needs_runtime = False
+        self._records: list[tuple[Rule, cst.CSTNode, str, str, Optional[cst.CSTNode], str]] = []
+
+    def record(
+        self,
+        rule: Rule,
+        node: cst.CSTNode,
+        action: str,
+        message: str,
+        *,
+        after: Optional[cst.CSTNode] = None,
+        suggestion: str = "",
+    ) -> None:
+        self._records.append((rule, node, action, message, after, suggestion))
+
+    def code_for(self, node: cst.CSTNode) -> str:
+        return self.module.code_for_node(node)
+
+    def findings(self) -> list[Finding]:
+        """Resolve positions (one metadata pass, only when something was recorded)."""
+        if not self._records:
+            return []
+        positions = MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)
+        out = []
+        for rule, node, action, message, after, suggestion in self._records:
+            start = positions[node].start
+            out.append(
+                Finding(
+                    code=rule.code,
+                    rule=rule.name,
+                    path=self.path,
+                    line=start.line,
+                    column=start.column + 1,
+                    action=action,
+                    message=message,
+                    before=_one_line(self.code_for(node)),
+                    after=_one_line(self.code_for(after)) if after is not None else "",
+                    suggestion=suggestion,
+                )
+            )
+        out.sort(key=lambda f: (f.line, f.column, f.code))
+        return out
+
+
+def _one_line(code: str, limit: int = 160) -> str:
+    text = " ".join(code.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class RuleRunner(cst.CSTTransformer):
+    """Runs many rules in one traversal, dispatching each node type to the rules
+    that handle it, in the rules' order."""
+
+    def __init__(self, rules: Iterable[Rule]) -> None:
+        super().__init__()
+        self._visitors: dict[str, list] = {}
+        self._leavers: dict[str, list] = {}
+        for rule in rules:
+            for attr in dir(type(rule)):
+                if attr.startswith("visit_"):
+                    self._visitors.setdefault(attr[6:], []).append(getattr(rule, attr))
+                elif attr.startswith("leave_"):
+                    self._leavers.setdefault(attr[6:], []).append(getattr(rule, attr))
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        for visit in self._visitors.get(type(node).__name__, ()):
+            visit(node)
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[override]
+        kind = type(original_node).__name__
+        for leave in self._leavers.get(kind, ()):
+            result = leave(original_node, updated_node)
+            if not isinstance(result, type(original_node)):
+                return result  # a rule replaced the node with another kind: stop here
+            updated_node = result
+        return updated_node
+
+
+def migrate_source(
+    data: bytes,
+    options: Options,
+    *,
+    path: str = "<string>",
+    runtime_bootstrap: Optional[str] = None,
+) -> SourceResult:
+    """Apply the rules to one file's bytes. Raises libcst/encoding errors to the caller.
+
+    ``runtime_bootstrap``: the path from the file's folder to the folder holding the
+    vendored runtime, when the file can't rely on that folder being on ``sys.path``.
+    """
+    rules = applicable_rules(data, options.rules)
+    if not rules:
+        return SourceResult(data, [])
+    module = cst.parse_module(data)
+    ctx = FileContext(module, data, path, options)
+    new_module = module.visit(RuleRunner(rule(ctx) for rule in rules))
+    findings = ctx.findings()
+    if new_module.deep_equals(module) and not any(f.action == "rewrite" for f in findings):
+        return SourceResult(data, findings)
+    if ctx.needs_runtime and not ctx.resolver.imports_of("porter_runtime"):
+        new_module = imports.add_runtime_import(new_module, runtime_bootstrap)
+    new_module = imports.remove_unused(new_module, ctx)
+    return SourceResult(new_module.bytes, findings, ctx.needs_runtime)
+
+
+def process_file(path: Path, rel: str, options: Options, bootstrap: Optional[str]) -> FileResult:
+    """Migrate one file; every failure becomes a per-file error, never an exception."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return FileResult(rel, "error", error=f"cannot read: {exc.strerror or exc}")
+    # Undecodable bytes are reported for every file: a binary or mis-encoded file
+    # is worth knowing about. A syntax error only where the file is parsed, i.e.
+    # where something could need porting.
+    problem = decode_error(data)
+    if problem:
+        return FileResult(rel, "error", error=problem)
+    if not applicable_rules(data, options.rules):
+        return FileResult(rel, "unchanged")
+    try:
+        result = migrate_source(data, options, path=rel, runtime_bootstrap=bootstrap)
+    except cst.ParserSyntaxError as exc:
+        return FileResult(rel, "error", error=describe_syntax_error(exc, data))
+    except RecursionError:
+        return FileResult(rel, "error", error="too deeply nested for the parser; left untouched")
+    except Exception as exc:  # a bug in porter: report it for this file, go on
+        return FileResult(rel, "error", error=f"internal error: {type(exc).__name__}: {exc}")
+    if result.new == data:
+        return FileResult(rel, "unchanged", findings=result.findings)
+    return FileResult(rel, "changed", findings=result.findings, old=data, new=result.new)
+
+
+def bootstrap_path(file: Path, runtime_parent: Path) -> Optional[str]:
+    """The relative path a file needs to reach the runtime's folder, or None.
+
+    A file whose import root (the folder above its topmost package) is the folder that
+    holds the vendored runtime finds it already: ``python train.py`` and
+    ``python -m pkg.train`` both put that folder on ``sys.path``. Any other file (a
+    script in ``scripts/``, a ``src/`` layout) gets a small bootstrap.
+    """
+    folder = file.parent
+    while (folder / "__init__.py").exists() and folder != runtime_parent:
+        folder = folder.parent
+    if folder.resolve() == runtime_parent.resolve():
+        return None
+    return Path(os.path.relpath(runtime_parent, file.parent)).as_posix()
+

@@ -1,0 +1,211 @@
+"""The rule framework: the Rule base class, findings, and examples.
+
+A rule is one class in one file under ``rules/``. It carries a stable ``code``, a
+``name``, a ``safety``, a docstring with the sections What / Why / Fix safety / Known
+limits, and its own ``valid`` and ``invalid`` examples, which are both its tests
+(``tests/test_rule_examples.py``) and its documentation (``porter explain CODE``).
+
+Rules implement LibCST ``visit_<Node>`` / ``leave_<Node>`` methods. The engine runs all
+the rules of a file in one combined pass (see ``engine.RuleRunner``), so a rule must not
+keep state across files (a fresh instance is made per file) and never prints or writes:
+it records :class:`Finding` objects through :meth:`Rule.rewrite` and :meth:`Rule.flag`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, ClassVar, Optional, Sequence, Union
+
+import libcst as cst
+
+if TYPE_CHECKING:  # pragma: no cover
+    from porter.engine import FileContext
+
+RUNTIME = "porter_runtime"
+
+
+class Safety(str, Enum):
+    #: The rewrite means exactly the same on CUDA; applied by default.
+    SAFE = "safe"
+    #: No rewrite: a human must decide. The rule only records findings.
+    REVIEW = "review"
+    #: A rewrite that may change behaviour on CUDA; applied only with --unsafe-fixes.
+    UNSAFE = "unsafe"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One rewrite or one item for a human. Plain, picklable data."""
+
+    code: str
+    rule: str
+    path: str
+    line: int
+    column: int
+    action: str  # "rewrite" | "review"
+    message: str
+    before: str = ""
+    after: str = ""
+    suggestion: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Example:
+    """An invalid example: ``before`` must become ``after`` (None: finding only)."""
+
+    before: str
+    after: Optional[str] = None
+
+
+@dataclass
+class RuleDoc:
+    summary: str
+    sections: dict[str, str] = field(default_factory=dict)
+
+
+class Rule:
+    """Base class of every porter rule."""
+
+    code: ClassVar[str]
+    name: ClassVar[str]
+    safety: ClassVar[Safety] = Safety.SAFE
+    #: Qualified names the rule matches (``torch.cuda.synchronize``); the engine's
+    #: pre-filters are derived from these, so a rule can never be skipped by a stale
+    #: hand-written filter.
+    targets: ClassVar[frozenset[str]] = frozenset()
+    #: Method or attribute names the rule matches on any receiver (``.cuda()``).
+    methods: ClassVar[frozenset[str]] = frozenset()
+    #: Words that must all appear in a file for an untyped pattern to be possible.
+    words: ClassVar[frozenset[str]] = frozenset()
+    valid: ClassVar[Sequence[str]] = ()
+    invalid: ClassVar[Sequence[Example]] = ()
+
+    def __init__(self, ctx: "FileContext") -> None:
+        self.ctx = ctx
+
+    # -- matching helpers --------------------------------------------------
+    def qualname(self, node: cst.BaseExpression) -> Optional[str]:
+        """Resolved qualified name of ``node`` (an original node), or None."""
+        return self.ctx.resolver.qualname(node)
+
+    def matches(self, node: cst.BaseExpression, *names: str) -> Optional[str]:
+        """The target among ``names`` (default: ``self.targets``) that ``node`` names."""
+        found = self.qualname(node)
+        if found is None:
+            return None
+        wanted = names or tuple(self.targets)
+        return found if found in wanted else None
+
+    # -- recording ---------------------------------------------------------
+    def rewrite(
+        self,
+        original: cst.CSTNode,
+        replacement: cst.CSTNode,
+        message: str,
+        *,
+        suggestion: str = "",
+    ) -> cst.CSTNode:
+        """Record a rewrite of ``original`` and return ``replacement``."""
+        if self.safety is Safety.UNSAFE and not self.ctx.unsafe_fixes:
+            self.flag(original, message, suggestion=suggestion or self.ctx.code_for(replacement))
+            return original
+        self.ctx.record(self, original, "rewrite", message, after=replacement, suggestion=suggestion)
+        return replacement
+
+    def flag(self, node: cst.CSTNode, message: str, *, suggestion: str = "") -> None:
+        """Record a finding that a human must act on."""
+        self.ctx.record(self, node, "review", message, suggestion=suggestion)
+
+    # -- building runtime calls -------------------------------------------
+    def runtime(self, attr: str) -> cst.Attribute:
+        """``porter_runtime.<attr>``, scheduling the runtime import."""
+        self.ctx.needs_runtime = True
+        return cst.Attribute(cst.Name(RUNTIME), cst.Name(attr))
+
+    def runtime_call(self, attr: str, *args: Union[cst.Arg, cst.BaseExpression]) -> cst.Call:
+        """``porter_runtime.<attr>(*args)``."""
+        built = [a if isinstance(a, cst.Arg) else cst.Arg(a) for a in args]
+        return cst.Call(self.runtime(attr), args=_clean_args(built))
+
+    # -- documentation -----------------------------------------------------
+    @classmethod
+    def doc(cls) -> RuleDoc:
+        return parse_doc(inspect.getdoc(cls) or "")
+
+    @classmethod
+    def summary(cls) -> str:
+        return cls.doc().summary
+
+
+def _clean_args(args: list[cst.Arg]) -> list[cst.Arg]:
+    """Arguments separated by ", " with no trailing comma."""
+    out = []
+    for i, arg in enumerate(args):
+        last = i == len(args) - 1
+        comma = cst.MaybeSentinel.DEFAULT if last else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        out.append(arg.with_changes(comma=comma))
+    return out
+
+
+def clean_args(args: Sequence[cst.Arg]) -> list[cst.Arg]:
+    """Public form of :func:`_clean_args` for rules that rebuild argument lists."""
+    return _clean_args(list(args))
+
+
+_SECTION = re.compile(r"^(What|Why|Fix safety|Known limits|Example)s?:?\s*$", re.M)
+
+
+def parse_doc(text: str) -> RuleDoc:
+    """Split a rule docstring into its summary line and its named sections."""
+    summary, _, rest = text.partition("\n")
+    sections: dict[str, str] = {}
+    parts = _SECTION.split(rest)
+    for heading, body in zip(parts[1::2], parts[2::2]):
+        sections[heading] = inspect.cleandoc(body)
+    return RuleDoc(summary.strip(), sections)
+
+
+def string_value(node: cst.CSTNode) -> Optional[str]:
+    """The value of a plain (non f-) string literal, else None."""
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    if isinstance(node, cst.ConcatenatedString):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
+_CUDA_SPEC = re.compile(r"^cuda(?::(\d+))?$")
+
+
+def cuda_spec(node: cst.CSTNode) -> Optional[tuple[Optional[int]]]:
+    """``("cuda",)`` literal → ``(None,)``; ``"cuda:1"`` → ``(1,)``; anything else None."""
+    value = string_value(node)
+    if value is None:
+        return None
+    match = _CUDA_SPEC.match(value)
+    if match is None:
+        return None
+    return (int(match.group(1)) if match.group(1) is not None else None,)
+
+
+def keyword(call: cst.Call, name: str) -> Optional[cst.Arg]:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == name:
+            return arg
+    return None
+
+
+def positional(call: cst.Call) -> list[cst.Arg]:
+    return [a for a in call.args if a.keyword is None and not a.star]
+
+
+def has_star_args(call: cst.Call) -> bool:
+    return any(a.star for a in call.args)

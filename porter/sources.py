@@ -1,0 +1,81 @@
+"""Reading source files honestly: encodings, binary files, readable syntax errors."""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import tokenize
+import warnings
+from typing import Optional
+
+import libcst as cst
+
+_PY2_HINTS = (
+    (re.compile(rb"^\s*print\s+[^\s(=.,)]", re.M), "a print statement"),
+    (re.compile(rb"^\s*except\s+[\w.]+\s*,\s*\w+\s*:", re.M), "'except X, e:'"),
+    (re.compile(rb"^\s*exec\s+[\"'\w]", re.M), "an exec statement"),
+    (re.compile(rb"^\s*raise\s+\w+\s*,", re.M), "'raise E, msg'"),
+    (re.compile(rb"`[^`\n]+`"), "backquote repr"),
+    (re.compile(rb"\b0[0-7]+\b(?![.eEjJ])"), "an old-style octal literal"),
+    (re.compile(rb"\bur[\"']"), "a ur'' string"),
+)
+
+
+def source_encoding(data: bytes) -> str:
+    """The encoding Python itself would use for these bytes (BOM, then PEP 263)."""
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    return encoding
+
+
+def decode_error(data: bytes) -> Optional[str]:
+    """Why these bytes are not Python source text, or None if they are."""
+    if b"\x00" in data:
+        return "binary file (contains NUL bytes); not Python source, left untouched"
+    try:
+        encoding = source_encoding(data)
+    except SyntaxError as exc:
+        return f"bad encoding declaration: {exc.msg if hasattr(exc, 'msg') else exc}"
+    try:
+        data.decode(encoding)
+    except (UnicodeDecodeError, LookupError) as exc:
+        if isinstance(exc, LookupError):
+            return f"unknown encoding {encoding!r}"
+        line = data.count(b"\n", 0, exc.start) + 1
+        return (
+            f"cannot decode as {encoding}: byte 0x{data[exc.start]:02x} at line {line}; "
+            "add a '# -*- coding: ... -*-' declaration or fix the file"
+        )
+    return None
+
+
+def describe_syntax_error(exc: cst.ParserSyntaxError, data: bytes) -> str:
+    """A one-line reason for a file LibCST could not parse."""
+    message, line = _python_syntax_error(data)
+    if message is None:
+        return f"LibCST cannot parse this file (line {exc.raw_line}): {exc.message}"
+    hint = python2_hint(data)
+    text = f"syntax error at line {line}: {message}"
+    if hint:
+        text += f"; this looks like Python 2 code ({hint}): porter ports Python 3 code only"
+    return text
+
+
+def _python_syntax_error(data: bytes) -> tuple[Optional[str], int]:
+    """Python's own message for a syntax error (compiled to an AST only: nothing runs)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ast.parse(data)
+    except SyntaxError as exc:
+        return exc.msg, exc.lineno or 0
+    except (ValueError, RecursionError, MemoryError) as exc:
+        return str(exc), 0
+    return None, 0
+
+
+def python2_hint(data: bytes) -> Optional[str]:
+    for pattern, description in _PY2_HINTS:
+        if pattern.search(data):
+            return description
+    return None

@@ -1,0 +1,126 @@
+"""``.cuda(...)`` on tensors and modules."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+import libcst as cst
+
+from porter.rule import Example, Rule, Safety, clean_args, has_star_args
+
+_DEFINES_CUDA = re.compile(rb"\bdef\s+cuda\s*\(")
+_PARAMS = ("device", "non_blocking", "memory_format")
+
+
+class CudaMethod(Rule):
+    """`.cuda(...)` becomes `.to(porter_runtime.device(...))`.
+
+    What:
+    Rewrites `x.cuda()`, `x.cuda(i)`, `x.cuda(non_blocking=True)` and
+    `x.cuda(device=d)` on tensors and modules into `x.to(...)` with the runtime's
+    resolved device, keeping `non_blocking` and `memory_format`.
+
+    Why:
+    On a machine without CUDA, `.cuda()` raises
+    `AssertionError: Torch not compiled with CUDA enabled`.
+
+    Fix safety:
+    Safe. On CUDA, `porter_runtime.device()` is `torch.device("cuda")` and
+    `porter_runtime.device(i)` is `torch.device("cuda", i)`; `Tensor.to` and
+    `Module.to` move to exactly the device `.cuda()` would (an index-less "cuda" means
+    the current device for both), return `self` when nothing moves, and accept the same
+    `non_blocking` and `memory_format`.
+
+    Known limits:
+    The receiver's type is not known. A file that defines its own `def cuda(...)`
+    method gets findings instead of rewrites, and a call on an imported module
+    (`mylib.cuda()`) is left alone. Calls with `*args`/`**kwargs` are findings.
+    """
+
+    code = "PT001"
+    name = "cuda-method"
+    safety = Safety.SAFE
+    methods = frozenset({"cuda"})
+
+    valid = [
+        # lookalike: a function of an imported module, not a tensor method
+        "import mylib\nmylib.cuda()\n",
+        # shadowed: the file defines its own cuda() method... and never calls it
+        "import torch\nx = torch.cuda\n",
+        # not a call
+        "y = model.cuda\n",
+    ]
+    invalid = [
+        Example(
+            "import torch\nx = torch.zeros(2).cuda()\n",
+            "import porter_runtime\nimport torch\nx = torch.zeros(2).to(porter_runtime.device())\n",
+        ),
+        Example(
+            "import torch as t\nmodel = t.nn.Linear(2, 2).cuda(1)\n",
+            "import porter_runtime\nimport torch as t\nmodel = t.nn.Linear(2, 2).to(porter_runtime.device(1))\n",
+        ),
+        Example(
+            "from torch import zeros\nx = zeros(3).cuda(non_blocking=True)\n",
+            "import porter_runtime\nfrom torch import zeros\n"
+            "x = zeros(3).to(porter_runtime.device(), non_blocking=True)\n",
+        ),
+        Example(
+            "def move(batch, gpu):\n    return batch.cuda(device=gpu)\n",
+            "import porter_runtime\ndef move(batch, gpu):\n    return batch.to(porter_runtime.device(gpu))\n",
+        ),
+        Example(
+            "def move(x, torch):\n    return x.cuda(0, True)\n",
+            "import porter_runtime\ndef move(x, torch):\n    return x.to(porter_runtime.device(0), non_blocking=True)\n",
+        ),
+        # A class with its own cuda(): only a finding.
+        Example("class Box:\n    def cuda(self):\n        return self\n\nBox().cuda()\n"),
+        Example("x.cuda(*args)\n"),
+    ]
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._own_cuda = bool(_DEFINES_CUDA.search(ctx.source))
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        func = original.func
+        if not isinstance(func, cst.Attribute) or func.attr.value != "cuda":
+            return updated
+        if self.qualname(func.value) is not None:
+            return updated  # ``module.cuda()``: an imported function, not a tensor method
+        if self._own_cuda:
+            self.flag(original, "`.cuda()` may call this file's own `cuda` method; not rewritten",
+                      suggestion="x.to(porter_runtime.device())")
+            return updated
+        args = self._arguments(updated)
+        if args is None:
+            self.flag(original, "`.cuda()` with unpacked arguments can't be rewritten exactly",
+                      suggestion="x.to(porter_runtime.device(...), non_blocking=...)")
+            return updated
+        device = args.pop("device", None)
+        new_args = [cst.Arg(self.runtime_call("device", *([device] if device is not None else [])))]
+        new_args += [cst.Arg(value, keyword=cst.Name(k), equal=_EQ) for k, value in args.items()]
+        new = updated.with_changes(
+            func=updated.func.with_changes(attr=cst.Name("to")),  # type: ignore[attr-defined]
+            args=clean_args(new_args),
+        )
+        return self.rewrite(original, new, "`.cuda()` now moves to the runtime's device")
+
+    @staticmethod
+    def _arguments(call: cst.Call) -> Optional[dict[str, cst.BaseExpression]]:
+        if has_star_args(call):
+            return None
+        found: dict[str, cst.BaseExpression] = {}
+        for index, arg in enumerate(call.args):
+            key = arg.keyword.value if arg.keyword is not None else None
+            if key is None:
+                if index >= len(_PARAMS):
+                    return None
+                key = _PARAMS[index]
+            if key not in _PARAMS or key in found:
+                return None
+            found[key] = arg.value
+        return found
+
+
+_EQ = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))

@@ -1,0 +1,328 @@
+"""Literal CUDA device specs: ``torch.device("cuda")``, ``device="cuda"``, ``.to("cuda")``,
+and ``"cuda"`` defaults of device options."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from porter.rule import Example, Rule, Safety, cuda_spec, positional, string_value
+
+
+def _index_args(index: Optional[int]) -> list[cst.BaseExpression]:
+    return [] if index is None else [cst.Integer(str(index))]
+
+
+class TorchDeviceCuda(Rule):
+    """`torch.device("cuda"...)` becomes `porter_runtime.device(...)`.
+
+    What:
+    Rewrites `torch.device("cuda")`, `torch.device("cuda:1")`,
+    `torch.device("cuda", i)` and `torch.device(type="cuda", index=i)`.
+
+    Why:
+    Tensors and modules sent to a literal CUDA device fail without CUDA.
+
+    Fix safety:
+    Safe. On CUDA the runtime returns exactly `torch.device("cuda")` (no index),
+    `torch.device("cuda", 1)` or `torch.device("cuda", i)`; elsewhere it returns the
+    resolved device (MPS, XPU or CPU), or what `PORTER_DEVICE` names.
+
+    Known limits:
+    Device strings built at run time (f-strings, variables) are not rewritten here.
+    """
+
+    code = "PT002"
+    name = "torch-device-cuda"
+    safety = Safety.SAFE
+    targets = frozenset({"torch.device"})
+
+    valid = [
+        "import torch\ndev = torch.device('cpu')\n",
+        "def f(torch):\n    return torch.device('cuda')\n",
+        "import mylib as torch\ndev = torch.device('cuda')\n",
+        "import torch\ndev = torch.device(name)\n",
+    ]
+    invalid = [
+        Example(
+            "import torch\ndev = torch.device('cuda')\n",
+            "import porter_runtime\nimport torch\ndev = porter_runtime.device()\n",
+        ),
+        Example(
+            "import torch as t\ndev = t.device(\"cuda:1\")\n",
+            "import porter_runtime\nimport torch as t\ndev = porter_runtime.device(1)\n",
+        ),
+        Example(
+            "from torch import device\ndev = device('cuda', rank)\n",
+            "import porter_runtime\ndev = porter_runtime.device(rank)\n",
+        ),
+        Example(
+            "import torch\ndev = torch.device(type='cuda', index=local_rank)\n",
+            "import porter_runtime\nimport torch\ndev = porter_runtime.device(local_rank)\n",
+        ),
+    ]
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        if not self.matches(original.func):
+            return updated
+        spec = self._spec(updated)
+        if spec is None:
+            return updated
+        new = self.runtime_call("device", *spec)
+        return self.rewrite(original, new, "a literal CUDA device now resolves at run time")
+
+    @staticmethod
+    def _spec(call: cst.Call) -> Optional[list[cst.BaseExpression]]:
+        named = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+        args = positional(call)
+        if len(args) + len(named) != len(call.args) or not 1 <= len(call.args) <= 2:
+            return None
+        kind = args[0].value if args else named.get("type")
+        index = args[1].value if len(args) > 1 else named.get("index")
+        parsed = cuda_spec(kind) if kind is not None else None
+        if parsed is None:
+            return None
+        if index is not None:
+            return None if parsed[0] is not None else [index]
+        return _index_args(parsed[0])
+
+
+class TorchDeviceKeyword(Rule):
+    """`device="cuda"` in a torch call becomes `device=porter_runtime.device()`.
+
+    What:
+    Rewrites a literal `"cuda"` / `"cuda:N"` passed as `device=` to any torch
+    function or class (`torch.zeros`, `torch.randn`, `torch.arange`, `nn.Linear`,
+    `torch.Generator`, ...).
+
+    Why:
+    Without CUDA these calls raise `Torch not compiled with CUDA enabled`.
+
+    Fix safety:
+    Safe. Torch accepts a `torch.device` wherever it accepts a device string, and on
+    CUDA the runtime's device is exactly the device the string named.
+
+    Known limits:
+    Only torch's own callables are matched by name; untyped methods are PT003.
+    """
+
+    code = "PT004"
+    name = "device-keyword-cuda"
+    safety = Safety.SAFE
+    targets = frozenset({"torch"})
+    words = frozenset({"cuda"})
+
+    valid = [
+        "import torch\nx = torch.zeros(2, device='cpu')\n",
+        "def f(torch):\n    return torch.zeros(2, device='cuda')\n",
+        "import numpy as torch\nx = torch.zeros(2, device='cuda')\n",
+    ]
+    invalid = [
+        Example(
+            "import torch\nx = torch.zeros(2, device='cuda')\n",
+            "import porter_runtime\nimport torch\nx = torch.zeros(2, device=porter_runtime.device())\n",
+        ),
+        Example(
+            "import torch as t\nlayer = t.nn.Linear(4, 4, device=\"cuda:0\")\n",
+            "import porter_runtime\nimport torch as t\nlayer = t.nn.Linear(4, 4, device=porter_runtime.device(0))\n",
+        ),
+        Example(
+            "from torch import randn\nx = randn(3, device = 'cuda')\n",
+            "import porter_runtime\nfrom torch import randn\nx = randn(3, device = porter_runtime.device())\n",
+        ),
+    ]
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        name = self.qualname(original.func)
+        if name is None or not (name == "torch" or name.startswith("torch.")):
+            return updated
+        return _replace_device_keyword(self, original, updated, as_string=False)
+
+
+class MethodDeviceCuda(Rule):
+    """`.to("cuda")` and `device="cuda"` in tensor methods use the runtime's device.
+
+    What:
+    Rewrites `x.to("cuda")`, `x.to("cuda:1")`, `x.to(device="cuda")` and
+    `device="cuda"` in `x.new_zeros/new_ones/new_empty/new_full/new_tensor(...)`.
+
+    Why:
+    Sending a tensor or module to a literal CUDA device fails without CUDA.
+
+    Fix safety:
+    Safe. `.to` accepts a `torch.device` wherever it accepts a string, and on CUDA the
+    runtime's device is the device the string named.
+
+    Known limits:
+    The receiver's type is not known; a call on an imported module (`mylib.to("cuda")`)
+    is left alone.
+    """
+
+    code = "PT003"
+    name = "method-device-cuda"
+    safety = Safety.SAFE
+    methods = frozenset({"to", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"})
+    words = frozenset({"cuda"})
+
+    valid = [
+        "x = x.to('cpu')\n",
+        "import mylib\nmylib.to('cuda')\n",
+        "x = x.to(device)\n",
+        "def f(torch, x):\n    return x.to(torch.float16)\n",
+    ]
+    invalid = [
+        Example(
+            "x = x.to('cuda')\n",
+            "import porter_runtime\nx = x.to(porter_runtime.device())\n",
+        ),
+        Example(
+            "import torch as t\nmodel = t.nn.Linear(2, 2).to(\"cuda:1\", non_blocking=True)\n",
+            "import porter_runtime\nimport torch as t\n"
+            "model = t.nn.Linear(2, 2).to(porter_runtime.device(1), non_blocking=True)\n",
+        ),
+        Example(
+            "from torch import ones\ny = ones(2).new_zeros(3, device='cuda')\n",
+            "import porter_runtime\nfrom torch import ones\ny = ones(2).new_zeros(3, device=porter_runtime.device())\n",
+        ),
+        Example(
+            "def f(x, torch):\n    return x.to(device='cuda')\n",
+            "import porter_runtime\ndef f(x, torch):\n    return x.to(device=porter_runtime.device())\n",
+        ),
+    ]
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        func = original.func
+        if not isinstance(func, cst.Attribute) or func.attr.value not in self.methods:
+            return updated
+        if self.qualname(func.value) is not None:
+            return updated  # a function of an imported module, not a tensor method
+        if func.attr.value == "to" and updated.args and updated.args[0].keyword is None:
+            spec = cuda_spec(updated.args[0].value)
+            if spec is not None and not updated.args[0].star:
+                new_first = updated.args[0].with_changes(value=self.runtime_call("device", *_index_args(spec[0])))
+                new = updated.with_changes(args=[new_first, *updated.args[1:]])
+                return self.rewrite(original, new, "a literal CUDA device now resolves at run time")
+        return _replace_device_keyword(self, original, updated, as_string=False)
+
+
+def _replace_device_keyword(
+    rule: Rule, original: cst.Call, updated: cst.Call, *, as_string: bool, keyword: str = "device"
+) -> cst.BaseExpression:
+    for i, arg in enumerate(updated.args):
+        if arg.keyword is None or arg.keyword.value != keyword:
+            continue
+        spec = cuda_spec(arg.value)
+        if spec is None:
+            return updated
+        value = _runtime_device(rule, spec[0], as_string)
+        args = list(updated.args)
+        args[i] = arg.with_changes(value=value)
+        return rule.rewrite(original, updated.with_changes(args=args), "a literal CUDA device now resolves at run time")
+    return updated
+
+
+def _runtime_device(rule: Rule, index: Optional[int], as_string: bool) -> cst.BaseExpression:
+    call = rule.runtime_call("device", *_index_args(index))
+    return cst.Call(cst.Name("str"), args=[cst.Arg(call)]) if as_string else call
+
+
+def _mentions_device(node: cst.BaseExpression) -> bool:
+    if isinstance(node, cst.Name):
+        return "device" in node.value.lower()
+    if isinstance(node, cst.Attribute):
+        return "device" in node.attr.value.lower()
+    value = string_value(node)
+    return value is not None and "device" in value.lower()
+
+
+class DeviceOptionDefault(Rule):
+    """A `"cuda"` default of a device option or setting becomes the resolved device's name.
+
+    What:
+    Rewrites the literal `"cuda"` / `"cuda:N"` string where a device setting is
+    defined: `parser.add_argument("--device", default="cuda")`, a config class or
+    dataclass field `device: str = "cuda"`, an assignment `DEVICE = "cuda"`, a dict
+    entry `{"device": "cuda"}`, and `device="cuda"` passed to a non-torch callable.
+    The value becomes `str(porter_runtime.device())`.
+
+    Why:
+    The string travels to `torch.device(...)` or `.to(...)` later and fails there
+    without CUDA; fixing it where it is defined fixes every use, and a user can still
+    pass `--device cpu`.
+
+    Fix safety:
+    Safe. On CUDA, `str(porter_runtime.device())` is `"cuda"` (and
+    `str(porter_runtime.device(1))` is `"cuda:1"`): the same string as before, so
+    comparisons such as `args.device == "cuda"` behave as before.
+
+    Known limits:
+    Only names, attributes, dict keys and options that contain "device" are matched.
+    """
+
+    code = "PT005"
+    name = "device-option-default"
+    safety = Safety.SAFE
+    words = frozenset({"cuda", "device"})
+    methods = frozenset({"device"})
+
+    valid = [
+        "parser.add_argument('--device', default='cpu')\n",
+        "mode = 'cuda'\n",
+        "parser.add_argument('--backend', default='cuda')\n",
+        "import torch\nx = torch.zeros(1, device=dev)\n",
+    ]
+    invalid = [
+        Example(
+            "parser.add_argument('--device', default='cuda')\n",
+            "import porter_runtime\nparser.add_argument('--device', default=str(porter_runtime.device()))\n",
+        ),
+        Example(
+            "from dataclasses import dataclass\n\n@dataclass\nclass Config:\n    device: str = 'cuda:0'\n",
+            "import porter_runtime\nfrom dataclasses import dataclass\n\n@dataclass\nclass Config:\n"
+            "    device: str = str(porter_runtime.device(0))\n",
+        ),
+        Example(
+            "DEVICE = \"cuda\"\ncfg = {'device': 'cuda'}\n",
+            "import porter_runtime\nDEVICE = str(porter_runtime.device())\ncfg = {'device': str(porter_runtime.device())}\n",
+        ),
+        Example(
+            "import torch as t\ntrainer = Trainer(model, device='cuda')\n",
+            "import porter_runtime\nimport torch as t\ntrainer = Trainer(model, device=str(porter_runtime.device()))\n",
+        ),
+    ]
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        func = original.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "add_argument":
+            if any(_mentions_device(a.value) for a in positional(original)):
+                return _replace_device_keyword(self, original, updated, as_string=True, keyword="default")
+            return updated
+        name = self.qualname(func)
+        if name is not None and (name == "torch" or name.startswith("torch.")):
+            return updated  # PT004
+        if isinstance(func, cst.Attribute) and func.attr.value in MethodDeviceCuda.methods:
+            return updated  # PT003
+        return _replace_device_keyword(self, original, updated, as_string=True)
+
+    def leave_Assign(self, original: cst.Assign, updated: cst.Assign) -> cst.Assign:
+        if len(original.targets) != 1 or not _mentions_device(original.targets[0].target):
+            return updated
+        return self._replace_value(original, updated)
+
+    def leave_AnnAssign(self, original: cst.AnnAssign, updated: cst.AnnAssign) -> cst.AnnAssign:
+        if updated.value is None or not _mentions_device(original.target):
+            return updated
+        return self._replace_value(original, updated)
+
+    def leave_DictElement(self, original: cst.DictElement, updated: cst.DictElement) -> cst.DictElement:
+        if not _mentions_device(original.key) or string_value(original.key) is None:
+            return updated
+        return self._replace_value(original, updated)
+
+    def _replace_value(self, original, updated):
+        spec = cuda_spec(updated.value)
+        if spec is None:
+            return updated
+        new = updated.with_changes(value=_runtime_device(self, spec[0], as_string=True))
+        return self.rewrite(original, new, "a literal CUDA device setting now names the resolved device")
