@@ -1,0 +1,222 @@
+"""Attention entry points with flash_attn's public signatures.
+
+CUDA with flash_attn importable and q in fp16/bf16: the same-named flash_attn
+function is called with the caller's arguments (defaults left out, so older
+flash_attn releases without e.g. ``softcap`` keep working). Everywhere else:
+scaled_dot_product_attention with flash-attn's exact semantics (_attn_core).
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+from types import ModuleType
+from typing import Any, Iterator, Optional, Sequence
+
+import torch
+
+from . import _attn_core, _device
+
+_FLASH_DTYPES = (torch.float16, torch.bfloat16)
+_DEFAULTS: dict[str, Any] = {
+    "dropout_p": 0.0, "softmax_scale": None, "causal": False, "window_size": (-1, -1),
+    "softcap": 0.0, "alibi_slopes": None, "deterministic": False,
+    "return_attn_probs": False, "block_table": None,
+}
+_UNSET = object()
+_flash: Any = _UNSET
+
+
+def flash_attn_module() -> Optional[ModuleType]:
+    """The flash_attn module if it imports (checked once), else None."""
+    global _flash
+    if _flash is _UNSET:
+        try:
+            _flash = importlib.import_module("flash_attn")
+        except Exception:  # ImportError, or a broken CUDA extension (OSError, ...)
+            _flash = None
+    return _flash
+
+
+def _reset() -> None:
+    global _flash
+    _flash = _UNSET
+
+
+def _changed(options: dict[str, Any]) -> dict[str, Any]:
+    """The options that differ from flash_attn's defaults, to forward as keywords."""
+    out = {}
+    for name, value in options.items():
+        default = _DEFAULTS[name]
+        same = value is default if default is None or isinstance(value, torch.Tensor) \
+            else value == default
+        if not same:
+            out[name] = value
+    return out
+
+
+def _flash_fn(name: str, dtype: torch.dtype) -> Optional[Any]:
+    if not _device.is_cuda() or dtype not in _FLASH_DTYPES:
+        return None
+    module = flash_attn_module()
+    return getattr(module, name, None) if module is not None else None
+
+
+def _sdpa_options(options: dict[str, Any]) -> dict[str, Any]:
+    """Options for _attn_core; refuses what only flash_attn's kernels provide."""
+    if options.pop("return_attn_probs", False):
+        raise NotImplementedError(
+            "return_attn_probs=True returns flash-attn's internal softmax_lse and dropout "
+            "mask; it needs flash_attn on CUDA. porter_runtime computes attention with "
+            "scaled_dot_product_attention here and cannot return them.")
+    if options.pop("block_table", None) is not None:
+        raise NotImplementedError("a paged KV cache (block_table) needs flash_attn on CUDA")
+    options.pop("deterministic", None)  # SDPA off CUDA is deterministic without dropout
+    return options
+
+
+def _options(dropout_p: float, softmax_scale: Optional[float], causal: bool,
+             window_size: Sequence[int], softcap: float, alibi_slopes: Optional[torch.Tensor],
+             deterministic: bool, return_attn_probs: bool) -> dict[str, Any]:
+    return {"dropout_p": dropout_p, "softmax_scale": softmax_scale, "causal": causal,
+            "window_size": window_size, "softcap": softcap, "alibi_slopes": alibi_slopes,
+            "deterministic": deterministic, "return_attn_probs": return_attn_probs}
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0,
+              softmax_scale: Optional[float] = None, causal: bool = False,
+              window_size: Sequence[int] = (-1, -1), softcap: float = 0.0,
+              alibi_slopes: Optional[torch.Tensor] = None, deterministic: bool = False,
+              return_attn_probs: bool = False) -> Any:
+    """Twin of flash_attn.flash_attn_func: q (B,Sq,H,D), k/v (B,Sk,Hk,D) -> (B,Sq,H,D).
+
+    CUDA + flash_attn + fp16/bf16: flash_attn_func(q, k, v, <same options>).
+    Elsewhere (MPS, CPU, CUDA fp32): SDPA with flash-attn's semantics (bottom-right
+    causal/window masks, GQA/MQA, ALiBi, softcap, zero rows for empty windows).
+    ``return_attn_probs=True`` raises NotImplementedError there.
+    """
+    options = _options(dropout_p, softmax_scale, causal, window_size, softcap,
+                       alibi_slopes, deterministic, return_attn_probs)
+    flash = _flash_fn("flash_attn_func", q.dtype)
+    if flash is not None:
+        return flash(q, k, v, **_changed(options))
+    return _attn_core.dense(q, k, v, **_sdpa_options(options))
+
+
+def attention_qkvpacked(qkv: torch.Tensor, dropout_p: float = 0.0,
+                        softmax_scale: Optional[float] = None, causal: bool = False,
+                        window_size: Sequence[int] = (-1, -1), softcap: float = 0.0,
+                        alibi_slopes: Optional[torch.Tensor] = None,
+                        deterministic: bool = False, return_attn_probs: bool = False) -> Any:
+    """Twin of flash_attn_qkvpacked_func: qkv (B,S,3,H,D). CUDA + flash_attn: that
+    function; elsewhere ``attention(*qkv.unbind(2), ...)``."""
+    options = _options(dropout_p, softmax_scale, causal, window_size, softcap,
+                       alibi_slopes, deterministic, return_attn_probs)
+    flash = _flash_fn("flash_attn_qkvpacked_func", qkv.dtype)
+    if flash is not None:
+        return flash(qkv, **_changed(options))
+    q, k, v = qkv.unbind(2)
+    return _attn_core.dense(q, k, v, **_sdpa_options(options))
+
+
+def attention_kvpacked(q: torch.Tensor, kv: torch.Tensor, dropout_p: float = 0.0,
+                       softmax_scale: Optional[float] = None, causal: bool = False,
+                       window_size: Sequence[int] = (-1, -1), softcap: float = 0.0,
+                       alibi_slopes: Optional[torch.Tensor] = None,
+                       deterministic: bool = False, return_attn_probs: bool = False) -> Any:
+    """Twin of flash_attn_kvpacked_func: kv (B,Sk,2,Hk,D). CUDA + flash_attn: that
+    function; elsewhere ``attention(q, *kv.unbind(2), ...)``."""
+    options = _options(dropout_p, softmax_scale, causal, window_size, softcap,
+                       alibi_slopes, deterministic, return_attn_probs)
+    flash = _flash_fn("flash_attn_kvpacked_func", q.dtype)
+    if flash is not None:
+        return flash(q, kv, **_changed(options))
+    k, v = kv.unbind(2)
+    return _attn_core.dense(q, k, v, **_sdpa_options(options))
+
+
+def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
+                     max_seqlen_q: int, max_seqlen_k: int, dropout_p: float = 0.0,
+                     softmax_scale: Optional[float] = None, causal: bool = False,
+                     window_size: Sequence[int] = (-1, -1), softcap: float = 0.0,
+                     alibi_slopes: Optional[torch.Tensor] = None, deterministic: bool = False,
+                     return_attn_probs: bool = False, block_table: Optional[torch.Tensor] = None
+                     ) -> Any:
+    """Twin of flash_attn_varlen_func: q (total_q,H,D), k/v (total_k,Hk,D), cu_seqlens
+    (B+1,) int32. CUDA + flash_attn: that function. Elsewhere each sequence is
+    attended separately with SDPA (masks aligned per sequence); block_table raises."""
+    options = _options(dropout_p, softmax_scale, causal, window_size, softcap,
+                       alibi_slopes, deterministic, return_attn_probs)
+    flash = _flash_fn("flash_attn_varlen_func", q.dtype)
+    if flash is not None:
+        extra = {"block_table": block_table} if block_table is not None else {}
+        return flash(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                     **_changed(options), **extra)
+    options["block_table"] = block_table
+    options = _sdpa_options(options)
+    slopes = options.pop("alibi_slopes")
+    return _attn_core.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, slopes, **options)
+
+
+def attention_varlen_qkvpacked(qkv: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int,
+                               dropout_p: float = 0.0, softmax_scale: Optional[float] = None,
+                               causal: bool = False, window_size: Sequence[int] = (-1, -1),
+                               softcap: float = 0.0, alibi_slopes: Optional[torch.Tensor] = None,
+                               deterministic: bool = False, return_attn_probs: bool = False
+                               ) -> Any:
+    """Twin of flash_attn_varlen_qkvpacked_func: qkv (total,3,H,D). CUDA + flash_attn:
+    that function; elsewhere attention_varlen on the unpacked tensors."""
+    options = _options(dropout_p, softmax_scale, causal, window_size, softcap,
+                       alibi_slopes, deterministic, return_attn_probs)
+    flash = _flash_fn("flash_attn_varlen_qkvpacked_func", qkv.dtype)
+    if flash is not None:
+        return flash(qkv, cu_seqlens, max_seqlen, **_changed(options))
+    q, k, v = qkv.unbind(1)
+    return attention_varlen(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, **options)
+
+
+def attention_varlen_kvpacked(q: torch.Tensor, kv: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                              cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                              dropout_p: float = 0.0, softmax_scale: Optional[float] = None,
+                              causal: bool = False, window_size: Sequence[int] = (-1, -1),
+                              softcap: float = 0.0, alibi_slopes: Optional[torch.Tensor] = None,
+                              deterministic: bool = False, return_attn_probs: bool = False
+                              ) -> Any:
+    """Twin of flash_attn_varlen_kvpacked_func: kv (total_k,2,Hk,D). CUDA + flash_attn:
+    that function; elsewhere attention_varlen on the unpacked tensors."""
+    options = _options(dropout_p, softmax_scale, causal, window_size, softcap,
+                       alibi_slopes, deterministic, return_attn_probs)
+    flash = _flash_fn("flash_attn_varlen_kvpacked_func", q.dtype)
+    if flash is not None:
+        return flash(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                     **_changed(options))
+    k, v = kv.unbind(1)
+    return attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                            **options)
+
+
+_OLD_SDP_KEYWORDS = {"enable_flash", "enable_math", "enable_mem_efficient", "enable_cudnn"}
+
+
+@contextlib.contextmanager
+def _no_kernel_choice() -> Iterator[None]:
+    # A generator context manager, so that it also works as a decorator.
+    yield
+
+
+def sdpa_kernel(*args: Any, **kwargs: Any) -> Any:
+    """Twin of torch.nn.attention.sdpa_kernel and torch.backends.cuda.sdp_kernel.
+
+    CUDA: the old keyword form (enable_flash=..., enable_math=..., ...) goes to
+    torch.backends.cuda.sdp_kernel, the backends form to torch.nn.attention.sdpa_kernel,
+    with the same arguments. MPS / CPU: a no-op context (restricting backends there
+    fails with "No available kernel", facts §4).
+    """
+    if not _device.is_cuda():
+        return _no_kernel_choice()
+    if _OLD_SDP_KEYWORDS & kwargs.keys() or (args and isinstance(args[0], bool)) or \
+            (not args and not kwargs):
+        return torch.backends.cuda.sdp_kernel(*args, **kwargs)
+    from torch.nn.attention import sdpa_kernel as new_sdpa_kernel
+
+    return new_sdpa_kernel(*args, **kwargs)

@@ -1,0 +1,41 @@
+"""Small, cached facts about the installed torch build (no device probing)."""
+from __future__ import annotations
+
+import functools
+import re
+
+import torch
+
+
+@functools.lru_cache(maxsize=None)
+def torch_version() -> tuple[int, int]:
+    """(major, minor) of the installed torch, e.g. (2, 13) for '2.13.0+cpu'."""
+    match = re.match(r"(\d+)\.(\d+)", torch.__version__)
+    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+
+
+def at_least(major: int, minor: int) -> bool:
+    """True when the installed torch is at least major.minor."""
+    return torch_version() >= (major, minor)
+
+
+def mps_available() -> bool:
+    """torch.backends.mps.is_available(), False on builds without the backend."""
+    mps = getattr(torch.backends, "mps", None)
+    return bool(mps is not None and mps.is_available())
+
+
+def xpu_available() -> bool:
+    """torch.xpu.is_available(), False on builds without torch.xpu."""
+    xpu = getattr(torch, "xpu", None)
+    return bool(xpu is not None and xpu.is_available())
+
+
+def mps_bf16_supported() -> bool:
+    """bf16 on MPS: always from torch 2.9, before that it needs macOS 14 (facts §2)."""
+    if not mps_available():
+        return False
+    if at_least(2, 9):
+        return True
+    check = getattr(torch.backends.mps, "is_macos_or_newer", None)
+    return bool(check is not None and check(14, 0))

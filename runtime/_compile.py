@@ -1,0 +1,101 @@
+"""torch.compile where it is the original's choice (CUDA) or the user opts in.
+
+Off CUDA the default is eager: Inductor's Metal backend is a prototype before
+torch 2.8 and still fails on some graphs, and Inductor on CPU needs a C++
+compiler (facts §5). PORTER_COMPILE=1 opts in; DISABLE_COMPILE=1 opts out
+everywhere, CUDA included.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+from typing import Any, Callable, Optional
+
+import torch
+
+from . import _compat, _device, _log
+
+# Errors that mean "compilation could not be set up", matched by class name so
+# that torch._inductor is never imported just to name them.
+_SETUP_ERRORS = {"InvalidCxxCompiler", "CppCompileError", "BackendCompilerFailed",
+                 "InductorError"}
+
+
+def _has_cxx() -> bool:
+    candidates = [os.environ.get("CXX", ""), "g++", "clang++", "c++"]
+    return any(c and shutil.which(c) for c in candidates)
+
+
+def setup_problem(kind: str, backend: Any = None) -> Optional[str]:
+    """Why torch.compile cannot be set up on ``kind`` with ``backend``, or None."""
+    if callable(backend):
+        return None
+    name = backend or "inductor"
+    if name != "inductor":
+        from torch._dynamo import list_backends  # heavy: only when compiling off CUDA
+        known = list_backends(exclude_tags=())
+        return None if name in known else f"torch.compile backend {name!r} is not available"
+    if kind == "mps" and not _compat.at_least(2, 8):
+        return f"torch {torch.__version__} has no usable Inductor backend for mps (needs 2.8)"
+    if kind == "cpu" and not _has_cxx():
+        return "Inductor on CPU needs a C++ compiler and none was found (set CXX)"
+    return None
+
+
+def _is_setup_error(exc: BaseException) -> bool:
+    return any(cls.__name__ in _SETUP_ERRORS for cls in type(exc).__mro__)
+
+
+def _guarded(eager: Callable[..., Any], compiled: Callable[..., Any]) -> Callable[..., Any]:
+    """Call ``compiled``; if compiling fails to set up, warn once and stay eager."""
+    state = {"fn": compiled}
+
+    @functools.wraps(eager)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return state["fn"](*args, **kwargs)
+        except Exception as exc:
+            if state["fn"] is eager or not _is_setup_error(exc):
+                raise
+            _log.warn_once("compile:failed", f"torch.compile failed to set up "
+                           f"({type(exc).__name__}: {str(exc)[:200]}); running eagerly")
+            state["fn"] = eager
+            return eager(*args, **kwargs)
+
+    return call
+
+
+def _compile_off_cuda(model: Callable[..., Any], kind: str, kwargs: dict[str, Any]) -> Any:
+    if not _log.env_flag("PORTER_COMPILE"):
+        _log.warn_once("compile:off", f"torch.compile is not used on {kind}: running eagerly "
+                       "(set PORTER_COMPILE=1 to compile here)")
+        return model
+    problem = setup_problem(kind, kwargs.get("backend"))
+    if problem is not None:
+        _log.warn_once("compile:setup", f"{problem}; running eagerly")
+        return model
+    compiled = torch.compile(model, **kwargs)
+    # Modules get the setup checks above only: an OptimizedModule cannot be
+    # swapped for its eager module behind the caller's back.
+    return compiled if isinstance(model, torch.nn.Module) else _guarded(model, compiled)
+
+
+def compile(model: Optional[Callable[..., Any]] = None, **kwargs: Any) -> Any:
+    """Twin of torch.compile, with its call forms: ``compile(m)``, ``compile(m, mode=...)``,
+    ``@compile`` and ``@compile(mode=...)``.
+
+    CUDA: ``torch.compile(model, **kwargs)``. MPS / CPU: ``model`` unchanged with one
+    warning, unless PORTER_COMPILE=1; then torch.compile after checking it can be
+    set up (backend present, C++ compiler on CPU, torch >= 2.8 on MPS), falling
+    back to eager with a warning otherwise. DISABLE_COMPILE=1: unchanged everywhere.
+    """
+    if model is None:
+        return lambda fn: compile(fn, **kwargs)
+    if _log.env_flag("DISABLE_COMPILE"):
+        _log.info_once("compile:disabled", "DISABLE_COMPILE is set: torch.compile skipped")
+        return model
+    kind = _device.device_type()
+    if kind == "cuda":
+        return torch.compile(model, **kwargs)
+    return _compile_off_cuda(model, kind, kwargs)

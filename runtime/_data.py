@@ -1,0 +1,112 @@
+"""Moving batches, loading checkpoints and DataLoader options per device."""
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Optional
+
+import torch
+
+from . import _device, _dtypes
+
+
+def _move_tensor(t: torch.Tensor, target: torch.device, non_blocking: bool) -> torch.Tensor:
+    # non_blocking only where it is known to be safe: host->CUDA copies. MPS has
+    # had non_blocking copy bugs, and CPU copies are synchronous anyway.
+    cast = _dtypes.mps_safe(t, target)
+    return t.to(target, dtype=cast or t.dtype,
+                non_blocking=non_blocking and target.type == "cuda")
+
+
+def _move(obj: Any, target: torch.device, non_blocking: bool) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return _move_tensor(obj, target, non_blocking)
+    if isinstance(obj, dict):
+        moved = copy.copy(obj)  # keeps the subclass (OrderedDict, defaultdict factory)
+        for key, value in obj.items():
+            moved[key] = _move(value, target, non_blocking)
+        return moved
+    if isinstance(obj, Mapping):
+        items = {k: _move(v, target, non_blocking) for k, v in obj.items()}
+        try:
+            return type(obj)(items)
+        except TypeError:
+            return items
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
+        return type(obj)(*(_move(v, target, non_blocking) for v in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_move(v, target, non_blocking) for v in obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        moved = copy.copy(obj)
+        for field in dataclasses.fields(obj):
+            # object.__setattr__ also works for frozen dataclasses.
+            object.__setattr__(moved, field.name,
+                               _move(getattr(obj, field.name), target, non_blocking))
+        return moved
+    return obj
+
+
+def to_device(obj: Any, non_blocking: bool = False, *,
+              device: _device.DeviceLike = None) -> Any:
+    """Move every tensor in a nested batch to ``device`` (default: the resolved one).
+
+    Handles tensors, dicts (subclasses kept), other mappings, lists, tuples,
+    namedtuples and dataclass instances; anything else is returned unchanged.
+    CUDA: ``t.to(device, non_blocking=non_blocking)``, as the original.
+    MPS: float64 tensors become float32 (one warning), non_blocking is not used.
+    CPU: plain ``.to``.
+    """
+    return _move(obj, _device.device(device), non_blocking)
+
+
+def map_location() -> Optional[torch.device]:
+    """``map_location`` for ``torch.load``.
+
+    CUDA: None, so ``torch.load`` behaves exactly as before.
+    MPS: ``cpu``. A storage's dtype is not visible to ``map_location``, and a
+    float64 storage sent to MPS raises TypeError (facts §2, §10); loading to CPU
+    and letting ``load_state_dict`` / ``.to(device)`` copy into the model is safe.
+    CPU / XPU: the resolved device.
+    """
+    kind = _device.device_type()
+    if kind == "cuda":
+        return None
+    if kind == "mps":
+        return torch.device("cpu")
+    return _device.device()
+
+
+def pin_memory(requested: bool = True) -> bool:
+    """``requested`` on CUDA; False elsewhere (MPS pinning warns or fails, facts §6)."""
+    return bool(requested) and _device.is_cuda()
+
+
+def pin_memory_device(requested: str = "cuda") -> str:
+    """``requested`` on CUDA; '' elsewhere (the DataLoader's 'no pinning device')."""
+    return requested if _device.is_cuda() else ""
+
+
+def pin_tensor(t: torch.Tensor) -> torch.Tensor:
+    """``t.pin_memory()`` on CUDA; ``t`` unchanged elsewhere (pinning needs CUDA)."""
+    return t.pin_memory() if _device.is_cuda() else t
+
+
+def dataloader_kwargs(**kwargs: Any) -> dict[str, Any]:
+    """DataLoader keyword arguments made valid for this device and worker count.
+
+    CUDA: ``pin_memory`` and ``pin_memory_device`` are kept as given.
+    MPS / CPU: ``pin_memory`` becomes False and ``pin_memory_device`` is dropped.
+    Everywhere: with ``num_workers == 0`` (the default) ``persistent_workers`` and
+    ``prefetch_factor`` are dropped, since DataLoader raises ValueError for them;
+    on CUDA that combination would have raised, so no working call changes.
+    """
+    out = dict(kwargs)
+    if "pin_memory" in out:
+        out["pin_memory"] = pin_memory(out["pin_memory"])
+    if "pin_memory_device" in out and not _device.is_cuda():
+        del out["pin_memory_device"]
+    if not out.get("num_workers", 0):
+        out.pop("persistent_workers", None)
+        out.pop("prefetch_factor", None)
+    return out
