@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional
 
-import porter_runtime
+import importlib.util
 
 from porter.sources import source_encoding
 
@@ -60,7 +60,18 @@ def write_atomic(path: Path, data: bytes, mode: Optional[int] = None) -> None:
 # -- vendoring -----------------------------------------------------------------
 
 def runtime_source() -> Path:
-    return Path(porter_runtime.__file__).parent
+    """The installed runtime's folder, found without importing it (and so torch)."""
+    spec = importlib.util.find_spec("porter_runtime")
+    if spec is None or spec.origin is None:  # pragma: no cover - broken install
+        raise RuntimeError("porter_runtime is not installed next to porter")
+    return Path(spec.origin).parent
+
+
+def runtime_version() -> str:
+    version = vendored_version(runtime_source())
+    if version is None:  # pragma: no cover - broken install
+        raise RuntimeError("porter_runtime has no __version__")
+    return version
 
 
 def _version_tuple(text: str) -> tuple:
@@ -81,8 +92,7 @@ def vendor_changes(target: Path, root: Path) -> tuple[list[Change], str]:
     Nothing changes when the vendored copy is as new as porter's or newer; a copy of the
     same version that differs (edited by hand) is left alone and the note says so.
     """
-    source = runtime_source()
-    ours = porter_runtime.__version__
+    ours = runtime_version()
     theirs = vendored_version(target)
     wanted = runtime_files()
     rel = Path(os.path.relpath(target, root)).as_posix()
@@ -112,7 +122,7 @@ def runtime_files() -> dict[str, bytes]:
         if p.is_file() and "__pycache__" not in p.parts and (p.suffix == ".py" or p.name == "README.md")
     }
     files["VENDORED.txt"] = (
-        f"porter_runtime {porter_runtime.__version__}, vendored by porter.\n"
+        f"porter_runtime {runtime_version()}, vendored by porter.\n"
         "Do not edit: `porter migrate --write` refreshes this folder when porter's copy is newer.\n"
         "It needs nothing but torch.\n"
     ).encode()

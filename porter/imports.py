@@ -17,8 +17,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 import libcst as cst
-from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import RemoveImportsVisitor
 
 from porter.matching import Resolver, dotted_name
 from porter.rule import RUNTIME
@@ -91,6 +89,10 @@ def remove_unused(new_module: cst.Module, ctx: "FileContext") -> cst.Module:
     """Remove the top-level from-imports whose every use a rule rewrote."""
     if not ctx._records:
         return new_module
+    # libcst.codemod is slow to import; only files that lost an import's last use need it.
+    from libcst.codemod import CodemodContext
+    from libcst.codemod.visitors import RemoveImportsVisitor
+
     before = ctx.resolver.use_counts()
     after = Resolver(new_module).use_counts()
     context = CodemodContext()

@@ -163,7 +163,7 @@ class ScopeBuilder(cst.CSTVisitor):
             bound = name
             if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
                 bound = alias.asname.name.value
-            self.scope.bind(bound, f"{prefix}.{name}" if prefix else name)
+            self.scope.bind(bound, f"{prefix}.{name}" if module else f"{prefix}{name}")
         return False
 
     # -- plain bindings -------------------------------------------------------

@@ -1,0 +1,194 @@
+"""The real CLI on real files: modes, exit codes, reports, selection, bad input."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from porter_test_utils import run_porter, snapshot
+
+SAMPLE = {
+    "train.py": "import torch\nmodel = torch.nn.Linear(2, 2).cuda()\nx = torch.zeros(2, device='cuda')\n",
+    "pkg/__init__.py": "",
+    "pkg/model.py": "from torch import device\nDEV = device('cuda')\n",
+    "scripts/run.py": '"""Run it."""\nimport torch as t\nprint(t.ones(1).to("cuda"))\n',
+    "clean.py": "import torch\nprint(torch.ones(1))\n",
+}
+
+
+def make_tree(root: Path, files: dict) -> Path:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return root
+
+
+@pytest.fixture
+def tree(tmp_path):
+    return make_tree(tmp_path / "repo", SAMPLE)
+
+
+def test_dry_run_changes_nothing_and_summarises(tree):
+    before = snapshot(tree)
+    proc = run_porter("migrate", tree)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == b""
+    assert snapshot(tree) == before
+    err = proc.stderr.decode()
+    assert "files scanned" in err and "PT001" in err
+
+
+def test_diff_applied_with_git_equals_write(tree, tmp_path):
+    other = tmp_path / "other"
+    make_tree(other, SAMPLE)
+    subprocess.run(["git", "init", "-q"], cwd=other, check=True)
+    diff = run_porter("migrate", tree, "--diff")
+    assert diff.returncode == 0, diff.stderr
+    assert b"\x1b[" not in diff.stdout  # no colour when not a terminal
+    applied = subprocess.run(["git", "apply", "-"], cwd=other, input=diff.stdout, capture_output=True)
+    assert applied.returncode == 0, applied.stderr
+    write = run_porter("migrate", tree, "--write")
+    assert write.returncode == 0, write.stderr
+    assert snapshot(tree) == snapshot(other)
+    assert (tree / "porter_runtime" / "__init__.py").exists()
+
+
+def test_check_then_write_then_idempotent(tree):
+    assert run_porter("migrate", tree, "--check").returncode == 1
+    assert run_porter("migrate", tree, "--write").returncode == 0
+    after = snapshot(tree)
+    again = run_porter("migrate", tree, "--write")
+    assert again.returncode == 0
+    assert snapshot(tree) == after
+    assert run_porter("migrate", tree, "--check").returncode == 0
+
+
+def test_untouched_files_keep_bytes_and_mode(tree):
+    clean = tree / "clean.py"
+    clean.chmod(0o755)
+    run_porter("migrate", tree, "--write")
+    assert clean.read_bytes() == SAMPLE["clean.py"].encode()
+    assert clean.stat().st_mode & 0o777 == 0o755
+
+
+def test_write_keeps_mode_crlf_and_encoding(tmp_path):
+    source = "# -*- coding: latin-1 -*-\r\nimport torch\r\n# caf\xe9\r\nx = torch.ones(1).cuda()\r\n"
+    root = make_tree(tmp_path / "r", {"a.py": source.encode("latin-1")})
+    (root / "a.py").chmod(0o750)
+    assert run_porter("migrate", root, "--write").returncode == 0
+    data = (root / "a.py").read_bytes()
+    assert b"caf\xe9" in data and b"\r\nimport porter_runtime\r\n" in data
+    assert data.count(b"\r\n") == data.count(b"\n")
+    assert (root / "a.py").stat().st_mode & 0o777 == 0o750
+
+
+def test_bad_files_are_reported_and_left_alone(tree):
+    bad = {
+        "broken.py": "import torch\nx = torch.ones(1).cuda(\n",
+        "latin.py": b"import torch\nname = '\xe9'\nx = torch.ones(1).cuda()\n",
+        "legacy.py": "import torch\nprint 'moving', torch.ones(1).cuda()\n",
+    }
+    make_tree(tree, bad)
+    report = tree.parent / "report.json"
+    proc = run_porter("migrate", tree, "--write", "--report", report)
+    assert proc.returncode == 2
+    for name, text in bad.items():
+        assert (tree / name).read_bytes() == (text if isinstance(text, bytes) else text.encode())
+    data = json.loads(report.read_text())
+    errors = {f["path"]: f["error"] for f in data["files"] if f["status"] == "error"}
+    assert set(errors) == set(bad)
+    assert "syntax error at line 2" in errors["broken.py"]
+    assert "cannot decode as utf-8" in errors["latin.py"]
+    assert "Python 2" in errors["legacy.py"]
+    assert "porter_runtime" in (tree / "train.py").read_text()  # the rest was migrated
+    assert "legacy.py" in proc.stderr.decode()
+
+
+def test_missing_path_is_exit_2(tmp_path):
+    proc = run_porter("migrate", tmp_path / "nope")
+    assert proc.returncode == 2
+    assert b"no such file" in proc.stderr
+
+
+def test_reports_markdown_and_json(tree):
+    md, js = tree.parent / "r.md", tree.parent / "r.json"
+    assert run_porter("migrate", tree, "--report", md, "--report", js).returncode == 0
+    data = json.loads(js.read_text())
+    assert data["schema_version"] == 1
+    assert data["summary"]["files_changed"] == 3
+    assert data["summary"]["rewrites"] == 4
+    by_path = {f["path"]: f for f in data["files"]}
+    [rewrite] = by_path["pkg/model.py"]["rewrites"]
+    assert rewrite["code"] == "PT002" and rewrite["line"] == 2
+    assert rewrite["before"] == "device('cuda')" and rewrite["after"] == "porter_runtime.device()"
+    text = md.read_text()
+    assert "# Porter migration report" in text and "`device('cuda')`" in text and "PT002" in text
+
+
+def test_select_ignore_and_exclude(tree):
+    js = tree.parent / "r.json"
+    run_porter("migrate", tree, "--select", "PT001", "--report", js)
+    assert {r["code"] for r in json.loads(js.read_text())["rules"]} == {"PT001"}
+    run_porter("migrate", tree, "--ignore", "PT001,PT002", "--report", js)
+    assert {r["code"] for r in json.loads(js.read_text())["rules"]} == {"PT003", "PT004"}
+    run_porter("migrate", tree, "--exclude", "scripts", "--exclude", "pkg/*", "--report", js)
+    assert {f["path"] for f in json.loads(js.read_text())["files"]} == {"train.py"}
+
+
+def test_gitignore_venv_and_build_folders_are_skipped(tree):
+    make_tree(tree, {
+        ".gitignore": "generated/\n*_tmp.py\n!keep_tmp.py\n",
+        "generated/x.py": SAMPLE["train.py"],
+        "a_tmp.py": SAMPLE["train.py"],
+        "keep_tmp.py": SAMPLE["train.py"],
+        ".venv/lib/y.py": SAMPLE["train.py"],
+        "myenv/pyvenv.cfg": "",
+        "myenv/z.py": SAMPLE["train.py"],
+        "build/w.py": SAMPLE["train.py"],
+    })
+    js = tree.parent / "r.json"
+    run_porter("migrate", tree, "--report", js)
+    paths = {f["path"] for f in json.loads(js.read_text())["files"]}
+    assert paths == {"train.py", "pkg/model.py", "scripts/run.py", "keep_tmp.py"}
+
+
+def test_rules_and_explain():
+    proc = run_porter("rules")
+    assert proc.returncode == 0 and b"PT001" in proc.stdout and b"cuda-method" in proc.stdout
+    listed = json.loads(run_porter("rules", "--json").stdout)
+    assert {"code", "name", "safety", "summary"} <= set(listed[0])
+    explain = run_porter("explain", "PT002")
+    text = explain.stdout.decode()
+    assert explain.returncode == 0
+    for heading in ("## What", "## Why", "## Fix safety", "## Known limits", "## Examples"):
+        assert heading in text
+    assert "porter_runtime.device(1)" in text
+    assert run_porter("explain", "NOPE").returncode != 0
+
+
+def test_help_documents_exit_codes():
+    proc = run_porter("migrate", "--help")
+    assert b"Exit codes" in proc.stdout and b"2  porter could not process" in proc.stdout
+
+
+def test_version():
+    proc = run_porter("--version")
+    assert proc.returncode == 0 and b"porter" in proc.stdout
+
+
+def test_vendored_runtime_refreshed_only_when_older(tree):
+    run_porter("migrate", tree, "--write")
+    init = tree / "porter_runtime" / "__init__.py"
+    text = init.read_text()
+    import porter_runtime
+    init.write_text(text.replace(f'"{porter_runtime.__version__}"', '"0.0.1"'))
+    (tree / "new.py").write_text(SAMPLE["train.py"])
+    run_porter("migrate", tree, "--write")
+    assert init.read_text() == text  # older copy refreshed
+    init.write_text(text.replace(f'"{porter_runtime.__version__}"', '"99.0"'))
+    (tree / "new2.py").write_text(SAMPLE["train.py"])
+    proc = run_porter("migrate", tree, "--write")
+    assert '"99.0"' in init.read_text() and b"newer" in proc.stderr

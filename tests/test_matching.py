@@ -1,0 +1,79 @@
+"""The name resolver: aliases and from-imports resolve; shadowing and lookalikes don't."""
+
+import libcst as cst
+import pytest
+
+from porter.matching import Ambiguous, Resolver
+
+
+def resolve_all(code: str, wanted: str):
+    """The qualified names of every call whose callee ends with ``wanted``, in order."""
+    module = cst.parse_module(code)
+    resolver = Resolver(module)
+    found = []
+
+    class Finder(cst.CSTVisitor):
+        def visit_Call(self, node):
+            if module.code_for_node(node.func).endswith(wanted):
+                found.append(resolver.qualname(node.func))
+
+    module.visit(Finder())
+    return found
+
+
+@pytest.mark.parametrize("code,expected", [
+    ("import torch\ntorch.cuda.synchronize()", "torch.cuda.synchronize"),
+    ("import torch as t\nt.cuda.synchronize()", "torch.cuda.synchronize"),
+    ("import torch.cuda\ntorch.cuda.synchronize()", "torch.cuda.synchronize"),
+    ("import torch.cuda as tc\ntc.synchronize()", "torch.cuda.synchronize"),
+    ("from torch import cuda\ncuda.synchronize()", "torch.cuda.synchronize"),
+    ("from torch.cuda import synchronize\nsynchronize()", "torch.cuda.synchronize"),
+    ("from torch.cuda import synchronize as sync_synchronize\nsync_synchronize()", "torch.cuda.synchronize"),
+    ("def f():\n    import torch\n    torch.cuda.synchronize()", "torch.cuda.synchronize"),
+    ("import torch\nclass A:\n    def f(self):\n        torch.cuda.synchronize()", "torch.cuda.synchronize"),
+    ("import torch\nclass A:\n    torch = 1\n    def f(self):\n        torch.cuda.synchronize()",
+     "torch.cuda.synchronize"),
+    ("import torch\n[torch.cuda.synchronize() for _ in range(2)]", "torch.cuda.synchronize"),
+])
+def test_resolves(code, expected):
+    assert resolve_all(code, "synchronize") == [expected]
+
+
+@pytest.mark.parametrize("code", [
+    "def f(torch):\n    torch.cuda.synchronize()",
+    "import torch\ndef f():\n    torch = g()\n    torch.cuda.synchronize()",
+    "import torch\ndef f():\n    torch.cuda.synchronize()\n    torch = 1",
+    "import torch\nlambda torch: torch.cuda.synchronize()",
+    "import torch\n[torch.cuda.synchronize() for torch in xs]",
+    "import torch\nfor torch in xs:\n    torch.cuda.synchronize()",
+    "import torch\nwith x as torch:\n    torch.cuda.synchronize()",
+    "torch.cuda.synchronize()",
+    "import torch\ntorch = None\ntorch.cuda.synchronize()",
+])
+def test_shadowed(code):
+    assert resolve_all(code, "synchronize") == [None]
+
+
+@pytest.mark.parametrize("code,expected", [
+    ("import mylib as torch\ntorch.cuda.synchronize()", "mylib.cuda.synchronize"),
+    ("from mylib import cuda\ncuda.synchronize()", "mylib.cuda.synchronize"),
+    ("from . import torch\ntorch.cuda.synchronize()", ".torch.cuda.synchronize"),
+])
+def test_lookalikes_resolve_to_what_they_are(code, expected):
+    assert resolve_all(code, "synchronize") == [expected]
+
+
+def test_global_declaration_reaches_module_binding():
+    code = "def setup():\n    global torch\n    import torch\n\ndef f():\n    torch.cuda.synchronize()"
+    assert resolve_all(code, "synchronize") == ["torch.cuda.synchronize"]
+
+
+def test_disagreeing_imports_are_ambiguous():
+    code = "try:\n    import torch_npu as torch\nexcept ImportError:\n    import torch\ntorch.cuda.synchronize()"
+    [found] = resolve_all(code, "synchronize")
+    assert isinstance(found, Ambiguous)
+
+
+def test_agreeing_imports_resolve():
+    code = "import torch\nif x:\n    import torch\ntorch.cuda.synchronize()"
+    assert resolve_all(code, "synchronize") == ["torch.cuda.synchronize"]

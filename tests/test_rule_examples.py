@@ -1,0 +1,56 @@
+"""Every example of every rule is a test: the examples are the specification."""
+
+import pytest
+
+from porter.engine import Options, migrate_source
+from porter.explain import render
+from porter.registry import all_rules
+from porter.rule import Safety
+
+RULES = all_rules()
+VALID = [(rule, i, code) for rule in RULES for i, code in enumerate(rule.valid)]
+INVALID = [(rule, i, example) for rule in RULES for i, example in enumerate(rule.invalid)]
+
+
+def migrate(rule, code: str):
+    return migrate_source(code.encode(), Options(rules=[rule], unsafe_fixes=True), path="example.py")
+
+
+@pytest.mark.parametrize("rule,index,code", VALID, ids=[f"{r.code}-valid-{i}" for r, i, _ in VALID])
+def test_valid_example_is_left_alone(rule, index, code):
+    result = migrate(rule, code)
+    assert result.new.decode() == code
+    assert result.findings == []
+
+
+@pytest.mark.parametrize("rule,index,example", INVALID, ids=[f"{r.code}-invalid-{i}" for r, i, _ in INVALID])
+def test_invalid_example_gives_its_output_and_a_finding(rule, index, example):
+    result = migrate(rule, example.before)
+    expected = example.before if example.after is None else example.after
+    assert result.new.decode() == expected
+    assert any(f.code == rule.code for f in result.findings)
+    compile(result.new, "example.py", "exec")
+    again = migrate(rule, expected)
+    assert again.new.decode() == expected, "a second run must change nothing"
+    if example.after is not None:
+        assert not again.rewrites
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[r.code for r in RULES])
+def test_rule_is_documented(rule):
+    doc = rule.doc()
+    assert doc.summary
+    for section in ("What", "Why", "Fix safety", "Known limits"):
+        assert doc.sections.get(section), f"{rule.code} lacks a {section} section"
+    assert rule.valid and rule.invalid
+    text = render(rule)
+    assert rule.code in text and doc.sections["Fix safety"].splitlines()[0] in text
+    if rule.safety is Safety.REVIEW:
+        assert all(e.after is None for e in rule.invalid)
+
+
+def test_codes_and_names_are_unique():
+    codes = [r.code for r in RULES]
+    names = [r.name for r in RULES]
+    assert len(set(codes)) == len(codes)
+    assert len(set(names)) == len(names)
