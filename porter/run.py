@@ -45,9 +45,10 @@ class RunResult:
         return sum(len(f.reviews) for f in self.files)
 
     def changes(self) -> list[Change]:
-        """Every file change of the run, source files first, then the runtime's."""
+        """Every file change of the run: the runtime's first, so that a diff on a
+        terminal ends with the changes to the user's own code."""
         own = [Change(f.path, f.old, f.new) for f in self.changed if f.new is not None]
-        return own + self.runtime_changes
+        return self.runtime_changes + own
 
 
 def run(config: RunConfig, progress: Optional[Callable[[int, int], None]] = None) -> RunResult:
