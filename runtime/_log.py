@@ -40,7 +40,17 @@ def warn_once(key: str, message: str, category: type[Warning] = UserWarning) -> 
     if key in _seen:
         return
     _seen.add(key)
-    warnings.warn(f"porter_runtime: {message}", category, stacklevel=3)
+    warnings.warn(f"porter_runtime: {message}", category, stacklevel=_user_stacklevel())
+
+
+def _user_stacklevel() -> int:
+    """Stack level of the first frame outside porter_runtime, so that the warning
+    points at the user's line rather than at the shim."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(here):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def reset() -> None:

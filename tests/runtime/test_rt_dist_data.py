@@ -1,0 +1,118 @@
+"""Distributed and DataLoader decisions per machine."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import porter_runtime
+
+EXPECTED = {
+    "cuda": {"backend": "nccl", "ids": [3], "out": 3, "barrier": [0], "pin": True,
+             "pin_device": "cuda"},
+    "mps": {"backend": "gloo", "ids": None, "out": None, "barrier": None, "pin": False,
+            "pin_device": ""},
+    "cpu": {"backend": "gloo", "ids": None, "out": None, "barrier": None, "pin": False,
+            "pin_device": ""},
+}
+
+
+@pytest.mark.parametrize("machine", ["cuda", "mps", "cpu"])
+def test_each_machine_makes_its_choice(simulate, machine):
+    simulate(machine)
+    want = EXPECTED[machine]
+    assert porter_runtime.dist_backend() == want["backend"]
+    assert porter_runtime.dist_backend("nccl") == want["backend"]
+    assert porter_runtime.dist_backend("gloo") == "gloo"
+    assert porter_runtime.ddp_device_ids(3) == want["ids"]
+    assert porter_runtime.ddp_output_device(3) == want["out"]
+    assert porter_runtime.barrier_device_ids([0]) == want["barrier"]
+    assert porter_runtime.pin_memory() is want["pin"]
+    assert porter_runtime.pin_memory(False) is False
+    assert porter_runtime.pin_memory_device() == want["pin_device"]
+
+
+def test_mixed_backend_strings_lose_nccl_off_cuda(simulate):
+    simulate("cpu")
+    assert porter_runtime.dist_backend("cpu:gloo,cuda:nccl") == "gloo"
+    assert porter_runtime.dist_backend("mpi") == "mpi"
+    simulate("cuda")
+    assert porter_runtime.dist_backend("cpu:gloo,cuda:nccl") == "cpu:gloo,cuda:nccl"
+
+
+def test_init_process_group_on_cuda_forwards_unchanged(simulate):
+    machine = simulate("cuda")
+    recorder = machine.record(dist, "init_process_group")
+    porter_runtime.init_process_group(init_method="env://", world_size=4, rank=1)
+    porter_runtime.init_process_group("nccl", rank=0)
+    assert recorder.calls == [((), {"backend": None, "init_method": "env://", "world_size": 4,
+                                    "rank": 1}),
+                              ((), {"backend": "nccl", "rank": 0})]
+
+
+def test_init_process_group_off_cuda_uses_gloo(simulate):
+    machine = simulate("cpu")
+    recorder = machine.record(dist, "init_process_group")
+    porter_runtime.init_process_group("nccl", world_size=2, rank=0)
+    assert recorder.calls == [((), {"backend": "gloo", "world_size": 2, "rank": 0})]
+
+
+def test_multi_process_mps_launch_is_a_clear_error(simulate, monkeypatch):
+    machine = simulate("mps")
+    recorder = machine.record(dist, "init_process_group")
+    with pytest.raises(RuntimeError, match="2-process launch resolved to mps.*PORTER_DEVICE=cpu"):
+        porter_runtime.init_process_group("nccl", world_size=2, rank=0)
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    with pytest.raises(RuntimeError, match="4-process"):
+        porter_runtime.init_process_group()
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    porter_runtime.init_process_group()
+    assert recorder.calls == [((), {"backend": "gloo"})]
+
+
+def test_real_single_process_gloo_group_on_this_cpu(tmp_path):
+    porter_runtime.init_process_group("nccl", init_method=f"file://{tmp_path}/store",
+                                      world_size=1, rank=0)
+    try:
+        assert dist.get_backend() == "gloo"
+        t = torch.ones(2)
+        dist.all_reduce(t)
+        assert torch.equal(t, torch.ones(2))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_pin_tensor(simulate):
+    machine = simulate("cuda")
+    t = torch.ones(2)
+    pinned = torch.zeros(2)
+    machine.monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: pinned)
+    assert porter_runtime.pin_tensor(t) is pinned
+    simulate("mps")
+    assert porter_runtime.pin_tensor(t) is t
+
+
+def test_dataloader_kwargs_on_cuda_keep_pinning(simulate):
+    simulate("cuda")
+    kwargs = porter_runtime.dataloader_kwargs(batch_size=4, num_workers=2, pin_memory=True,
+                                              pin_memory_device="cuda:1",
+                                              persistent_workers=True, prefetch_factor=4)
+    assert kwargs == {"batch_size": 4, "num_workers": 2, "pin_memory": True,
+                      "pin_memory_device": "cuda:1", "persistent_workers": True,
+                      "prefetch_factor": 4}
+
+
+@pytest.mark.parametrize("machine", ["mps", "cpu"])
+def test_dataloader_kwargs_off_cuda_drop_pinning(simulate, machine):
+    simulate(machine)
+    kwargs = porter_runtime.dataloader_kwargs(num_workers=2, pin_memory=True,
+                                              pin_memory_device="cuda", prefetch_factor=2)
+    assert kwargs == {"num_workers": 2, "pin_memory": False, "prefetch_factor": 2}
+
+
+def test_dataloader_kwargs_valid_for_zero_workers_on_this_cpu():
+    kwargs = porter_runtime.dataloader_kwargs(pin_memory=True, persistent_workers=True,
+                                              prefetch_factor=2, shuffle=False)
+    assert kwargs == {"pin_memory": False, "shuffle": False}
+    loader = torch.utils.data.DataLoader(torch.arange(4), batch_size=2, **kwargs)
+    assert [b.tolist() for b in loader] == [[0, 1], [2, 3]]

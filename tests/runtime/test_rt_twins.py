@@ -1,0 +1,208 @@
+"""torch.cuda twins: verbatim forwarding on CUDA, torch.mps on MPS, neutral on CPU."""
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+import porter_runtime
+
+# (runtime function, torch.cuda function, arguments the user passed)
+FORWARDED = [
+    ("synchronize", "synchronize", (1,)),
+    ("synchronize", "synchronize", (None,)),
+    ("empty_cache", "empty_cache", ()),
+    ("manual_seed", "manual_seed", (7,)),
+    ("manual_seed_all", "manual_seed_all", (7,)),
+    ("device_count", "device_count", ()),
+    ("current_device", "current_device", ()),
+    ("set_device", "set_device", (1,)),
+    ("device_name", "get_device_name", (0,)),
+    ("get_device_properties", "get_device_properties", ("cuda:1",)),
+    ("memory_allocated", "memory_allocated", (1,)),
+    ("max_memory_allocated", "max_memory_allocated", (None,)),
+    ("memory_reserved", "memory_reserved", (0,)),
+    ("max_memory_reserved", "max_memory_reserved", (0,)),
+    ("reset_peak_memory_stats", "reset_peak_memory_stats", (0,)),
+    ("mem_get_info", "mem_get_info", (0,)),
+]
+RESULTS = {"device_count": 2, "current_device": 1, "get_device_name": "NVIDIA H100",
+           "memory_allocated": 11, "max_memory_allocated": 12, "memory_reserved": 13,
+           "max_memory_reserved": 14, "mem_get_info": (5, 10), "get_device_properties": "P"}
+
+
+@pytest.mark.parametrize("ours,theirs,args", FORWARDED)
+def test_cuda_forwards_arguments_verbatim(simulate, ours, theirs, args):
+    machine = simulate("cuda")
+    recorder = machine.record(torch.cuda, theirs, RESULTS.get(theirs))
+    result = getattr(porter_runtime, ours)(*args)
+    assert recorder.calls == [(args, {})]
+    if theirs in RESULTS and theirs != "device_count":
+        assert result == RESULTS[theirs]
+
+
+def test_cuda_is_bf16_supported_forwards(simulate):
+    machine = simulate("cuda")
+    recorder = machine.record(torch.cuda, "is_bf16_supported", True)
+    assert porter_runtime.is_bf16_supported() is True
+    porter_runtime.is_bf16_supported(including_emulation=False)
+    assert recorder.calls == [((), {}), ((), {"including_emulation": False})]
+
+
+def test_cuda_event_is_a_real_cuda_event(simulate):
+    machine = simulate("cuda")
+    recorder = machine.record(torch.cuda, "Event", "cuda-event")
+    assert porter_runtime.Event(enable_timing=True) == "cuda-event"
+    assert recorder.calls == [((), {"enable_timing": True, "blocking": False,
+                                    "interprocess": False})]
+
+
+MPS_TWINS = [
+    ("synchronize", "synchronize", (), None),
+    ("empty_cache", "empty_cache", (), None),
+    ("manual_seed", "manual_seed", (3,), None),
+    ("manual_seed_all", "manual_seed", (3,), None),
+    ("device_count", "device_count", (), 1),
+    ("memory_allocated", "current_allocated_memory", (), 100),
+    ("memory_reserved", "driver_allocated_memory", (), 200),
+]
+
+
+@pytest.mark.parametrize("ours,twin,args,result", MPS_TWINS)
+def test_mps_calls_the_torch_mps_twin(simulate, ours, twin, args, result):
+    machine = simulate("mps")
+    recorder = machine.record(torch.mps, twin, result)
+    cuda_spy = machine.record(torch.cuda, twin, None)
+    value = getattr(porter_runtime, ours)(*args)
+    assert len(recorder.calls) == 1 and not cuda_spy.calls
+    if result is not None:
+        assert value == result
+
+
+def test_mps_neutral_results(simulate, monkeypatch):
+    machine = simulate("mps")
+    machine.record(torch.mps, "recommended_max_memory", 1000)
+    machine.record(torch.mps, "driver_allocated_memory", 300)
+    machine.record(torch.backends.mps, "get_name", "Apple M3 Max")
+    machine.record(torch.backends.mps, "get_core_count", 40)
+    monkeypatch.setattr(torch.accelerator, "get_memory_info",
+                        lambda: (_ for _ in ()).throw(RuntimeError("not a DeviceAllocator")))
+    assert porter_runtime.mem_get_info() == (700, 1000)
+    assert porter_runtime.current_device() == 0
+    assert porter_runtime.set_device(0) is None
+    props = porter_runtime.get_device_properties()
+    assert props == porter_runtime.DeviceProperties("Apple M3 Max", "mps", 1000, 40, 0, 0)
+    assert porter_runtime.device_name() == "Apple M3 Max"
+
+
+def test_mps_event_is_torch_mps_event(simulate):
+    machine = simulate("mps")
+    recorder = machine.record(torch.mps, "Event", "mps-event")
+    assert porter_runtime.Event(enable_timing=True, blocking=True) == "mps-event"
+    assert recorder.calls == [((), {"enable_timing": True})]
+
+
+def test_cpu_neutral_results_on_this_machine():
+    assert porter_runtime.device_type() == "cpu"
+    assert porter_runtime.synchronize() is None
+    assert porter_runtime.empty_cache() is None
+    assert porter_runtime.device_count() == 1
+    assert porter_runtime.current_device() == 0
+    assert porter_runtime.set_device(1) is None
+    assert porter_runtime.device_name().startswith("CPU")
+    for fn in (porter_runtime.memory_allocated, porter_runtime.max_memory_allocated,
+               porter_runtime.memory_reserved, porter_runtime.max_memory_reserved):
+        assert fn() == 0
+    assert porter_runtime.reset_peak_memory_stats() is None
+    free, total = porter_runtime.mem_get_info()
+    assert 0 <= free <= total
+    props = porter_runtime.get_device_properties()
+    assert props.name == porter_runtime.device_name() and props.multi_processor_count >= 1
+
+
+def test_cpu_manual_seed_seeds_the_cpu_generator():
+    porter_runtime.manual_seed(5)
+    a = torch.rand(3)
+    porter_runtime.manual_seed_all(5)
+    assert torch.equal(a, torch.rand(3))
+
+
+def test_cpu_event_times_wall_clock():
+    start, end = porter_runtime.Event(enable_timing=True), porter_runtime.Event(enable_timing=True)
+    start.record()
+    time.sleep(0.01)
+    end.record()
+    end.synchronize()
+    assert start.query() and end.query()
+    assert 5.0 < start.elapsed_time(end) < 5000.0
+    with pytest.raises(RuntimeError, match="enable_timing"):
+        porter_runtime.Event().elapsed_time(porter_runtime.Event())
+
+
+def test_nvtx_off_cuda_never_raises_and_records_profiler_ranges():
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        assert porter_runtime.nvtx_range_push("outer") == 0
+        assert porter_runtime.nvtx_range_push("inner") == 1
+        assert porter_runtime.nvtx_range_pop() == 1
+        assert porter_runtime.nvtx_range_pop() == 0
+        with porter_runtime.nvtx_range("ctx {}", 3):
+            torch.ones(1) + 1
+
+        @porter_runtime.nvtx_range("decorated")
+        def work() -> int:
+            return 4
+
+        assert work() == 4 and work() == 4
+    names = {e.name for e in prof.events()}
+    assert {"outer", "inner", "ctx 3", "decorated"} <= names
+    assert porter_runtime.nvtx_range_pop() == -1
+
+
+def test_nvtx_on_cuda_uses_torch_cuda_nvtx(simulate):
+    machine = simulate("cuda")
+    push = machine.record(torch.cuda.nvtx, "range_push", 0)
+    pop = machine.record(torch.cuda.nvtx, "range_pop", 0)
+    porter_runtime.nvtx_range_push("step")
+    porter_runtime.nvtx_range_pop()
+    assert push.calls == [(("step",), {})] and pop.calls == [((), {})]
+
+
+def test_nvtx_on_a_cuda_build_without_nvtx_falls_back(simulate):
+    machine = simulate("cuda")
+
+    def missing(*args, **kwargs):
+        raise RuntimeError("NVTX functions not installed. Are you sure you have a CUDA build?")
+
+    machine.record(torch.cuda.nvtx, "range_push", missing)
+    machine.record(torch.cuda.nvtx, "range", missing)
+    assert porter_runtime.nvtx_range_push("x") == 0
+    assert porter_runtime.nvtx_range_pop() == 0
+    with porter_runtime.nvtx_range("y"):
+        pass
+
+
+def test_nothing_raises_a_cuda_error_on_this_cpu():
+    """Every public function, called for real on this CUDA-less machine."""
+    calls = [
+        lambda: porter_runtime.device(), lambda: porter_runtime.device(1),
+        lambda: porter_runtime.device("cuda:1"), porter_runtime.synchronize,
+        porter_runtime.empty_cache, lambda: porter_runtime.manual_seed(0),
+        lambda: porter_runtime.manual_seed_all(0), porter_runtime.device_count,
+        porter_runtime.current_device, lambda: porter_runtime.set_device(0),
+        porter_runtime.device_name, porter_runtime.get_device_properties,
+        porter_runtime.memory_allocated, porter_runtime.max_memory_allocated,
+        porter_runtime.memory_reserved, porter_runtime.max_memory_reserved,
+        porter_runtime.reset_peak_memory_stats, porter_runtime.mem_get_info,
+        porter_runtime.is_bf16_supported, porter_runtime.Event, porter_runtime.map_location,
+        porter_runtime.pin_memory, porter_runtime.pin_memory_device,
+        lambda: porter_runtime.pin_tensor(torch.ones(1)), porter_runtime.dist_backend,
+        lambda: porter_runtime.ddp_device_ids(0), lambda: porter_runtime.ddp_output_device(0),
+        lambda: porter_runtime.barrier_device_ids([0]), porter_runtime.sdpa_kernel,
+        lambda: porter_runtime.supported_dtype(torch.float64),
+        lambda: porter_runtime.to_device({"x": torch.ones(1)}),
+        lambda: porter_runtime.dataloader_kwargs(pin_memory=True, num_workers=0,
+                                                 persistent_workers=True),
+    ]
+    for call in calls:
+        call()
