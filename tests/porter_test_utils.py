@@ -24,3 +24,11 @@ def snapshot(root: Path) -> dict:
         if path.is_file() and not path.is_symlink() and "__pycache__" not in path.parts and ".git" not in path.parts:
             out[path.relative_to(root).as_posix()] = (path.read_bytes(), path.stat().st_mode)
     return out
+
+
+WITHOUT_PORTER = Path(__file__).resolve().parent / "without_porter.py"
+
+
+def python_without_porter(*args: str) -> list:
+    """A command line that runs ``python ARGS`` with porter's installed packages hidden."""
+    return [sys.executable, str(WITHOUT_PORTER), *args]

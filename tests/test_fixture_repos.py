@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from porter_test_utils import FIXTURES, run_porter, snapshot
+from porter_test_utils import FIXTURES, python_without_porter, run_porter, snapshot
 
 REPOS = FIXTURES / "repos"
 #: Fixture repositories whose every construct porter ports today.
@@ -26,7 +26,9 @@ def manifest(name: str) -> dict:
 
 
 def run_entry(entry: dict, repo: Path, out: Path) -> subprocess.CompletedProcess:
-    cmd = [sys.executable if c == "python" else c.replace("{out}", str(out)) for c in entry["cmd"]]
+    args = [c.replace("{out}", str(out)) for c in entry["cmd"]]
+    assert args[0] == "python"
+    cmd = python_without_porter(*args[1:])
     env = {**os.environ, **entry.get("env", {}), "PYTHONDONTWRITEBYTECODE": "1"}
     env.pop("PYTHONPATH", None)
     return subprocess.run(cmd, cwd=repo / entry.get("cwd", "."), env=env, capture_output=True,
