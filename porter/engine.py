@@ -9,6 +9,7 @@ processed in worker processes. Writing, diffing and vendoring live in ``porter.a
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
@@ -98,6 +99,8 @@ class FileContext:
         self.unsafe_fixes = options.unsafe_fixes
         self.resolver = Resolver(module)
         self.needs_runtime = False
+        self._positions = None
+        self._ignores = _ignore_comments(source)
         self._records: list[tuple[Rule, cst.CSTNode, str, str, Optional[cst.CSTNode], str]] = []
 
     def record(
@@ -112,6 +115,23 @@ class FileContext:
     ) -> None:
         self._records.append((rule, node, action, message, after, suggestion))
 
+    def positions(self):
+        """Position metadata of the original module (one pass, computed on demand)."""
+        if self._positions is None:
+            self._positions = MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)
+        return self._positions
+
+    def suppressed(self, node: cst.CSTNode, code: str) -> bool:
+        """Whether a ``# porter: ignore`` comment on one of the node's lines covers ``code``."""
+        if not self._ignores:
+            return False
+        span = self.positions()[node]
+        for line in range(span.start.line, span.end.line + 1):
+            codes = self._ignores.get(line)
+            if codes is not None and (not codes or any(code.startswith(c) for c in codes)):
+                return True
+        return False
+
     def code_for(self, node: cst.CSTNode) -> str:
         return self.module.code_for_node(node)
 
@@ -119,7 +139,7 @@ class FileContext:
         """Resolve positions (one metadata pass, only when something was recorded)."""
         if not self._records:
             return []
-        positions = MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)
+        positions = self.positions()
         out = []
         for rule, node, action, message, after, suggestion in self._records:
             start = positions[node].start
@@ -139,6 +159,26 @@ class FileContext:
             )
         out.sort(key=lambda f: (f.line, f.column, f.code))
         return out
+
+
+_IGNORE = re.compile(rb"#\s*porter:\s*ignore(?:\[([A-Za-z0-9_, ]*)\])?")
+
+
+def _ignore_comments(source: bytes) -> dict[int, frozenset[str]]:
+    """Line number → codes silenced there (empty: every code), from ``# porter: ignore``.
+
+    Found by a cheap byte scan; a match inside a string literal would only make porter
+    more cautious on that line.
+    """
+    if b"porter:" not in source:
+        return {}
+    found: dict[int, frozenset[str]] = {}
+    for number, line in enumerate(source.splitlines(), 1):
+        match = _IGNORE.search(line)
+        if match:
+            codes = match.group(1)
+            found[number] = frozenset(c.strip().upper() for c in codes.decode().split(",") if c.strip()) if codes else frozenset()
+    return found
 
 
 def _one_line(code: str, limit: int = 160) -> str:

@@ -112,6 +112,8 @@ class Rule:
         suggestion: str = "",
     ) -> cst.CSTNode:
         """Record a rewrite of ``original`` and return ``replacement``."""
+        if self.ctx.suppressed(original, self.code):
+            return original
         if self.safety is Safety.UNSAFE and not self.ctx.unsafe_fixes:
             self.flag(original, message, suggestion=suggestion or self.ctx.code_for(replacement))
             return original
@@ -120,6 +122,8 @@ class Rule:
 
     def flag(self, node: cst.CSTNode, message: str, *, suggestion: str = "") -> None:
         """Record a finding that a human must act on."""
+        if self.ctx.suppressed(node, self.code):
+            return
         self.ctx.record(self, node, "review", message, suggestion=suggestion)
 
     # -- building runtime calls -------------------------------------------

@@ -222,3 +222,20 @@ def test_migrated_script_finds_runtime_from_any_folder(tree, tmp_path):
     proc = subprocess.run(python_without_porter(str(tree / "scripts" / "run.py")), cwd=tmp_path,
                           capture_output=True, text=True)
     assert proc.returncode != 0 and "No module named 'porter_runtime'" in proc.stderr
+
+
+@pytest.mark.parametrize("comment,changed", [
+    ("  # porter: ignore", False),
+    ("  # porter: ignore[PT001]", False),
+    ("  # porter: ignore[PT0]", False),
+    ("  # porter: ignore[PT002]", True),
+    ("", True),
+])
+def test_ignore_comments(tmp_path, comment, changed):
+    from porter.engine import Options, migrate_source
+    from porter.registry import all_rules
+
+    code = f"import torch\nx = torch.ones(1).cuda(){comment}\n"
+    result = migrate_source(code.encode(), Options(rules=all_rules()))
+    assert (result.new != code.encode()) is changed
+    assert bool(result.findings) is changed
