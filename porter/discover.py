@@ -105,9 +105,11 @@ def _is_venv(folder: Path) -> bool:
 
 
 def discover(
-    paths: Sequence[Path], root: Path, excludes: Sequence[str] = (), skip: Sequence[Path] = ()
+    paths: Sequence[Path], root: Path, excludes: Sequence[str] = (), skip: Sequence[Path] = (),
+    patterns: Sequence[str] = ("*.py",),
 ) -> Discovery:
-    """The ``.py`` files under ``paths`` (files named directly are taken as given)."""
+    """The files under ``paths`` whose names match ``patterns`` (files named directly
+    are taken as given)."""
     found = Discovery()
     skip_resolved = {p.resolve() for p in skip}
     seen: set[Path] = set()
@@ -115,17 +117,20 @@ def discover(
         if path.is_symlink():
             found.skipped.append(Skipped(_rel(path, root), "symbolic link, not followed"))
         elif path.is_dir():
-            for file in _walk(path, root, excludes, skip_resolved, found):
+            for file in _walk(path, root, excludes, skip_resolved, found, patterns):
                 if file not in seen:
                     seen.add(file)
                     found.files.append(file)
         elif path.is_file() and path not in seen:
+            if not any(fnmatch.fnmatch(path.name, p) for p in patterns):
+                found.skipped.append(Skipped(_rel(path, root), "not a Python file or a file any rule reads"))
+                continue
             seen.add(path)
             found.files.append(path)
     return found
 
 
-def _walk(top: Path, root: Path, excludes, skip_resolved, found: Discovery) -> Iterator[Path]:
+def _walk(top: Path, root: Path, excludes, skip_resolved, found: Discovery, patterns) -> Iterator[Path]:
     ignores: list[GitIgnore] = []
     try:
         between = top.resolve().relative_to(root.resolve())
@@ -135,10 +140,10 @@ def _walk(top: Path, root: Path, excludes, skip_resolved, found: Discovery) -> I
         loaded = GitIgnore.load(root / folder)
         if loaded:
             ignores.append(loaded)
-    yield from _walk_dir(top, root, excludes, skip_resolved, found, ignores)
+    yield from _walk_dir(top, root, excludes, skip_resolved, found, ignores, patterns)
 
 
-def _walk_dir(folder: Path, root, excludes, skip_resolved, found, ignores) -> Iterator[Path]:
+def _walk_dir(folder: Path, root, excludes, skip_resolved, found, ignores, patterns) -> Iterator[Path]:
     own = GitIgnore.load(folder)
     ignores = ignores + [own] if own else ignores
     try:
@@ -161,8 +166,8 @@ def _walk_dir(folder: Path, root, excludes, skip_resolved, found, ignores) -> It
                 continue
             if path.resolve() in skip_resolved:
                 continue
-            yield from _walk_dir(path, root, excludes, skip_resolved, found, ignores)
-        elif entry.name.endswith(".py") and entry.is_file(follow_symlinks=False):
+            yield from _walk_dir(path, root, excludes, skip_resolved, found, ignores, patterns)
+        elif entry.is_file(follow_symlinks=False) and any(fnmatch.fnmatch(entry.name, p) for p in patterns):
             yield path
 
 

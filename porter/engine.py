@@ -8,6 +8,7 @@ processed in worker processes. Writing, diffing and vendoring live in ``porter.a
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from porter import imports
 from porter.matching import Resolver
-from porter.rule import Finding, Rule
+from porter.rule import BaseRule, Finding, Rule, TextRule
 from porter.sources import decode_error, describe_syntax_error
 
 
@@ -27,8 +28,19 @@ from porter.sources import decode_error, describe_syntax_error
 class Options:
     """What a run applies; shared by every file of the run."""
 
-    rules: Sequence[type[Rule]]
+    rules: Sequence[type[BaseRule]]
     unsafe_fixes: bool = False
+
+    @property
+    def source_rules(self) -> list[type[Rule]]:
+        return [r for r in self.rules if issubclass(r, Rule)]
+
+    @property
+    def text_rules(self) -> list[type[TextRule]]:
+        return [r for r in self.rules if issubclass(r, TextRule)]
+
+    def text_rules_for(self, name: str) -> list[type[TextRule]]:
+        return [r for r in self.text_rules if any(fnmatch.fnmatch(name, p) for p in r.patterns)]
 
 
 @dataclass
@@ -81,9 +93,10 @@ def needles(rule: type[Rule]) -> list[tuple[bytes, ...]]:
     return found
 
 
-def applicable_rules(data: bytes, rules: Sequence[type[Rule]]) -> list[type[Rule]]:
+def applicable_rules(data: bytes, rules: Sequence[type[BaseRule]]) -> list[type[Rule]]:
     return [
-        rule for rule in rules if any(all(n in data for n in group) for group in needles(rule))
+        rule for rule in rules
+        if issubclass(rule, Rule) and any(all(n in data for n in group) for group in needles(rule))
     ]
 
 
@@ -243,12 +256,35 @@ def migrate_source(
     return SourceResult(new_module.bytes, findings, ctx.needs_runtime)
 
 
+def migrate_text(data: bytes, options: Options, *, path: str) -> SourceResult:
+    """Apply the text rules matching ``path``'s name to a non-Python file's bytes."""
+    name = path.rsplit("/", 1)[-1]
+    rules = [r for r in options.text_rules_for(name) if all(w.encode() in data for w in r.words)]
+    if not rules:
+        return SourceResult(data, [])
+    bom = data.startswith(b"\xef\xbb\xbf")
+    text = data[3 if bom else 0:].decode("utf-8")
+    findings: list[Finding] = []
+    for rule_class in rules:
+        rule = rule_class(path)
+        text = rule.check(text)
+        findings += [
+            Finding(rule.code, rule.name, path, f.line, f.column, "rewrite" if f.rewrite else "review",
+                    f.message, f.before, f.after, f.suggestion)
+            for f in rule.findings
+        ]
+    findings.sort(key=lambda f: (f.line, f.column, f.code))
+    return SourceResult((b"\xef\xbb\xbf" if bom else b"") + text.encode("utf-8"), findings)
+
+
 def process_file(path: Path, rel: str, options: Options, bootstrap: Optional[str]) -> FileResult:
     """Migrate one file; every failure becomes a per-file error, never an exception."""
     try:
         data = path.read_bytes()
     except OSError as exc:
         return FileResult(rel, "error", error=f"cannot read: {exc.strerror or exc}")
+    if not rel.endswith(".py"):
+        return _process_text(data, rel, options)
     # Undecodable bytes are reported for every file: a binary or mis-encoded file
     # is worth knowing about. A syntax error only where the file is parsed, i.e.
     # where something could need porting.
@@ -263,6 +299,18 @@ def process_file(path: Path, rel: str, options: Options, bootstrap: Optional[str
         return FileResult(rel, "error", error=describe_syntax_error(exc, data))
     except RecursionError:
         return FileResult(rel, "error", error="too deeply nested for the parser; left untouched")
+    except Exception as exc:  # a bug in porter: report it for this file, go on
+        return FileResult(rel, "error", error=f"internal error: {type(exc).__name__}: {exc}")
+    if result.new == data:
+        return FileResult(rel, "unchanged", findings=result.findings)
+    return FileResult(rel, "changed", findings=result.findings, old=data, new=result.new)
+
+
+def _process_text(data: bytes, rel: str, options: Options) -> FileResult:
+    try:
+        result = migrate_text(data, options, path=rel)
+    except UnicodeDecodeError as exc:
+        return FileResult(rel, "error", error=f"cannot decode as utf-8: byte 0x{data[exc.start]:02x}")
     except Exception as exc:  # a bug in porter: report it for this file, go on
         return FileResult(rel, "error", error=f"internal error: {type(exc).__name__}: {exc}")
     if result.new == data:

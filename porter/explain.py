@@ -21,13 +21,15 @@ def render(rule: type[Rule]) -> str:
     if rewrites:
         out += ["## Examples", ""]
         for example in rewrites:
-            out += ["Before:", _indent(example.before), "After:", _indent(example.after or ""), ""]
+            where = "" if example.path.endswith(".py") else f" ({example.path})"
+            out += [f"Before{where}:", _indent(example.before), "After:", _indent(example.after or ""), ""]
     if reports:
         out += ["## Reported for review (not rewritten)", ""]
-        out += [_indent(example.before) + "\n" for example in reports]
+        out += [(f"{example.path}:\n" if not example.path.endswith(".py") else "") + _indent(example.before) + "\n"
+                for example in reports]
     if rule.valid:
         out += ["## Left alone", ""]
-        out += [_indent(code) + "\n" for code in rule.valid]
+        out += [_indent(getattr(code, "before", code)) + "\n" for code in rule.valid]
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -7,24 +7,25 @@ import pkgutil
 from functools import lru_cache
 from typing import Iterable, Optional, Sequence
 
-from porter.rule import Rule
+from porter.rule import BaseRule, Rule, TextRule
 
 
 @lru_cache(maxsize=1)
-def all_rules() -> tuple[type[Rule], ...]:
+def all_rules() -> tuple[type[BaseRule], ...]:
     """All rule classes, ordered by code. Codes are unique (checked by a test)."""
     import porter.rules as package
 
-    found: dict[str, type[Rule]] = {}
+    found: dict[str, type[BaseRule]] = {}
     for info in pkgutil.iter_modules(package.__path__):
         module = importlib.import_module(f"{package.__name__}.{info.name}")
         for value in vars(module).values():
-            if isinstance(value, type) and issubclass(value, Rule) and value.__module__ == module.__name__:
+            if (isinstance(value, type) and issubclass(value, BaseRule)
+                    and value not in (BaseRule, Rule, TextRule) and value.__module__ == module.__name__):
                 found[f"{value.code}:{value.__name__}"] = value
     return tuple(sorted(found.values(), key=lambda rule: rule.code))
 
 
-def by_code(code: str) -> Optional[type[Rule]]:
+def by_code(code: str) -> Optional[type[BaseRule]]:
     wanted = code.strip().upper()
     for rule in all_rules():
         if rule.code == wanted or rule.name == code.strip().lower():
@@ -33,8 +34,8 @@ def by_code(code: str) -> Optional[type[Rule]]:
 
 
 def select_rules(
-    select: Iterable[str] = (), ignore: Iterable[str] = (), rules: Optional[Sequence[type[Rule]]] = None
-) -> list[type[Rule]]:
+    select: Iterable[str] = (), ignore: Iterable[str] = (), rules: Optional[Sequence[type[BaseRule]]] = None
+) -> list[type[BaseRule]]:
     """Rules whose code starts with a ``select`` prefix and with no ``ignore`` prefix."""
     select = [s.strip().upper() for s in select if s.strip()]
     ignore = [s.strip().upper() for s in ignore if s.strip()]

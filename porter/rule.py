@@ -57,10 +57,14 @@ class Finding:
 
 @dataclass(frozen=True)
 class Example:
-    """An invalid example: ``before`` must become ``after`` (None: finding only)."""
+    """An invalid example: ``before`` must become ``after`` (None: finding only).
+
+    ``path`` is the file name the example is migrated as (text rules match by name).
+    """
 
     before: str
     after: Optional[str] = None
+    path: str = "example.py"
 
 
 @dataclass
@@ -69,12 +73,27 @@ class RuleDoc:
     sections: dict[str, str] = field(default_factory=dict)
 
 
-class Rule:
-    """Base class of every porter rule."""
+class BaseRule:
+    """What every rule has: identity, safety, documentation and examples."""
 
     code: ClassVar[str]
     name: ClassVar[str]
     safety: ClassVar[Safety] = Safety.SAFE
+    valid: ClassVar[Sequence[Union[str, Example]]] = ()
+    invalid: ClassVar[Sequence[Example]] = ()
+
+    @classmethod
+    def doc(cls) -> RuleDoc:
+        return parse_doc(inspect.getdoc(cls) or "")
+
+    @classmethod
+    def summary(cls) -> str:
+        return cls.doc().summary
+
+
+class Rule(BaseRule):
+    """Base class of the rules for Python source (LibCST transformers)."""
+
     #: Qualified names the rule matches (``torch.cuda.synchronize``); the engine's
     #: pre-filters are derived from these, so a rule can never be skipped by a stale
     #: hand-written filter.
@@ -83,8 +102,6 @@ class Rule:
     methods: ClassVar[frozenset[str]] = frozenset()
     #: Words that must all appear in a file for an untyped pattern to be possible.
     words: ClassVar[frozenset[str]] = frozenset()
-    valid: ClassVar[Sequence[str]] = ()
-    invalid: ClassVar[Sequence[Example]] = ()
 
     def __init__(self, ctx: "FileContext") -> None:
         self.ctx = ctx
@@ -137,14 +154,42 @@ class Rule:
         built = [a if isinstance(a, cst.Arg) else cst.Arg(a) for a in args]
         return cst.Call(self.runtime(attr), args=_clean_args(built))
 
-    # -- documentation -----------------------------------------------------
-    @classmethod
-    def doc(cls) -> RuleDoc:
-        return parse_doc(inspect.getdoc(cls) or "")
 
-    @classmethod
-    def summary(cls) -> str:
-        return cls.doc().summary
+@dataclass(frozen=True)
+class TextFinding:
+    """What a text rule reports: 1-based line and column, and the usual fields."""
+
+    line: int
+    column: int
+    message: str
+    before: str = ""
+    after: str = ""
+    suggestion: str = ""
+    rewrite: bool = False
+
+
+class TextRule(BaseRule):
+    """Base class of the rules for files that are not Python source (configs, shell
+    scripts, dependency manifests). A text rule sees the decoded text of files whose
+    name matches one of ``patterns`` and contains every one of ``words``."""
+
+    #: fnmatch patterns on the file name (``*.yaml``, ``requirements*.txt``).
+    patterns: ClassVar[tuple[str, ...]] = ()
+    words: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.findings: list[TextFinding] = []
+
+    def check(self, text: str) -> str:
+        """Return the new text (``text`` itself when nothing changes); record findings."""
+        raise NotImplementedError
+
+    def flag(self, line: int, message: str, *, column: int = 1, before: str = "", suggestion: str = "") -> None:
+        self.findings.append(TextFinding(line, column, message, before=before.strip(), suggestion=suggestion))
+
+    def changed(self, line: int, before: str, after: str, message: str) -> None:
+        self.findings.append(TextFinding(line, 1, message, before=before.strip(), after=after.strip(), rewrite=True))
 
 
 def _clean_args(args: list[cst.Arg]) -> list[cst.Arg]:

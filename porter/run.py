@@ -55,7 +55,8 @@ def run(config: RunConfig, progress: Optional[Callable[[int, int], None]] = None
     """Process every file; the result is in a deterministic (path) order."""
     root = config.root
     target = config.runtime_target
-    found = discover(config.paths, root, config.excludes, skip=[target])
+    patterns = ["*.py", *sorted({p for rule in config.options.text_rules for p in rule.patterns})]
+    found = discover(config.paths, root, config.excludes, skip=[target], patterns=patterns)
     result = RunResult(root=root, skipped=found.skipped)
     files = sorted(found.files, key=lambda p: _rel(p, root))
     for done, path in enumerate(files, 1):

@@ -2,35 +2,40 @@
 
 import pytest
 
-from porter.engine import Options, migrate_source
+from porter.engine import Options, migrate_source, migrate_text
 from porter.explain import render
 from porter.registry import all_rules
-from porter.rule import Safety
+from porter.rule import Example, Safety, TextRule
 
 RULES = all_rules()
 VALID = [(rule, i, code) for rule in RULES for i, code in enumerate(rule.valid)]
 INVALID = [(rule, i, example) for rule in RULES for i, example in enumerate(rule.invalid)]
 
 
-def migrate(rule, code: str):
-    return migrate_source(code.encode(), Options(rules=[rule], unsafe_fixes=True), path="example.py")
+def migrate(rule, code: str, path: str = "example.py"):
+    options = Options(rules=[rule], unsafe_fixes=True)
+    if issubclass(rule, TextRule):
+        return migrate_text(code.encode(), options, path=path)
+    return migrate_source(code.encode(), options, path=path)
 
 
 @pytest.mark.parametrize("rule,index,code", VALID, ids=[f"{r.code}-valid-{i}" for r, i, _ in VALID])
 def test_valid_example_is_left_alone(rule, index, code):
-    result = migrate(rule, code)
-    assert result.new.decode() == code
+    example = code if isinstance(code, Example) else Example(code)
+    result = migrate(rule, example.before, example.path)
+    assert result.new.decode() == example.before
     assert result.findings == []
 
 
 @pytest.mark.parametrize("rule,index,example", INVALID, ids=[f"{r.code}-invalid-{i}" for r, i, _ in INVALID])
 def test_invalid_example_gives_its_output_and_a_finding(rule, index, example):
-    result = migrate(rule, example.before)
+    result = migrate(rule, example.before, example.path)
     expected = example.before if example.after is None else example.after
     assert result.new.decode() == expected
     assert any(f.code == rule.code for f in result.findings)
-    compile(result.new, "example.py", "exec")
-    again = migrate(rule, expected)
+    if example.path.endswith(".py"):
+        compile(result.new, "example.py", "exec")
+    again = migrate(rule, expected, example.path)
     assert again.new.decode() == expected, "a second run must change nothing"
     if example.after is not None:
         assert not again.rewrites

@@ -1,0 +1,240 @@
+"""Beyond Python source: configs and shell scripts that assume CUDA (findings only)."""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator
+
+import libcst as cst
+
+from porter.rule import Example, Rule, Safety, TextRule, string_value
+
+CONFIG_PATTERNS = ("*.yaml", "*.yml", "*.json", "*.toml", "*.cfg", "*.ini")
+SHELL_PATTERNS = ("*.sh", "*.bash", "*.zsh", "*.slurm", "*.sbatch")
+
+# `device: cuda`, `"device": "cuda:0"`, `device = 'cuda'`, `trainer.device=cuda`
+_CONFIG_DEVICE = re.compile(
+    r"""(?P<key>["']?[\w.-]*device[\w.-]*["']?)\s*[:=]\s*(?P<q>["']?)(?P<value>cuda(?::\d+)?)(?P=q)(?![\w:])""",
+    re.I,
+)
+
+
+def _lines(text: str) -> Iterator[tuple[int, str]]:
+    for number, line in enumerate(text.splitlines(), 1):
+        yield number, line
+
+
+def _uncommented(line: str, marker: str = "#") -> str:
+    """The part of a line before a comment (good enough: configs rarely quote '#')."""
+    return line.split(marker, 1)[0] if marker in line else line
+
+
+class ConfigDeviceCuda(TextRule):
+    """A config file sets a device to `cuda`.
+
+    What:
+    Reports `device: cuda` (and `"device": "cuda:0"`, `device = "cuda"`, ...) in YAML,
+    JSON, TOML, INI and cfg files.
+
+    Why:
+    The value reaches `torch.device(...)` or `.to(...)` at run time and fails there
+    without CUDA: `Torch not compiled with CUDA enabled`.
+
+    Fix safety:
+    Not rewritten: porter can't know which code reads the key, or whether that code
+    accepts anything else. Override the value when you run on a Mac (`device=mps`,
+    `--device cpu`), or have the code that reads it pass it through
+    `porter_runtime.device(value)`, which maps `cuda` to the resolved device and keeps
+    it on CUDA.
+
+    Known limits:
+    Only keys whose name contains "device" are read; values like `gpu` or a device
+    list are not.
+    """
+
+    code = "PT701"
+    name = "config-device-cuda"
+    safety = Safety.REVIEW
+    patterns = CONFIG_PATTERNS
+    words = frozenset({"cuda"})
+
+    valid = [
+        Example("device: cpu\nbackend: cuda\n", path="config.yaml"),
+        Example('{"device": "mps"}\n', path="config.json"),
+        Example("# device: cuda\n", path="config.yaml"),
+    ]
+    invalid = [
+        Example("model:\n  width: 64\ndevice: cuda\n", path="config.yaml"),
+        Example('{\n  "device": "cuda:0"\n}\n', path="train.json"),
+        Example('[trainer]\ndevice = "cuda"\n', path="pyproject.toml"),
+    ]
+
+    def check(self, text: str) -> str:
+        json = self.path.endswith(".json")
+        for number, line in _lines(text):
+            match = _CONFIG_DEVICE.search(line if json else _uncommented(line))
+            if match:
+                self.flag(number, f"config sets {match.group('key').strip(chr(34) + chr(39))} to "
+                          f"{match.group('value')}, which fails without CUDA",
+                          column=match.start() + 1, before=line,
+                          suggestion="override it on a Mac (e.g. device=mps) or read it through "
+                                     "porter_runtime.device(value)")
+        return text
+
+
+_LAUNCH = re.compile(
+    r"(?P<cmd>torchrun|torch\.distributed\.(?:launch|run)|accelerate\s+launch|deepspeed)\b.*?"
+    r"(?:--nproc[_-]per[_-]node|--num[_-]processes|--num[_-]gpus)[= ](?P<n>\S+)"
+)
+_VISIBLE = re.compile(r"\bCUDA_VISIBLE_DEVICES=(?P<value>\S*)")
+
+
+class ShellMultiGpuLaunch(TextRule):
+    """A shell script launches one process per GPU.
+
+    What:
+    Reports `torchrun --nproc_per_node=N`, `python -m torch.distributed.launch
+    --nproc_per_node N`, `accelerate launch --num_processes N` and `deepspeed
+    --num_gpus N` in shell scripts.
+
+    Why:
+    A Mac has one MPS device, and MPS tensors can't go through Gloo collectives
+    (`ProcessGroupGloo::allgather: invalid tensor type`). N processes on one device
+    either fail or train N copies on the same GPU.
+
+    Fix safety:
+    Not rewritten: the script is also how the code runs on the cluster. Run with
+    `--nproc_per_node=1` on a Mac (porter_runtime picks gloo and `device_ids=None`
+    there), or keep a separate launch line for it.
+
+    Known limits:
+    Launches spelled through variables (`$LAUNCHER $ARGS`) are not recognised.
+    """
+
+    code = "PT702"
+    name = "shell-multi-gpu-launch"
+    safety = Safety.REVIEW
+    patterns = SHELL_PATTERNS
+    words = frozenset()
+
+    valid = [
+        Example("python train.py --steps 10\n", path="run.sh"),
+        Example("torchrun --nproc_per_node=1 train.py\n", path="run.sh"),
+        Example("# torchrun --nproc_per_node=8 train.py\n", path="run.sh"),
+    ]
+    invalid = [
+        Example("#!/bin/bash\ntorchrun --nproc_per_node=8 pretrain.py --config cfg.yaml\n", path="run.sh"),
+        Example("python -m torch.distributed.launch --nproc_per_node $NGPU train.py\n", path="launch.sh"),
+        Example("accelerate launch --num_processes=4 train.py\n", path="train.sh"),
+    ]
+
+    def check(self, text: str) -> str:
+        for number, line in _lines(text):
+            match = _LAUNCH.search(_uncommented(line))
+            if match and match.group("n") != "1":
+                self.flag(number, f"{match.group('cmd')} starts {match.group('n')} processes, one per GPU; "
+                          "a Mac has one MPS device", column=match.start() + 1, before=line,
+                          suggestion="use --nproc_per_node=1 on a Mac")
+        return text
+
+
+class ShellCudaVisibleDevices(TextRule):
+    """A shell script selects GPUs with `CUDA_VISIBLE_DEVICES`.
+
+    What:
+    Reports `CUDA_VISIBLE_DEVICES=...` assignments and exports in shell scripts.
+
+    Why:
+    The variable has no effect on MPS or CPU: the script silently runs on whatever
+    device is there, which may not be what the user meant.
+
+    Fix safety:
+    Not rewritten: the variable is right on the cluster and harmless elsewhere. To pin
+    the device of a ported script, set `PORTER_DEVICE` (`cpu`, `mps`, `cuda:1`).
+
+    Known limits:
+    Reports every assignment, including harmless ones.
+    """
+
+    code = "PT703"
+    name = "shell-cuda-visible-devices"
+    safety = Safety.REVIEW
+    patterns = SHELL_PATTERNS
+    words = frozenset({"CUDA_VISIBLE_DEVICES"})
+
+    valid = [
+        Example("PORTER_DEVICE=cpu python train.py\n", path="run.sh"),
+        Example("# CUDA_VISIBLE_DEVICES=0 python train.py\n", path="run.sh"),
+    ]
+    invalid = [
+        Example("CUDA_VISIBLE_DEVICES=0,1 python train.py\n", path="run.sh"),
+        Example("export CUDA_VISIBLE_DEVICES=3\npython eval.py\n", path="eval.sh"),
+    ]
+
+    def check(self, text: str) -> str:
+        for number, line in _lines(text):
+            match = _VISIBLE.search(_uncommented(line))
+            if match:
+                self.flag(number, f"CUDA_VISIBLE_DEVICES={match.group('value')} has no effect on MPS or CPU",
+                          column=match.start() + 1, before=line,
+                          suggestion="set PORTER_DEVICE (cpu, mps, cuda:N) to pin the device of the port")
+        return text
+
+
+class EnvCudaVisibleDevices(Rule):
+    """Code sets `CUDA_VISIBLE_DEVICES` through `os.environ`.
+
+    What:
+    Reports `os.environ["CUDA_VISIBLE_DEVICES"] = ...`, `os.environ.setdefault(
+    "CUDA_VISIBLE_DEVICES", ...)` and `os.putenv("CUDA_VISIBLE_DEVICES", ...)`.
+
+    Why:
+    The variable selects GPUs for CUDA only; on a Mac it does nothing, so code that
+    relies on it to pick a device (or to hide all devices and force the CPU) behaves
+    differently.
+
+    Fix safety:
+    Not rewritten: it is right on CUDA. To choose the device of the port, set
+    `PORTER_DEVICE` instead (or as well).
+
+    Known limits:
+    Only literal `"CUDA_VISIBLE_DEVICES"` keys are recognised.
+    """
+
+    code = "PT704"
+    name = "env-cuda-visible-devices"
+    safety = Safety.REVIEW
+    targets = frozenset({"os.environ", "os.putenv"})
+    words = frozenset({"CUDA_VISIBLE_DEVICES"})
+
+    valid = [
+        "import os\nos.environ['OMP_NUM_THREADS'] = '1'\n",
+        "def f(os):\n    os.environ['CUDA_VISIBLE_DEVICES'] = '0'\n",
+        "import mylib as os\nos.environ['CUDA_VISIBLE_DEVICES'] = '0'\n",
+        "import os\nprint(os.environ.get('CUDA_VISIBLE_DEVICES'))\n",
+    ]
+    invalid = [
+        Example("import os\nos.environ['CUDA_VISIBLE_DEVICES'] = '0,1'\n"),
+        Example("import os as o\no.environ.setdefault('CUDA_VISIBLE_DEVICES', args.gpus)\n"),
+        Example("from os import environ\nenviron['CUDA_VISIBLE_DEVICES'] = str(rank)\n"),
+        Example("from os import putenv\nputenv('CUDA_VISIBLE_DEVICES', '')\n"),
+    ]
+
+    _MESSAGE = "CUDA_VISIBLE_DEVICES selects GPUs for CUDA only; it has no effect on MPS or CPU"
+    _SUGGESTION = "set PORTER_DEVICE (cpu, mps, cuda:N) to choose the device of the port"
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        target = node.target
+        if isinstance(target, cst.Subscript) and self.matches(target.value, "os.environ"):
+            [element] = target.slice if len(target.slice) == 1 else [None]
+            if element is not None and isinstance(element.slice, cst.Index) and \
+                    string_value(element.slice.value) == "CUDA_VISIBLE_DEVICES":
+                self.flag(node.target, self._MESSAGE, suggestion=self._SUGGESTION)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        is_setdefault = isinstance(func, cst.Attribute) and func.attr.value == "setdefault" \
+            and self.matches(func.value, "os.environ")
+        if (is_setdefault or self.matches(func, "os.putenv")) and node.args \
+                and string_value(node.args[0].value) == "CUDA_VISIBLE_DEVICES":
+            self.flag(node, self._MESSAGE, suggestion=self._SUGGESTION)
