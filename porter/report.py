@@ -141,15 +141,19 @@ def render_summary(report: dict[str, Any], console) -> None:
         for r in report["rules"]:
             rules.add_row(r["code"], r["name"], r["safety"], str(r["rewrites"]), str(r["findings"]))
         console.print(rules)
+    from rich.text import Text
+
+    def line(*parts) -> None:
+        console.print(Text.assemble(*parts), soft_wrap=True)
+
     for f in report["files"]:
         for x in f["findings"]:
-            console.print(f"[yellow]{f['path']}:{x['line']}:{x['column']}[/] [bold]{x['code']}[/] {x['message']}",
-                          highlight=False, markup=True)
+            line((f"{f['path']}:{x['line']}:{x['column']} ", "yellow"), (x["code"], "bold"), " ", x["message"])
             if x["suggestion"]:
-                console.print(f"    suggestion: {x['suggestion']}", highlight=False, markup=False)
+                line("    suggestion: ", x["suggestion"])
         if f["status"] == "error":
-            console.print(f"[red]{f['path']}[/]: error: {f['error']}", highlight=False)
+            line((f["path"], "red"), ": error: ", f["error"])
     for x in report["skipped"]:
-        console.print(f"[dim]{x['path']}: skipped: {x['reason']}[/]", highlight=False)
+        line((f"{x['path']}: skipped: {x['reason']}", "dim"))
     for note in report["runtime"]["notes"]:
-        console.print(f"[green]{note}[/]", highlight=False)
+        line((note, "green"))
