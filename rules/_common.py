@@ -1,0 +1,67 @@
+"""Helpers shared by several rule families. Keep additions additive: other rule files
+import from here."""
+
+from __future__ import annotations
+
+from typing import Iterator, Optional, Sequence
+
+import libcst as cst
+
+from porter.rule import string_value
+
+#: ``kw=value`` with no spaces, as PEP 8 writes keyword arguments.
+EQ = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+
+
+def argument(call: cst.Call, name: str, index: Optional[int] = None) -> Optional[cst.Arg]:
+    """The argument bound to parameter ``name`` (keyword, or positional ``index``).
+
+    None when it is not passed, or when ``*args`` before ``index`` hide where it is.
+    """
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == name:
+            return arg
+    if index is None:
+        return None
+    for i, arg in enumerate(call.args):
+        if arg.star or arg.keyword is not None:
+            return None
+        if i == index:
+            return arg
+    return None
+
+
+def int_value(node: cst.BaseExpression) -> Optional[int]:
+    """The value of a plain integer literal (``4``, ``-1``), else None."""
+    if isinstance(node, cst.Integer):
+        return int(node.evaluated_value)
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        inner = int_value(node.expression)
+        return None if inner is None else -inner
+    return None
+
+
+def is_main_guard(test: cst.BaseExpression) -> bool:
+    """``__name__ == "__main__"`` (either side)."""
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return False
+    target = test.comparisons[0]
+    if not isinstance(target.operator, cst.Equal):
+        return False
+    sides = (test.left, target.comparator)
+    names = [s for s in sides if isinstance(s, cst.Name) and s.value == "__name__"]
+    strings = [s for s in sides if string_value(s) == "__main__"]
+    return len(names) == 1 and len(strings) == 1
+
+
+def block_statements(block: cst.BaseSuite) -> Sequence[cst.BaseStatement]:
+    """The statements of an indented block or of a one-line suite."""
+    if isinstance(block, cst.IndentedBlock):
+        return block.body
+    return [cst.SimpleStatementLine(body=block.body)] if isinstance(block, cst.SimpleStatementSuite) else []
+
+
+def small_statements(stmt: cst.BaseStatement) -> Iterator[cst.BaseSmallStatement]:
+    """The small statements (assignments, expressions...) of a simple statement line."""
+    if isinstance(stmt, cst.SimpleStatementLine):
+        yield from stmt.body
