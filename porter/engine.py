@@ -20,6 +20,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from porter import imports
 from porter.matching import Resolver
+from porter.prefilter import candidate_rules
 from porter.rule import BaseRule, Finding, Rule, TextRule
 from porter.sources import decode_error, describe_syntax_error
 
@@ -72,32 +73,6 @@ class FileResult:
     @property
     def reviews(self) -> list[Finding]:
         return [f for f in self.findings if f.action == "review"]
-
-
-# -- cheap pre-filter ----------------------------------------------------------
-
-def needles(rule: type[Rule]) -> list[tuple[bytes, ...]]:
-    """Byte strings that must all occur in a file for ``rule`` to possibly match.
-
-    Derived from the rule's declared targets so that the filter can't go stale: any
-    use of ``a.b.c`` needs ``a`` (in its import) and ``c`` (in the use or in a
-    ``from a.b import c``) somewhere in the file.
-    """
-    extra = tuple(w.encode() for w in sorted(rule.words))
-    found: list[tuple[bytes, ...]] = []
-    for target in sorted(rule.targets):
-        parts = target.split(".")
-        found.append(tuple(dict.fromkeys((parts[0].encode(), parts[-1].encode()))) + extra)
-    for method in sorted(rule.methods):
-        found.append((method.encode(),) + extra)
-    return found
-
-
-def applicable_rules(data: bytes, rules: Sequence[type[BaseRule]]) -> list[type[Rule]]:
-    return [
-        rule for rule in rules
-        if issubclass(rule, Rule) and any(all(n in data for n in group) for group in needles(rule))
-    ]
 
 
 # -- one file ------------------------------------------------------------------
@@ -241,7 +216,7 @@ def migrate_source(
     ``runtime_bootstrap``: the path from the file's folder to the folder holding the
     vendored runtime, when the file can't rely on that folder being on ``sys.path``.
     """
-    rules = applicable_rules(data, options.rules)
+    rules, _ = candidate_rules(data, options.source_rules)
     if not rules:
         return SourceResult(data, [])
     module = cst.parse_module(data)
@@ -291,7 +266,7 @@ def process_file(path: Path, rel: str, options: Options, bootstrap: Optional[str
     problem = decode_error(data)
     if problem:
         return FileResult(rel, "error", error=problem)
-    if not applicable_rules(data, options.rules):
+    if not candidate_rules(data, options.source_rules)[0]:
         return FileResult(rel, "unchanged")
     try:
         result = migrate_source(data, options, path=rel, runtime_bootstrap=bootstrap)

@@ -7,7 +7,7 @@ import pkgutil
 from functools import lru_cache
 from typing import Iterable, Optional, Sequence
 
-from porter.rule import BaseRule, Rule, TextRule
+from porter.rule import BaseRule
 
 
 @lru_cache(maxsize=1)
@@ -19,8 +19,9 @@ def all_rules() -> tuple[type[BaseRule], ...]:
     for info in pkgutil.iter_modules(package.__path__):
         module = importlib.import_module(f"{package.__name__}.{info.name}")
         for value in vars(module).values():
-            if (isinstance(value, type) and issubclass(value, BaseRule)
-                    and value not in (BaseRule, Rule, TextRule) and value.__module__ == module.__name__):
+            # Abstract helpers (no ``code`` of their own) are not rules.
+            if (isinstance(value, type) and issubclass(value, BaseRule) and "code" in vars(value)
+                    and value.__module__ == module.__name__):
                 found[f"{value.code}:{value.__name__}"] = value
     return tuple(sorted(found.values(), key=lambda rule: rule.code))
 

@@ -102,6 +102,8 @@ class Rule(BaseRule):
     methods: ClassVar[frozenset[str]] = frozenset()
     #: Words that must all appear in a file for an untyped pattern to be possible.
     words: ClassVar[frozenset[str]] = frozenset()
+    #: When set, the file must hold a string constant this pattern matches.
+    strings: ClassVar[Optional["re.Pattern[str]"]] = None
 
     def __init__(self, ctx: "FileContext") -> None:
         self.ctx = ctx
@@ -231,7 +233,8 @@ def string_value(node: cst.CSTNode) -> Optional[str]:
     return None
 
 
-_CUDA_SPEC = re.compile(r"^cuda(?::(\d+))?$")
+#: A literal CUDA device spec; also a ``Rule.strings`` pattern.
+CUDA_SPEC = re.compile(r"^cuda(?::(\d+))?$")
 
 
 def cuda_spec(node: cst.CSTNode) -> Optional[tuple[Optional[int]]]:
@@ -239,7 +242,7 @@ def cuda_spec(node: cst.CSTNode) -> Optional[tuple[Optional[int]]]:
     value = string_value(node)
     if value is None:
         return None
-    match = _CUDA_SPEC.match(value)
+    match = CUDA_SPEC.match(value)
     if match is None:
         return None
     return (int(match.group(1)) if match.group(1) is not None else None,)

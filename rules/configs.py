@@ -206,6 +206,7 @@ class EnvCudaVisibleDevices(Rule):
     safety = Safety.REVIEW
     targets = frozenset({"os.environ", "os.putenv"})
     words = frozenset({"CUDA_VISIBLE_DEVICES"})
+    strings = re.compile(r"^CUDA_VISIBLE_DEVICES$")
 
     valid = [
         "import os\nos.environ['OMP_NUM_THREADS'] = '1'\n",

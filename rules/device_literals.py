@@ -7,7 +7,7 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rule import Example, Rule, Safety, cuda_spec, positional, string_value
+from porter.rule import CUDA_SPEC, Example, Rule, Safety, cuda_spec, positional, string_value
 
 
 def _index_args(index: Optional[int]) -> list[cst.BaseExpression]:
@@ -37,6 +37,7 @@ class TorchDeviceCuda(Rule):
     name = "torch-device-cuda"
     safety = Safety.SAFE
     targets = frozenset({"torch.device"})
+    strings = CUDA_SPEC
 
     valid = [
         "import torch\ndev = torch.device('cpu')\n",
@@ -112,6 +113,7 @@ class TorchDeviceKeyword(Rule):
     safety = Safety.SAFE
     targets = frozenset({"torch"})
     words = frozenset({"cuda"})
+    strings = CUDA_SPEC
 
     valid = [
         "import torch\nx = torch.zeros(2, device='cpu')\n",
@@ -164,6 +166,7 @@ class MethodDeviceCuda(Rule):
     safety = Safety.SAFE
     methods = frozenset({"to", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"})
     words = frozenset({"cuda"})
+    strings = CUDA_SPEC
 
     valid = [
         "x = x.to('cpu')\n",
@@ -264,7 +267,7 @@ class DeviceOptionDefault(Rule):
     name = "device-option-default"
     safety = Safety.SAFE
     words = frozenset({"cuda", "device"})
-    methods = frozenset({"device"})
+    strings = CUDA_SPEC
 
     valid = [
         "parser.add_argument('--device', default='cpu')\n",
