@@ -60,21 +60,37 @@ def to_device(obj: Any, non_blocking: bool = False, *,
     return _move(obj, _device.device(device), non_blocking)
 
 
-def map_location() -> Optional[torch.device]:
-    """``map_location`` for ``torch.load``.
+def map_location(requested: Any = None) -> Any:
+    """``map_location`` for ``torch.load``; ``requested`` is the original's, if any.
 
-    CUDA: None, so ``torch.load`` behaves exactly as before.
+    CUDA: ``requested`` unchanged (None by default), so ``torch.load`` behaves
+    exactly as before.
     MPS: ``cpu``. A storage's dtype is not visible to ``map_location``, and a
     float64 storage sent to MPS raises TypeError (facts §2, §10); loading to CPU
     and letting ``load_state_dict`` / ``.to(device)`` copy into the model is safe.
     CPU / XPU: the resolved device.
+    Off CUDA, ``requested`` is redirected only when it names a CUDA device or the
+    resolved one (``porter_runtime.device()`` in ported code); any other location
+    ("cpu", a callable, a dict) is returned unchanged.
     """
     kind = _device.device_type()
     if kind == "cuda":
-        return None
+        return requested
+    if requested is not None and _device_type_of(requested) not in ("cuda", kind):
+        return requested
     if kind == "mps":
         return torch.device("cpu")
     return _device.device()
+
+
+def _device_type_of(location: Any) -> Optional[str]:
+    """The device type a str / torch.device location names, else None."""
+    if isinstance(location, (str, torch.device)):
+        try:
+            return torch.device(location).type
+        except RuntimeError:
+            return None
+    return None
 
 
 def pin_memory(requested: bool = True) -> bool:
