@@ -1,0 +1,445 @@
+"""``torch.cuda.is_available()`` idioms: the device choice ("cuda" if available else
+"cpu") and guards that mean "is there an accelerator"."""
+
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import libcst as cst
+
+from porter.rule import Example, Rule, Safety, cuda_spec, string_value
+
+from ._common import block_statements
+
+IS_AVAILABLE = "torch.cuda.is_available"
+_FALLBACKS = frozenset({"cpu", "mps", "xpu"})
+
+# A device choice: ("str" | "device", CUDA index or None).
+Choice = tuple[str, Optional[int]]
+
+
+def availability_test(rule: Rule, test: cst.BaseExpression) -> Optional[bool]:
+    """True for ``torch.cuda.is_available()``, False for ``not torch.cuda.is_available()``."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = availability_test(rule, test.expression)
+        return None if inner is None else not inner
+    if isinstance(test, cst.Call) and not test.args and rule.matches(test.func, IS_AVAILABLE):
+        return True
+    return None
+
+
+def _torch_device_arg(rule: Rule, node: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    """The one argument of ``torch.device(x)``."""
+    if (isinstance(node, cst.Call) and len(node.args) == 1 and node.args[0].keyword is None
+            and not node.args[0].star and rule.matches(node.func, "torch.device")):
+        return node.args[0].value
+    return None
+
+
+def _cuda_value(rule: Rule, node: cst.BaseExpression) -> Optional[Choice]:
+    """``"cuda[:i]"`` → ("str", i); ``torch.device("cuda[:i]")`` → ("device", i)."""
+    spec = cuda_spec(node)
+    if spec is not None:
+        return ("str", spec[0])
+    inner = _torch_device_arg(rule, node)
+    spec = cuda_spec(inner) if inner is not None else None
+    return ("device", spec[0]) if spec is not None else None
+
+
+def _is_fallback(rule: Rule, node: cst.BaseExpression, kind: str) -> bool:
+    """A non-CUDA device of the same kind ("cpu", torch.device("mps")...), or a ternary of them."""
+    if isinstance(node, cst.IfExp):
+        return _is_fallback(rule, node.body, kind) and _is_fallback(rule, node.orelse, kind)
+    if kind == "device":
+        inner = _torch_device_arg(rule, node)
+        return inner is not None and string_value(inner) in _FALLBACKS
+    return string_value(node) in _FALLBACKS
+
+
+def ternary_choice(rule: Rule, node: cst.IfExp) -> Optional[Choice]:
+    """The device choice a ``cuda if torch.cuda.is_available() else cpu`` ternary makes."""
+    polarity = availability_test(rule, node.test)
+    if polarity is None:
+        return None
+    cuda, other = (node.body, node.orelse) if polarity else (node.orelse, node.body)
+    choice = _cuda_value(rule, cuda)
+    return choice if choice is not None and _is_fallback(rule, other, choice[0]) else None
+
+
+def _lone_assign(block: cst.BaseSuite) -> Optional[cst.Assign]:
+    """The single one-target assignment of a block with no comments, else None."""
+    if not isinstance(block, cst.IndentedBlock) or block.header.comment is not None:
+        return None
+    if len(block.body) != 1 or any(line.comment for line in block.footer):
+        return None
+    stmt = block.body[0]
+    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+        return None
+    if stmt.trailing_whitespace.comment is not None or any(line.comment for line in stmt.leading_lines):
+        return None
+    assign = stmt.body[0]
+    return assign if isinstance(assign, cst.Assign) and len(assign.targets) == 1 else None
+
+
+def _branch_values(node: Union[cst.If, cst.Else, None]) -> Optional[list[tuple[cst.Assign, cst.BaseExpression]]]:
+    """Each branch's (assignment, test) of an if/elif/else chain of lone assignments."""
+    out: list[tuple[cst.Assign, cst.BaseExpression]] = []
+    while node is not None:
+        if out and any(line.comment for line in node.leading_lines):
+            return None  # a comment above elif/else would be lost (the first one is kept)
+        assign = _lone_assign(node.body)
+        if assign is None:
+            return None
+        out.append((assign, node.test if isinstance(node, cst.If) else cst.Name("True")))
+        node = node.orelse if isinstance(node, cst.If) else None
+    return out
+
+
+def statement_choice(rule: Rule, node: cst.If) -> Optional[tuple[cst.Assign, Choice]]:
+    """``if torch.cuda.is_available(): d = "cuda" else: d = "cpu"``: the CUDA branch's
+    assignment and the choice it makes."""
+    polarity = availability_test(rule, node.test)
+    branches = _branch_values(node) if polarity is not None else None
+    if not branches or len(branches) < 2:
+        return None
+    if polarity:
+        cuda, others = branches[0][0], [a for a, _ in branches[1:]]
+    elif len(branches) == 2:
+        cuda, others = branches[1][0], [branches[0][0]]
+    else:
+        return None
+    choice = _cuda_value(rule, cuda.value)
+    if choice is None:
+        return None
+    target = cuda.targets[0].target
+    for other in others:
+        if not other.targets[0].target.deep_equals(target) or not _is_fallback(rule, other.value, choice[0]):
+            return None
+    return cuda, choice
+
+
+def _index_args(index: Optional[int]) -> list[cst.BaseExpression]:
+    return [] if index is None else [cst.Integer(str(index))]
+
+
+class CudaAvailableDevice(Rule):
+    """`"cuda" if torch.cuda.is_available() else "cpu"` becomes the runtime's device.
+
+    What:
+    Rewrites the device choices that test `torch.cuda.is_available()`:
+    `"cuda" if torch.cuda.is_available() else "cpu"` → `str(porter_runtime.device())`;
+    `torch.device("cuda" if torch.cuda.is_available() else "cpu")` and
+    `torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")` →
+    `porter_runtime.device()`; and an `if torch.cuda.is_available(): d = "cuda"` /
+    `else: d = "cpu"` statement → `d = str(porter_runtime.device())`. The fallback may
+    be "cpu", "mps", "xpu" or a chain of them (`else "mps" if ... else "cpu"`,
+    `elif`), and `not torch.cuda.is_available()` with the branches swapped is
+    understood. The result keeps the original's type: a string stays a string.
+
+    Why:
+    On a Mac the idiom picks the CPU and never uses the GPU.
+
+    Fix safety:
+    Safe. With CUDA the original picks "cuda" (or `torch.device("cuda")`) and the
+    runtime returns exactly that device, `str()` of it is `"cuda"`, and an index
+    (`"cuda:1"`) is kept. Without CUDA the original picked the fallback; the runtime
+    picks MPS, then XPU, then CPU, or what `PORTER_DEVICE` names: the intended port.
+
+    Known limits:
+    Only literal device strings are understood; `f"cuda:{rank}"` and conditions on a
+    variable (`"cuda" if use_cuda else "cpu"`) are left alone (PT202 reports the
+    variable). An if/else statement with comments inside is left alone, to keep them.
+    """
+
+    code = "PT201"
+    name = "cuda-available-device"
+    safety = Safety.SAFE
+    targets = frozenset({IS_AVAILABLE})
+
+    valid = [
+        "def pick(torch):\n    return 'cuda' if torch.cuda.is_available() else 'cpu'\n",
+        "import mylib as torch\ndevice = 'cuda' if torch.cuda.is_available() else 'cpu'\n",
+        "import torch\ndevice = 'cuda' if use_cuda else 'cpu'\n",
+        "import torch\nif x.device.type == 'cuda':\n    y = 1\n",
+        "import torch\nif torch.cuda.is_available():\n    device = 'cuda'  # fast\nelse:\n    device = 'cpu'\n",
+    ]
+    invalid = [
+        Example(
+            "import torch\ndevice = 'cuda' if torch.cuda.is_available() else 'cpu'\n",
+            "import porter_runtime\nimport torch\ndevice = str(porter_runtime.device())\n",
+        ),
+        Example(
+            "import torch as t\ndevice = t.device(\"cuda\" if t.cuda.is_available() else \"cpu\")\n",
+            "import porter_runtime\nimport torch as t\ndevice = porter_runtime.device()\n",
+        ),
+        Example(
+            "import torch\ndev = torch.device('cuda:0') if torch.cuda.is_available() else torch.device('cpu')\n",
+            "import porter_runtime\nimport torch\ndev = porter_runtime.device(0)\n",
+        ),
+        Example(
+            "from torch.cuda import is_available\n\n# pick the device\nif is_available():\n    args.device = 'cuda'\n"
+            "elif torch.backends.mps.is_available():\n    args.device = 'mps'\nelse:\n    args.device = 'cpu'\nrun(args)\n",
+            "import porter_runtime\n\n# pick the device\nargs.device = str(porter_runtime.device())\nrun(args)\n",
+        ),
+        Example(
+            "import torch\nd = 'cpu' if not torch.cuda.is_available() else 'cuda'\n",
+            "import porter_runtime\nimport torch\nd = str(porter_runtime.device())\n",
+        ),
+        Example(
+            "import torch\n\ndef get_device():\n    if torch.cuda.is_available():\n        device = torch.device('cuda')\n"
+            "    else:\n        device = torch.device('cpu')\n    return device\n",
+            "import porter_runtime\nimport torch\n\ndef get_device():\n    device = porter_runtime.device()\n    return device\n",
+        ),
+    ]
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._inside_device_call: set[cst.IfExp] = set()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        inner = _torch_device_arg(self, node)
+        if isinstance(inner, cst.IfExp):
+            self._inside_device_call.add(inner)  # the whole torch.device(...) is replaced
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        inner = _torch_device_arg(self, original)
+        if not isinstance(inner, cst.IfExp):
+            return updated
+        choice = ternary_choice(self, inner)
+        if choice is None or choice[0] != "str":
+            return updated
+        new = self.runtime_call("device", *_index_args(choice[1]))
+        return self.rewrite(original, new, "the CUDA-or-CPU choice now resolves to the best device here")
+
+    def leave_IfExp(self, original: cst.IfExp, updated: cst.IfExp) -> cst.BaseExpression:
+        if original in self._inside_device_call:
+            return updated
+        choice = ternary_choice(self, original)
+        if choice is None:
+            return updated
+        new = self._value(choice).with_changes(lpar=updated.lpar, rpar=updated.rpar)
+        return self.rewrite(original, new, "the CUDA-or-CPU choice now resolves to the best device here")
+
+    def leave_If(self, original: cst.If, updated: cst.If) -> Union[cst.BaseStatement, cst.RemovalSentinel]:
+        found = statement_choice(self, original)
+        if found is None:
+            return updated
+        assign, choice = found
+        stmt = cst.SimpleStatementLine(body=[assign.with_changes(value=self._value(choice))],
+                                       leading_lines=original.leading_lines)
+        return self.rewrite(original, stmt, "the CUDA-or-CPU choice now resolves to the best device here")
+
+    def _value(self, choice: Choice) -> cst.BaseExpression:
+        call = self.runtime_call("device", *_index_args(choice[1]))
+        return cst.Call(cst.Name("str"), args=[cst.Arg(call)]) if choice[0] == "str" else call
+
+
+# Packages whose code only runs with CUDA: a guard around them must keep a Mac out.
+_CUDA_ONLY = frozenset({
+    "apex", "flash_attn", "xformers", "triton", "bitsandbytes", "deepspeed", "cupy", "pycuda",
+    "tensorrt", "torch_tensorrt", "nvidia", "pynvml", "numba", "transformer_engine", "vllm",
+})
+
+
+class _Residue(cst.CSTVisitor):
+    """Finds what still ties code to CUDA after porter's other rules ran."""
+
+    def __init__(self) -> None:
+        self.found: Optional[str] = None
+
+    def _hit(self, what: str) -> bool:
+        self.found = self.found or what
+        return False
+
+    def visit_Name(self, node: cst.Name) -> Optional[bool]:
+        return self._hit(node.value) if "cuda" in node.value.lower() or "nccl" in node.value.lower() else None
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> Optional[bool]:
+        return self._hit(node.value) if "cuda" in node.value or "nccl" in node.value else None
+
+    def visit_FormattedStringText(self, node: cst.FormattedStringText) -> Optional[bool]:
+        return self._hit(node.value) if "cuda" in node.value else None
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        return self._hit("import")
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return self._hit("import")
+
+
+class _CudaOnlyNames(cst.CSTVisitor):
+    """Names (in an original subtree) that resolve into a CUDA-only package."""
+
+    def __init__(self, rule: Rule) -> None:
+        self.rule = rule
+        self.found: Optional[str] = None
+
+    def visit_Name(self, node: cst.Name) -> None:
+        name = self.rule.qualname(node)
+        if name is not None and name.split(".")[0] in _CUDA_ONLY:
+            self.found = self.found or name
+
+
+def cuda_residue(rule: Rule, original: cst.CSTNode, updated: cst.CSTNode) -> Optional[str]:
+    """What in the code still needs CUDA (after the other rules' rewrites), or None."""
+    names = _CudaOnlyNames(rule)
+    original.visit(names)
+    if names.found:
+        return names.found
+    residue = _Residue()
+    updated.visit(residue)
+    return residue.found
+
+
+_SUGGESTION = "porter_runtime.is_accelerator_available()"
+_NOTE = ("`torch.cuda.is_available()` is False without CUDA, so on a Mac this takes the "
+         "CPU path even though MPS is there")
+
+
+class CudaAvailableGuard(Rule):
+    """`if torch.cuda.is_available():` guarding device-neutral code becomes
+    `if porter_runtime.is_accelerator_available():`; other uses are reported.
+
+    What:
+    Rewrites `torch.cuda.is_available()` to `porter_runtime.is_accelerator_available()`
+    where it is the test of an `if`/`elif` or a ternary (alone or as an operand of
+    `and`), and the code it guards no longer needs CUDA once porter's other rules ran:
+    no name or string mentioning cuda or nccl, no import, nothing from a CUDA-only
+    package (apex, flash_attn, xformers, triton, bitsandbytes, deepspeed, ...). Every
+    other use (`use_cuda = torch.cuda.is_available()`, `assert`, `not ...`, a guard
+    around CUDA-only code) is reported with a suggestion, except where the answer is
+    only printed (`print(...)`, an f-string).
+
+    Why:
+    `torch.cuda.is_available()` is False on a Mac, so code that means "is there an
+    accelerator" runs on the CPU although MPS is there.
+
+    Fix safety:
+    Safe. With CUDA both calls are True, so the same branch runs. Without CUDA the
+    runtime says whether MPS or XPU is there (never a faked `is_available()`), and
+    the guarded code, being free of CUDA-only calls, runs there. `PORTER_DEVICE=cpu`
+    makes it False.
+
+    Known limits:
+    The guarded code's callees are not followed: a guarded call of a local function
+    that uses a CUDA extension would now run on a Mac. The check is syntactic and
+    conservative: a guarded `print("cuda ok")` keeps the guard as it was. Arguments
+    `pin_memory=torch.cuda.is_available()` are left to PT401.
+    """
+
+    code = "PT202"
+    name = "cuda-available-guard"
+    safety = Safety.SAFE
+    targets = frozenset({IS_AVAILABLE})
+
+    valid = [
+        "def f(torch):\n    if torch.cuda.is_available():\n        model.half()\n",
+        "import mylib as torch\nuse_gpu = torch.cuda.is_available()\n",
+        "import torch\nloader = DataLoader(ds, pin_memory=torch.cuda.is_available())\n",
+        "import torch\ndevice = 'cuda' if torch.cuda.is_available() else 'cpu'\n",
+        "import torch\nprint('CUDA:', torch.cuda.is_available())\nlog(f'cuda={torch.cuda.is_available()}')\n",
+    ]
+    invalid = [
+        Example(
+            "import torch\n\nif torch.cuda.is_available():\n    torch.backends.cudnn.benchmark = True\n"
+            "    model = model.to(device)\n",
+            "import porter_runtime\nimport torch\n\nif porter_runtime.is_accelerator_available():\n"
+            "    torch.backends.cudnn.benchmark = True\n    model = model.to(device)\n",
+        ),
+        Example(
+            "import torch as t\n\nif args.gpu and t.cuda.is_available():\n    model = nn.DataParallel(model)\n",
+            "import porter_runtime\nimport torch as t\n\nif args.gpu and porter_runtime.is_accelerator_available():\n"
+            "    model = nn.DataParallel(model)\n",
+        ),
+        Example(
+            "from torch.cuda import is_available\nbatch = 64 if is_available() else 8\n",
+            "import porter_runtime\nbatch = 64 if porter_runtime.is_accelerator_available() else 8\n",
+        ),
+        Example("import torch\nuse_cuda = not args.no_cuda and torch.cuda.is_available()\n"),
+        Example("import torch\nif torch.cuda.is_available():\n    model = apex.amp.initialize(model)\n    x = x.cuda()\n"),
+        Example("import torch\nif not torch.cuda.is_available():\n    raise SystemExit('needs a GPU')\n"),
+    ]
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._handled: set[cst.Call] = set()  # calls decided at their if/ternary
+
+    def visit_If(self, node: cst.If) -> None:
+        self._handled.update(self._calls(node.test))  # decided in leave_If (or by PT201)
+
+    def visit_IfExp(self, node: cst.IfExp) -> None:
+        self._handled.update(self._calls(node.test))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Name) and node.func.value == "print" and self.qualname(node.func) is None:
+            for arg in node.args:  # only reported
+                self._handled.update(self._calls(arg.value))
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is not None and node.keyword.value == "pin_memory":
+            self._handled.update(self._calls(node.value))  # PT401
+
+    def visit_FormattedStringExpression(self, node: cst.FormattedStringExpression) -> None:
+        self._handled.update(self._calls(node.expression))  # only reported, as in a log line
+
+    def visit_DictElement(self, node: cst.DictElement) -> None:
+        if string_value(node.key) == "pin_memory":
+            self._handled.update(self._calls(node.value))  # PT401
+
+    def leave_If(self, original: cst.If, updated: cst.If) -> cst.If:
+        if statement_choice(self, original) is not None:
+            return updated
+        return self._guard(original, updated, original.body, updated.body)
+
+    def leave_IfExp(self, original: cst.IfExp, updated: cst.IfExp) -> cst.IfExp:
+        if ternary_choice(self, original) is not None:
+            return updated
+        return self._guard(original, updated, original.body, updated.body)
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        if original in self._handled or availability_test(self, original) is None:
+            return updated
+        self.flag(original, _NOTE, suggestion=f"if it means \"is there an accelerator\", use {_SUGGESTION} "
+                  "(and `porter_runtime.device()` for the device it picks)")
+        return updated
+
+    def _guard(self, original, updated, body, new_body):
+        test = original.test
+        if availability_test(self, test) is False:
+            self.flag(test, _NOTE + "; code it guards now runs on a Mac",
+                      suggestion=f"`if not {_SUGGESTION}:` if it means \"no accelerator\"")
+            return updated
+        if not self._guard_calls(test):
+            return updated
+        residue = cuda_residue(self, body, new_body)
+        if residue is not None:
+            self.flag(test, f"{_NOTE}; the code it guards still needs CUDA (`{residue}`), so it is not "
+                      "rewritten", suggestion=f"port the guarded code, then test {_SUGGESTION}")
+            return updated
+        new_test = self._replace(original.test, updated.test)
+        if self.rewrite(original.test, new_test, "the guard now also admits MPS and XPU") is original.test:
+            return updated  # suppressed by a `# porter: ignore` comment
+        return updated.with_changes(test=new_test)
+
+    def _replace(self, original: cst.BaseExpression, updated: cst.BaseExpression) -> cst.BaseExpression:
+        """``updated`` with the availability call(s) swapped, walking ``and`` in step with ``original``."""
+        if availability_test(self, original):
+            return self.runtime_call("is_accelerator_available").with_changes(lpar=updated.lpar, rpar=updated.rpar)
+        if (isinstance(original, cst.BooleanOperation) and isinstance(original.operator, cst.And)
+                and isinstance(updated, cst.BooleanOperation)):
+            return updated.with_changes(left=self._replace(original.left, updated.left),
+                                        right=self._replace(original.right, updated.right))
+        return updated
+
+    def _guard_calls(self, test: cst.BaseExpression) -> list[cst.Call]:
+        """The availability calls that are ``test`` or ``and`` operands of it."""
+        if availability_test(self, test):
+            return [test]  # type: ignore[list-item]
+        if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+            return self._guard_calls(test.left) + self._guard_calls(test.right)
+        return []
+
+    def _calls(self, test: cst.BaseExpression) -> list[cst.Call]:
+        if isinstance(test, cst.UnaryOperation):
+            return self._calls(test.expression)
+        return self._guard_calls(test)
