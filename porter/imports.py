@@ -86,7 +86,7 @@ def add_runtime_import(module: cst.Module, bootstrap: Optional[str]) -> cst.Modu
 
 
 def remove_unused(new_module: cst.Module, ctx: "FileContext") -> cst.Module:
-    """Remove the top-level from-imports whose every use a rule rewrote."""
+    """Remove the top-level imports whose every use a rule rewrote."""
     if not ctx._records:
         return new_module
     # libcst.codemod is slow to import; only files that lost an import's last use need it.
@@ -101,6 +101,9 @@ def remove_unused(new_module: cst.Module, ctx: "FileContext") -> cst.Module:
         if not isinstance(stmt, cst.SimpleStatementLine):
             continue
         for small in stmt.body:
+            if isinstance(small, cst.Import):
+                scheduled |= _remove_dead_module_imports(small, before, after, context)
+                continue
             if not isinstance(small, cst.ImportFrom) or isinstance(small.names, cst.ImportStar):
                 continue
             if small.relative or small.module is None:
@@ -116,3 +119,27 @@ def remove_unused(new_module: cst.Module, ctx: "FileContext") -> cst.Module:
     if not scheduled:
         return new_module
     return RemoveImportsVisitor(context).transform_module(new_module)
+
+
+#: Packages that do not install without CUDA. A plain ``import`` of one of them that a
+#: rewrite left without a use would still fail on the port, so it goes too; other
+#: plain imports (``import torch``) stay even when unused, as the user wrote them.
+CUDA_ONLY_PACKAGES = frozenset({"flash_attn", "xformers", "apex", "bitsandbytes", "adam_atan2"})
+
+
+def _remove_dead_module_imports(stmt: cst.Import, before, after, context) -> bool:
+    """Schedule ``import a.b`` / ``import a.b as c`` of a CUDA-only package whose every use
+    a rule rewrote (``import flash_attn`` once each ``flash_attn.flash_attn_func(...)`` was)."""
+    from libcst.codemod.visitors import RemoveImportsVisitor
+
+    scheduled = False
+    for alias in stmt.names:
+        full = dotted_name(alias.name) or ""
+        if full.split(".")[0] not in CUDA_ONLY_PACKAGES:
+            continue
+        asname = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else None
+        key = (asname, full) if asname else (full.split(".")[0], full.split(".")[0])
+        if before[key] and not after[key]:
+            RemoveImportsVisitor.remove_unused_import(context, full, asname=asname)
+            scheduled = True
+    return scheduled
