@@ -67,6 +67,11 @@ from ._memory import (  # noqa: E402
     memory_reserved,
     reset_peak_memory_stats,
 )
+from ._thirdparty_adam_atan2 import AdamATan2  # noqa: E402
+from ._thirdparty_apex import FusedAdam, FusedLAMB, FusedLayerNorm, FusedRMSNorm  # noqa: E402
+from ._thirdparty_xformers import memory_efficient_attention  # noqa: E402
+from . import _thirdparty_bnb as bnb_optim  # noqa: E402
+from . import _thirdparty_xformers_bias as xformers_bias  # noqa: E402
 from ._timing import Event, WallClockEvent, nvtx_range, nvtx_range_pop, nvtx_range_push  # noqa: E402
 from ._twins import (  # noqa: E402
     DeviceProperties,
@@ -87,10 +92,11 @@ def _reset() -> None:
 
     For tests that simulate another machine; not needed in user code.
     """
-    from . import _attention, _device
+    from . import _attention, _device, _thirdparty_libs
 
     _device._reset()
     _attention._reset()
+    _thirdparty_libs._reset()
 
 
 __all__ = [
@@ -109,6 +115,9 @@ __all__ = [
     # attention
     "attention", "attention_qkvpacked", "attention_kvpacked", "attention_varlen",
     "attention_varlen_qkvpacked", "attention_varlen_kvpacked", "sdpa_kernel",
+    # CUDA-only third-party libraries: the library on CUDA, exact torch elsewhere
+    "memory_efficient_attention", "xformers_bias", "FusedAdam", "FusedLAMB",
+    "FusedLayerNorm", "FusedRMSNorm", "AdamATan2", "bnb_optim",
     # compile, distributed, data
     "compile", "dist_backend", "init_process_group", "ddp_device_ids", "ddp_output_device",
     "barrier_device_ids", "pin_memory", "pin_memory_device", "pin_tensor",
