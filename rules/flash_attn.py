@@ -1,0 +1,271 @@
+"""flash-attn: its attention functions become the runtime's twins; the rest is reported."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from porter.matching import Ambiguous
+from porter.rule import Example, Rule, Safety, keyword
+from rules._thirdparty_common import UseFinder, arguments_fit, literal_is, under
+
+_OPTIONS = ("dropout_p", "softmax_scale", "causal", "window_size", "softcap", "alibi_slopes",
+            "deterministic", "return_attn_probs")
+#: flash_attn function → (runtime twin, its leading parameters). Positional arguments
+#: are accepted up to ``causal`` only: later positions differ between flash_attn 2.x
+#: releases (``window_size`` and ``softcap`` were inserted before ``alibi_slopes``).
+_FUNCTIONS = {
+    "flash_attn_func": ("attention", ("q", "k", "v")),
+    "flash_attn_qkvpacked_func": ("attention_qkvpacked", ("qkv",)),
+    "flash_attn_kvpacked_func": ("attention_kvpacked", ("q", "kv")),
+    "flash_attn_varlen_func": ("attention_varlen", (
+        "q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k")),
+    "flash_attn_varlen_qkvpacked_func": ("attention_varlen_qkvpacked",
+                                         ("qkv", "cu_seqlens", "max_seqlen")),
+    "flash_attn_varlen_kvpacked_func": ("attention_varlen_kvpacked", (
+        "q", "kv", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k")),
+}
+_MODULES = ("flash_attn", "flash_attn.flash_attn_interface")
+_TARGETS = {f"{m}.{f}": f for m in _MODULES for f in _FUNCTIONS}
+
+
+def _needs_flash(call: cst.Call) -> Optional[str]:
+    """The argument only flash_attn's kernels can honour, if the call passes one."""
+    probs = keyword(call, "return_attn_probs")
+    if probs is not None and not literal_is(probs.value, "False"):
+        return "return_attn_probs"
+    table = keyword(call, "block_table")
+    if table is not None and not literal_is(table.value, "None"):
+        return "block_table"
+    return None
+
+
+class FlashAttnFunc(Rule):
+    """flash-attn's attention functions become `porter_runtime.attention*` with the same arguments.
+
+    What:
+    Rewrites calls of `flash_attn_func`, `flash_attn_qkvpacked_func`,
+    `flash_attn_kvpacked_func`, `flash_attn_varlen_func`,
+    `flash_attn_varlen_qkvpacked_func` and `flash_attn_varlen_kvpacked_func`, however
+    imported (`from flash_attn import ...`, `flash_attn.flash_attn_interface`, module
+    imports, aliases), into `porter_runtime.attention`, `attention_qkvpacked`,
+    `attention_kvpacked`, `attention_varlen`, `attention_varlen_qkvpacked` and
+    `attention_varlen_kvpacked`, keeping every argument as written. The import that
+    only served those calls goes away.
+
+    Why:
+    flash-attn does not build without CUDA (`pip install flash-attn` fails on a Mac), so
+    `from flash_attn import flash_attn_func` raises `ModuleNotFoundError`.
+
+    Fix safety:
+    Safe. The twins have flash_attn's signatures; on CUDA with flash_attn importable and
+    fp16/bf16 inputs they call the same flash_attn function with the caller's
+    arguments. Elsewhere they compute flash-attn's semantics with
+    scaled_dot_product_attention (bottom-right causal and window masks, GQA/MQA,
+    ALiBi, softcap, zero rows for empty windows). Calls passing `return_attn_probs`
+    (other than `False`) or a paged `block_table` need flash_attn's own kernels and
+    are reported instead, as are calls with `*args`/`**kwargs`, unknown keywords, or
+    positional arguments after `causal` (their meaning changed between releases).
+
+    Known limits:
+    A name bound both by the flash_attn import and by a fallback (`try: from flash_attn
+    import flash_attn_func` / `except ImportError: flash_attn_func = None` or another
+    import) is left alone: the file already has its own fallback. Dropout draws
+    different random masks than flash-attn's kernel.
+    """
+
+    code = "TP101"
+    name = "flash-attn-func"
+    safety = Safety.SAFE
+    targets = frozenset(_TARGETS)
+
+    valid = [
+        # shadowed: a parameter named like the function
+        "def attend(q, k, v, flash_attn_func):\n    return flash_attn_func(q, k, v)\n",
+        # lookalike: another package's function of the same name
+        "from mylib import flash_attn_func\nout = flash_attn_func(q, k, v, causal=True)\n",
+        "import mylib as flash_attn\nout = flash_attn.flash_attn_func(q, k, v)\n",
+        # already guarded with its own fallback: not double-wrapped
+        "try:\n    from flash_attn import flash_attn_func\nexcept ImportError:\n"
+        "    flash_attn_func = None\n\n"
+        "def attend(q, k, v):\n    if flash_attn_func is None:\n        return sdpa(q, k, v)\n"
+        "    return flash_attn_func(q, k, v, causal=True)\n",
+    ]
+    invalid = [
+        # from-import: the import goes away with its last use
+        Example(
+            "import torch\nfrom flash_attn import flash_attn_func\n\n"
+            "out = flash_attn_func(q, k, v, dropout_p=0.1, causal=True)  # (B, S, H, D)\n",
+            "import porter_runtime\nimport torch\n\n"
+            "out = porter_runtime.attention(q, k, v, dropout_p=0.1, causal=True)  # (B, S, H, D)\n",
+        ),
+        # alias through the interface module
+        Example(
+            "from flash_attn.flash_attn_interface import flash_attn_varlen_func as varlen\n"
+            "out = varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=True, window_size=(128, 0))\n",
+            "import porter_runtime\n"
+            "out = porter_runtime.attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=True, "
+            "window_size=(128, 0))\n",
+        ),
+        # module import with an alias
+        Example(
+            "import flash_attn as fa\n\n"
+            "def attend(qkv):\n    return fa.flash_attn_qkvpacked_func(qkv, 0.0, None, True)\n",
+            "import porter_runtime\n\n"
+            "def attend(qkv):\n    return porter_runtime.attention_qkvpacked(qkv, 0.0, None, True)\n",
+        ),
+        Example(
+            "from flash_attn import flash_attn_interface\n"
+            "out = flash_attn_interface.flash_attn_kvpacked_func(q, kv, causal=True)\n"
+            "out2 = flash_attn_interface.flash_attn_varlen_kvpacked_func(q, kv, cu_q, cu_k, mq, mk)\n"
+            "out3 = flash_attn_interface.flash_attn_varlen_qkvpacked_func(qkv, cu, m)\n",
+            "import porter_runtime\n"
+            "out = porter_runtime.attention_kvpacked(q, kv, causal=True)\n"
+            "out2 = porter_runtime.attention_varlen_kvpacked(q, kv, cu_q, cu_k, mq, mk)\n"
+            "out3 = porter_runtime.attention_varlen_qkvpacked(qkv, cu, m)\n",
+        ),
+        # guarded by a flag only: the calls are rewritten, the guarded import stays
+        Example(
+            "try:\n    from flash_attn import flash_attn_func\n    HAS_FLASH = True\n"
+            "except ImportError:\n    HAS_FLASH = False\n\n"
+            "def attend(q, k, v):\n    if HAS_FLASH:\n        return flash_attn_func(q, k, v)\n"
+            "    return sdpa(q, k, v)\n",
+            "import porter_runtime\n"
+            "try:\n    from flash_attn import flash_attn_func\n    HAS_FLASH = True\n"
+            "except ImportError:\n    HAS_FLASH = False\n\n"
+            "def attend(q, k, v):\n    if HAS_FLASH:\n        return porter_runtime.attention(q, k, v)\n"
+            "    return sdpa(q, k, v)\n",
+        ),
+        # only flash_attn's kernels return the softmax statistics: a finding
+        Example("from flash_attn import flash_attn_func\n"
+                "out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True)\n"),
+        Example("import flash_attn\nout = flash_attn.flash_attn_varlen_func("
+                "q, k, v, cu_q, cu_k, mq, mk, block_table=table)\n"),
+        # positional arguments after `causal` changed meaning between releases
+        Example("from flash_attn import flash_attn_func\n"
+                "out = flash_attn_func(q, k, v, 0.0, None, True, (-1, -1), 0.0)\n"),
+        Example("from flash_attn import flash_attn_func\nout = flash_attn_func(*qkv, **opts)\n"),
+    ]
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        name = self.qualname(original.func)
+        if name is None or isinstance(name, Ambiguous):
+            return updated  # two imports bind the name: the file has its own fallback
+        function = _TARGETS.get(name)
+        if function is None:
+            return updated
+        twin, leading = _FUNCTIONS[function]
+        allowed = frozenset(leading + _OPTIONS + ("block_table",))
+        if not arguments_fit(original, len(leading) + 3, allowed):
+            self.flag(original, f"`{function}` with these arguments can't be mapped exactly; "
+                      f"positional arguments after `causal`, `*args` and unknown keywords "
+                      f"differ between flash_attn releases",
+                      suggestion=f"porter_runtime.{twin}(...) with keyword arguments")
+            return updated
+        needs = _needs_flash(original)
+        if needs is not None:
+            self.flag(original, f"`{function}(..., {needs}=...)` needs flash_attn's CUDA kernels; "
+                      f"porter_runtime.{twin} raises NotImplementedError for it off CUDA",
+                      suggestion=_SUGGEST_NEEDS[needs])
+            return updated
+        new = updated.with_changes(func=self.runtime(twin))
+        return self.rewrite(original, new, f"`{function}` now runs flash-attn where it can and "
+                            "exact SDPA elsewhere")
+
+
+_SUGGEST_NEEDS = {
+    "return_attn_probs": "drop return_attn_probs (and the softmax_lse/S_dmask it returns) off CUDA, "
+                         "or compute the log-sum-exp with torch.logsumexp(q @ k.transpose(-1, -2) * "
+                         "scale, -1) where it is needed",
+    "block_table": "off CUDA gather the pages into contiguous k/v (k_cache[block_table].flatten(1, 2)) "
+                   "and call porter_runtime.attention_varlen without block_table",
+}
+
+#: What to do instead, by the start of the flash_attn name that is used.
+_ADVICE = [
+    ("flash_attn.flash_attn_interface.flash_attn_with_kvcache",
+     "update the cache yourself (k_cache[b, pos:pos + n] = k_new, ...) and call "
+     "porter_runtime.attention(q, k_cache[:, :seqlen], v_cache[:, :seqlen], causal=True)"),
+    ("flash_attn.flash_attn_with_kvcache",
+     "update the cache yourself (k_cache[b, pos:pos + n] = k_new, ...) and call "
+     "porter_runtime.attention(q, k_cache[:, :seqlen], v_cache[:, :seqlen], causal=True)"),
+    ("flash_attn.bert_padding",
+     "flash_attn/bert_padding.py is pure PyTorch: copy unpad_input / pad_input / "
+     "index_first_axis into the repository"),
+    ("flash_attn.layers.rotary",
+     "use the non-fused reference flash_attn.layers.rotary.apply_rotary_emb_torch "
+     "(rotate-half in PyTorch), copied into the repository"),
+    ("flash_attn.ops.rms_norm", "torch.nn.RMSNorm / torch.nn.functional.rms_norm"),
+    ("flash_attn.ops.triton.layer_norm", "torch.nn.functional.layer_norm / rms_norm"),
+    ("flash_attn.ops.layer_norm", "torch.nn.functional.layer_norm"),
+    ("flash_attn.ops.fused_dense", "torch.nn.Linear (+ the activation) instead of FusedDense / FusedMLP"),
+    ("flash_attn.ops.activations", "torch.nn.functional.gelu(x, approximate='tanh') / silu"),
+    ("flash_attn.losses.cross_entropy", "torch.nn.CrossEntropyLoss (same label_smoothing and "
+     "ignore_index; no inplace_backward / process_group)"),
+    ("flash_attn.modules.mha", "the model's own attention module with porter_runtime.attention, "
+     "or torch.nn.MultiheadAttention"),
+]
+_FUNCTION_NAMES = frozenset(_TARGETS)
+
+
+def _advice(name: str) -> str:
+    for prefix, text in _ADVICE:
+        if under(name, [prefix]):
+            return text
+    if name in _FUNCTION_NAMES:
+        twin = _FUNCTIONS[_TARGETS[name]][0]
+        return f"call porter_runtime.{twin} (same signature) where this value is used"
+    return "guard the import (try/except ImportError) and give the code a PyTorch path off CUDA"
+
+
+class FlashAttnUnsupported(UseFinder, Rule):
+    """flash-attn APIs with no exact runtime twin are reported with what to use instead.
+
+    What:
+    Reports every use of a flash_attn name that TP101 does not rewrite:
+    `flash_attn_with_kvcache`, `flash_attn.layers.*` (rotary), `flash_attn.ops.*`
+    (fused norms, dense, activations), `flash_attn.modules.*`, `flash_attn.losses.*`,
+    `flash_attn.bert_padding`, FlashAttention-3's `flash_attn_interface`, and the
+    attention functions used as values (`attn_fn = flash_attn_func`).
+
+    Why:
+    These imports fail without CUDA (`ModuleNotFoundError: No module named
+    'flash_attn'`), and none has a drop-in twin that is exact on CUDA.
+
+    Fix safety:
+    Review only: each finding names the PyTorch replacement (or the pure-PyTorch
+    reference inside flash_attn itself) that a human must wire in.
+
+    Known limits:
+    One finding per use; the import statement itself is not reported.
+    """
+
+    code = "TP102"
+    name = "flash-attn-unsupported"
+    safety = Safety.REVIEW
+    targets = frozenset({"flash_attn", "flash_attn_interface"})
+    prefixes = ("flash_attn", "flash_attn_interface")
+
+    valid = [
+        "def f(flash_attn):\n    return flash_attn.layers.rotary.apply_rotary_emb(x)\n",
+        "import mylib as flash_attn\nflash_attn.ops.rms_norm(x)\n",
+        # calls of the attention functions are TP101's
+        "from flash_attn import flash_attn_func\nout = flash_attn_func(q, k, v)\n",
+    ]
+    invalid = [
+        Example("from flash_attn import flash_attn_with_kvcache\n"
+                "out = flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=n)\n"),
+        Example("import flash_attn.layers.rotary as rot\ny = rot.apply_rotary_emb(x, cos, sin)\n"),
+        Example("from flash_attn.ops.rms_norm import RMSNorm\nnorm = RMSNorm(512)\n"),
+        Example("from flash_attn import flash_attn_func as fa\nATTENTION = {'flash': fa}\n"),
+        Example("from flash_attn.bert_padding import unpad_input\nx, idx, cu, m, _ = unpad_input(h, mask)\n"),
+        Example("from flash_attn_interface import flash_attn_func\nout, lse = flash_attn_func(q, k, v)\n"),
+    ]
+
+    def on_use(self, node: cst.BaseExpression, name: str, call: Optional[cst.Call]) -> None:
+        if call is not None and name in _FUNCTION_NAMES:
+            return  # TP101 rewrites or reports it
+        what = f"`{name}`" + (" (called)" if call is not None else "")
+        self.flag(call or node, f"{what} needs the flash_attn package, which does not build "
+                  "without CUDA", suggestion=_advice(name))
