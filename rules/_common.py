@@ -65,3 +65,30 @@ def small_statements(stmt: cst.BaseStatement) -> Iterator[cst.BaseSmallStatement
     """The small statements (assignments, expressions...) of a simple statement line."""
     if isinstance(stmt, cst.SimpleStatementLine):
         yield from stmt.body
+
+
+def is_runtime_call(rule, node: cst.BaseExpression) -> bool:
+    """``porter_runtime.<anything>(...)``: already ported, so a second run leaves it."""
+    if not isinstance(node, cst.Call):
+        return False
+    name = rule.qualname(node.func)
+    return name is not None and name.startswith("porter_runtime.")
+
+
+def is_none(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Name) and node.value == "None"
+
+
+def replace_arg(call: cst.Call, arg: cst.Arg, value: cst.BaseExpression) -> cst.Call:
+    """``call`` with ``arg`` (one of its arguments) given a new value."""
+    return call.with_changes(args=[a.with_changes(value=value) if a is arg else a for a in call.args])
+
+
+def argument_pair(original: cst.Call, updated: cst.Call, name: str,
+                  index: Optional[int] = None) -> tuple[Optional[cst.Arg], Optional[cst.Arg]]:
+    """:func:`argument` in the original call (for name resolution) and the same
+    argument in the updated one (to build on)."""
+    found = argument(original, name, index)
+    if found is None or len(original.args) != len(updated.args):
+        return None, None
+    return found, updated.args[list(original.args).index(found)]
