@@ -1,0 +1,202 @@
+"""``torch.load`` of checkpoints saved on CUDA."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from porter.rule import Example, Rule, Safety, cuda_spec, keyword, positional
+from porter.rules.dtypes import is_device_expr
+
+_LOADERS = frozenset({"torch.load", "torch.serialization.load", "torch.jit.load"})
+
+
+def _with_arg(call: cst.Call, new: cst.Arg) -> cst.Call:
+    """``call`` with ``new`` appended, in the style of its existing arguments."""
+    args = list(call.args)
+    if not args:
+        return call.with_changes(args=[new])
+    last = args[-1]
+    if isinstance(last.comma, cst.Comma):  # a trailing comma: one argument a line
+        gap = call.whitespace_before_args
+        args[-1] = last.with_changes(comma=last.comma.with_changes(whitespace_after=gap))
+        return call.with_changes(args=[*args, new.with_changes(comma=last.comma)])
+    args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    return call.with_changes(args=[*args, new])
+
+
+def _calls_cuda(node: cst.Lambda) -> bool:
+    found = []
+
+    class Finder(cst.CSTVisitor):
+        def visit_Attribute(self, attr: cst.Attribute) -> None:
+            if attr.attr.value == "cuda":
+                found.append(attr)
+
+    node.body.visit(Finder())
+    return bool(found)
+
+
+def _lambda_location(node: cst.Lambda) -> Optional[str]:
+    """``"cuda"`` for ``lambda s, loc: s.cuda()``, ``"cuda:1"`` for ``s.cuda(1)``."""
+    params = node.params.params
+    body = node.body
+    if len(params) != 2 or node.params.star_arg is not cst.MaybeSentinel.DEFAULT:
+        return None
+    if not isinstance(body, cst.Call) or not isinstance(body.func, cst.Attribute):
+        return None
+    receiver = body.func.value
+    if body.func.attr.value != "cuda" or not isinstance(receiver, cst.Name) or receiver.value != params[0].name.value:
+        return None
+    if not body.args:
+        return "cuda"
+    only = body.args[0]
+    if len(body.args) == 1 and only.keyword is None and isinstance(only.value, cst.Integer):
+        return f"cuda:{only.value.value}"
+    return None
+
+
+def _device_literal(rule: Rule, node: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    """The string of ``torch.device("cuda:1")`` (one literal argument), else None."""
+    if not isinstance(node, cst.Call) or len(node.args) != 1 or node.args[0].keyword is not None:
+        return None
+    if rule.qualname(node.func) != "torch.device" or cuda_spec(node.args[0].value) is None:
+        return None
+    return node.args[0].value
+
+
+class TorchLoadMapLocation(Rule):
+    """`torch.load` gets `map_location=porter_runtime.map_location(...)`.
+
+    What:
+    Adds `map_location=porter_runtime.map_location()` to `torch.load(...)` and
+    `torch.jit.load(...)` calls that have none (or pass `None`), and wraps a CUDA
+    location: `map_location="cuda:0"` becomes `porter_runtime.map_location("cuda:0")`,
+    `torch.device("cuda:1")` becomes `porter_runtime.map_location("cuda:1")`, and
+    `torch.device("cuda", i)` / `porter_runtime.device(i)` are wrapped.
+    `lambda storage, loc: storage.cuda()` (or `.cuda(1)`) becomes
+    `porter_runtime.map_location("cuda")` (or `"cuda:1"`); other lambdas that call
+    `.cuda` are reported.
+
+    Why:
+    A checkpoint saved on CUDA fails to load without CUDA: `RuntimeError: Attempting
+    to deserialize object on a CUDA device but torch.cuda.is_available() is False.`
+    Mapping it straight to MPS fails for float64 storages
+    (`Cannot convert a MPS Tensor to float64 dtype`), and `map_location` can't see
+    a storage's dtype.
+
+    Fix safety:
+    Safe. On CUDA `porter_runtime.map_location(requested)` returns `requested`
+    unchanged (None when there was none), so `torch.load` gets exactly its old
+    argument. Elsewhere CUDA locations become the CPU on a Mac (then
+    `load_state_dict` / `.to(device)` copy to MPS, casting as the model needs) and
+    the resolved device otherwise. `lambda s, loc: s.cuda()` and the location
+    "cuda" both restore every storage, whatever its saved location, to the current
+    CUDA device (`.cuda(1)` and "cuda:1" to device 1) with the same data; torch
+    merely skips a host copy for the string.
+
+    Known limits:
+    A location held in a variable (`map_location=device`) or a dict is left alone.
+    A call with `**kwargs` and no visible `map_location` is reported, since adding
+    one could duplicate it.
+    """
+
+    code = "PT601"
+    name = "torch-load-map-location"
+    safety = Safety.SAFE
+    targets = _LOADERS
+
+    valid = [
+        "import torch\nstate = torch.load(path, map_location='cpu')\n",
+        "import torch\nstate = torch.load(path, map_location=device)\n",
+        "import torch\nstate = torch.load(path, 'cpu', weights_only=True)\n",
+        "def f(torch, path):\n    return torch.load(path)\n",
+        "import pickle as torch\nstate = torch.load(f)\n",
+        "import torch\nstate = torch.load(path, map_location=lambda storage, loc: storage)\n",
+    ]
+    invalid = [
+        Example(
+            "import torch\nstate = torch.load(path)\n",
+            "import porter_runtime\nimport torch\nstate = torch.load(path, map_location=porter_runtime.map_location())\n",
+        ),
+        Example(
+            "import torch as t\nstate = t.load(path, map_location=\"cuda:0\", weights_only=True)\n",
+            "import porter_runtime\nimport torch as t\n"
+            "state = t.load(path, map_location=porter_runtime.map_location(\"cuda:0\"), weights_only=True)\n",
+        ),
+        Example(
+            "from torch import load\nstate = load(\n    path,\n    weights_only=False,\n)\n",
+            "import porter_runtime\nfrom torch import load\nstate = load(\n    path,\n    weights_only=False,\n"
+            "    map_location=porter_runtime.map_location(),\n)\n",
+        ),
+        Example(
+            "import torch\nckpt = torch.load(path, None)\nmodel = torch.jit.load(f, map_location=torch.device('cuda'))\n",
+            "import porter_runtime\nimport torch\nckpt = torch.load(path, porter_runtime.map_location())\n"
+            "model = torch.jit.load(f, map_location=porter_runtime.map_location('cuda'))\n",
+        ),
+        Example(
+            "import torch\nstate = torch.load(path, map_location=lambda storage, loc: storage.cuda(1))\n",
+            "import porter_runtime\nimport torch\nstate = torch.load(path, map_location=porter_runtime.map_location(\"cuda:1\"))\n",
+        ),
+        Example("import torch\nstate = torch.load(path, map_location=lambda s, loc: s.cuda(rank))\n"),
+        Example("import torch\nstate = torch.load(path, **load_args)\n"),
+    ]
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        if not self.matches(original.func):
+            return updated
+        index = self._location_index(original)
+        if index is None:
+            if any(a.star for a in original.args):
+                self.flag(original, "torch.load with unpacked arguments: a CUDA checkpoint needs a map_location off CUDA",
+                          suggestion="map_location=porter_runtime.map_location()")
+                return updated
+            new_arg = cst.Arg(self.runtime_call("map_location"), keyword=cst.Name("map_location"), equal=_EQ)
+            return self.rewrite(original, _with_arg(updated, new_arg), _MESSAGE)
+        value = self._new_location(original.args[index].value, updated.args[index].value)
+        if value is None:
+            return updated
+        args = list(updated.args)
+        args[index] = args[index].with_changes(value=value)
+        return self.rewrite(original, updated.with_changes(args=args), _MESSAGE)
+
+    @staticmethod
+    def _location_index(call: cst.Call) -> Optional[int]:
+        for index, arg in enumerate(call.args):
+            if arg.keyword is not None and arg.keyword.value == "map_location":
+                return index
+        given = positional(call)
+        if len(given) > 1 and not any(a.star for a in call.args[: call.args.index(given[1])]):
+            return call.args.index(given[1])
+        return None
+
+    def _new_location(self, original: cst.BaseExpression, updated: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+        if isinstance(original, cst.Name) and original.value == "None":
+            return self.runtime_call("map_location")
+        if cuda_spec(original) is not None:
+            return self.runtime_call("map_location", updated)
+        literal = _device_literal(self, original)
+        if literal is not None:
+            # torch.load and torch.jit.load treat torch.device("cuda:1") as "cuda:1".
+            return self.runtime_call("map_location", literal)
+        if is_device_expr(self, original):
+            # ``updated``: torch.device(...) may already be the runtime's device (PT002).
+            return self.runtime_call("map_location", updated)
+        if isinstance(original, cst.Lambda):
+            return self._lambda(original)
+        return None
+
+
+    def _lambda(self, original: cst.Lambda) -> Optional[cst.BaseExpression]:
+        location = _lambda_location(original)
+        if location is not None:
+            return self.runtime_call("map_location", cst.SimpleString(f'"{location}"'))
+        if _calls_cuda(original):
+            self.flag(original, "a map_location that calls `.cuda()` fails without CUDA",
+                      suggestion='map_location=porter_runtime.map_location("cuda")')
+        return None
+
+
+_MESSAGE = "a CUDA checkpoint now loads where the runtime's device can take it"
+_EQ = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))

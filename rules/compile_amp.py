@@ -1,0 +1,423 @@
+"""``torch.compile`` and CUDA mixed precision (autocast, GradScaler, custom_fwd/bwd)."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional, Sequence
+
+import libcst as cst
+
+from porter.rule import Example, Rule, Safety, has_star_args, keyword, positional, string_value
+
+# ``torch.set_autocast_dtype("cuda", ...)`` and friends change what an autocast
+# without a dtype means; the legacy class's defaults would then differ.
+_GLOBAL_AUTOCAST = re.compile(rb"set_autocast_(?:gpu_)?dtype|set_autocast_cache_enabled")
+
+
+def _is_cuda_type(node: Optional[cst.CSTNode]) -> bool:
+    """A literal ``"cuda"`` device type (autocast and GradScaler take no index)."""
+    return node is not None and string_value(node) == "cuda"
+
+
+def _keywords(call: cst.Call, names: tuple[str, ...]) -> Optional[list[cst.Arg]]:
+    """The arguments with positional ones turned into keywords from ``names``."""
+    out = []
+    for index, arg in enumerate(call.args):
+        if arg.keyword is None:
+            if index >= len(names):
+                return None
+            arg = arg.with_changes(keyword=cst.Name(names[index]), equal=_EQ)
+        out.append(arg)
+    return out
+
+
+def without(args: Sequence[cst.Arg], drop: cst.Arg) -> list[cst.Arg]:
+    """``args`` less ``drop``, keeping the others' formatting (a dropped last
+    argument hands its comma, or its absence, to the new last one)."""
+    kept = [a for a in args if a is not drop]
+    if kept and args and args[-1] is drop:
+        kept[-1] = kept[-1].with_changes(comma=drop.comma)
+    return kept
+
+
+class _Rename:
+    """For rules whose runtime twin takes exactly the original's arguments: every
+    use of a target name (call, decorator, reference) becomes the twin. A mixin,
+    not a Rule, so that the registry does not take it for a rule."""
+
+    renames: dict[str, str] = {}
+    message = ""
+
+    def _rename(self, original: cst.BaseExpression, updated: cst.BaseExpression) -> cst.BaseExpression:
+        target = self.matches(original, *self.renames)
+        if target is None:
+            return updated
+        return self.rewrite(original, self.runtime(self.renames[target]), self.message)
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+        return self._rename(original, updated)
+
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
+        return self._rename(original, updated)
+
+
+class TorchCompile(_Rename, Rule):
+    """`torch.compile` becomes `porter_runtime.compile`, in every call form.
+
+    What:
+    Rewrites `torch.compile(model, ...)`, `@torch.compile`, `@torch.compile(mode=...)`
+    and other references to `torch.compile` into `porter_runtime.compile`, with the
+    arguments unchanged.
+
+    Why:
+    Inductor has no usable Metal backend before torch 2.8 and still fails on some
+    graphs after it, and on CPU it needs a C++ compiler (`InvalidCxxCompiler`). A
+    ported model should run eagerly there rather than crash at its first call.
+
+    Fix safety:
+    Safe. On CUDA `porter_runtime.compile(model, **kw)` is `torch.compile(model, **kw)`,
+    `porter_runtime.compile(**kw)` returns a decorator that calls it, and the bare
+    decorator form compiles the function. Elsewhere the model is returned unchanged
+    with one warning, unless `PORTER_COMPILE=1` asks to compile there.
+
+    Known limits:
+    `DISABLE_COMPILE=1` in the environment makes the runtime skip compiling on CUDA
+    too. `torch.compiler.*` and `torch._dynamo` settings are left alone.
+    """
+
+    code = "PT501"
+    name = "torch-compile"
+    safety = Safety.SAFE
+    targets = frozenset({"torch.compile"})
+    renames = {"torch.compile": "compile"}
+    message = "torch.compile runs on CUDA only (eager elsewhere unless PORTER_COMPILE=1)"
+
+    valid = [
+        "def build(torch, model):\n    return torch.compile(model)\n",
+        "import mylib as torch\nmodel = torch.compile(model)\n",
+        "code = compile(source, 'x.py', 'exec')\n",
+        "import torch\nfrom torch import compiler\ncompiler.reset()\n",
+    ]
+    invalid = [
+        Example(
+            "import torch\nmodel = torch.compile(model, fullgraph=True)\n",
+            "import porter_runtime\nimport torch\nmodel = porter_runtime.compile(model, fullgraph=True)\n",
+        ),
+        Example(
+            "import torch as t\n\n@t.compile\ndef step(x):\n    return x * 2\n",
+            "import porter_runtime\nimport torch as t\n\n@porter_runtime.compile\ndef step(x):\n    return x * 2\n",
+        ),
+        Example(
+            "from torch import compile\n\n@compile(mode=\"max-autotune\")\ndef step(x):\n    return x * 2\n",
+            "import porter_runtime\n\n@porter_runtime.compile(mode=\"max-autotune\")\ndef step(x):\n    return x * 2\n",
+        ),
+        Example(
+            "import torch\ncompile_fn = torch.compile if args.compile else (lambda m: m)\n",
+            "import porter_runtime\nimport torch\ncompile_fn = porter_runtime.compile if args.compile else (lambda m: m)\n",
+        ),
+    ]
+
+
+_AUTOCAST_CLASSES = {"torch.cuda.amp.autocast", "torch.cuda.amp.autocast_mode.autocast"}
+_AUTOCAST_DEVICE = {"torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast"}
+_LEGACY_ORDER = ("enabled", "dtype", "cache_enabled")  # torch.cuda.amp.autocast's positions
+
+
+class CudaAutocast(Rule):
+    """CUDA autocast becomes `porter_runtime.autocast(...)`.
+
+    What:
+    Rewrites `torch.cuda.amp.autocast(...)`, `torch.autocast("cuda", ...)`,
+    `torch.autocast(device_type="cuda", ...)` and `torch.amp.autocast("cuda", ...)`
+    into `porter_runtime.autocast(...)`, keeping `dtype`, `enabled` and
+    `cache_enabled` (positional arguments of the legacy class become keywords, as
+    its order differs).
+
+    Why:
+    Off CUDA, CUDA autocast warns and disables itself, so training silently runs
+    in float32; on a Mac the runtime autocasts on MPS, with bfloat16 in place of
+    float16 where that needs no loss scaling.
+
+    Fix safety:
+    Safe. On CUDA `porter_runtime.autocast(dtype, enabled, cache_enabled)` is
+    `torch.autocast("cuda", dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)`.
+    The legacy class defaults to float16 and a cache; `torch.autocast("cuda")`
+    defaults to the global autocast dtype and cache setting, which are float16 and
+    on unless a program changes them, so a file that calls `set_autocast_dtype` or
+    `set_autocast_cache_enabled` gets a finding instead.
+
+    Known limits:
+    An autocast whose device type is not a literal (`torch.autocast(device.type)`)
+    or is not CUDA is left alone. Under TorchScript the legacy class is a no-op
+    and the runtime's is not scriptable. `isinstance(x, torch.cuda.amp.autocast)`
+    no longer holds for the new object. `*args` / `**kwargs` calls are findings.
+    """
+
+    code = "PT502"
+    name = "cuda-autocast"
+    safety = Safety.SAFE
+    targets = frozenset(_AUTOCAST_CLASSES | _AUTOCAST_DEVICE)
+
+    valid = [
+        "import torch\nwith torch.autocast('cpu', dtype=torch.bfloat16):\n    pass\n",
+        "import torch\nwith torch.autocast(device_type=device.type):\n    pass\n",
+        "def f(torch):\n    with torch.cuda.amp.autocast():\n        pass\n",
+        "import mylib as torch\nwith torch.autocast('cuda'):\n    pass\n",
+    ]
+    invalid = [
+        Example(
+            "import torch\nwith torch.cuda.amp.autocast():\n    loss = model(x)\n",
+            "import porter_runtime\nimport torch\nwith porter_runtime.autocast():\n    loss = model(x)\n",
+        ),
+        Example(
+            "import torch as t\nwith t.autocast(\"cuda\", dtype=t.bfloat16, enabled=use_amp):\n    pass\n",
+            "import porter_runtime\nimport torch as t\nwith porter_runtime.autocast(dtype=t.bfloat16, enabled=use_amp):\n    pass\n",
+        ),
+        Example(
+            "from torch.cuda.amp import autocast\n\n@autocast(use_amp, cache_enabled=False)\ndef forward(x):\n    return x\n",
+            "import porter_runtime\n\n@porter_runtime.autocast(enabled=use_amp, cache_enabled=False)\ndef forward(x):\n    return x\n",
+        ),
+        Example(
+            "import torch\nwith torch.autocast(device_type='cuda', dtype=torch.float16):\n    pass\n",
+            "import porter_runtime\nimport torch\nwith porter_runtime.autocast(dtype=torch.float16):\n    pass\n",
+        ),
+        Example(
+            "from torch import amp\nwith amp.autocast('cuda', torch.bfloat16):\n    pass\n",
+            "import porter_runtime\nwith porter_runtime.autocast(torch.bfloat16):\n    pass\n",
+        ),
+        Example(
+            "import torch\nwith torch.autocast(\n    \"cuda\",\n    dtype=torch.bfloat16,\n):\n    pass\n",
+            "import porter_runtime\nimport torch\nwith porter_runtime.autocast(\n    dtype=torch.bfloat16,\n):\n    pass\n",
+        ),
+        Example("import torch\ntorch.set_autocast_dtype('cuda', torch.bfloat16)\nwith torch.cuda.amp.autocast():\n    pass\n"),
+        Example("import torch\nwith torch.autocast('cuda', **amp_args):\n    pass\n"),
+    ]
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        target = self.matches(original.func)
+        if target is None:
+            return updated
+        if target in _AUTOCAST_CLASSES:
+            args = self._legacy_args(original, updated)
+        else:
+            args = self._device_args(original, updated)
+        if args is None:
+            return updated
+        new = updated.with_changes(func=self.runtime("autocast"), args=args)
+        return self.rewrite(original, new, "CUDA autocast now autocasts on the runtime's device")
+
+    def _legacy_args(self, original: cst.Call, updated: cst.Call) -> Optional[list[cst.Arg]]:
+        args = None if has_star_args(updated) else _keywords(updated, _LEGACY_ORDER)
+        if args is None:
+            self._flag(original)
+        elif _GLOBAL_AUTOCAST.search(self.ctx.source):
+            self.flag(original, "this file changes the global autocast dtype or cache setting, so "
+                      "`torch.autocast(\"cuda\")` defaults would differ from the legacy class's",
+                      suggestion="porter_runtime.autocast(dtype=torch.float16, cache_enabled=True)")
+            return None
+        return args
+
+    def _device_args(self, original: cst.Call, updated: cst.Call) -> Optional[list[cst.Arg]]:
+        named = keyword(updated, "device_type")
+        given = positional(updated)
+        device = named if named is not None else (given[0] if given and updated.args[0] is given[0] else None)
+        if device is None or device.star or not _is_cuda_type(device.value):
+            return None
+        if has_star_args(updated):
+            self._flag(original)
+            return None
+        return without(list(updated.args), device)
+
+    def _flag(self, original: cst.Call) -> None:
+        self.flag(original, "CUDA autocast with unpacked arguments can't be rewritten exactly",
+                  suggestion="porter_runtime.autocast(dtype=..., enabled=..., cache_enabled=...)")
+
+
+_SCALER_LEGACY = {"torch.cuda.amp.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler"}
+_SCALER_DEVICE = {"torch.amp.GradScaler", "torch.amp.grad_scaler.GradScaler"}
+
+
+class CudaGradScaler(Rule):
+    """A CUDA `GradScaler(...)` becomes `porter_runtime.GradScaler(...)`.
+
+    What:
+    Rewrites `torch.cuda.amp.GradScaler(...)` and `torch.amp.GradScaler("cuda", ...)`
+    (also with `device="cuda"` or no device, whose default is "cuda") into
+    `porter_runtime.GradScaler(...)` with the remaining arguments (`init_scale`,
+    `growth_factor`, `backoff_factor`, `growth_interval`, `enabled`) unchanged.
+
+    Why:
+    Off CUDA a CUDA scaler warns and disables itself. The runtime's scaler matches
+    the runtime's autocast: a real scaler where autocast uses float16, an honest
+    disabled passthrough where it uses bfloat16.
+
+    Fix safety:
+    Safe. On CUDA the runtime returns `torch.amp.GradScaler("cuda", ...)` with the
+    same arguments, which is what `torch.cuda.amp.GradScaler(...)` constructs
+    (it is a deprecated subclass that calls exactly that).
+
+    Known limits:
+    The object is a `torch.amp.GradScaler`, so `isinstance(s, torch.cuda.amp.GradScaler)`
+    no longer holds. A device given as a variable, or another device, is left
+    alone. References that are not calls (a class used in `isinstance`) are left alone.
+    """
+
+    code = "PT503"
+    name = "cuda-grad-scaler"
+    safety = Safety.SAFE
+    targets = frozenset(_SCALER_LEGACY | _SCALER_DEVICE)
+
+    valid = [
+        "import torch\nscaler = torch.amp.GradScaler('cpu')\n",
+        "import torch\nscaler = torch.amp.GradScaler(device)\n",
+        "def f(torch):\n    return torch.cuda.amp.GradScaler()\n",
+        "import mylib as torch\nscaler = torch.cuda.amp.GradScaler()\n",
+        "import torch\nok = isinstance(s, torch.cuda.amp.GradScaler)\n",
+    ]
+    invalid = [
+        Example(
+            "import torch\nscaler = torch.cuda.amp.GradScaler(enabled=use_amp)\n",
+            "import porter_runtime\nimport torch\nscaler = porter_runtime.GradScaler(enabled=use_amp)\n",
+        ),
+        Example(
+            "import torch as t\nscaler = t.amp.GradScaler(\"cuda\", init_scale=1024.0)\n",
+            "import porter_runtime\nimport torch as t\nscaler = porter_runtime.GradScaler(init_scale=1024.0)\n",
+        ),
+        Example(
+            "from torch.cuda.amp import GradScaler\nscaler = GradScaler(2.0 ** 12, growth_interval=100)\n",
+            "import porter_runtime\nscaler = porter_runtime.GradScaler(2.0 ** 12, growth_interval=100)\n",
+        ),
+        Example(
+            "from torch.amp import GradScaler\nscaler = GradScaler()\nother = GradScaler(device='cuda', enabled=False)\n",
+            "import porter_runtime\nscaler = porter_runtime.GradScaler()\nother = porter_runtime.GradScaler(enabled=False)\n",
+        ),
+    ]
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        target = self.matches(original.func)
+        if target is None:
+            return updated
+        args = list(updated.args)
+        if target in _SCALER_DEVICE:
+            device = self._device_arg(original, updated)
+            if device is False:
+                return updated
+            if device is not None:
+                args = without(args, device)
+        new = updated.with_changes(func=self.runtime("GradScaler"), args=args)
+        return self.rewrite(original, new, "the CUDA GradScaler now matches the runtime's autocast")
+
+    @staticmethod
+    def _device_arg(original: cst.Call, updated: cst.Call):
+        """The CUDA device argument to drop, None when absent, False when not CUDA."""
+        named = keyword(updated, "device")
+        first = updated.args[0] if updated.args and updated.args[0].keyword is None else None
+        device = named if named is not None else (first if first is not None and not first.star else None)
+        if device is None:
+            # No device means "cuda", unless **kwargs may carry one.
+            return False if any(a.star == "**" for a in updated.args) else None
+        # The device may already be rewritten to ``porter_runtime.device()``; judge the original.
+        index = list(updated.args).index(device)
+        return device if _is_cuda_type(original.args[index].value) else False
+
+
+_FWD_BWD_LEGACY = {
+    "torch.cuda.amp.custom_fwd": "custom_fwd",
+    "torch.cuda.amp.custom_bwd": "custom_bwd",
+    "torch.cuda.amp.autocast_mode.custom_fwd": "custom_fwd",
+    "torch.cuda.amp.autocast_mode.custom_bwd": "custom_bwd",
+}
+_FWD_BWD_DEVICE = {
+    "torch.amp.custom_fwd": "custom_fwd",
+    "torch.amp.custom_bwd": "custom_bwd",
+    "torch.amp.autocast_mode.custom_fwd": "custom_fwd",
+    "torch.amp.autocast_mode.custom_bwd": "custom_bwd",
+}
+
+
+class CudaCustomFwdBwd(_Rename, Rule):
+    """CUDA `custom_fwd` / `custom_bwd` become `porter_runtime.custom_fwd` / `custom_bwd`.
+
+    What:
+    Rewrites `torch.cuda.amp.custom_fwd` and `custom_bwd` (bare decorators or with
+    `cast_inputs=`) and `torch.amp.custom_fwd(device_type="cuda", ...)` /
+    `torch.amp.custom_bwd(device_type="cuda")` into the runtime's twins, keeping
+    `cast_inputs`.
+
+    Why:
+    A custom autograd function decorated for CUDA autocast does not take part in
+    MPS or CPU autocast; the twins use the runtime's device type.
+
+    Fix safety:
+    Safe. On CUDA the twins call `torch.amp.custom_fwd(fwd, device_type="cuda",
+    cast_inputs=...)` and `torch.amp.custom_bwd(bwd, device_type="cuda")`, which is
+    what the legacy functions and the "cuda" forms do. A call left with no
+    arguments (`torch.amp.custom_fwd(device_type="cuda")` as a decorator) becomes
+    the bare decorator, which decorates the same way.
+
+    Known limits:
+    A `device_type` that is a variable or not "cuda" is left alone.
+    """
+
+    code = "PT504"
+    name = "cuda-custom-fwd-bwd"
+    safety = Safety.SAFE
+    targets = frozenset(_FWD_BWD_LEGACY | _FWD_BWD_DEVICE)
+    renames = _FWD_BWD_LEGACY
+    message = "custom_fwd/custom_bwd now follow the runtime's autocast device"
+
+    valid = [
+        "import torch\n\n@torch.amp.custom_fwd(device_type='cpu')\ndef forward(ctx, x):\n    return x\n",
+        "import torch\n\n@torch.amp.custom_bwd(device_type=kind)\ndef backward(ctx, g):\n    return g\n",
+        "def f(torch):\n    return torch.cuda.amp.custom_fwd(fn)\n",
+        "import mylib as torch\n\n@torch.cuda.amp.custom_fwd\ndef forward(ctx, x):\n    return x\n",
+    ]
+    invalid = [
+        Example(
+            "import torch\n\n@torch.cuda.amp.custom_fwd\ndef forward(ctx, x):\n    return x\n",
+            "import porter_runtime\nimport torch\n\n@porter_runtime.custom_fwd\ndef forward(ctx, x):\n    return x\n",
+        ),
+        Example(
+            "import torch as t\n\n@t.cuda.amp.custom_fwd(cast_inputs=t.float32)\ndef forward(ctx, x):\n    return x\n",
+            "import porter_runtime\nimport torch as t\n\n@porter_runtime.custom_fwd(cast_inputs=t.float32)\ndef forward(ctx, x):\n    return x\n",
+        ),
+        Example(
+            "from torch.cuda.amp import custom_bwd\n\n@custom_bwd\ndef backward(ctx, g):\n    return g\n",
+            "import porter_runtime\n\n@porter_runtime.custom_bwd\ndef backward(ctx, g):\n    return g\n",
+        ),
+        Example(
+            "from torch.amp import custom_fwd, custom_bwd\n\n"
+            "@custom_fwd(device_type=\"cuda\", cast_inputs=torch.float16)\ndef forward(ctx, x):\n    return x\n\n"
+            "@custom_bwd(device_type=\"cuda\")\ndef backward(ctx, g):\n    return g\n\n"
+            "fwd = custom_fwd(device_type=\"cuda\")\n",
+            "import porter_runtime\n\n"
+            "@porter_runtime.custom_fwd(cast_inputs=torch.float16)\ndef forward(ctx, x):\n    return x\n\n"
+            "@porter_runtime.custom_bwd\ndef backward(ctx, g):\n    return g\n\n"
+            "fwd = porter_runtime.custom_fwd()\n",
+        ),
+    ]
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._decorators: set[int] = set()
+
+    def visit_Decorator(self, node: cst.Decorator) -> None:
+        self._decorators.add(id(node.decorator))
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        target = self.matches(original.func, *_FWD_BWD_DEVICE)
+        if target is None or has_star_args(updated):
+            return updated
+        device = keyword(updated, "device_type")
+        if device is None or not _is_cuda_type(device.value):
+            return updated
+        args = without(list(updated.args), device)
+        twin = _FWD_BWD_DEVICE[target]
+        if not args and id(original) in self._decorators:
+            new: cst.BaseExpression = self.runtime(twin)
+        else:
+            new = updated.with_changes(func=self.runtime(twin), args=args)
+        return self.rewrite(original, new, self.message)
+
+
+_EQ = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))

@@ -1,0 +1,262 @@
+"""Dtypes MPS can't hold (float64, complex128; bfloat16 before macOS 14) reaching the device."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from porter.rule import RUNTIME, Example, Rule, Safety, cuda_spec, keyword, positional
+
+#: Dtypes that ``porter_runtime.supported_dtype`` may replace on MPS.
+HAZARD_DTYPES = frozenset({
+    "torch.float64", "torch.double", "torch.complex128", "torch.cdouble", "torch.bfloat16",
+})
+
+
+def is_device_expr(rule: Rule, node: cst.BaseExpression) -> bool:
+    """A value that visibly names the CUDA / runtime device: ``"cuda:1"``,
+    ``torch.device("cuda", ...)`` or ``porter_runtime.device(...)``."""
+    if cuda_spec(node) is not None:
+        return True
+    if not isinstance(node, cst.Call):
+        return False
+    name = rule.qualname(node.func)
+    if name == f"{RUNTIME}.device":
+        return True
+    first = node.args[0] if node.args else keyword(node, "type")
+    return name == "torch.device" and first is not None and cuda_spec(first.value) is not None
+
+
+def is_device_move(rule: Rule, node: cst.BaseExpression) -> bool:
+    """``x.cuda(...)``, or ``x.to(...)`` with a device that :func:`is_device_expr`."""
+    if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
+        return False
+    if rule.qualname(node.func.value) is not None:
+        return False  # ``mylib.cuda()``: a module's function, not a method
+    method = node.func.attr.value
+    if method == "cuda":
+        return True
+    if method != "to":
+        return False
+    device = keyword(node, "device")
+    given = positional(node)
+    candidates = [device] if device is not None else given[:1]
+    return any(is_device_expr(rule, a.value) for a in candidates)
+
+
+def _dtype_arg(rule: Rule, call: cst.Call, method: bool) -> Optional[cst.Arg]:
+    """The hazardous dtype argument of a torch call or of ``.to(...)``."""
+    named = keyword(call, "dtype")
+    if named is not None:
+        return named if rule.qualname(named.value) in HAZARD_DTYPES else None
+    if not method:
+        return None
+    # ``.to(torch.float64)`` or ``.to(device, torch.float64)``
+    for arg in positional(call)[:2]:
+        if rule.qualname(arg.value) in HAZARD_DTYPES:
+            return arg
+    return None
+
+
+class DeviceDtype(Rule):
+    """A float64 / complex128 / bfloat16 dtype sent to the device goes through
+    `porter_runtime.supported_dtype(...)`.
+
+    What:
+    Rewrites a hard-coded `torch.float64`, `torch.double`, `torch.complex128`,
+    `torch.cdouble` or `torch.bfloat16` where the tensor visibly goes to the CUDA or
+    runtime device: `dtype=` in a torch call that also has such a `device=`
+    (`torch.zeros(3, dtype=torch.float64, device="cuda")`, `nn.Linear(..., dtype=...,
+    device=...)`), a torch call chained with `.cuda()` / `.to("cuda")`, and the dtype
+    of `.to(...)` that moves to the device in the same call or next to a move
+    (`x.cuda().to(torch.float64)`, `x.to(dtype=torch.bfloat16).cuda()`).
+
+    Why:
+    MPS has no float64: `TypeError: Cannot convert a MPS Tensor to float64 dtype as
+    the MPS framework doesn't support float64. Please use float32 instead.`
+    complex128 fails in ops, and bfloat16 needs macOS 14 with torch before 2.9.
+
+    Fix safety:
+    Safe. `porter_runtime.supported_dtype(dtype)` returns `dtype` unchanged on CUDA
+    and CPU; only on MPS does it substitute float32 / complex64, with one warning
+    naming the dtype and the reason.
+
+    Known limits:
+    Only moves to a literal CUDA device, `torch.device("cuda"...)` or
+    `porter_runtime.device(...)` count: `x.to(device, torch.float64)` with a device
+    variable is left alone, as the variable may be the CPU. `.double()` and float64
+    from NumPy are PT605 findings.
+    """
+
+    code = "PT604"
+    name = "device-dtype"
+    safety = Safety.SAFE
+    targets = HAZARD_DTYPES
+
+    valid = [
+        "import torch\nx = torch.zeros(3, dtype=torch.float64)\n",
+        "import torch\nx = torch.zeros(3, dtype=torch.float64, device='cpu')\n",
+        "import torch\ny = x.to(device, torch.float64)\n",
+        "def f(torch, x):\n    return x.cuda().to(torch.float64)\n",
+        "import numpy as torch\nx = torch.zeros(3, dtype=torch.float64).cuda()\n",
+    ]
+    invalid = [
+        Example(
+            "import torch\nx = torch.zeros(3, dtype=torch.float64, device='cuda')\n",
+            "import porter_runtime\nimport torch\n"
+            "x = torch.zeros(3, dtype=porter_runtime.supported_dtype(torch.float64), device='cuda')\n",
+        ),
+        Example(
+            "import porter_runtime\nimport torch as t\nlayer = t.nn.Linear(4, 4, dtype=t.bfloat16, device=porter_runtime.device())\n",
+            "import porter_runtime\nimport torch as t\n"
+            "layer = t.nn.Linear(4, 4, dtype=porter_runtime.supported_dtype(t.bfloat16), device=porter_runtime.device())\n",
+        ),
+        Example(
+            "from torch import float64\ny = x.cuda().to(float64)\nz = x.to(dtype=float64).cuda()\n",
+            "import porter_runtime\nfrom torch import float64\n"
+            "y = x.cuda().to(porter_runtime.supported_dtype(float64))\n"
+            "z = x.to(dtype=porter_runtime.supported_dtype(float64)).cuda()\n",
+        ),
+        Example(
+            "import torch\ny = x.to('cuda:0', torch.double, non_blocking=True)\n"
+            "w = torch.tensor(data, dtype=torch.float64).to(torch.device('cuda'))\n",
+            "import porter_runtime\nimport torch\n"
+            "y = x.to('cuda:0', porter_runtime.supported_dtype(torch.double), non_blocking=True)\n"
+            "w = torch.tensor(data, dtype=porter_runtime.supported_dtype(torch.float64)).to(torch.device('cuda'))\n",
+        ),
+    ]
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._moved: set[int] = set()  # calls whose result a device move receives
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if is_device_move(self, node):
+            self._moved.add(id(node.func.value))  # type: ignore[attr-defined]
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        arg = self._hazard(original)
+        if arg is None:
+            return updated
+        index = list(original.args).index(arg)
+        value = self.runtime_call("supported_dtype", updated.args[index].value)
+        args = list(updated.args)
+        args[index] = args[index].with_changes(value=value)
+        return self.rewrite(original, updated.with_changes(args=args),
+                            "a float64/complex128/bfloat16 dtype on the device now uses a dtype it supports")
+
+    def _hazard(self, call: cst.Call) -> Optional[cst.Arg]:
+        func = call.func
+        name = self.qualname(func)
+        if name is not None and name.startswith("torch."):
+            arg = _dtype_arg(self, call, method=False)
+            device = keyword(call, "device")
+            on_device = id(call) in self._moved or (device is not None and is_device_expr(self, device.value))
+            return arg if on_device else None
+        if not isinstance(func, cst.Attribute) or func.attr.value != "to" or name is not None:
+            return None
+        if self.qualname(func.value) is not None:
+            return None
+        on_device = id(call) in self._moved or is_device_move(self, call) or is_device_move(self, func.value)
+        return _dtype_arg(self, call, method=True) if on_device else None
+
+
+_FLOAT64_METHODS = frozenset({"double", "cdouble"})
+
+
+class Float64ToDevice(Rule):
+    """float64 that reaches the device with no visible dtype is reported.
+
+    What:
+    Reports `.double()` chained with a move to the device (`x.cuda().double()`,
+    `x.double().to("cuda")`), and `torch.from_numpy(a)` moved to a device without a
+    dtype (`torch.from_numpy(a).cuda()`, `torch.from_numpy(a).to(device)`): NumPy
+    arrays are float64 by default.
+
+    Why:
+    MPS has no float64: `TypeError: Cannot convert a MPS Tensor to float64 dtype as
+    the MPS framework doesn't support float64. Please use float32 instead.`
+
+    Fix safety:
+    Review only. `.double()` may be on a module (which also casts differently from
+    `.to(dtype)`), and an array's dtype is known only at run time, so no rewrite is
+    exact. The suggestions are exact on CUDA: `porter_runtime.to_device(t)` moves a
+    tensor exactly like `.to(device)` there and casts float64 to float32 only on MPS.
+
+    Known limits:
+    Only a move in the same expression is seen; a tensor stored in a variable and
+    moved later is not.
+    """
+
+    code = "PT605"
+    name = "float64-to-device"
+    safety = Safety.REVIEW
+    targets = frozenset({"torch.from_numpy"})
+    methods = _FLOAT64_METHODS
+
+    valid = [
+        "import torch\nx = torch.from_numpy(a).float().cuda()\n",
+        "import torch\nx = torch.from_numpy(a).to(device, dtype=torch.float32)\n",
+        "def f(torch, a):\n    return torch.from_numpy(a).cuda()\n",
+        "import mylib as torch\nx = torch.from_numpy(a).cuda()\n",
+        "y = x.double()\n",
+    ]
+    invalid = [
+        Example("import torch\nx = torch.from_numpy(a).cuda()\n"),
+        Example("import torch as t\nx = t.from_numpy(a).to(device, non_blocking=True)\n"),
+        Example("from torch import from_numpy\nx = from_numpy(a).to('cuda')\n"),
+        Example("y = x.cuda().double()\nz = x.double().to('cuda:0')\n"),
+    ]
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._moved: dict[int, cst.Call] = {}
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Attribute) and self._any_move(node):
+            self._moved[id(node.func.value)] = node
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        func = original.func
+        if self.matches(func, "torch.from_numpy") and id(original) in self._moved:
+            self.flag(original, "a NumPy array is float64 unless made otherwise, and MPS has no float64",
+                      suggestion="porter_runtime.to_device(torch.from_numpy(a)), or .float() before the move")
+        elif self._double_on_device(original):
+            self.flag(original, f"`.{func.attr.value}()` on the device: MPS has no float64",  # type: ignore[attr-defined]
+                      suggestion="on a tensor: .to(porter_runtime.supported_dtype(torch.float64))")
+        return updated
+
+    def _double_on_device(self, call: cst.Call) -> bool:
+        func = call.func
+        if not isinstance(func, cst.Attribute) or func.attr.value not in _FLOAT64_METHODS:
+            return False
+        if call.args or self.qualname(func.value) is not None:
+            return False
+        mover = self._moved.get(id(call))
+        return is_device_move(self, func.value) or (mover is not None and is_device_move(self, mover))
+
+    def _any_move(self, call: cst.Call) -> bool:
+        """A move to any device (a variable too) that sets no dtype."""
+        func = call.func
+        if not isinstance(func, cst.Attribute) or self.qualname(func.value) is not None:
+            return False
+        if func.attr.value == "cuda":
+            return True
+        if func.attr.value != "to" or keyword(call, "dtype") is not None:
+            return False
+        if keyword(call, "device") is not None:
+            return True
+        given = positional(call)
+        return bool(given) and not any(_is_dtype(self, a.value) for a in given)
+
+
+def _is_dtype(rule: Rule, node: cst.BaseExpression) -> bool:
+    name = rule.qualname(node)
+    return name is not None and name.startswith("torch.") and name[len("torch."):] in _DTYPE_NAMES
+
+
+_DTYPE_NAMES = frozenset({
+    "float", "float16", "half", "bfloat16", "float32", "float64", "double", "complex64", "cfloat",
+    "complex128", "cdouble", "uint8", "int8", "int16", "short", "int32", "int", "int64", "long", "bool",
+})
