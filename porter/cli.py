@@ -14,11 +14,11 @@ import click
 
 import porter
 from porter import report as reporting
-from porter.apply import apply_changes, colourise, unified_diff
+from porter.apply import Change, apply_changes, colourise, unified_diff
 from porter.discover import find_root
 from porter.engine import Options
 from porter.registry import all_rules, by_code, select_rules
-from porter.run import RunConfig, run
+from porter.run import RunConfig, default_jobs, run
 
 EXIT_CODES = """\b
 Exit codes:
@@ -59,10 +59,12 @@ def cli() -> None:
 @click.option("--root", type=click.Path(path_type=Path, file_okay=False),
               help="Repository root for diff paths (default: the git work tree, else the path given).")
 @click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that may change behaviour on CUDA.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
+              help="Worker processes (default: all cores). Output is the same for any number.")
 @click.option("--no-progress", is_flag=True, help="Never show a progress bar.")
 @click.option("-q", "--quiet", is_flag=True, help="Print no summary (errors still go to stderr).")
 def migrate(paths, show_diff, write, check, reports, select, ignore, exclude, runtime_dir, root,
-            unsafe_fixes, no_progress, quiet) -> None:
+            unsafe_fixes, jobs, no_progress, quiet) -> None:
     """Migrate PATHS (files or folders). Without --diff/--write/--check: a dry run."""
     console = _stderr_console()
     missing = [p for p in paths if not p.exists() and not p.is_symlink()]
@@ -82,15 +84,21 @@ def migrate(paths, show_diff, write, check, reports, select, ignore, exclude, ru
         options=Options(rules=rules, unsafe_fixes=unsafe_fixes),
         excludes=_split(exclude),
         runtime_dir=runtime_dir.absolute() if runtime_dir else None,
+        jobs=jobs or default_jobs(),
     )
-    result = _run_with_progress(config, console, show=not no_progress and not quiet)
-    mode = "write" if write else "check" if check else "diff" if show_diff else "dry-run"
+    write_failed: list[tuple[str, str]] = []
+    colour = show_diff and sys.stdout.isatty()
 
-    if show_diff:
-        out = b"".join(unified_diff(change) for change in result.changes())
-        sys.stdout.buffer.write(colourise(out) if sys.stdout.isatty() else out)
-        sys.stdout.flush()
-    write_failed = apply_changes(root, result.changes()) if write else []
+    def sink(change: Change) -> None:
+        if show_diff:
+            out = unified_diff(change)
+            sys.stdout.buffer.write(colourise(out) if colour else out)
+        if write:
+            write_failed.extend(apply_changes(root, [change]))
+
+    result = _run_with_progress(config, console, sink, show=not no_progress and not quiet)
+    sys.stdout.flush()
+    mode = "write" if write else "check" if check else "diff" if show_diff else "dry-run"
 
     data = reporting.build(result, mode)
     for report_path in reports:
@@ -107,9 +115,9 @@ def migrate(paths, show_diff, write, check, reports, select, ignore, exclude, ru
         sys.exit(1)
 
 
-def _run_with_progress(config: RunConfig, console, show: bool):
+def _run_with_progress(config: RunConfig, console, sink, show: bool):
     if not (show and console.is_terminal):
-        return run(config)
+        return run(config, sink)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("porter"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -119,7 +127,7 @@ def _run_with_progress(config: RunConfig, console, show: bool):
         def tick(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
-        return run(config, progress=tick)
+        return run(config, sink, progress=tick)
 
 
 @cli.command("rules")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 from porter.apply import Change, vendor_changes
 from porter.discover import Skipped, discover
@@ -18,6 +20,7 @@ class RunConfig:
     options: Options
     excludes: Sequence[str] = ()
     runtime_dir: Optional[Path] = None  # default: <root>/porter_runtime
+    jobs: int = 1
 
     @property
     def runtime_target(self) -> Path:
@@ -45,29 +48,73 @@ class RunResult:
         return sum(len(f.reviews) for f in self.files)
 
     def changes(self) -> list[Change]:
-        """Every file change of the run: the runtime's first, so that a diff on a
-        terminal ends with the changes to the user's own code."""
+        """Every file change kept by a run without a sink: sources, then the runtime."""
         own = [Change(f.path, f.old, f.new) for f in self.changed if f.new is not None]
-        return self.runtime_changes + own
+        return own + self.runtime_changes
 
 
-def run(config: RunConfig, progress: Optional[Callable[[int, int], None]] = None) -> RunResult:
-    """Process every file; the result is in a deterministic (path) order."""
+Task = tuple[Path, str, Optional[str]]
+_worker_options: Optional[Options] = None
+
+
+def _init_worker(options: Options) -> None:
+    global _worker_options
+    _worker_options = options
+
+
+def _work(task: Task) -> FileResult:
+    assert _worker_options is not None
+    return process_file(*task[:2], _worker_options, task[2])
+
+
+def iter_results(config: RunConfig, tasks: Sequence[Task]) -> Iterator[FileResult]:
+    """Results in the order of ``tasks``, whatever the number of worker processes."""
+    jobs = max(1, min(config.jobs, len(tasks)))
+    if jobs == 1:
+        for path, rel, bootstrap in tasks:
+            yield process_file(path, rel, config.options, bootstrap)
+        return
+    chunk = max(1, min(16, len(tasks) // (jobs * 8)))
+    with ProcessPoolExecutor(jobs, initializer=_init_worker, initargs=(config.options,)) as pool:
+        yield from pool.map(_work, tasks, chunksize=chunk)
+
+
+def default_jobs() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def run(
+    config: RunConfig,
+    sink: Optional[Callable[[Change], None]] = None,
+    progress: Optional[Callable[[int, int], None]] = None,
+) -> RunResult:
+    """Process every file in path order.
+
+    With a ``sink``, each change is handed to it as soon as its file is done (sources in
+    path order, then the runtime's files) and its bytes are dropped, so memory is
+    bounded by the largest file, not by the tree.
+    """
     root = config.root
     target = config.runtime_target
     patterns = ["*.py", *sorted({p for rule in config.options.text_rules for p in rule.patterns})]
     found = discover(config.paths, root, config.excludes, skip=[target], patterns=patterns)
     result = RunResult(root=root, skipped=found.skipped)
     files = sorted(found.files, key=lambda p: _rel(p, root))
-    for done, path in enumerate(files, 1):
-        rel = _rel(path, root)
-        result.files.append(process_file(path, rel, config.options, bootstrap_path(path, target.parent)))
+    tasks = [(path, _rel(path, root), bootstrap_path(path, target.parent)) for path in files]
+    for done, item in enumerate(iter_results(config, tasks), 1):
+        if item.status == "changed" and sink is not None:
+            sink(Change(item.path, item.old, item.new))  # type: ignore[arg-type]
+            item.old = item.new = None
+        result.files.append(item)
         if progress is not None:
-            progress(done, len(files))
-    if any(f.status == "changed" for f in result.files):
+            progress(done, len(tasks))
+    if result.changed:
         result.runtime_changes, note = vendor_changes(target, root)
         if note:
             result.notes.append(note)
+        if sink is not None:
+            for change in result.runtime_changes:
+                sink(change)
     return result
 
 

@@ -12,9 +12,11 @@ from porter.rule import Example, Rule, Safety, TextRule, string_value
 CONFIG_PATTERNS = ("*.yaml", "*.yml", "*.json", "*.toml", "*.cfg", "*.ini")
 SHELL_PATTERNS = ("*.sh", "*.bash", "*.zsh", "*.slurm", "*.sbatch")
 
-# `device: cuda`, `"device": "cuda:0"`, `device = 'cuda'`, `trainer.device=cuda`
+# A key that names a device, set to a CUDA device, at the start of a line:
+# `device: cuda` (YAML), `- device: cuda:0`, `device = "cuda"` (TOML, INI), `"device": "cuda"` (JSON).
 _CONFIG_DEVICE = re.compile(
-    r"""(?P<key>["']?[\w.-]*device[\w.-]*["']?)\s*[:=]\s*(?P<q>["']?)(?P<value>cuda(?::\d+)?)(?P=q)(?![\w:])""",
+    r"""^\s*(?:-\s+)?(?P<key>["']?[\w.-]*device[\w.-]*["']?)\s*[:=]\s*"""
+    r"""(?P<q>["']?)(?P<value>cuda(?::\d+)?)(?P=q)\s*(?:[,#;]|$)""",
     re.I,
 )
 
@@ -62,17 +64,18 @@ class ConfigDeviceCuda(TextRule):
         Example("device: cpu\nbackend: cuda\n", path="config.yaml"),
         Example('{"device": "mps"}\n', path="config.json"),
         Example("# device: cuda\n", path="config.yaml"),
+        Example('{"description": "uses device=\'cuda\' kwargs"}\n', path="notes.json"),
     ]
     invalid = [
         Example("model:\n  width: 64\ndevice: cuda\n", path="config.yaml"),
         Example('{\n  "device": "cuda:0"\n}\n', path="train.json"),
-        Example('[trainer]\ndevice = "cuda"\n', path="pyproject.toml"),
+        Example('[trainer]\ndevice = "cuda"  # the GPU\n', path="pyproject.toml"),
+        Example("runs:\n  - device: cuda:1\n", path="sweep.yml"),
     ]
 
     def check(self, text: str) -> str:
-        json = self.path.endswith(".json")
         for number, line in _lines(text):
-            match = _CONFIG_DEVICE.search(line if json else _uncommented(line))
+            match = _CONFIG_DEVICE.search(line)
             if match:
                 self.flag(number, f"config sets {match.group('key').strip(chr(34) + chr(39))} to "
                           f"{match.group('value')}, which fails without CUDA",

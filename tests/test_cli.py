@@ -239,3 +239,19 @@ def test_ignore_comments(tmp_path, comment, changed):
     result = migrate_source(code.encode(), Options(rules=all_rules()))
     assert (result.new != code.encode()) is changed
     assert bool(result.findings) is changed
+
+
+def test_output_is_identical_for_one_and_two_jobs(tmp_path):
+    files = {f"m{i:02d}/f{j}.py": SAMPLE["train.py"] if (i + j) % 3 else SAMPLE["clean.py"]
+             for i in range(12) for j in range(3)}
+    files.update({"bad.py": "import torch\nx = torch.ones(1).cuda(\n", "cfg.yaml": "device: cuda\n"})
+    root = make_tree(tmp_path / "r", files)
+    outputs = []
+    for jobs in ("1", "2"):
+        report = tmp_path / f"r{jobs}.json"
+        proc = run_porter("migrate", root, "--diff", "-j", jobs, "--report", report)
+        assert proc.returncode == 2
+        data = json.loads(report.read_text())
+        outputs.append((proc.stdout, data["files"], data["summary"], proc.stderr))
+    assert outputs[0] == outputs[1]
+    assert outputs[0][2]["files_changed"] == 24
