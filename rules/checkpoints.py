@@ -12,7 +12,7 @@ from porter.rules.dtypes import is_device_expr
 _LOADERS = frozenset({"torch.load", "torch.serialization.load", "torch.jit.load"})
 
 
-def _with_arg(call: cst.Call, new: cst.Arg) -> cst.Call:
+def with_arg(call: cst.Call, new: cst.Arg) -> cst.Call:
     """``call`` with ``new`` appended, in the style of its existing arguments."""
     args = list(call.args)
     if not args:
@@ -153,7 +153,7 @@ class TorchLoadMapLocation(Rule):
                           suggestion="map_location=porter_runtime.map_location()")
                 return updated
             new_arg = cst.Arg(self.runtime_call("map_location"), keyword=cst.Name("map_location"), equal=_EQ)
-            return self.rewrite(original, _with_arg(updated, new_arg), _MESSAGE)
+            return self.rewrite(original, with_arg(updated, new_arg), _MESSAGE)
         value = self._new_location(original.args[index].value, updated.args[index].value)
         if value is None:
             return updated

@@ -1,0 +1,247 @@
+"""Legacy CUDA tensor types (``torch.cuda.FloatTensor``...) and ``sdp_kernel``."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from porter.rule import Example, Rule, Safety, has_star_args
+from porter.rules.checkpoints import with_arg
+
+# torch.cuda.<Type>Tensor -> the dtype it holds (torch/cuda/__init__.py, torch 2.13).
+_TYPES = {
+    "FloatTensor": "float32", "DoubleTensor": "float64", "HalfTensor": "float16",
+    "BFloat16Tensor": "bfloat16", "ByteTensor": "uint8", "CharTensor": "int8",
+    "ShortTensor": "int16", "IntTensor": "int32", "LongTensor": "int64", "BoolTensor": "bool",
+}
+_LEGACY = {f"torch.cuda.{name}": dtype for name, dtype in _TYPES.items()}
+# What supported_dtype may change on MPS: those go through it (see PT604).
+_HAZARD = {"float64", "bfloat16"}
+
+
+def _is_number(node: cst.BaseExpression) -> bool:
+    if isinstance(node, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(node, cst.Name):
+        return node.value in ("True", "False")
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        return isinstance(node.expression, (cst.Integer, cst.Float))
+    if isinstance(node, (cst.List, cst.Tuple)):
+        return all(_is_number(e.value) and not isinstance(e, cst.StarredElement) for e in node.elements)
+    return False
+
+
+def _kw(name: str, value: cst.BaseExpression) -> cst.Arg:
+    eq = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+    return cst.Arg(value, keyword=cst.Name(name), equal=eq)
+
+
+class LegacyCudaTensor(Rule):
+    """`torch.cuda.FloatTensor(...)` and the other legacy CUDA tensor types.
+
+    What:
+    Rewrites the constructor calls whose meaning is certain from the source:
+    `torch.cuda.FloatTensor(2, 3)` (integer literal sizes) becomes
+    `torch.empty(2, 3, dtype=torch.float32, device=porter_runtime.device())`,
+    `torch.cuda.LongTensor([1, 2])` (a literal list or tuple of numbers) becomes
+    `torch.tensor([1, 2], dtype=torch.int64, device=porter_runtime.device())`, and
+    no arguments becomes `torch.empty(0, ...)`. Every other use (an argument that may
+    be a size or data, `isinstance(x, torch.cuda.FloatTensor)`, `x.type(torch.cuda.
+    FloatTensor)`, `torch.set_default_tensor_type(...)`) is reported.
+
+    Why:
+    The constructors raise without CUDA, and type checks against them are always
+    False off CUDA, silently taking another branch.
+
+    Fix safety:
+    Safe. A legacy constructor with integer sizes makes an uninitialised tensor of
+    that shape and dtype on the current CUDA device, as `torch.empty(...,
+    device=torch.device("cuda"))` does; from a sequence it converts the data with the
+    given dtype and no type inference, as `torch.tensor(data, dtype=...)` does.
+    float64 and bfloat16 go through `porter_runtime.supported_dtype(...)`, which is
+    the dtype itself on CUDA. A variable argument could be a size, a `torch.Size`,
+    data or a tensor, so it is reported rather than guessed.
+
+    Known limits:
+    The rewrite needs `import torch` (under any name) in the file; with only
+    from-imports of the legacy types it is a finding.
+    """
+
+    code = "PT602"
+    name = "legacy-cuda-tensor"
+    safety = Safety.SAFE
+    targets = frozenset(_LEGACY)
+
+    valid = [
+        "import torch\nx = torch.FloatTensor(2, 3)\n",
+        "def f(torch):\n    return torch.cuda.FloatTensor(2)\n",
+        "import mylib as torch\nx = torch.cuda.FloatTensor(2)\n",
+    ]
+    invalid = [
+        Example(
+            "import torch\nx = torch.cuda.FloatTensor(2, 3)\n",
+            "import porter_runtime\nimport torch\n"
+            "x = torch.empty(2, 3, dtype=torch.float32, device=porter_runtime.device())\n",
+        ),
+        Example(
+            "import torch as t\nidx = t.cuda.LongTensor([0, 2, -1])\nd = t.cuda.DoubleTensor()\n",
+            "import porter_runtime\nimport torch as t\n"
+            "idx = t.tensor([0, 2, -1], dtype=t.int64, device=porter_runtime.device())\n"
+            "d = t.empty(0, dtype=porter_runtime.supported_dtype(t.float64), device=porter_runtime.device())\n",
+        ),
+        Example(
+            "import torch\nfrom torch.cuda import BoolTensor\nmask = BoolTensor((True, False))\n",
+            "import porter_runtime\nimport torch\n"
+            "mask = torch.tensor((True, False), dtype=torch.bool, device=porter_runtime.device())\n",
+        ),
+        Example("import torch\nx = torch.cuda.FloatTensor(size)\n"),
+        Example("from torch.cuda import FloatTensor\nx = FloatTensor(2)\n"),
+        Example("import torch\nok = isinstance(x, torch.cuda.FloatTensor)\ny = x.type(torch.cuda.HalfTensor)\n"),
+    ]
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._calls: set[int] = set()  # func nodes of constructor calls handled in leave_Call
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.matches(node.func):
+            self._calls.add(id(node.func))
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        target = self.matches(original.func)
+        if target is None:
+            return updated
+        factory = self._factory(original)
+        torch_name = self._torch_name(original.func)
+        if factory is None or torch_name is None:
+            self._flag(original, target)
+            return updated
+        new = self._build(updated, factory, torch_name, _LEGACY[target])
+        return self.rewrite(original, new, f"`{target}` now builds its tensor on the runtime's device")
+
+    @staticmethod
+    def _factory(call: cst.Call) -> Optional[str]:
+        """"empty" or "tensor" when the arguments say which, else None."""
+        if has_star_args(call) or any(a.keyword is not None for a in call.args):
+            return None
+        values = [a.value for a in call.args]
+        if all(isinstance(v, cst.Integer) for v in values):
+            return "empty"
+        if len(values) == 1 and isinstance(values[0], (cst.List, cst.Tuple)) and _is_number(values[0]):
+            return "tensor"
+        return None
+
+    def _build(self, updated: cst.Call, factory: str, torch_name: str, dtype: str) -> cst.Call:
+        dtype_expr: cst.BaseExpression = cst.Attribute(cst.Name(torch_name), cst.Name(dtype))
+        if dtype in _HAZARD:
+            dtype_expr = self.runtime_call("supported_dtype", dtype_expr)
+        call = updated.with_changes(func=cst.Attribute(cst.Name(torch_name), cst.Name(factory)))
+        if not call.args:
+            call = call.with_changes(args=[cst.Arg(cst.Integer("0"))])
+        call = with_arg(call, _kw("dtype", dtype_expr))
+        return with_arg(call, _kw("device", self.runtime_call("device")))
+
+    def _torch_name(self, func: cst.BaseExpression) -> Optional[str]:
+        """The name ``torch`` is bound to where ``func`` is used, or None."""
+        root = func
+        while isinstance(root, cst.Attribute):
+            root = root.value
+        if not isinstance(root, cst.Name):
+            return None
+        if self.qualname(root) == "torch":
+            return root.value
+        resolver = self.ctx.resolver
+        # The resolver keeps the scope of every name use; ask it what each module-level
+        # ``torch`` alias means at this use (a parameter may shadow it).
+        scope = resolver._name_scope.get(root)
+        for name, bound in resolver.module_scope.bindings.items():
+            if bound == {"torch"} and scope is not None and scope.lookup(name) == {"torch"}:
+                return name
+        return None
+
+    def _flag(self, node: cst.CSTNode, target: str) -> None:
+        dtype = f"torch.{_LEGACY[target]}"
+        self.flag(node, f"`{target}` needs CUDA; what this call builds depends on run-time values",
+                  suggestion=f"torch.empty(*size, dtype={dtype}, device=porter_runtime.device()) for a size, "
+                             f"torch.tensor(data, dtype={dtype}, device=porter_runtime.device()) for data")
+
+    def _flag_reference(self, node: cst.CSTNode, target: str) -> None:
+        dtype = f"torch.{_LEGACY[target]}"
+        self.flag(node, f"`{target}` is a CUDA-only type: off CUDA no tensor is an instance of it",
+                  suggestion=f"a check: x.dtype == {dtype} and x.device.type == porter_runtime.device_type(); "
+                             f"a cast x.type(...): x.to(porter_runtime.device(), {dtype})")
+
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
+        return self._reference(original, updated)
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+        return self._reference(original, updated)
+
+    def _reference(self, original, updated):
+        target = self.matches(original)
+        if target is not None and id(original) not in self._calls:
+            self._flag_reference(original, target)
+        return updated
+
+
+_SDP = frozenset({"torch.backends.cuda.sdp_kernel", "torch.nn.attention.sdpa_kernel"})
+
+
+class SdpKernel(Rule):
+    """`torch.backends.cuda.sdp_kernel(...)` and `torch.nn.attention.sdpa_kernel(...)`
+    become `porter_runtime.sdpa_kernel(...)`.
+
+    What:
+    Rewrites calls of both attention-backend context managers into the runtime's
+    twin, with the arguments unchanged.
+
+    Why:
+    Restricting scaled_dot_product_attention to the flash or memory-efficient
+    backend fails off CUDA (`No available kernel.  Aborting execution.`).
+
+    Fix safety:
+    Safe. On CUDA the twin calls `torch.backends.cuda.sdp_kernel(...)` for the old
+    keyword / boolean form and `torch.nn.attention.sdpa_kernel(...)` for the backends
+    form, with the same arguments. Elsewhere it is a no-op context.
+
+    Known limits:
+    Global switches (`torch.backends.cuda.enable_flash_sdp(False)`) are left alone;
+    so are references that are not calls. Off CUDA a `sdpa_kernel(SDPBackend.MATH)`
+    restriction no longer applies.
+    """
+
+    code = "PT603"
+    name = "sdp-kernel"
+    safety = Safety.SAFE
+    targets = _SDP
+
+    valid = [
+        "import torch\ntorch.backends.cuda.enable_flash_sdp(False)\n",
+        "def f(torch):\n    with torch.backends.cuda.sdp_kernel(enable_math=False):\n        pass\n",
+        "import mylib as torch\nwith torch.backends.cuda.sdp_kernel(enable_math=False):\n    pass\n",
+        "import torch\ntorch.backends.cudnn.benchmark = True\n",
+    ]
+    invalid = [
+        Example(
+            "import torch\nwith torch.backends.cuda.sdp_kernel(enable_flash=True, enable_math=False):\n    y = attn(q, k, v)\n",
+            "import porter_runtime\nimport torch\n"
+            "with porter_runtime.sdpa_kernel(enable_flash=True, enable_math=False):\n    y = attn(q, k, v)\n",
+        ),
+        Example(
+            "import torch as t\nwith t.backends.cuda.sdp_kernel(False, True, False):\n    pass\n",
+            "import porter_runtime\nimport torch as t\nwith porter_runtime.sdpa_kernel(False, True, False):\n    pass\n",
+        ),
+        Example(
+            "from torch.nn.attention import SDPBackend, sdpa_kernel\n"
+            "with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):\n    pass\n",
+            "import porter_runtime\nfrom torch.nn.attention import SDPBackend\n"
+            "with porter_runtime.sdpa_kernel([SDPBackend.FLASH_ATTENTION]):\n    pass\n",
+        ),
+    ]
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        if not self.matches(original.func):
+            return updated
+        new = updated.with_changes(func=self.runtime("sdpa_kernel"))
+        return self.rewrite(original, new, "attention backend selection now applies on CUDA only")
