@@ -1,0 +1,237 @@
+"""xformers: memory_efficient_attention and its bias types become the runtime's twins."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from porter.matching import Ambiguous
+from porter.rule import Example, Rule, Safety
+from rules._thirdparty_common import UseFinder, arguments_fit
+
+_MODULES = ("xformers.ops", "xformers.ops.fmha")
+_ATTENTION = frozenset(f"{m}.memory_efficient_attention" for m in _MODULES)
+_BIAS_NAMES = ("LowerTriangularMask", "LowerTriangularMaskWithTensorBias",
+               "LowerTriangularFromBottomRightMask", "BlockDiagonalMask",
+               "BlockDiagonalCausalMask", "BlockDiagonalCausalFromBottomRightMask")
+_BIASES = {f"{m}.{n}": n for m in (*_MODULES, "xformers.ops.fmha.attn_bias") for n in _BIAS_NAMES}
+_CONSTRUCTORS = frozenset({"from_seqlens", "from_tensor_list"})
+_KEYWORDS = frozenset({"query", "key", "value", "attn_bias", "p", "scale", "op", "output_dtype"})
+
+
+def _resolved(rule: Rule, node: cst.BaseExpression) -> Optional[str]:
+    name = rule.qualname(node)
+    return None if name is None or isinstance(name, Ambiguous) else name
+
+
+def _bias_callee(rule: Rule, call: cst.Call) -> Optional[tuple[cst.BaseExpression, str]]:
+    """(the class expression, its name) when ``call`` builds an xformers bias:
+    ``LowerTriangularMask()`` or ``BlockDiagonalMask.from_seqlens(...)``."""
+    func = call.func
+    found = _BIASES.get(_resolved(rule, func) or "")
+    if found is not None:
+        return func, found
+    if isinstance(func, cst.Attribute) and func.attr.value in _CONSTRUCTORS:
+        found = _BIASES.get(_resolved(rule, func.value) or "")
+        if found is not None:
+            return func.value, found
+    return None
+
+
+class XformersAttention(Rule):
+    """`xformers.ops.memory_efficient_attention` becomes `porter_runtime.memory_efficient_attention`.
+
+    What:
+    Rewrites calls of `memory_efficient_attention` (from `xformers.ops` or
+    `xformers.ops.fmha`, however imported) into
+    `porter_runtime.memory_efficient_attention(...)` with the same arguments.
+
+    Why:
+    xformers' kernels need CUDA; on a Mac `import xformers.ops` fails or its
+    operators raise "No operator found for `memory_efficient_attention_forward`".
+
+    Fix safety:
+    Safe. On CUDA with xformers importable the twin calls xformers' own function with
+    the caller's arguments. Elsewhere it computes xformers' documented result,
+    softmax(q·kᵀ·scale + bias)·v in layout BMHK (3-D and 5-D BMGHK inputs too):
+    `LowerTriangularMask` causal top-left, `LowerTriangularFromBottomRightMask`
+    bottom-right, `BlockDiagonal*Mask` one attention per packed sequence, tensors
+    and other bias objects added to the scores.
+
+    Known limits:
+    `op=` (the choice of xformers kernel) has no meaning off CUDA and is ignored
+    there. Calls with `*args`/`**kwargs` or unknown keywords are reported.
+    """
+
+    code = "TP201"
+    name = "xformers-attention"
+    safety = Safety.SAFE
+    targets = _ATTENTION
+
+    valid = [
+        "def f(xops, q, k, v):\n    return xops.memory_efficient_attention(q, k, v)\n",
+        "import mylib as xops\nout = xops.memory_efficient_attention(q, k, v)\n",
+        "from mylib import memory_efficient_attention\nout = memory_efficient_attention(q, k, v)\n",
+    ]
+    invalid = [
+        Example(
+            "import xformers.ops as xops\n\n"
+            "out = xops.memory_efficient_attention(q, k, v, attn_bias=None, p=0.1)\n",
+            "import porter_runtime\n\n"
+            "out = porter_runtime.memory_efficient_attention(q, k, v, attn_bias=None, p=0.1)\n",
+        ),
+        Example(
+            "from xformers.ops import memory_efficient_attention\n"
+            "out = memory_efficient_attention(q, k, v, bias, 0.0, 0.125)\n",
+            "import porter_runtime\n"
+            "out = porter_runtime.memory_efficient_attention(q, k, v, bias, 0.0, 0.125)\n",
+        ),
+        Example(
+            "import xformers.ops.fmha as fmha\nout = fmha.memory_efficient_attention(q, k, v, op=OP)\n",
+            "import porter_runtime\nout = porter_runtime.memory_efficient_attention(q, k, v, op=OP)\n",
+        ),
+        Example("from xformers.ops import memory_efficient_attention as mea\nout = mea(*qkv)\n"),
+    ]
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        if _resolved(self, original.func) not in _ATTENTION:
+            return updated
+        if not arguments_fit(original, 6, _KEYWORDS):
+            self.flag(original, "`memory_efficient_attention` with unpacked or unknown arguments "
+                      "can't be checked", suggestion="porter_runtime.memory_efficient_attention("
+                      "q, k, v, attn_bias=..., p=..., scale=...)")
+            return updated
+        new = updated.with_changes(func=self.runtime("memory_efficient_attention"))
+        return self.rewrite(original, new, "`memory_efficient_attention` now runs xformers where "
+                            "it can and exact SDPA elsewhere")
+
+
+class XformersBias(Rule):
+    """xformers' attention bias types become `porter_runtime.xformers_bias.*`.
+
+    What:
+    Rewrites the construction of `LowerTriangularMask`,
+    `LowerTriangularMaskWithTensorBias`, `LowerTriangularFromBottomRightMask`,
+    `BlockDiagonalMask`, `BlockDiagonalCausalMask` and
+    `BlockDiagonalCausalFromBottomRightMask` (called directly, or through
+    `.from_seqlens(...)` / `.from_tensor_list(...)`) into the same call on
+    `porter_runtime.xformers_bias`.
+
+    Why:
+    The bias classes live in `xformers.ops`, which does not import without CUDA.
+
+    Fix safety:
+    Safe. On CUDA with xformers importable, every stand-in constructor returns
+    xformers' own object built from the same arguments. Elsewhere it returns a
+    stand-in with the same geometry, methods (`materialize`, `make_causal`, `split`)
+    and mask, which `porter_runtime.memory_efficient_attention` understands.
+
+    Known limits:
+    Only construction is rewritten; other uses of the classes (`isinstance`,
+    subclassing) are reported by TP203, since the stand-in is not xformers' class on
+    CUDA.
+    """
+
+    code = "TP202"
+    name = "xformers-bias"
+    safety = Safety.SAFE
+    targets = frozenset(_BIASES)
+
+    valid = [
+        "def f(xops):\n    return xops.LowerTriangularMask()\n",
+        "import mylib as xops\nbias = xops.LowerTriangularMask()\n",
+        "from mylib import BlockDiagonalMask\nbias = BlockDiagonalMask.from_seqlens([3, 4])\n",
+    ]
+    invalid = [
+        Example(
+            "import xformers.ops as xops\nbias = xops.LowerTriangularMask()\n",
+            "import porter_runtime\nbias = porter_runtime.xformers_bias.LowerTriangularMask()\n",
+        ),
+        Example(
+            "from xformers.ops.fmha.attn_bias import BlockDiagonalMask\n"
+            "bias = BlockDiagonalMask.from_seqlens(seqlens).make_causal()\n",
+            "import porter_runtime\n"
+            "bias = porter_runtime.xformers_bias.BlockDiagonalMask.from_seqlens(seqlens).make_causal()\n",
+        ),
+        Example(
+            "from xformers.ops import fmha\nbias = fmha.attn_bias.LowerTriangularFromBottomRightMask()\n",
+            "import porter_runtime\n"
+            "bias = porter_runtime.xformers_bias.LowerTriangularFromBottomRightMask()\n",
+        ),
+    ]
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        found = _bias_callee(self, original)
+        if found is None:
+            return updated
+        target, name = found
+        stand_in = cst.Attribute(self.runtime("xformers_bias"), cst.Name(name))
+        if target is original.func:
+            new = updated.with_changes(func=stand_in)
+        else:
+            new = updated.with_changes(func=updated.func.with_changes(value=stand_in))  # type: ignore[attr-defined]
+        return self.rewrite(original, new, f"`{name}` is xformers' own on CUDA and a stand-in "
+                            "elsewhere")
+
+
+class XformersUnsupported(UseFinder, Rule):
+    """Other xformers APIs are reported with what to use instead.
+
+    What:
+    Reports every use of an `xformers` name that TP201 and TP202 do not rewrite:
+    other operators (`memory_efficient_attention_forward`, `SwiGLU`, `unbind`,
+    `fmha.cutlass` ...), `xformers.components`, and the bias classes used as values
+    (`isinstance(b, LowerTriangularMask)`, subclassing).
+
+    Why:
+    xformers does not import without CUDA, and these have no twin that is exact on
+    CUDA.
+
+    Fix safety:
+    Review only; each finding names the PyTorch replacement.
+
+    Known limits:
+    One finding per use; the import statement itself is not reported.
+    """
+
+    code = "TP203"
+    name = "xformers-unsupported"
+    safety = Safety.REVIEW
+    targets = frozenset({"xformers"})
+    prefixes = ("xformers",)
+
+    valid = [
+        "def f(xformers):\n    return xformers.ops.SwiGLU(4, 8)\n",
+        "import mylib as xformers\nxformers.ops.unbind(x)\n",
+        "import xformers.ops as xops\nout = xops.memory_efficient_attention(q, k, v, xops.LowerTriangularMask())\n",
+    ]
+    invalid = [
+        Example("import xformers.ops as xops\nmlp = xops.SwiGLU(512, 2048)\n"),
+        Example("from xformers.ops import LowerTriangularMask\ncausal = isinstance(bias, LowerTriangularMask)\n"),
+        Example("from xformers.ops.fmha import memory_efficient_attention_forward as fwd\nout = fwd(q, k, v)\n"),
+    ]
+
+    def on_use(self, node: cst.BaseExpression, name: str, call: Optional[cst.Call]) -> None:
+        if call is not None and (name in _ATTENTION or _bias_callee(self, call) is not None):
+            return  # TP201 / TP202
+        if name in _BIASES and self._is_constructor_base(node):
+            return
+        self.flag(call or node, f"`{name}` needs xformers, which does not import without CUDA",
+                  suggestion=_advice(name))
+
+    def _is_constructor_base(self, node: cst.BaseExpression) -> bool:
+        return any(isinstance(c.func, cst.Attribute) and c.func.value is node
+                   and c.func.attr.value in _CONSTRUCTORS for c in self._callees.values())
+
+
+def _advice(name: str) -> str:
+    last = name.rsplit(".", 1)[-1]
+    if last in _BIAS_NAMES:
+        return ("compare with porter_runtime.xformers_bias." + last +
+                " off CUDA, or test the attribute you need instead of the class")
+    if last == "SwiGLU":
+        return "an nn.Module computing w3(F.silu(w1(x)) * w2(x)) with nn.Linear layers"
+    if last.startswith("memory_efficient_attention"):
+        return "porter_runtime.memory_efficient_attention(q, k, v, attn_bias=..., p=..., scale=...)"
+    return "guard the import (try/except ImportError) and give the code a PyTorch path off CUDA"
