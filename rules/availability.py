@@ -399,22 +399,22 @@ class CudaAvailableGuard(Rule):
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
         if original in self._handled or availability_test(self, original) is None:
             return updated
-        self.flag(original, _NOTE, suggestion=f"if it means \"is there an accelerator\", use {_SUGGESTION} "
-                  "(and `porter_runtime.device()` for the device it picks)")
+        self.flag(original, _NOTE + "; if it means \"is there an accelerator\", use "
+                  f"`{_SUGGESTION}` (and `porter_runtime.device()` for the device)", suggestion=_SUGGESTION)
         return updated
 
     def _guard(self, original, updated, body, new_body):
         test = original.test
         if availability_test(self, test) is False:
             self.flag(test, _NOTE + "; code it guards now runs on a Mac",
-                      suggestion=f"`if not {_SUGGESTION}:` if it means \"no accelerator\"")
+                      suggestion=f"if not {_SUGGESTION}:")
             return updated
         if not self._guard_calls(test):
             return updated
         residue = cuda_residue(self, body, new_body)
         if residue is not None:
             self.flag(test, f"{_NOTE}; the code it guards still needs CUDA (`{residue}`), so it is not "
-                      "rewritten", suggestion=f"port the guarded code, then test {_SUGGESTION}")
+                      "rewritten; port the guarded code, then test the runtime", suggestion=f"if {_SUGGESTION}:")
             return updated
         new_test = self._replace(original.test, updated.test)
         if self.rewrite(original.test, new_test, "the guard now also admits MPS and XPU") is original.test:

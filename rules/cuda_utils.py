@@ -47,8 +47,9 @@ class _TwinCall:
         twin = self.table[target]
         if not self._fits(original):
             self.flag(original, f"`{target}(...)` uses arguments porter_runtime.{twin} does not take; "  # type: ignore[attr-defined]
-                      "not rewritten", suggestion=f"porter_runtime.{twin}(...) without them, or guard the "
-                      "call with `if porter_runtime.device_type() == \"cuda\":`")
+                      "not rewritten: drop them, or keep the call under "
+                      "`if porter_runtime.device_type() == \"cuda\":`",
+                      suggestion=f"porter_runtime.{twin}(...)")
             return updated
         new = updated.with_changes(func=self.runtime(twin))  # type: ignore[attr-defined]
         return self.rewrite(original, new, f"`{target}` fails or does nothing without CUDA; "  # type: ignore[attr-defined]
@@ -554,11 +555,9 @@ class CudaNvtx(_TwinCall, Rule):
     ]
 
 
-_STREAM_SUGGESTION = (
-    "run this work on the default stream off CUDA, e.g. "
-    "`s = torch.cuda.Stream() if porter_runtime.device_type() == \"cuda\" else None` and "
-    "`ctx = torch.cuda.stream(s) if s is not None else contextlib.nullcontext()`"
-)
+_STREAM_SUGGESTION = 's = torch.cuda.Stream() if porter_runtime.device_type() == "cuda" else None'
+_STREAM_NOTE = ("needs CUDA: MPS and CPU have no user streams; run this work on the default stream "
+                "there (`torch.cuda.stream(s) if s is not None else contextlib.nullcontext()`)")
 
 
 class CudaStream(Rule):
@@ -605,6 +604,6 @@ class CudaStream(Rule):
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         target = self.matches(original.func)
         if target is not None:
-            self.flag(original, f"`{target}` needs CUDA: MPS and CPU have no user streams",
+            self.flag(original, f"`{target}` {_STREAM_NOTE}",
                       suggestion=_STREAM_SUGGESTION)
         return updated

@@ -283,8 +283,9 @@ def _branches(stmt: cst.BaseStatement) -> list[cst.BaseSuite]:
 
 _BOOTSTRAP = ("RuntimeError: An attempt has been made to start a new process before the current process "
               "has finished its bootstrapping phase.")
-_GUARD_FIX = ("move the training code into `def main():` and call it under `if __name__ == \"__main__\":` "
-              "(or use num_workers=0 off CUDA)")
+_GUARD_FIX = 'if __name__ == "__main__": main()'
+_GUARD_NOTE = ("; move the training code into `def main():` and call it under the guard "
+               "(or use num_workers=0 off CUDA)")
 
 
 class DataLoaderMainGuard(Rule):
@@ -341,7 +342,8 @@ class DataLoaderMainGuard(Rule):
         for call, why, fix in self._top_level(statements) + self._called(original, statements):
             self.flag(call, f"DataLoader(num_workers={workers(call)}) starts worker processes at import "
                       f"time ({why}, no `if __name__ == \"__main__\":` guard); macOS spawns workers, which "
-                      f"re-import this script and fail with `{_BOOTSTRAP}`", suggestion=fix)
+                      f"re-import this script and fail with `{_BOOTSTRAP}`" + (_GUARD_NOTE if fix == _GUARD_FIX
+                                                                               else ""), suggestion=fix)
         return updated
 
     def _loaders(self, nodes: Sequence[cst.CSTNode]) -> list[cst.Call]:
@@ -371,7 +373,7 @@ class DataLoaderMainGuard(Rule):
             seen.add(name)
             body = list(block_statements(defs[name].body))
             inner = [s for stmt in body for s in _walk_body(stmt)]
-            fix = f"call `{entry}()` under `if __name__ == \"__main__\":`"
+            fix = f'if __name__ == "__main__": {entry}()'
             found += [(c, f"`{entry}()` is called at module level", fix) for c in self._loaders(inner)]
             todo += [(n.value, entry) for n in _called_names(inner) if n.value in defs]
         return found
@@ -450,7 +452,7 @@ def _bindings(node: cst.CSTNode) -> dict[str, str]:
     return found.kinds
 
 
-_PICKLE_FIX = "define it at module level (`def collate(batch): ...`) and pass it by name"
+_PICKLE_FIX = "def collate(batch): ...  # at module level, then collate_fn=collate"
 
 
 class DataLoaderUnpicklableFn(Rule):
@@ -534,7 +536,8 @@ class DataLoaderUnpicklableFn(Rule):
             error = self._pickle_error(arg.value) if arg is not None else None
             if error:
                 self.flag(arg, f"`{param}` can't be pickled for the worker processes macOS spawns "
-                          f"(num_workers={workers(node)}): {error}", suggestion=_PICKLE_FIX)
+                          f"(num_workers={workers(node)}): {error}; define it at module level and pass "
+                          "it by name", suggestion=_PICKLE_FIX)
 
     def _pickle_error(self, node: cst.BaseExpression) -> Optional[str]:
         if isinstance(node, cst.Call) and self.matches(node.func, "functools.partial") and node.args:

@@ -84,7 +84,7 @@ class NcclInitProcessGroup(Rule):
             return updated
         if any(a.star == "*" for a in original.args):
             self.flag(original, "`init_process_group(*args)`: the backend can't be seen; NCCL is not built "
-                      "on macOS", suggestion="porter_runtime.init_process_group(...) with the same arguments")
+                      "on macOS", suggestion="porter_runtime.init_process_group(*args)")
             return updated
         if not self._may_be_nccl(original):
             return updated
