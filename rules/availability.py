@@ -297,8 +297,7 @@ _NOTE = ("`torch.cuda.is_available()` is False without CUDA, so on a Mac this ta
 
 
 class CudaAvailableGuard(Rule):
-    """`if torch.cuda.is_available():` guarding device-neutral code becomes
-    `if porter_runtime.is_accelerator_available():`; other uses are reported.
+    """`if torch.cuda.is_available():` around device-neutral code tests `is_accelerator_available()`.
 
     What:
     Rewrites `torch.cuda.is_available()` to `porter_runtime.is_accelerator_available()`

@@ -218,8 +218,7 @@ class CudaManualSeed(_TwinCall, Rule):
 
 
 class CudaDeviceQuery(_TwinCall, Rule):
-    """`torch.cuda.device_count()`, `current_device()`, `get_device_name()`,
-    `get_device_properties()` become their runtime twins.
+    """`torch.cuda.device_count()`, `current_device()` and other device queries use runtime twins.
 
     What:
     Rewrites `torch.cuda.device_count()` → `porter_runtime.device_count()`,
@@ -332,8 +331,7 @@ _MEMORY = ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_m
 
 
 class CudaMemoryStats(_TwinCall, Rule):
-    """`torch.cuda.memory_allocated()` and the other memory statistics become their
-    runtime twins.
+    """`torch.cuda.memory_allocated()` and the other memory statistics use runtime twins.
 
     What:
     Rewrites `torch.cuda.memory_allocated`, `max_memory_allocated`, `memory_reserved`,
@@ -561,8 +559,7 @@ _STREAM_NOTE = ("needs CUDA: MPS and CPU have no user streams; run this work on 
 
 
 class CudaStream(Rule):
-    """`torch.cuda.Stream()`, `torch.cuda.stream(...)` and other stream calls are
-    reported: streams have no exact twin off CUDA.
+    """`torch.cuda.Stream()`, `torch.cuda.stream(...)` and other stream calls are reported.
 
     What:
     Reports calls of `torch.cuda.Stream`, `stream`, `current_stream`,

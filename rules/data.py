@@ -289,8 +289,7 @@ _GUARD_NOTE = ("; move the training code into `def main():` and call it under th
 
 
 class DataLoaderMainGuard(Rule):
-    """A DataLoader with worker processes that starts at import time, with no
-    `if __name__ == "__main__":` guard, is reported.
+    """A DataLoader with workers that starts at import time (no `__main__` guard) is reported.
 
     What:
     Reports a `DataLoader(..., num_workers=N)` (N > 0 or not a literal) that runs at
@@ -456,8 +455,7 @@ _PICKLE_FIX = "def collate(batch): ...  # at module level, then collate_fn=colla
 
 
 class DataLoaderUnpicklableFn(Rule):
-    """A lambda or local function passed as a DataLoader's `collate_fn` or
-    `worker_init_fn` with worker processes is reported.
+    """A lambda or local function as a DataLoader's `collate_fn` / `worker_init_fn` is reported.
 
     What:
     Reports `DataLoader(..., num_workers=N, collate_fn=f)` (and `worker_init_fn=f`)
