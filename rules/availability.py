@@ -9,8 +9,6 @@ import libcst as cst
 
 from porter.rule import Example, Rule, Safety, cuda_spec, string_value
 
-from ._common import block_statements
-
 IS_AVAILABLE = "torch.cuda.is_available"
 _FALLBACKS = frozenset({"cpu", "mps", "xpu"})
 
