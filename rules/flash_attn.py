@@ -8,7 +8,7 @@ import libcst as cst
 
 from porter.matching import Ambiguous
 from porter.rule import Example, Rule, Safety, keyword
-from rules._thirdparty_common import UseFinder, arguments_fit, literal_is, under
+from porter.rules._thirdparty_common import UseFinder, arguments_fit, literal_is, under
 
 _OPTIONS = ("dropout_p", "softmax_scale", "causal", "window_size", "softcap", "alibi_slopes",
             "deterministic", "return_attn_probs")

@@ -7,7 +7,7 @@ from typing import Optional
 import libcst as cst
 
 from porter.rule import Example, Rule, Safety, keyword, positional, string_value
-from rules._thirdparty_common import GuardTracker, under
+from porter.rules._thirdparty_common import GuardTracker, under
 
 _TRITON_DECORATORS = frozenset({"triton.jit", "triton.autotune", "triton.heuristics"})
 

@@ -8,7 +8,7 @@ import libcst as cst
 
 from porter.matching import Ambiguous
 from porter.rule import Example, Rule, Safety
-from rules._thirdparty_common import UseFinder, arguments_fit
+from porter.rules._thirdparty_common import UseFinder, arguments_fit
 
 _MODULES = ("xformers.ops", "xformers.ops.fmha")
 _ATTENTION = frozenset(f"{m}.memory_efficient_attention" for m in _MODULES)
