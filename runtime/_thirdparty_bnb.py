@@ -46,7 +46,7 @@ def _fallback(name: str, params: Any, args: tuple, kwargs: dict) -> torch.optim.
             dropped.append(key)
     note = f"; ignored {', '.join(dropped)}" if dropped else ""
     _log.warn_once(f"bnb:{name}", f"bitsandbytes.optim.{name} needs bitsandbytes on CUDA; "
-                   f"using {torch_cls.__module__}.{torch_cls.__name__} with 32-bit state{note}")
+                   f"using torch.optim.{torch_cls.__name__} with 32-bit state{note}")
     return torch_cls(params, **options)
 
 
