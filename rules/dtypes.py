@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 import libcst as cst
@@ -86,7 +87,7 @@ class DeviceDtype(Rule):
     Only moves to a literal CUDA device, `torch.device("cuda"...)` or
     `porter_runtime.device(...)` count: `x.to(device, torch.float64)` with a device
     variable is left alone, as the variable may be the CPU. `.double()` and float64
-    from NumPy are PT605 findings.
+    from NumPy are PT606 and PT605.
     """
 
     code = "PT604"
@@ -162,79 +163,59 @@ class DeviceDtype(Rule):
         return _dtype_arg(self, call, method=True) if on_device else None
 
 
-_FLOAT64_METHODS = frozenset({"double", "cdouble"})
-
-
-class Float64ToDevice(Rule):
-    """float64 that reaches the device with no visible dtype is reported.
+class FromNumpyToDevice(Rule):
+    """`torch.from_numpy(a)` moved to a device with no dtype is reported.
 
     What:
-    Reports `.double()` chained with a move to the device (`x.cuda().double()`,
-    `x.double().to("cuda")`), and `torch.from_numpy(a)` moved to a device without a
-    dtype (`torch.from_numpy(a).cuda()`, `torch.from_numpy(a).to(device)`): NumPy
-    arrays are float64 by default.
+    Reports `torch.from_numpy(a).cuda()`, `torch.from_numpy(a).to(device)` and
+    other moves of a NumPy array's tensor that set no dtype: NumPy arrays are
+    float64 by default.
 
     Why:
     MPS has no float64: `TypeError: Cannot convert a MPS Tensor to float64 dtype as
     the MPS framework doesn't support float64. Please use float32 instead.`
 
     Fix safety:
-    Review only. `.double()` may be on a module (which also casts differently from
-    `.to(dtype)`), and an array's dtype is known only at run time, so no rewrite is
-    exact. The suggestions are exact on CUDA: `porter_runtime.to_device(t)` moves a
-    tensor exactly like `.to(device)` there and casts float64 to float32 only on MPS.
+    Review only: the array's dtype is known only at run time. The suggestion is
+    exact on CUDA: `porter_runtime.to_device(t)` moves a tensor exactly like
+    `.to(device)` there and casts float64 to float32 (with a warning) only on MPS.
 
     Known limits:
     Only a move in the same expression is seen; a tensor stored in a variable and
-    moved later is not.
+    moved later is not. An array that is float32 already is reported too.
     """
 
     code = "PT605"
-    name = "float64-to-device"
+    name = "from-numpy-to-device"
     safety = Safety.REVIEW
     targets = frozenset({"torch.from_numpy"})
-    methods = _FLOAT64_METHODS
 
     valid = [
         "import torch\nx = torch.from_numpy(a).float().cuda()\n",
         "import torch\nx = torch.from_numpy(a).to(device, dtype=torch.float32)\n",
+        "import torch\nx = torch.from_numpy(a).to(torch.float32).cuda()\n",
         "def f(torch, a):\n    return torch.from_numpy(a).cuda()\n",
         "import mylib as torch\nx = torch.from_numpy(a).cuda()\n",
-        "y = x.double()\n",
     ]
     invalid = [
         Example("import torch\nx = torch.from_numpy(a).cuda()\n"),
         Example("import torch as t\nx = t.from_numpy(a).to(device, non_blocking=True)\n"),
         Example("from torch import from_numpy\nx = from_numpy(a).to('cuda')\n"),
-        Example("y = x.cuda().double()\nz = x.double().to('cuda:0')\n"),
     ]
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self._moved: dict[int, cst.Call] = {}
+        self._moved: set[int] = set()
 
     def visit_Call(self, node: cst.Call) -> None:
-        if isinstance(node.func, cst.Attribute) and self._any_move(node):
-            self._moved[id(node.func.value)] = node
+        if self._any_move(node):
+            self._moved.add(id(node.func.value))  # type: ignore[attr-defined]
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        func = original.func
-        if self.matches(func, "torch.from_numpy") and id(original) in self._moved:
+        if id(original) in self._moved and self.matches(original.func):
             self.flag(original, "a NumPy array is float64 unless made otherwise, and MPS has no float64",
                       suggestion="porter_runtime.to_device(torch.from_numpy(a)), or .float() before the move")
-        elif self._double_on_device(original):
-            self.flag(original, f"`.{func.attr.value}()` on the device: MPS has no float64",  # type: ignore[attr-defined]
-                      suggestion="on a tensor: .to(porter_runtime.supported_dtype(torch.float64))")
         return updated
-
-    def _double_on_device(self, call: cst.Call) -> bool:
-        func = call.func
-        if not isinstance(func, cst.Attribute) or func.attr.value not in _FLOAT64_METHODS:
-            return False
-        if call.args or self.qualname(func.value) is not None:
-            return False
-        mover = self._moved.get(id(call))
-        return is_device_move(self, func.value) or (mover is not None and is_device_move(self, mover))
 
     def _any_move(self, call: cst.Call) -> bool:
         """A move to any device (a variable too) that sets no dtype."""
@@ -249,6 +230,86 @@ class Float64ToDevice(Rule):
             return True
         given = positional(call)
         return bool(given) and not any(_is_dtype(self, a.value) for a in given)
+
+
+
+class DoubleOnDevice(Rule):
+    """`.double()` next to a move to the device becomes `porter_runtime.double(...)`.
+
+    What:
+    Rewrites `x.double()` (a tensor or a module) when it is chained with a move to
+    the CUDA or runtime device: `model.double().cuda()` becomes
+    `porter_runtime.double(model).cuda()`, and `x.cuda().double()` becomes
+    `porter_runtime.double(x.cuda())`.
+
+    Why:
+    MPS has no float64: `TypeError: Cannot convert a MPS Tensor to float64 dtype as
+    the MPS framework doesn't support float64. Please use float32 instead.`
+
+    Fix safety:
+    Safe. On CUDA (and CPU) `porter_runtime.double(x)` is `x.double()`, whatever `x`
+    is. On MPS it is `x.float()`, which converts the same tensors, with one warning
+    naming float64 and the reason.
+
+    Known limits:
+    Only a move in the same expression (`.cuda()`, `.to("cuda")`,
+    `.to(porter_runtime.device())`) is seen. A file that defines its own `double`
+    method gets findings instead.
+    """
+
+    code = "PT606"
+    name = "double-on-device"
+    safety = Safety.SAFE
+    methods = frozenset({"double"})
+
+    valid = [
+        "y = x.double()\n",
+        "y = x.double().to(device)\n",
+        "import numpy as np\ny = np.double(3).cuda()\n",
+    ]
+    invalid = [
+        Example(
+            "probe = LinearProbe(4).double().cuda()\n",
+            "import porter_runtime\nprobe = porter_runtime.double(LinearProbe(4)).cuda()\n",
+        ),
+        Example(
+            "import torch as t\ny = x.to(t.device('cuda')).double()\n",
+            "import porter_runtime\nimport torch as t\ny = porter_runtime.double(x.to(t.device('cuda')))\n",
+        ),
+        Example(
+            "import porter_runtime\nfrom torch import tensor\ny = tensor([1.0]).double().to(porter_runtime.device(), non_blocking=True)\n",
+            "import porter_runtime\nfrom torch import tensor\n"
+            "y = porter_runtime.double(tensor([1.0])).to(porter_runtime.device(), non_blocking=True)\n",
+        ),
+        Example("class P:\n    def double(self):\n        return self\n\np = P().double().cuda()\n"),
+    ]
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._moved: set[int] = set()
+        self._own = bool(_DEFINES_DOUBLE.search(ctx.source))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if is_device_move(self, node):
+            self._moved.add(id(node.func.value))  # type: ignore[attr-defined]
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        func = original.func
+        if not isinstance(func, cst.Attribute) or func.attr.value != "double" or original.args:
+            return updated
+        if self.qualname(func.value) is not None:
+            return updated  # ``np.double(...)``: a module's function
+        if id(original) not in self._moved and not is_device_move(self, func.value):
+            return updated
+        if self._own:
+            self.flag(original, "`.double()` may call this file's own `double` method; not rewritten",
+                      suggestion="porter_runtime.double(x)")
+            return updated
+        new = self.runtime_call("double", updated.func.value)  # type: ignore[attr-defined]
+        return self.rewrite(original, new, "float64 on the device becomes float32 on MPS only")
+
+
+_DEFINES_DOUBLE = re.compile(rb"\bdef\s+double\s*\(")
 
 
 def _is_dtype(rule: Rule, node: cst.BaseExpression) -> bool:

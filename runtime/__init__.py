@@ -41,6 +41,7 @@ from ._attention import (  # noqa: E402
     attention_varlen_qkvpacked,
     sdpa_kernel,
 )
+from ._cast import double  # noqa: E402
 from ._compile import compile  # noqa: E402
 from ._data import (  # noqa: E402
     dataloader_kwargs,
@@ -111,7 +112,7 @@ __all__ = [
     "WallClockEvent", "nvtx_range_push", "nvtx_range_pop", "nvtx_range",
     # precision
     "autocast", "GradScaler", "grad_scaler", "custom_fwd", "custom_bwd", "amp_dtype",
-    "supported_dtype", "is_bf16_supported",
+    "supported_dtype", "is_bf16_supported", "double",
     # attention
     "attention", "attention_qkvpacked", "attention_kvpacked", "attention_varlen",
     "attention_varlen_qkvpacked", "attention_varlen_kvpacked", "sdpa_kernel",

@@ -1,6 +1,7 @@
 """The runtime calls that PT5xx/PT6xx rewrites produce: exact on CUDA, safe elsewhere."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 import porter_runtime
@@ -67,3 +68,32 @@ def test_sdpa_kernel_is_a_no_op_on_mps(simulate):
     simulate("mps")
     with porter_runtime.sdpa_kernel(enable_math=False):
         pass
+
+
+class _Castable:
+    def __init__(self):
+        self.calls = []
+
+    def double(self):
+        self.calls.append("double")
+        return self
+
+    def float(self):
+        self.calls.append("float")
+        return self
+
+
+def test_double_is_the_method_on_cuda_and_cpu(simulate):
+    for kind in ("cuda", "cpu"):
+        simulate(kind)
+        obj = _Castable()
+        assert porter_runtime.double(obj) is obj and obj.calls == ["double"]
+
+
+def test_double_is_float_on_mps_with_a_warning(simulate):
+    simulate("mps")
+    with pytest.warns(UserWarning, match="float32 instead of torch.float64 on mps"):
+        obj = porter_runtime.double(_Castable())
+    assert obj.calls == ["float"]
+    module = porter_runtime.double(torch.nn.Linear(2, 2))
+    assert module.weight.dtype == torch.float32
