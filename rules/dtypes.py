@@ -61,8 +61,7 @@ def _dtype_arg(rule: Rule, call: cst.Call, method: bool) -> Optional[cst.Arg]:
 
 
 class DeviceDtype(Rule):
-    """A float64 / complex128 / bfloat16 dtype sent to the device goes through
-    `porter_runtime.supported_dtype(...)`.
+    """A float64 / complex128 / bfloat16 dtype sent to the device goes through `porter_runtime.supported_dtype`.
 
     What:
     Rewrites a hard-coded `torch.float64`, `torch.double`, `torch.complex128`,

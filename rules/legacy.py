@@ -189,8 +189,7 @@ _SDP = frozenset({"torch.backends.cuda.sdp_kernel", "torch.nn.attention.sdpa_ker
 
 
 class SdpKernel(Rule):
-    """`torch.backends.cuda.sdp_kernel(...)` and `torch.nn.attention.sdpa_kernel(...)`
-    become `porter_runtime.sdpa_kernel(...)`.
+    """`sdp_kernel(...)` / `sdpa_kernel(...)` become `porter_runtime.sdpa_kernel(...)`.
 
     What:
     Rewrites calls of both attention-backend context managers into the runtime's
