@@ -121,7 +121,9 @@ def discover(
                 if file not in seen:
                     seen.add(file)
                     found.files.append(file)
-        elif path.is_file() and path not in seen:
+        elif not path.is_file():
+            found.skipped.append(Skipped(_rel(path, root), "not a regular file or folder"))
+        elif path not in seen:
             if not any(fnmatch.fnmatch(path.name, p) for p in patterns):
                 found.skipped.append(Skipped(_rel(path, root), "not a Python file or a file any rule reads"))
                 continue
@@ -158,7 +160,7 @@ def _walk_dir(folder: Path, root, excludes, skip_resolved, found, ignores, patte
         if _excluded(rel, excludes) or _gitignored(path, is_dir, ignores):
             continue
         if entry.is_symlink():
-            if entry.name.endswith(".py") or entry.is_dir():
+            if entry.name.endswith(".py") or _links_to_dir(entry):
                 found.skipped.append(Skipped(rel, "symbolic link, not followed"))
             continue
         if is_dir:
@@ -169,6 +171,14 @@ def _walk_dir(folder: Path, root, excludes, skip_resolved, found, ignores, patte
             yield from _walk_dir(path, root, excludes, skip_resolved, found, ignores, patterns)
         elif entry.is_file(follow_symlinks=False) and any(fnmatch.fnmatch(entry.name, p) for p in patterns):
             yield path
+
+
+def _links_to_dir(entry: os.DirEntry) -> bool:
+    """Whether a link points at a folder; a dangling link or a loop does not."""
+    try:
+        return entry.is_dir()
+    except OSError:  # ELOOP: a link cycle
+        return False
 
 
 def _gitignored(path: Path, is_dir: bool, ignores: Sequence[GitIgnore]) -> bool:
