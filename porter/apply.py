@@ -185,12 +185,56 @@ def colourise(diff: bytes) -> bytes:
 
 
 def apply_changes(root: Path, changes: Iterable[Change]) -> list[tuple[str, str]]:
-    """Write every change atomically; returns (path, error) for the ones that failed."""
+    """Write every change atomically; returns (path, error) for the ones that failed.
+
+    A change is written only onto the bytes it was computed from: a file that vanished,
+    was edited during the run, is read-only, or lies behind a symbolic link is left
+    exactly as it is and reported.
+    """
     failed = []
     for change in changes:
         path = root / change.path
+        problem = _unsafe_target(root, change)
+        if problem:
+            failed.append((change.path, problem))
+            continue
         try:
             write_atomic(path, change.new)
         except OSError as exc:
             failed.append((change.path, f"cannot write: {exc.strerror or exc}"))
     return failed
+
+
+def _unsafe_target(root: Path, change: Change) -> Optional[str]:
+    """Why writing ``change`` would lose data or leave the tree, or None."""
+    link = _link_on_path(root, change.path)
+    if link:
+        return f"not written: {link} is a symbolic link (porter never writes through links)"
+    path = root / change.path
+    if change.old is None:
+        return None
+    try:
+        current = path.read_bytes()
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "not written: the file vanished during the run"
+    except OSError as exc:
+        return f"cannot write: {exc.strerror or exc}"
+    if current != change.old:
+        return "not written: the file changed on disk during the run"
+    if not mode & 0o222 or not os.access(path, os.W_OK):
+        return "not written: the file is read-only"
+    return None
+
+
+def _link_on_path(root: Path, rel: str) -> Optional[str]:
+    """The first component of ``rel`` below ``root`` that is a symbolic link."""
+    parts = Path(rel).parts
+    if ".." in parts:  # a --runtime-dir outside the root: the user named it
+        return None
+    here = root
+    for part in parts:
+        here = here / part
+        if here.is_symlink():
+            return Path(*here.relative_to(root).parts).as_posix()
+    return None
