@@ -69,7 +69,7 @@ def migrate(paths, show_diff, write, check, reports, select, ignore, exclude, ru
     console = _stderr_console()
     missing = [p for p in paths if not p.exists() and not p.is_symlink()]
     for p in missing:
-        console.print(f"porter: error: {p}: no such file or folder", markup=False)
+        console.print(f"porter: error: {p}: no such file or folder", markup=False, soft_wrap=True)
     paths = [p for p in paths if p not in missing]
     if not paths:
         sys.exit(2)
@@ -107,7 +107,7 @@ def migrate(paths, show_diff, write, check, reports, select, ignore, exclude, ru
     if not quiet:
         reporting.render_summary(data, console)
     for path, error in write_failed:
-        console.print(f"porter: error: {path}: {error}", markup=False)
+        console.print(f"porter: error: {path}: {error}", markup=False, soft_wrap=True)
 
     if result.errors or write_failed or missing:
         sys.exit(2)

@@ -22,7 +22,7 @@ from porter import imports
 from porter.matching import Resolver
 from porter.prefilter import candidate_rules
 from porter.rule import BaseRule, Finding, Rule, TextRule
-from porter.sources import decode_error, describe_syntax_error
+from porter.sources import decode_error, describe_syntax_error, python_syntax_error
 
 
 @dataclass
@@ -266,8 +266,13 @@ def process_file(path: Path, rel: str, options: Options, bootstrap: Optional[str
     problem = decode_error(data)
     if problem:
         return FileResult(rel, "error", error=problem)
-    if not candidate_rules(data, options.source_rules)[0]:
+    rules, parses = candidate_rules(data, options.source_rules)
+    if not rules:
         return FileResult(rel, "unchanged")
+    if not parses:  # LibCST accepts some code this Python rejects: never rewrite that
+        problem = python_syntax_error(data)
+        if problem:
+            return FileResult(rel, "error", error=problem)
     try:
         result = migrate_source(data, options, path=rel, runtime_bootstrap=bootstrap)
     except cst.ParserSyntaxError as exc:

@@ -51,9 +51,18 @@ def decode_error(data: bytes) -> Optional[str]:
 
 def describe_syntax_error(exc: cst.ParserSyntaxError, data: bytes) -> str:
     """A one-line reason for a file LibCST could not parse."""
+    return python_syntax_error(data) or f"LibCST cannot parse this file (line {exc.raw_line}): {exc.message}"
+
+
+def python_syntax_error(data: bytes) -> Optional[str]:
+    """Why this Python rejects the file, or None. LibCST accepts some code CPython does
+    not (``except A, e:`` parses as PEP 758's tuple; 200 nested brackets), and a file
+    the interpreter rejects must be reported, never rewritten."""
     message, line = _python_syntax_error(data)
     if message is None:
-        return f"LibCST cannot parse this file (line {exc.raw_line}): {exc.message}"
+        return None
+    if not line:  # no position: the parser gave up (recursion, memory, NUL bytes)
+        return f"{message}; left untouched"
     hint = python2_hint(data)
     text = f"syntax error at line {line}: {message}"
     if hint:
@@ -69,8 +78,10 @@ def _python_syntax_error(data: bytes) -> tuple[Optional[str], int]:
             ast.parse(data)
     except SyntaxError as exc:
         return exc.msg, exc.lineno or 0
-    except (ValueError, RecursionError, MemoryError) as exc:
-        return str(exc), 0
+    except RecursionError:
+        return "too deeply nested for the parser", 0
+    except (ValueError, MemoryError) as exc:
+        return str(exc) or type(exc).__name__, 0
     return None, 0
 
 
