@@ -309,7 +309,8 @@ def test_files_vanishing_during_the_run(tmp_path):
 
 def test_target_code_is_never_executed(tmp_path):
     """Porter reads target files as text: modules with import-time side effects, and
-    modules named like porter's own dependencies in the folder it runs from, never run."""
+    modules named like porter's own dependencies in the folder it runs from (which
+    ``python -m`` puts first on sys.path), never run."""
     marker = tmp_path / "executed"
     payload = f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n".encode()
     files = {name: payload + CUDA for name in ("evil.py", "setup.py", "conftest.py", "pkg/__init__.py")}
@@ -320,7 +321,7 @@ def test_target_code_is_never_executed(tmp_path):
 
     proc = subprocess.run([porter_script, "migrate", ".", "--write", "-j", "2"], cwd=root, capture_output=True)
     assert proc.returncode == 0, proc.stderr
-    proc = run_porter("migrate", root, "--check", "-j", "1")
+    proc = run_porter("migrate", ".", "--check", "-j", "1", cwd=root)  # python -m porter, from inside
     assert proc.returncode == 0, proc.stderr
     assert not marker.exists()
     assert b"porter_runtime.device()" in (root / "evil.py").read_bytes()
