@@ -89,6 +89,88 @@ class TorchDeviceCuda(Rule):
         return _index_args(parsed[0])
 
 
+# Device values named at run time; literals are PT002's (and formatted strings the
+# idiom rules'), so only opaque expressions are taken here.
+_OPAQUE = (cst.Name, cst.Attribute, cst.Subscript, cst.Call)
+
+
+class TorchDeviceDynamic(Rule):
+    """`torch.device(value)` with a run-time value becomes `porter_runtime.device(value)`.
+
+    What:
+    Rewrites `torch.device(x)` whose one argument is a name, attribute, subscript or
+    call (`torch.device(args.device)`, `with torch.device(config.device):`,
+    `torch.device(cfg["device"])`), typically a device read from a command line or
+    a config file that says `cuda`.
+
+    Why:
+    A config or option that says `cuda` reaches `torch.device` and every tensor made
+    on that device fails without CUDA.
+
+    Fix safety:
+    Safe. On CUDA `porter_runtime.device(x)` equals `torch.device(x)` for every value
+    `torch.device` accepts: `"cuda"` is `cuda` (no index), `"cuda:1"` and `1` are
+    `cuda:1`, `"cpu"` / `"mps"` / `"meta"` and `torch.device` objects are returned as
+    they are; a value torch rejects raises the same error. Elsewhere a CUDA value
+    maps to the resolved device and any other value is kept.
+
+    Known limits:
+    `None` (which `torch.device` rejects) becomes the default device. String
+    literals are PT002's; formatted strings, arithmetic, conditional expressions,
+    two-argument and keyword forms are left alone. A device string used without
+    `torch.device` (`x.to(cfg.device)`) is not seen: PT701 reports the config.
+    """
+
+    code = "PT006"
+    name = "torch-device-dynamic"
+    safety = Safety.SAFE
+    targets = frozenset({"torch.device"})
+
+    valid = [
+        "import torch\ndev = torch.device('cpu')\n",
+        "def f(torch, name):\n    return torch.device(name)\n",
+        "import mylib as torch\ndev = torch.device(args.device)\n",
+        "import torch\ndev = torch.device(f'cuda:{rank}')\n",
+        "import torch\ndev = torch.device('cuda', rank)\n",
+        "import torch\ndev = torch.device(type=kind)\n",
+    ]
+    invalid = [
+        Example(
+            "import torch\n\nwith torch.device(config.device):\n    model = Model()\n",
+            "import porter_runtime\nimport torch\n\nwith porter_runtime.device(config.device):\n    model = Model()\n",
+        ),
+        Example(
+            "import torch as t\ndev = t.device(cfg['device'])  # from the YAML\n",
+            "import porter_runtime\nimport torch as t\ndev = porter_runtime.device(cfg['device'])  # from the YAML\n",
+        ),
+        Example(
+            "from torch import device\ndev = device(args.device)\n",
+            "import porter_runtime\ndev = porter_runtime.device(args.device)\n",
+        ),
+        Example(
+            "import torch\n\ndef to_dev(x, name):\n    return x.to(torch.device(name))\n",
+            "import porter_runtime\nimport torch\n\ndef to_dev(x, name):\n    return x.to(porter_runtime.device(name))\n",
+        ),
+    ]
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        if not self.matches(original.func) or not updated.func.deep_equals(original.func):
+            return updated  # not torch.device, or another rule already replaced the call
+        args = updated.args
+        if len(args) != 1 or args[0].keyword is not None or args[0].star:
+            return updated
+        if not isinstance(args[0].value, _OPAQUE) or _formats_a_string(args[0].value):
+            return updated
+        new = self.runtime_call("device", args[0].value)
+        return self.rewrite(original, new, "a device named at run time now resolves on this machine")
+
+
+def _formats_a_string(node: cst.BaseExpression) -> bool:
+    """``"cuda:{}".format(i)``: a formatted device, left to the idiom rules."""
+    return (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+            and isinstance(node.func.value, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)))
+
+
 class TorchDeviceKeyword(Rule):
     """`device="cuda"` in a torch call becomes `device=porter_runtime.device()`.
 
@@ -266,7 +348,8 @@ class DeviceOptionDefault(Rule):
     code = "PT005"
     name = "device-option-default"
     safety = Safety.SAFE
-    words = frozenset({"cuda", "device"})
+    # Not "device": a setting is matched case-insensitively (DEVICE, default_device).
+    words = frozenset({"cuda"})
     strings = CUDA_SPEC
 
     valid = [
@@ -292,6 +375,11 @@ class DeviceOptionDefault(Rule):
         Example(
             "import torch as t\ntrainer = Trainer(model, device='cuda')\n",
             "import porter_runtime\nimport torch as t\ntrainer = Trainer(model, device=str(porter_runtime.device()))\n",
+        ),
+        Example(
+            "import torch\n\nDEVICE = \"cuda\"\nmodel = torch.nn.Linear(2, 2).to(DEVICE)\n",
+            "import porter_runtime\nimport torch\n\nDEVICE = str(porter_runtime.device())\n"
+            "model = torch.nn.Linear(2, 2).to(DEVICE)\n",
         ),
     ]
 
