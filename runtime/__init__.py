@@ -60,6 +60,7 @@ from ._dist import (  # noqa: E402
     init_process_group,
 )
 from ._dtypes import is_bf16_supported, supported_dtype  # noqa: E402
+from ._idioms import load_state_dict, require_device, set_default_tensor_type  # noqa: E402
 from ._memory import (  # noqa: E402
     max_memory_allocated,
     max_memory_reserved,
@@ -123,4 +124,6 @@ __all__ = [
     "compile", "dist_backend", "init_process_group", "ddp_device_ids", "ddp_output_device",
     "barrier_device_ids", "pin_memory", "pin_memory_device", "pin_tensor",
     "dataloader_kwargs",
+    # research-code idioms
+    "require_device", "set_default_tensor_type", "load_state_dict",
 ]

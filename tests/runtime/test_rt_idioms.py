@@ -1,0 +1,224 @@
+"""Decision tests for porter_runtime's idiom helpers (require_device,
+set_default_tensor_type, load_state_dict) and the device calls the PT9xx rewrites
+make, on simulated CUDA, MPS and CPU machines."""
+from __future__ import annotations
+
+import warnings
+from collections import OrderedDict
+
+import pytest
+import torch
+from torch import nn
+
+import porter_runtime
+
+
+# -- formatted and integer devices: the rewrites equal the originals on CUDA ----
+
+@pytest.mark.parametrize("gpu", [0, 1, 3, "1"])
+def test_formatted_device_strings_equal_the_original_on_cuda(simulate, gpu):
+    simulate("cuda")
+    for text in (f"cuda:{gpu}", "cuda:{}".format(gpu), "cuda:" + str(gpu)):
+        assert porter_runtime.device(text) == torch.device(text)
+        assert str(porter_runtime.device(text)) == text
+        assert porter_runtime.map_location(text) == text  # torch.load gets the same argument
+
+
+def test_percent_formatted_device_equals_the_original_on_cuda(simulate):
+    simulate("cuda")
+    assert porter_runtime.device("cuda:%d" % 2) == torch.device("cuda:2")
+
+
+@pytest.mark.parametrize("kind", ["mps", "cpu"])
+def test_formatted_device_strings_map_to_the_resolved_device(simulate, kind):
+    simulate(kind)
+    assert porter_runtime.device("cuda:{}".format(1)) == torch.device(kind)
+    assert str(porter_runtime.device(f"cuda:{0}")) == kind
+    location = porter_runtime.map_location(str(porter_runtime.device("cuda:0")))
+    assert location == torch.device("cpu")  # MPS: load on the CPU first; CPU: the CPU
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_integer_device_equals_to_index_on_cuda(simulate, index):
+    simulate("cuda")
+    # ``x.to(i)`` / ``.cuda(i)`` / ``torch.device(i)`` on a CUDA machine mean cuda:i
+    assert porter_runtime.device(index) == torch.device("cuda", index)
+
+
+def test_device_count_is_at_least_one_process_off_cuda(simulate):
+    simulate("cpu")
+    assert porter_runtime.device_count() == 1  # mp.spawn(nprocs=...) starts one process
+    machine = simulate("cuda")
+    machine.record(torch.cuda, "device_count", 4)
+    assert porter_runtime.device_count() == 4
+
+
+# -- require_device --------------------------------------------------------------
+
+def test_require_device_is_silent_on_cuda(simulate, monkeypatch, capsys):
+    simulate("cuda")
+    monkeypatch.delenv("PORTER_QUIET")
+    porter_runtime.device()  # the usual info line, not part of this test
+    capsys.readouterr()
+    assert porter_runtime.require_device("needs a GPU") == torch.device("cuda")
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("kind", ["mps", "cpu"])
+def test_require_device_is_satisfied_by_the_resolved_device(simulate, monkeypatch, capsys, kind):
+    simulate(kind)
+    monkeypatch.delenv("PORTER_QUIET")
+    assert porter_runtime.require_device("needs a GPU") == torch.device(kind)
+    err = capsys.readouterr().err
+    assert "required CUDA (needs a GPU)" in err and f"runs on {kind}" in err
+
+
+# -- set_default_tensor_type ------------------------------------------------------
+
+@pytest.fixture
+def restore_defaults():
+    dtype = torch.get_default_dtype()
+    yield
+    torch.set_default_device(None)
+    torch.set_default_dtype(dtype)
+
+
+def test_set_default_tensor_type_forwards_on_cuda(simulate, restore_defaults):
+    machine = simulate("cuda")
+    seen = machine.record(torch, "set_default_tensor_type")
+    porter_runtime.set_default_tensor_type(torch.cuda.FloatTensor)
+    porter_runtime.set_default_tensor_type("torch.cuda.HalfTensor")
+    assert seen.calls == [((torch.cuda.FloatTensor,), {}), (("torch.cuda.HalfTensor",), {})]
+
+
+def test_cuda_tensor_type_becomes_dtype_and_device_on_cpu(simulate, restore_defaults):
+    simulate("cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        porter_runtime.set_default_tensor_type(torch.cuda.DoubleTensor)
+        x = torch.zeros(2)
+        assert x.dtype == torch.float64 and x.device.type == "cpu"
+        porter_runtime.set_default_tensor_type(torch.FloatTensor)  # the usual reset
+    assert torch.zeros(1).dtype == torch.float32
+    assert torch.get_default_device() == torch.device("cpu")
+
+
+def test_cuda_tensor_type_on_mps_sets_the_mps_device_and_float32(simulate, monkeypatch, restore_defaults):
+    machine = simulate("mps")
+    dtypes = machine.record(torch, "set_default_dtype")
+    devices = machine.record(torch, "set_default_device")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        porter_runtime.set_default_tensor_type("torch.cuda.DoubleTensor")
+    assert dtypes.calls == [((torch.float32,), {})]  # MPS has no float64 (one warning)
+    assert devices.calls == [((torch.device("mps"),), {})]
+
+
+# -- load_state_dict --------------------------------------------------------------
+
+def _model() -> nn.Module:
+    return nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 2))
+
+
+def _prefixed(model: nn.Module, prefix: str) -> OrderedDict:
+    out = OrderedDict((prefix + k, v.clone() + 1) for k, v in model.state_dict().items())
+    return out
+
+
+@pytest.mark.parametrize("prefix", ["module.", "_orig_mod.", "_orig_mod.module.", "module._orig_mod."])
+@pytest.mark.parametrize("kind", ["cuda", "mps", "cpu"])
+def test_wrapped_checkpoint_loads_into_an_unwrapped_model(simulate, kind, prefix):
+    simulate(kind)
+    model = _model()
+    sd = _prefixed(model, prefix)
+    with pytest.raises(RuntimeError):
+        model.load_state_dict(sd)  # what the original call does
+    with pytest.warns(UserWarning, match="prefix removed"):
+        result = porter_runtime.load_state_dict(model, sd)
+    assert result.missing_keys == [] and result.unexpected_keys == []
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, sd[prefix + name])
+
+
+def test_ddp_checkpoint_with_metadata_keeps_batchnorm_versions(simulate):
+    simulate("cpu")
+    wrapped = nn.DataParallel(_model())
+    sd = wrapped.state_dict()  # real module. keys and _metadata
+    model = _model()
+    with pytest.warns(UserWarning):
+        porter_runtime.load_state_dict(model, sd, strict=True)
+    assert "module.0.weight" in sd  # the caller's dict is not modified
+
+
+def test_a_call_that_works_is_made_exactly_as_written(simulate):
+    simulate("cpu")
+    model = _model()
+    calls = []
+    original = model.load_state_dict
+    model.load_state_dict = lambda *a, **k: calls.append((a, k)) or original(*a, **k)
+    sd = _model().state_dict()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        porter_runtime.load_state_dict(model, sd, strict=False)
+    assert calls == [((sd,), {"strict": False})]
+
+
+class Wrapper(nn.Module):
+    """Keys like DataParallel's, without touching CUDA."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+
+def test_a_wrapped_model_gets_the_plain_call(simulate):
+    simulate("cuda")
+    wrapped = Wrapper(_model())
+    sd = _prefixed(wrapped.module, "module.")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        porter_runtime.load_state_dict(wrapped, sd)  # the original call succeeds
+
+
+@pytest.mark.parametrize("change", ["extra", "missing", "partial-prefix", "shape"])
+def test_failures_not_explained_by_a_prefix_raise_as_before(simulate, change):
+    simulate("cpu")
+    model = _model()
+    sd = _prefixed(model, "module.")
+    if change == "extra":
+        sd["module.head.weight"] = torch.zeros(1)
+    elif change == "missing":
+        del sd["module.2.bias"]
+    elif change == "partial-prefix":
+        sd["2.bias"] = sd.pop("module.2.bias")
+    else:
+        sd["module.2.bias"] = torch.zeros(5)
+    with pytest.raises(RuntimeError) as expected:
+        model.load_state_dict(sd)
+    with pytest.raises(RuntimeError) as got:
+        porter_runtime.load_state_dict(model, sd)
+    if change != "shape":  # a shape mismatch is reported after the prefix is removed
+        assert str(got.value) == str(expected.value)
+
+
+def test_strict_false_is_not_retried(simulate):
+    simulate("cpu")
+    model = _model()
+    sd = _prefixed(model, "module.")
+    result = porter_runtime.load_state_dict(model, sd, strict=False)
+    assert result == model.load_state_dict(sd, strict=False)
+
+
+def test_optimizer_and_other_objects_get_the_plain_call(simulate):
+    simulate("cpu")
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    state = opt.state_dict()
+    assert porter_runtime.load_state_dict(opt, state) is None
+
+    class Thing:
+        def load_state_dict(self, *args, **kwargs):
+            raise RuntimeError("as before")
+
+    with pytest.raises(RuntimeError, match="as before"):
+        porter_runtime.load_state_dict(Thing(), {"module.x": 1})
