@@ -282,3 +282,349 @@ def _with_comma(line: str) -> str:
     if match is None or match.group("comma"):
         return line
     return match.group("item") + "," + match.group("rest")
+
+
+class SetupCudaOnly(Rule):
+    """CUDA-only packages in a literal `install_requires` get `; sys_platform != "darwin"`.
+
+    What:
+    In `setuptools.setup(install_requires=[...])` (or `distutils.core.setup`), each
+    plain string literal naming a CUDA-only package (the list of DEP101) gets the
+    marker `sys_platform != "darwin"` inside the string, quoted with the other kind
+    of quote.
+
+    Why:
+    `pip install .` fails on a Mac when a CUDA-only package has no macOS build.
+
+    Fix safety:
+    Safe: the marker is true on Linux and Windows, where CUDA exists, so CUDA
+    machines install exactly what they did. CPU-only Linux still installs the package:
+    move it to `extras_require={"cuda": [...]}` by hand if that matters.
+
+    Known limits:
+    Only a list or tuple literal passed as `install_requires=` is read; requirements
+    built in code (read from requirements.txt, concatenated, in a variable) are not,
+    and `extras_require` is left alone. Strings with prefixes, escapes or triple
+    quotes are skipped.
+    """
+
+    code = "DEP103"
+    name = "setup-cuda-only"
+    safety = Safety.SAFE
+    targets = frozenset({"setuptools.setup", "distutils.core.setup"})
+
+    valid = [
+        Example('from setuptools import setup\nsetup(name="x", install_requires=["torch>=2.5"])\n', path="setup.py"),
+        Example('def f(setup):\n    setup(install_requires=["flash-attn"])\n', path="setup.py"),
+        Example('import mylib as setuptools\nsetuptools.setup(install_requires=["flash-attn"])\n', path="setup.py"),
+        Example('from setuptools import setup\nsetup(extras_require={"cuda": ["flash-attn"]})\n', path="setup.py"),
+    ]
+    invalid = [
+        Example('from setuptools import setup\n\nsetup(\n    name="x",\n    install_requires=[\n'
+                '        "torch>=2.5",\n        "flash-attn>=2.5",  # kernels\n    ],\n)\n',
+                'from setuptools import setup\n\nsetup(\n    name="x",\n    install_requires=[\n'
+                '        "torch>=2.5",\n        "flash-attn>=2.5; sys_platform != \'darwin\'",  # kernels\n'
+                '    ],\n)\n', path="setup.py"),
+        Example("import setuptools as st\nst.setup(install_requires=('xformers', 'numpy'))\n",
+                "import setuptools as st\nst.setup(install_requires=('xformers; sys_platform != \"darwin\"', "
+                "'numpy'))\n", path="setup.py"),
+        Example("from distutils.core import setup\nsetup(install_requires=['triton; python_version >= \"3.9\"'])\n",
+                "from distutils.core import setup\nsetup(install_requires=['triton; python_version >= \"3.9\" "
+                "and sys_platform != \"darwin\"'])\n", path="setup.py"),
+    ]
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._marked: dict[cst.SimpleString, str] = {}
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not self.matches(node.func):
+            return
+        for arg in node.args:
+            if arg.keyword is not None and arg.keyword.value == "install_requires" and \
+                    isinstance(arg.value, (cst.List, cst.Tuple)):
+                for element in arg.value.elements:
+                    self._consider(element.value)
+
+    def _consider(self, node: cst.BaseExpression) -> None:
+        if not isinstance(node, cst.SimpleString) or node.prefix or len(node.quote) != 1 or "\\" in node.value:
+            return
+        req = parse(node.raw_value)
+        if req is None or not is_cuda_only(req.name):
+            return
+        inner = "'" if node.quote == '"' else '"'
+        new = with_platform_marker(req, inner)
+        if new is not None:
+            self._marked[node] = f"{node.quote}{new}{node.raw_value[req.end:]}{node.quote}"
+
+    def leave_SimpleString(self, original: cst.SimpleString, updated: cst.SimpleString) -> cst.BaseExpression:
+        new = self._marked.get(original)
+        if new is None:
+            return updated
+        req = parse(original.raw_value)
+        marker = PLATFORM_MARKER.format(q="'" if original.quote == '"' else '"')
+        return self.rewrite(original, updated.with_changes(value=new),
+                            _marker_message(req.name, marker, "CPU-only Linux still installs it: move it to "
+                                            "extras_require={\"cuda\": [...]} if that matters"))
+
+
+_CONDA_CUDA = re.compile(r"^(?:cudatoolkit|cuda-.*|pytorch-cuda|cudnn|nccl|libcu.*|libnv.*|cupy|magma-cuda.*)$")
+_CONDA_ITEM = re.compile(r"^(?P<indent>\s*)-\s+(?P<item>[^#\s][^#]*?)\s*(?:#.*)?$")
+_CONDA_SPEC = re.compile(r"^(?:(?P<channel>[\w.-]+)::)?(?P<name>[A-Za-z0-9_.-]+)(?P<rest>.*)$")
+
+
+class CondaCudaOnly(TextRule):
+    """A conda environment file installs CUDA-only packages.
+
+    What:
+    In `environment*.yml` / `conda*.yml`, reports conda dependencies that exist only
+    for CUDA (`pytorch-cuda`, `cudatoolkit`, `cuda-*`, `cudnn`, `nccl`, packages from
+    the `nvidia::` channel, builds pinned to `*cuda*`) and entries of the `pip:`
+    sub-list naming a CUDA-only package (the list of DEP101).
+
+    Why:
+    `conda env create` fails on a Mac when a package has no osx-arm64 build:
+    `PackagesNotFoundError: pytorch-cuda=12.1`; pip entries fail as in DEP101.
+
+    Fix safety:
+    Not rewritten: environment.yml has no platform markers, and conda-lock style
+    `# [linux]` selectors are not read by `conda env create`. Keep a separate
+    environment file for the Mac without these lines (or a `environment-cuda.yml`
+    for the cluster; files named with cuda, gpu or cuNNN are left alone), or move
+    the pip entries to a requirements file, where DEP101 marks them.
+
+    Known limits:
+    Reads the list items under `dependencies:` line by line; flow-style lists
+    (`dependencies: [a, b]`) are not read.
+    """
+
+    code = "DEP104"
+    name = "conda-cuda-only"
+    safety = Safety.REVIEW
+    patterns = CONDA_PATTERNS
+
+    valid = [
+        Example("name: x\ndependencies:\n  - python=3.11\n  - pytorch>=2.5\n  - pip:\n    - numpy\n",
+                path="environment.yml"),
+        Example("dependencies:\n  - pytorch-cuda=12.1\n", path="environment-cuda.yml"),
+        Example("dependencies:\n  # - cudatoolkit=11.8\n  - numpy\n", path="environment.yml"),
+    ]
+    invalid = [
+        Example("name: train\nchannels:\n  - pytorch\n  - nvidia\ndependencies:\n  - pytorch=2.5\n"
+                "  - pytorch-cuda=12.1  # CUDA 12\n", path="environment.yml"),
+        Example("dependencies:\n  - nvidia::cuda-nvcc\n  - pytorch=2.1.0=py3.10_cuda11.8_cudnn8.7.0_0\n",
+                path="environment.yaml"),
+        Example("dependencies:\n  - python=3.10\n  - pip\n  - pip:\n      - flash_attn==2.5.8\n      - numpy\n",
+                path="environment.yml"),
+    ]
+
+    def check(self, text: str) -> str:
+        if _CUDA_NAMED.search(_basename(self.path)):
+            return text
+        for number, indent, item, pip in _conda_items(text):
+            self._check_item(number, indent, item, pip)
+        return text
+
+    def _check_item(self, number: int, indent: int, item: str, pip: bool) -> None:
+        if pip:
+            req = parse(requirement_part(item))
+            if req is not None and is_cuda_only(req.name) and \
+                    with_platform_marker(req) is not None:
+                self.flag(number, f"pip entry {req.name} is CUDA-only and does not install on a Mac",
+                          column=indent + 1, before=item,
+                          suggestion=f'{with_platform_marker(req)}  # or leave it out of the Mac environment')
+            return
+        spec = _CONDA_SPEC.match(item)
+        if spec is None:
+            return
+        name = spec.group("name").lower()
+        why = ("comes from the nvidia channel" if spec.group("channel") == "nvidia" else
+               "exists only for CUDA" if _CONDA_CUDA.match(name) or is_cuda_only(name) else
+               "is pinned to a CUDA build" if "cuda" in spec.group("rest").lower() else None)
+        if why:
+            self.flag(number, f"conda package {name} {why}: `conda env create` fails on a Mac",
+                      column=indent + 1, before=item,
+                      suggestion="leave it out of the Mac environment (a separate environment file), "
+                                 "e.g. pytorch without a CUDA build string")
+
+
+def _conda_items(text: str) -> Iterator[tuple[int, int, str, bool]]:
+    """(line, indent, item, under pip:) for the list items under `dependencies:`."""
+    inside = False
+    pip_indent: Optional[int] = None
+    for number, line in enumerate(text.splitlines(), 1):
+        if re.match(r"^dependencies\s*:\s*(#.*)?$", line):
+            inside = True
+            continue
+        if inside and re.match(r"^[^\s#-]", line):
+            inside = False
+        item = _CONDA_ITEM.match(line) if inside else None
+        if item is None:
+            continue
+        indent = len(item.group("indent"))
+        if pip_indent is not None and indent <= pip_indent:
+            pip_indent = None
+        if re.fullmatch(r"pip\s*:", item.group("item")):
+            pip_indent = indent
+            continue
+        yield number, indent, item.group("item"), pip_indent is not None
+
+
+_INDEX_OPTION = re.compile(r"(?P<option>--index-url|--extra-index-url|--find-links|-i|-f)(?:\s*=\s*|\s+)(?P<url>\S+)")
+_CUDA_URL = re.compile(r"https?://\S*?(?:/whl/(?:nightly/)?cu\d{2,3}\b|pypi\.(?:ngc\.)?nvidia\.com|[+%]cu\d{2,3}|cuda)\S*",
+                       re.I)
+_LOCAL_CUDA = re.compile(r"(?P<pin>={2,3}\s*[\w.!]+)\+cu\d{2,3}\b")
+_WHAT_OPTION = {
+    "--index-url": "replaces PyPI with a CUDA wheel index, which has no macOS wheels: pip fails on a Mac",
+    "-i": "replaces PyPI with a CUDA wheel index, which has no macOS wheels: pip fails on a Mac",
+    "--extra-index-url": ("adds a CUDA wheel index: a Mac falls back to PyPI, but CPU-only Linux installs the "
+                          "CUDA build of torch (gigabytes of CUDA libraries it can't use)"),
+    "--find-links": "finds wheels built for CUDA: a Mac and CPU-only Linux need other wheels",
+    "-f": "finds wheels built for CUDA: a Mac and CPU-only Linux need other wheels",
+}
+
+
+class CudaWheelSource(TextRule):
+    """A manifest installs from a CUDA wheel index or pins a `+cuNNN` build.
+
+    What:
+    In requirements files, pyproject.toml and conda environment files, reports
+    `--index-url` / `--extra-index-url` / `--find-links` lines that point at a CUDA
+    wheel index (`https://download.pytorch.org/whl/cu121`, `pypi.nvidia.com`), other
+    URLs of CUDA wheels or indexes (`[[tool.uv.index]]`, direct `...+cu122...whl`
+    links) and versions pinned with a CUDA local version (`torch==2.1.0+cu121`).
+
+    Why:
+    The CUDA index has no macOS wheels and `+cu121` builds exist only there, so pip
+    fails on a Mac (`No matching distribution found for torch==2.1.0+cu121`); on
+    CPU-only Linux an extra CUDA index pulls the CUDA build.
+
+    Fix safety:
+    Not rewritten: the index is how the CUDA machines get the right build. Pin the
+    plain version (`torch==2.1.0`) and choose the build with the index option, in a
+    separate requirements-cuda.txt for CUDA machines (files named with cuda, gpu or
+    cuNNN are left alone); CPU-only Linux can use
+    `--extra-index-url https://download.pytorch.org/whl/cpu`.
+
+    Known limits:
+    Recognises CUDA indexes by their URL (`/whl/cuNNN`, `nvidia.com`, `+cuNNN`,
+    `cuda`); a private mirror with another name is not recognised.
+    """
+
+    code = "DEP105"
+    name = "cuda-wheel-source"
+    safety = Safety.REVIEW
+    patterns = REQUIREMENTS_PATTERNS + PYPROJECT_PATTERNS + CONDA_PATTERNS
+
+    valid = [
+        Example("--extra-index-url https://download.pytorch.org/whl/cpu\ntorch==2.5.1\n", path="requirements.txt"),
+        Example("# --index-url https://download.pytorch.org/whl/cu121\n", path="requirements.txt"),
+        Example("--index-url https://download.pytorch.org/whl/cu121\ntorch==2.5.1+cu121\n",
+                path="requirements-cu121.txt"),
+        Example('[project]\ndependencies = ["torch==2.5.1+cpu"]\n', path="pyproject.toml"),
+    ]
+    invalid = [
+        Example("--extra-index-url https://download.pytorch.org/whl/cu121\ntorch==2.1.0+cu121\n",
+                path="requirements.txt"),
+        Example("-i https://download.pytorch.org/whl/cu118\n", path="requirements.txt"),
+        Example("-f https://data.pyg.org/whl/torch-2.1.0+cu121.html\ntorch-scatter\n", path="requirements.txt"),
+        Example('[[tool.uv.index]]\nname = "pytorch-cu124"\nurl = "https://download.pytorch.org/whl/cu124"\n',
+                path="pyproject.toml"),
+        Example("dependencies:\n  - pip:\n    - --extra-index-url https://pypi.nvidia.com\n", path="environment.yml"),
+    ]
+
+    def check(self, text: str) -> str:
+        if _CUDA_NAMED.search(_basename(self.path)):
+            return text
+        for number, line in enumerate(text.splitlines(), 1):
+            code = line.split("#", 1)[0] if line.lstrip().startswith("#") or " #" in line else line
+            self._check_line(number, line, code)
+        return text
+
+    def _check_line(self, number: int, line: str, code: str) -> None:
+        option = _INDEX_OPTION.search(code)
+        if option and _CUDA_URL.match(option.group("url")):
+            self.flag(number, f"{option.group('option')} {option.group('url')} {_WHAT_OPTION[option.group('option')]}",
+                      column=option.start() + 1, before=line,
+                      suggestion="move it to a requirements-cuda.txt for CUDA machines; CPU-only Linux: "
+                                 "--extra-index-url https://download.pytorch.org/whl/cpu")
+            return
+        pin = _LOCAL_CUDA.search(code)
+        if pin and "://" not in code:
+            self.flag(number, f"pins a CUDA build ({pin.group()}), which exists only on the CUDA wheel index "
+                      "for Linux and Windows: pip fails on a Mac", column=pin.start() + 1, before=line,
+                      suggestion=code[:pin.start()].strip() + pin.group("pin").replace(" ", ""))
+            return
+        url = _CUDA_URL.search(code)
+        if url:
+            self.flag(number, f"{url.group()} is a CUDA wheel or index: it has nothing for a Mac or CPU-only Linux",
+                      column=url.start() + 1, before=line,
+                      suggestion="use it on CUDA machines only (a separate requirements-cuda.txt or a CUDA-only "
+                                 "index for the cuda extra)")
+
+
+class TorchMinimum(TextRule):
+    """The torch requirement allows versions older than porter_runtime needs (torch 2.5).
+
+    What:
+    In requirements files and pyproject.toml dependencies, a torch lower bound below
+    2.5 (`torch>=1.10`, `torch>1.13`, `torch~=2.1`) is raised to 2.5 (`torch>=2.5`,
+    `torch~=2.5`), keeping every other clause. A specifier that admits no torch 2.5
+    or newer (`torch==1.13.1`, `torch>=1.10,<2.0`, `torch~=2.1.0`) is reported.
+
+    Why:
+    Ported code calls porter_runtime, which uses `torch.amp.custom_fwd(device_type=...)`
+    (torch 2.4) and `torch.mps.recommended_max_memory()` (torch 2.5); an older torch
+    fails there with an AttributeError.
+
+    Fix safety:
+    Safe for installation: raising only the lower bound narrows what pip may pick
+    to versions the port runs on, and pip already picks the newest allowed torch
+    unless another package holds it back. A pin or an upper bound is a decision
+    about the whole project, so it is reported, not changed.
+
+    Known limits:
+    setup.py and environment.yml (`pytorch>=1.13`) are not read; pre-release and
+    local parts of a bound are compared by their release numbers.
+    """
+
+    code = "DEP106"
+    name = "torch-minimum"
+    safety = Safety.SAFE
+    patterns = REQUIREMENTS_PATTERNS + PYPROJECT_PATTERNS  # no `words`: names ignore case (Torch)
+
+    valid = [
+        Example("torch>=2.5\ntorchvision>=0.10\n", path="requirements.txt"),
+        Example("torch\ntorch-geometric>=1.0\n", path="requirements.txt"),
+        Example('[project]\ndependencies = ["torch>=2.6,<3"]\n', path="pyproject.toml"),
+        Example("# torch==1.13\n", path="requirements.txt"),
+    ]
+    invalid = [
+        Example("numpy\ntorch>=1.10  # any recent torch\n", "numpy\ntorch>=2.5  # any recent torch\n",
+                path="requirements.txt"),
+        Example('Torch >= 1.13, < 3 ; python_version >= "3.9"\n', 'Torch >= 2.5, < 3 ; python_version >= "3.9"\n',
+                path="requirements.txt"),
+        Example('[project]\ndependencies = [\n    "torch~=2.1",\n]\n', '[project]\ndependencies = [\n    "torch~=2.5",\n]\n',
+                path="pyproject.toml"),
+        Example("torch==1.13.1\n", path="requirements.txt"),
+        Example('[project.optional-dependencies]\nold = ["torch>=1.10,<2.0"]\n', path="pyproject.toml"),
+    ]
+
+    def check(self, text: str) -> str:
+        sites = pyproject_sites(text) if _basename(self.path) == "pyproject.toml" else requirements_sites(text)
+        edits = []
+        for site in sites:
+            req = parse(text[site.start:site.end])
+            if req is None or req.key != "torch" or req.spec is None:
+                continue
+            verdict, new_spec = torch_bound(req.specifier)
+            start, end = site.start + req.spec[0], site.start + req.spec[1]
+            if verdict == "raise":
+                edits.append((start, end, new_spec))
+                self.changed(site.line, req.text, req.text[:req.spec[0]] + new_spec + req.text[req.spec[1]:],
+                             f"porter_runtime needs torch {TORCH_MINIMUM_TEXT} or newer: lower bound raised")
+            elif verdict == "pinned":
+                self.flag(site.line, f"torch{req.specifier.strip()} allows no torch {TORCH_MINIMUM_TEXT} or newer, "
+                          "which porter_runtime needs", column=site.column(text), before=req.text,
+                          suggestion=f"torch>={TORCH_MINIMUM_TEXT}")
+        return apply_edits(text, edits)
