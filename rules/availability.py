@@ -116,6 +116,65 @@ def statement_choice(rule: Rule, node: cst.If) -> Optional[tuple[cst.Assign, Cho
     return cuda, choice
 
 
+# A requirement: ``assert torch.cuda.is_available()`` or ``if not torch.cuda.is_available():``
+# whose body only reports and then stops the program (PT903 rewrites both).
+_STOPS = frozenset({"sys.exit", "os._exit"})
+_REPORTS = frozenset({"print", "warn", "warning", "error", "critical", "info", "exception", "fatal"})
+
+
+def _literal(node: Optional[cst.BaseExpression]) -> Optional[cst.BaseExpression]:
+    return node if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)) and string_value(node) else None
+
+
+def _first_literal(call: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    if isinstance(call, cst.Call) and call.args and call.args[0].keyword is None:
+        return _literal(call.args[0].value)
+    return None
+
+
+def _stop_message(rule: Rule, stmt: cst.BaseSmallStatement) -> Optional[tuple[Optional[cst.BaseExpression]]]:
+    """(message or None,) for ``raise E("...")`` / ``sys.exit("...")`` / ``exit(1)``; else None."""
+    if isinstance(stmt, cst.Raise) and stmt.exc is not None:
+        return (_first_literal(stmt.exc),)
+    if isinstance(stmt, cst.Expr) and isinstance(stmt.value, cst.Call):
+        func = stmt.value.func
+        builtin = isinstance(func, cst.Name) and func.value in ("exit", "quit") and rule.qualname(func) is None
+        if builtin or rule.matches(func, *_STOPS):
+            return (_first_literal(stmt.value),)
+    return None
+
+
+def _is_report(stmt: cst.BaseSmallStatement) -> bool:
+    """``print(...)``, ``logger.error(...)``, ``warnings.warn(...)``: a line that only reports."""
+    if not isinstance(stmt, cst.Expr) or not isinstance(stmt.value, cst.Call):
+        return False
+    func = stmt.value.func
+    name = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else ""
+    return name in _REPORTS
+
+
+def requirement(rule: Rule, node: Union[cst.Assert, cst.If]) -> Optional[tuple[Optional[cst.BaseExpression]]]:
+    """(the original's message or None,) when ``node`` only requires CUDA, else None."""
+    if isinstance(node, cst.Assert):
+        return (_literal(node.msg),) if availability_test(rule, node.test) is True else None
+    if availability_test(rule, node.test) is not False or node.orelse is not None:
+        return None
+    body = node.body
+    if not isinstance(body, cst.IndentedBlock) or body.header.comment is not None or any(l.comment for l in body.footer):
+        return None
+    small = []
+    for stmt in body.body:
+        if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+            return None
+        if stmt.trailing_whitespace.comment is not None or any(l.comment for l in stmt.leading_lines):
+            return None
+        small.append(stmt.body[0])
+    stop = _stop_message(rule, small[-1]) if small else None
+    if stop is None or not all(_is_report(s) for s in small[:-1]):
+        return None
+    return stop if stop[0] is not None else (next(filter(None, (_first_literal(s.value) for s in small[:-1])), None),)
+
+
 def _index_args(index: Optional[int]) -> list[cst.BaseExpression]:
     return [] if index is None else [cst.Integer(str(index))]
 
@@ -305,7 +364,8 @@ class CudaAvailableGuard(Rule):
     package (apex, flash_attn, xformers, triton, bitsandbytes, deepspeed, ...). Every
     other use (`use_cuda = torch.cuda.is_available()`, `assert`, `not ...`, a guard
     around CUDA-only code) is reported with a suggestion, except where the answer is
-    only printed (`print(...)`, an f-string).
+    only printed (`print(...)`, an f-string) and where it is a requirement
+    (`assert torch.cuda.is_available()`, `if not ...: raise`): PT903's.
 
     Why:
     `torch.cuda.is_available()` is False on a Mac, so code that means "is there an
@@ -354,7 +414,7 @@ class CudaAvailableGuard(Rule):
         ),
         Example("import torch\nuse_cuda = not args.no_cuda and torch.cuda.is_available()\n"),
         Example("import torch\nif torch.cuda.is_available():\n    model = apex.amp.initialize(model)\n    x = x.cuda()\n"),
-        Example("import torch\nif not torch.cuda.is_available():\n    raise SystemExit('needs a GPU')\n"),
+        Example("import torch\nif not torch.cuda.is_available():\n    args.amp = False\n"),
     ]
 
     def __init__(self, ctx) -> None:
@@ -366,6 +426,10 @@ class CudaAvailableGuard(Rule):
 
     def visit_IfExp(self, node: cst.IfExp) -> None:
         self._handled.update(self._calls(node.test))
+
+    def visit_Assert(self, node: cst.Assert) -> None:
+        if requirement(self, node) is not None:
+            self._handled.update(self._calls(node.test))  # PT903
 
     def visit_Call(self, node: cst.Call) -> None:
         if isinstance(node.func, cst.Name) and node.func.value == "print" and self.qualname(node.func) is None:
@@ -402,6 +466,8 @@ class CudaAvailableGuard(Rule):
 
     def _guard(self, original, updated, body, new_body):
         test = original.test
+        if isinstance(original, cst.If) and requirement(self, original) is not None:
+            return updated  # PT903
         if availability_test(self, test) is False:
             self.flag(test, _NOTE + "; code it guards now runs on a Mac",
                       suggestion=f"if not {_SUGGESTION}:")

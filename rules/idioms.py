@@ -1,0 +1,315 @@
+"""Devices as research code writes them: integer GPU indices (`.to(local_rank)`,
+`torch.device(0)`) and device strings built at run time (`f"cuda:{rank}"`,
+`"cuda:{}".format(gpu)`, `"cuda:%d" % i`, `"cuda:" + str(i)`)."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+import libcst as cst
+
+from porter.rule import Example, Rule, Safety, string_value
+
+from ._common import argument, argument_pair, int_value, is_runtime_call, replace_arg
+
+#: Names that hold a GPU index in research code (`rank`, `local_rank`, `args.gpu`, `gpu_id`).
+_INDEX_NAME = re.compile(r"^(local_?)?rank$|^gpu(_?(id|idx|index|num))?$|^device_?(id|idx|index)$|^cuda_?(id|idx)$")
+
+
+def dotted(node: cst.BaseExpression) -> Optional[str]:
+    """``args.gpu`` for a Name/Attribute chain, else None."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        inner = dotted(node.value)
+        return None if inner is None else f"{inner}.{node.attr.value}"
+    return None
+
+
+class _DeviceIndexUses(cst.CSTVisitor):
+    """Expressions the file itself uses as CUDA devices: `.cuda(x)`, `set_device(x)`,
+    `torch.device("cuda", x)`. Any of these says `x` is a device, never a dtype."""
+
+    def __init__(self) -> None:
+        self.found: set[str] = set()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        method = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+        index = {"cuda": 0, "set_device": 0, "device": 1}.get(method)
+        if index is None:
+            return
+        arg = argument(node, "device" if method == "cuda" else "index", index)
+        if method == "device" and (not node.args or string_value(node.args[0].value) != "cuda"):
+            return
+        name = dotted(arg.value) if arg is not None else None
+        if name is not None:
+            self.found.add(name)
+
+
+class IntegerDeviceTo(Rule):
+    """`.to(local_rank)`, `.to(0)` and `torch.device(0)` with a GPU index use the runtime's device.
+
+    What:
+    Rewrites `x.to(i)` / `x.to(device=i)` where `i` is an integer literal, or a name
+    or attribute that holds a GPU index: one the file also passes to `.cuda(i)`,
+    `torch.cuda.set_device(i)` or `torch.device("cuda", i)`, or one named like an
+    index (`rank`, `local_rank`, `gpu`, `args.gpu`, `gpu_id`, `device_id`). The call
+    becomes `x.to(porter_runtime.device(i), ...)`, other arguments kept.
+    `torch.device(0)` becomes `porter_runtime.device(0)`.
+
+    Why:
+    An integer device means a CUDA index; without an accelerator `x.to(0)` and
+    `torch.device(0)` raise `RuntimeError: Cannot access accelerator device when
+    none is available.`
+
+    Fix safety:
+    Safe. On CUDA `porter_runtime.device(i)` is `torch.device("cuda", i)`, the
+    device `x.to(i)` moves to; a value that is already a device (`"cuda:1"`, a
+    `torch.device`) is returned as `torch.device` would make it.
+
+    Known limits:
+    `x.to(n)` with any other name is left alone: it may be a dtype or a tensor.
+    The evidence is per file, not per scope.
+    """
+
+    code = "PT901"
+    name = "integer-device"
+    safety = Safety.SAFE
+    methods = frozenset({"to"})
+    targets = frozenset({"torch.device"})
+
+    valid = [
+        "x = x.to(dtype)\ny = y.to(other)\n",
+        "import mylib\nmylib.to(0)\n",
+        "def f(torch):\n    return torch.device(0)\n",
+        "import mylib as torch\ndev = torch.device(0)\n",
+        "x = x.to(torch.float16)\n",
+    ]
+    invalid = [
+        Example(
+            "import torch\nmodel = model.to(0)\ndev = torch.device(1)\n",
+            "import porter_runtime\nimport torch\nmodel = model.to(porter_runtime.device(0))\n"
+            "dev = porter_runtime.device(1)\n",
+        ),
+        Example(
+            "def train(local_rank, batch):\n    return batch.to(local_rank, non_blocking=True)\n",
+            "import porter_runtime\ndef train(local_rank, batch):\n"
+            "    return batch.to(porter_runtime.device(local_rank), non_blocking=True)\n",
+        ),
+        Example(
+            "import torch as t\nt.cuda.set_device(args.which)\nmodel.to(args.which)\nx = x.to(device=args.gpu)\n",
+            "import porter_runtime\nimport torch as t\nt.cuda.set_device(args.which)\n"
+            "model.to(porter_runtime.device(args.which))\nx = x.to(device=porter_runtime.device(args.gpu))\n",
+        ),
+        Example(
+            "from torch import device\ndev = device(0)\n",
+            "import porter_runtime\ndev = porter_runtime.device(0)\n",
+        ),
+    ]
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        uses = _DeviceIndexUses()
+        ctx.module.visit(uses)
+        self._indices = uses.found
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        if self.matches(original.func, "torch.device"):
+            return self._torch_device(original, updated)
+        func = original.func
+        if not isinstance(func, cst.Attribute) or func.attr.value != "to" or self.qualname(func.value) is not None:
+            return updated
+        old, new = argument_pair(original, updated, "device", 0)
+        if old is None or old.star or not self._is_index(old.value):
+            return updated
+        call = replace_arg(updated, new, self.runtime_call("device", new.value))
+        return self.rewrite(original, call, "an integer device is a CUDA index; it now resolves on this machine")
+
+    def _torch_device(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        args = updated.args
+        if not updated.func.deep_equals(original.func) or len(args) != 1 or args[0].keyword or args[0].star:
+            return updated  # another rule replaced it, or not the one-integer form
+        if int_value(args[0].value) is None:
+            return updated
+        return self.rewrite(original, self.runtime_call("device", args[0].value),
+                            "an integer device is a CUDA index; it now resolves on this machine")
+
+    def _is_index(self, node: cst.BaseExpression) -> bool:
+        if isinstance(node, cst.Integer):
+            return True
+        name = dotted(node)
+        if name is None:
+            return False
+        return name in self._indices or bool(_INDEX_NAME.match(name.rsplit(".", 1)[-1]))
+
+
+# -- formatted device strings ---------------------------------------------------
+
+_FORMAT = re.compile(r"^cuda:\{\w*(:d)?\}$")
+_PERCENT = re.compile(r"^cuda:%[dis]$")
+_LOADERS = frozenset({"torch.load", "torch.serialization.load", "torch.jit.load"})
+_DEVICE_CALLS = frozenset({"torch.device", "torch.set_default_device"})
+
+
+def is_formatted_cuda(node: cst.BaseExpression) -> bool:
+    """`f"cuda:{i}"`, `"cuda:{}".format(i)`, `"cuda:%d" % i`, `"cuda:" + str(i)`."""
+    if isinstance(node, cst.FormattedString):
+        parts = node.parts
+        return (len(parts) == 2 and isinstance(parts[0], cst.FormattedStringText) and parts[0].value == "cuda:"
+                and isinstance(parts[1], cst.FormattedStringExpression) and parts[1].format_spec is None)
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "format":
+        template = string_value(node.func.value)
+        return (template is not None and bool(_FORMAT.match(template)) and len(node.args) == 1
+                and not node.args[0].star)
+    if isinstance(node, cst.BinaryOperation):
+        left = string_value(node.left)
+        if isinstance(node.operator, cst.Modulo):
+            single = not isinstance(node.right, cst.Tuple) or len(node.right.elements) == 1
+            return left is not None and bool(_PERCENT.match(left)) and single
+        return isinstance(node.operator, cst.Add) and left == "cuda:"
+    return False
+
+
+class _FormattedNames(cst.CSTVisitor):
+    """Names assigned a formatted CUDA device string (`loc = "cuda:{}".format(gpu)`)."""
+
+    def __init__(self) -> None:
+        self.found: set[str] = set()
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if is_formatted_cuda(node.value):
+            self.found.update(t.target.value for t in node.targets if isinstance(t.target, cst.Name))
+
+
+class FormattedCudaDevice(Rule):
+    """`f"cuda:{rank}"` and other formatted CUDA device strings resolve through the runtime.
+
+    What:
+    Rewrites a device string built at run time (`f"cuda:{rank}"`,
+    `"cuda:{}".format(gpu)`, `"cuda:%d" % i`, `"cuda:" + str(i)`) where it is used:
+    `torch.device(s)` → `porter_runtime.device(s)`; `x.to(s)`, `device=s` of torch
+    callables and `torch.set_default_device(s)` → `porter_runtime.device(s)`;
+    `torch.load(..., map_location=s)` → `porter_runtime.map_location(s)`; an
+    assignment, a `return` or a `device=` argument of another callable → 
+    `str(porter_runtime.device(s))`, keeping it a string. `map_location=loc` where the
+    file assigns `loc` such a string → `porter_runtime.map_location(loc)`.
+
+    Why:
+    Multi-GPU scripts name each process's GPU this way; without CUDA every tensor,
+    module or checkpoint sent there fails (`Torch not compiled with CUDA enabled`,
+    `Attempting to deserialize object on a CUDA device`).
+
+    Fix safety:
+    Safe. The string itself is passed on, so no value is reinterpreted: on CUDA
+    `porter_runtime.device(s)` is `torch.device(s)` (`cuda:1` for `"cuda:1"`),
+    `str()` of it is `s` again, and `porter_runtime.map_location(x)` returns `x`
+    unchanged. Off CUDA they name the resolved device (the CPU for checkpoints on
+    a Mac, then copied to MPS by `load_state_dict`).
+
+    Known limits:
+    A formatted string in any other place (a positional argument of a user
+    function, a dict value) is left alone, as are templates with more text
+    (`f"cuda:{i}{suffix}"`). A string with a non-canonical index (`"cuda:01"`) is
+    `"cuda:1"` after `str()`.
+    """
+
+    code = "PT902"
+    name = "formatted-cuda-device"
+    safety = Safety.SAFE
+    words = frozenset({"cuda"})
+    strings = re.compile(r"^cuda:")
+
+    valid = [
+        "print(f'cuda:{rank}')\n",
+        "log('cuda:{}'.format(gpu))\n",
+        "name = f'cuda:{rank}-{step}'\n",
+        "def f(torch, rank):\n    return torch.device(f'cuda:{rank}')\n",
+        "import mylib as torch\ndev = torch.device(f'cuda:{rank}')\n",
+        "import torch\nstate = torch.load(path, map_location=loc)\n",
+    ]
+    invalid = [
+        Example(
+            "import torch\ndevice = torch.device(f'cuda:{rank}')\nmodel.to(f'cuda:{rank}')\n",
+            "import porter_runtime\nimport torch\ndevice = porter_runtime.device(f'cuda:{rank}')\n"
+            "model.to(porter_runtime.device(f'cuda:{rank}'))\n",
+        ),
+        Example(
+            "import torch as t\n\nloc = 'cuda:{}'.format(args.gpu)\ncheckpoint = t.load(args.resume, map_location=loc)\n",
+            "import porter_runtime\nimport torch as t\n\nloc = str(porter_runtime.device('cuda:{}'.format(args.gpu)))\n"
+            "checkpoint = t.load(args.resume, map_location=porter_runtime.map_location(loc))\n",
+        ),
+        Example(
+            "from torch import load, zeros\nsd = load(p, map_location='cuda:%d' % i)\nx = zeros(2, device='cuda:' + str(i))\n",
+            "import porter_runtime\nfrom torch import load, zeros\nsd = load(p, map_location=porter_runtime.map_location('cuda:%d' % i))\n"
+            "x = zeros(2, device=porter_runtime.device('cuda:' + str(i)))\n",
+        ),
+        Example(
+            "import torch\n\ndef get_device(rank):\n    return f\"cuda:{rank}\"\n\ntrainer = Trainer(device=f\"cuda:{rank}\")\n"
+            "torch.set_default_device(f\"cuda:{rank}\")\n",
+            "import porter_runtime\nimport torch\n\ndef get_device(rank):\n    return str(porter_runtime.device(f\"cuda:{rank}\"))\n\n"
+            "trainer = Trainer(device=str(porter_runtime.device(f\"cuda:{rank}\")))\n"
+            "torch.set_default_device(porter_runtime.device(f\"cuda:{rank}\"))\n",
+        ),
+    ]
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        names = _FormattedNames()
+        ctx.module.visit(names)
+        self._names = names.found
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        target = self.qualname(original.func)
+        if target in _LOADERS:
+            return self._load(original, updated)
+        if target in _DEVICE_CALLS:
+            return self._wrap(original, updated, argument_pair(original, updated, "device", 0), "device")
+        func = original.func
+        is_method = isinstance(func, cst.Attribute) and target is None
+        if is_method and func.attr.value == "to":
+            return self._wrap(original, updated, argument_pair(original, updated, "device", 0), "device")
+        torch_call = target is not None and (target == "torch" or target.startswith("torch."))
+        kind = "device" if torch_call or (is_method and func.attr.value.startswith("new_")) else "str"
+        return self._wrap(original, updated, argument_pair(original, updated, "device"), kind)
+
+    def _load(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        old, new = argument_pair(original, updated, "map_location", 1)
+        if old is None or old.star:
+            return updated
+        if isinstance(old.value, cst.Name) and old.value.value in self._names:
+            value = self.runtime_call("map_location", new.value)
+            return self.rewrite(original, replace_arg(updated, new, value), _MESSAGE)
+        return self._wrap(original, updated, (old, new), "location")
+
+    def _wrap(self, original, updated, pair, kind: str) -> cst.BaseExpression:
+        old, new = pair
+        if old is None or old.star or not is_formatted_cuda(old.value) or is_runtime_call(self, updated):
+            return updated
+        if self.qualname(original.func) == "torch.device":
+            return self.rewrite(original, self.runtime_call("device", new.value), _MESSAGE)
+        return self.rewrite(original, replace_arg(updated, new, self._value(new.value, kind)), _MESSAGE)
+
+    def _value(self, value: cst.BaseExpression, kind: str) -> cst.BaseExpression:
+        if kind == "location":
+            return self.runtime_call("map_location", value)
+        call = self.runtime_call("device", value)
+        return call if kind == "device" else cst.Call(cst.Name("str"), args=[cst.Arg(call)])
+
+    def leave_Assign(self, original: cst.Assign, updated: cst.Assign) -> cst.Assign:
+        return self._as_string(original, updated)
+
+    def leave_AnnAssign(self, original: cst.AnnAssign, updated: cst.AnnAssign) -> cst.AnnAssign:
+        return self._as_string(original, updated) if original.value is not None else updated
+
+    def leave_Return(self, original: cst.Return, updated: cst.Return) -> cst.Return:
+        return self._as_string(original, updated) if original.value is not None else updated
+
+    def _as_string(self, original, updated):
+        if not is_formatted_cuda(original.value):
+            return updated
+        return self.rewrite(original, updated.with_changes(value=self._value(updated.value, "str")), _MESSAGE)
+
+
+_MESSAGE = "a CUDA device string built at run time now resolves on this machine"
