@@ -1,0 +1,123 @@
+"""Branches on a tensor's device type that pick a non-CUDA fallback:
+`if x.device.type == "cpu": <pure PyTorch path> else: <CUDA kernel>`."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+import libcst as cst
+
+from porter.rule import Example, Rule, Safety, string_value
+
+
+def _is_device_type(node: cst.BaseExpression) -> bool:
+    """``x.device.type`` or ``device.type``."""
+    if not isinstance(node, cst.Attribute) or node.attr.value != "type":
+        return False
+    inner = node.value
+    return (isinstance(inner, cst.Attribute) and inner.attr.value == "device") or (
+        isinstance(inner, cst.Name) and inner.value == "device")
+
+
+def _cpu_test(node: cst.BaseExpression) -> Optional[int]:
+    """Index of the comparison of ``x.device.type == / != "cpu"`` (either order), else None."""
+    if not isinstance(node, cst.Comparison) or len(node.comparisons) != 1:
+        return None
+    target = node.comparisons[0]
+    if not isinstance(target.operator, (cst.Equal, cst.NotEqual)):
+        return None
+    left, right = node.left, target.comparator
+    if _is_device_type(left) and string_value(right) == "cpu":
+        return 0
+    if _is_device_type(right) and string_value(left) == "cpu":
+        return 0
+    return None
+
+
+class DeviceTypeBranch(Rule):
+    """`if x.device.type == "cpu":` fallbacks test `!= "cuda"` (unsafe fix).
+
+    What:
+    Reports `x.device.type == "cpu"` and `!= "cpu"` in the test of an `if`, `elif`
+    or conditional expression, and with `--unsafe-fixes` rewrites them to
+    `x.device.type != "cuda"` and `== "cuda"`.
+
+    Why:
+    Such a branch usually picks a pure-PyTorch path for the CPU and a CUDA kernel
+    (Triton, a CUDA extension) otherwise. On a Mac the tensor is on "mps", so the
+    CUDA path runs and fails.
+
+    Fix safety:
+    Unsafe. On CUDA and CPU tensors both tests agree, but a tensor on another
+    device (`meta`, `xpu`) now takes the fallback on a CUDA machine too, and code
+    that truly meant "the CPU" (a CPU-only library) changes branch on MPS.
+
+    Known limits:
+    Only `.device.type` and a variable named `device` are understood;
+    `str(x.device) == "cpu"` and `x.is_cpu` are left alone.
+    """
+
+    code = "PT906"
+    name = "device-type-branch"
+    safety = Safety.UNSAFE
+    words = frozenset({"device", "type"})
+    strings = re.compile(r"^cpu$")
+
+    valid = [
+        "if x.device.type == 'cuda':\n    y = kernel(x)\n",
+        "ok = x.device.type == 'cpu'\n",
+        "if x.dtype.type == 'cpu':\n    pass\n",
+        "import mylib as torch\nif torch.kind == 'cpu':\n    pass\n",
+        "def f(torch, x):\n    return 1 if x.device.type == 'cuda' else 2\n",
+    ]
+    invalid = [
+        Example(
+            "import torch\n\ndef rms_norm(x, w):\n    if x.device.type == \"cpu\":\n        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True)) * w\n"
+            "    return triton_rms_norm(x, w)\n",
+            "import torch\n\ndef rms_norm(x, w):\n    if x.device.type != \"cuda\":\n        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True)) * w\n"
+            "    return triton_rms_norm(x, w)\n",
+        ),
+        Example(
+            "import torch as t\nout = fused(x) if x.device.type != 'cpu' else t.nn.functional.gelu(x)\n",
+            "import torch as t\nout = fused(x) if x.device.type == 'cuda' else t.nn.functional.gelu(x)\n",
+        ),
+        Example(
+            "from torch import nn\nif mode:\n    pass\nelif device.type == 'cpu':\n    act = nn.GELU()\n",
+            "from torch import nn\nif mode:\n    pass\nelif device.type != 'cuda':\n    act = nn.GELU()\n",
+        ),
+    ]
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._tests: set[cst.Comparison] = set()
+
+    def visit_If(self, node: cst.If) -> None:
+        self._collect(node.test)
+
+    def visit_IfExp(self, node: cst.IfExp) -> None:
+        self._collect(node.test)
+
+    def _collect(self, test: cst.BaseExpression) -> None:
+        if isinstance(test, cst.BooleanOperation):
+            self._collect(test.left)
+            self._collect(test.right)
+        elif isinstance(test, cst.Comparison) and _cpu_test(test) is not None:
+            self._tests.add(test)
+
+    def leave_Comparison(self, original: cst.Comparison, updated: cst.Comparison) -> cst.BaseExpression:
+        if original not in self._tests:
+            return updated
+        target = updated.comparisons[0]
+        equal = isinstance(target.operator, cst.Equal)
+        operator = (cst.NotEqual if equal else cst.Equal)(
+            whitespace_before=target.operator.whitespace_before, whitespace_after=target.operator.whitespace_after)
+        literal = updated.left if string_value(updated.left) == "cpu" else target.comparator
+        quote = literal.value[-1] if isinstance(literal, cst.SimpleString) else '"'
+        cuda = cst.SimpleString(f"{quote}cuda{quote}")
+        if literal is updated.left:
+            new = updated.with_changes(left=cuda, comparisons=[target.with_changes(operator=operator)])
+        else:
+            new = updated.with_changes(comparisons=[target.with_changes(operator=operator, comparator=cuda)])
+        return self.rewrite(original, new, "on a Mac the tensor is on \"mps\", so this branch takes the CUDA path; "
+                            "testing for CUDA keeps the fallback for MPS", suggestion=self.ctx.code_for(new))
