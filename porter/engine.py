@@ -19,7 +19,8 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from porter import imports
-from porter.matching import Resolver
+from porter.matching import ImportFacts, Resolver
+from porter.positions import locate
 from porter.prefilter import candidate_rules
 from porter.rule import BaseRule, Finding, Rule, TextRule
 from porter.sources import decode_error, describe_syntax_error, python_syntax_error
@@ -31,6 +32,23 @@ class Options:
 
     rules: Sequence[type[BaseRule]]
     unsafe_fixes: bool = False
+    #: Where the dependency-manifest rules move CUDA-only requirements: "marker"
+    #: (an environment marker) or "extra" (an optional extra); from [tool.porter].
+    dependencies: str = "marker"
+    #: (glob, code prefixes) pairs from ``per-file-ignores``: rules skipped for those paths.
+    per_file_ignores: Sequence[tuple[str, Sequence[str]]] = ()
+
+    def for_path(self, rel: str) -> "Options":
+        """These options less the rules that ``per-file-ignores`` turns off for ``rel``."""
+        if not self.per_file_ignores:
+            return self
+        from porter.config import ignored_codes
+
+        codes = ignored_codes(self.per_file_ignores, rel)
+        if not codes:
+            return self
+        rules = [r for r in self.rules if not r.code.startswith(codes)]
+        return Options(rules, self.unsafe_fixes, self.dependencies)
 
     @property
     def source_rules(self) -> list[type[Rule]]:
@@ -80,12 +98,14 @@ class FileResult:
 class FileContext:
     """Per-file state shared by the rules of one pass."""
 
-    def __init__(self, module: cst.Module, source: bytes, path: str, options: Options) -> None:
+    def __init__(
+        self, module: cst.Module, source: bytes, path: str, options: Options, facts: Optional[ImportFacts] = None
+    ) -> None:
         self.module = module
         self.source = source
         self.path = path
         self.unsafe_fixes = options.unsafe_fixes
-        self.resolver = Resolver(module)
+        self.resolver = Resolver(module, facts)
         self.needs_runtime = False
         self._positions = None
         self._ignores = _ignore_comments(source)
@@ -104,7 +124,8 @@ class FileContext:
         self._records.append((rule, node, action, message, after, suggestion))
 
     def positions(self):
-        """Position metadata of the original module (one pass, computed on demand)."""
+        """Every node's position (LibCST's full pass): only for files with
+        ``# porter: ignore`` comments, where any node may need checking."""
         if self._positions is None:
             self._positions = MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)
         return self._positions
@@ -127,7 +148,7 @@ class FileContext:
         """Resolve positions (one metadata pass, only when something was recorded)."""
         if not self._records:
             return []
-        positions = self.positions()
+        positions = locate(self.module, {node for _, node, *_ in self._records})
         out = []
         for rule, node, action, message, after, suggestion in self._records:
             start = positions[node].start
@@ -178,8 +199,9 @@ class RuleRunner(cst.CSTTransformer):
     """Runs many rules in one traversal, dispatching each node type to the rules
     that handle it, in the rules' order."""
 
-    def __init__(self, rules: Iterable[Rule]) -> None:
+    def __init__(self, rules: Iterable[Rule], resolver: Resolver) -> None:
         super().__init__()
+        self._resolver = resolver
         self._visitors: dict[str, list] = {}
         self._leavers: dict[str, list] = {}
         for rule in rules:
@@ -190,17 +212,31 @@ class RuleRunner(cst.CSTTransformer):
                     self._leavers.setdefault(attr[6:], []).append(getattr(rule, attr))
 
     def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, (cst.Import, cst.ImportFrom)):
+            self._resolver.inside_import += 1
         for visit in self._visitors.get(type(node).__name__, ()):
             visit(node)
         return True
+
+    # Rules never use LibCST's per-attribute hooks; skipping their lookup saves a
+    # getattr per field of every node.
+    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
+        return None
+
+    def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
+        return None
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[override]
         kind = type(original_node).__name__
         for leave in self._leavers.get(kind, ()):
             result = leave(original_node, updated_node)
             if not isinstance(result, type(original_node)):
+                if isinstance(original_node, (cst.Import, cst.ImportFrom)):
+                    self._resolver.inside_import -= 1
                 return result  # a rule replaced the node with another kind: stop here
             updated_node = result
+        if isinstance(original_node, (cst.Import, cst.ImportFrom)):
+            self._resolver.inside_import -= 1
         return updated_node
 
 
@@ -216,15 +252,15 @@ def migrate_source(
     ``runtime_bootstrap``: the path from the file's folder to the folder holding the
     vendored runtime, when the file can't rely on that folder being on ``sys.path``.
     """
-    rules, _ = candidate_rules(data, options.source_rules)
+    rules, facts = candidate_rules(data, options.source_rules)
     if not rules:
         return SourceResult(data, [])
     module = cst.parse_module(data)
-    ctx = FileContext(module, data, path, options)
-    new_module = module.visit(RuleRunner(rule(ctx) for rule in rules))
+    ctx = FileContext(module, data, path, options, facts)
+    new_module = module.visit(RuleRunner((rule(ctx) for rule in rules), ctx.resolver))
     findings = ctx.findings()
-    if new_module.deep_equals(module) and not any(f.action == "rewrite" for f in findings):
-        return SourceResult(data, findings)
+    if not any(f.action == "rewrite" for f in findings):
+        return SourceResult(data, findings)  # rules change code only through rewrite()
     if ctx.needs_runtime and not ctx.resolver.imports_of("porter_runtime"):
         new_module = imports.add_runtime_import(new_module, runtime_bootstrap)
     new_module = imports.remove_unused(new_module, ctx)
@@ -254,10 +290,15 @@ def migrate_text(data: bytes, options: Options, *, path: str) -> SourceResult:
 
 def process_file(path: Path, rel: str, options: Options, bootstrap: Optional[str]) -> FileResult:
     """Migrate one file; every failure becomes a per-file error, never an exception."""
+    options = options.for_path(rel)
     try:
         data = path.read_bytes()
     except OSError as exc:
         return FileResult(rel, "error", error=f"cannot read: {exc.strerror or exc}")
+    if rel.endswith(".ipynb"):  # code cells one by one (porter.notebook)
+        from porter.notebook import process_notebook
+
+        return process_notebook(path, data, rel, options, bootstrap)
     if not rel.endswith(".py"):
         return _process_text(data, rel, options)
     # Undecodable bytes are reported for every file: a binary or mis-encoded file

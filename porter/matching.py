@@ -95,6 +95,12 @@ def dotted_name(node: cst.BaseExpression) -> Optional[str]:
 class ScopeBuilder(cst.CSTVisitor):
     """One pass over a module recording the scopes and every Name's scope."""
 
+    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
+        return None  # no per-attribute hooks here: skip LibCST's lookup for each field
+
+    def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
+        return None
+
     def __init__(self) -> None:
         self.module_scope = Scope("module", None)
         self.stack: list[Scope] = [self.module_scope]
@@ -298,14 +304,103 @@ def _all_params(params: cst.Parameters) -> list[cst.Param]:
     return found
 
 
-class Resolver:
-    """Answers "which imported thing does this expression name?" for one module."""
+class ScopeResolver:
+    """Full resolution: a scope for every name (one LibCST visitor pass)."""
 
     def __init__(self, module: cst.Module) -> None:
         builder = ScopeBuilder()
         module.visit(builder)
         self._name_scope = builder.name_scope
         self.module_scope = builder.module_scope
+
+    def resolve_name(self, node: cst.Name) -> Optional[str]:
+        scope = self._name_scope.get(node)
+        if scope is None:
+            return None
+        return _from_bindings(scope.lookup(node.value))
+
+    def name_for(self, qualname: str, at: cst.Name) -> Optional[str]:
+        """A name that means ``qualname`` where ``at`` is used, or None."""
+        scope = self._name_scope.get(at)
+        if scope is None:
+            return None
+        for name, bound in self.module_scope.bindings.items():
+            if bound == {qualname} and scope.lookup(name) == {qualname}:
+                return name
+        return None
+
+    def use_counts(self) -> Counter[tuple[str, str]]:
+        """How often each (name, imported qualified name) pair is used."""
+        counts: Counter[tuple[str, str]] = Counter()
+        for name in self._name_scope:
+            target = self.resolve_name(name)
+            if target is not None and not isinstance(target, Ambiguous):
+                counts[(name.value, target)] += 1
+        return counts
+
+
+def _from_bindings(bindings: Optional[set[str]]) -> Optional[str]:
+    if not bindings or LOCAL in bindings:
+        return None
+    if len(bindings) > 1:
+        return Ambiguous(sorted(bindings)[0])
+    return next(iter(bindings))
+
+
+@dataclass
+class ImportFacts:
+    """What the stdlib ``ast`` already told the pre-filter about a file's bindings.
+
+    ``module_imports``: names bound by module-level imports, with what they import;
+    ``nested_imports``: the same for imports inside functions and classes;
+    ``other_bindings``: names bound any other way (assignment, parameter, def,
+    ``global``, ...) anywhere; ``star``: a ``from x import *`` somewhere.
+    """
+
+    module_imports: dict[str, set[str]] = field(default_factory=dict)
+    nested_imports: dict[str, set[str]] = field(default_factory=dict)
+    other_bindings: set[str] = field(default_factory=set)
+    star: bool = False
+
+    @property
+    def import_names(self) -> set[str]:
+        return set(self.module_imports) | set(self.nested_imports)
+
+    def simple(self) -> dict[str, str]:
+        """Names whose meaning is the same everywhere in the file: bound only by
+        imports (at any depth) that all import the same thing, never bound otherwise."""
+        if self.star:
+            return {}
+        found = {}
+        for name in self.import_names - self.other_bindings:
+            targets = self.module_imports.get(name, set()) | self.nested_imports.get(name, set())
+            if len(targets) == 1:
+                found[name] = next(iter(targets))
+        return found
+
+
+class Resolver:
+    """Answers "which imported thing does this expression name?" for one module.
+
+    With the pre-filter's :class:`ImportFacts`, a name that only module-level imports
+    bind resolves without any scope analysis; the full :class:`ScopeResolver` pass is
+    made only if a rule asks about a name that is also bound some other way.
+    """
+
+    def __init__(self, module: cst.Module, facts: Optional[ImportFacts] = None) -> None:
+        self._module = module
+        self._facts = facts
+        self._simple = facts.simple() if facts is not None else {}
+        #: Set by the engine while its pass is inside an import statement, whose
+        #: names are bindings, not uses.
+        self.inside_import = 0
+        self._import_names = facts.import_names if facts is not None else set()
+        self._scoped: Optional[ScopeResolver] = None if facts is not None else ScopeResolver(module)
+
+    def _full(self) -> ScopeResolver:
+        if self._scoped is None:
+            self._scoped = ScopeResolver(self._module)
+        return self._scoped
 
     def qualname(self, node: cst.BaseExpression) -> Optional[str]:
         """The imported qualified name ``node`` stands for, or None.
@@ -321,29 +416,29 @@ class Resolver:
             return Ambiguous(full) if isinstance(base, Ambiguous) else full
         if not isinstance(node, cst.Name):
             return None
-        scope = self._name_scope.get(node)
-        if scope is None:
+        if self.inside_import:
             return None
-        bindings = scope.lookup(node.value)
-        if not bindings or LOCAL in bindings:
-            return None
-        if len(bindings) > 1:
-            return Ambiguous(sorted(bindings)[0])
-        return next(iter(bindings))
+        if node.value in self._simple:
+            return self._simple[node.value]
+        if self._facts is not None and node.value not in self._import_names:
+            return None  # no import binds this name anywhere
+        return self._full().resolve_name(node)
+
+    def name_for(self, qualname: str, at: cst.Name) -> Optional[str]:
+        """A name that means ``qualname`` where ``at`` is used (e.g. the alias of
+        ``torch`` a rewrite can use), or None."""
+        for name, target in self._simple.items():
+            if target == qualname:
+                return name
+        return self._full().name_for(qualname, at)
 
     def use_counts(self) -> Counter[tuple[str, str]]:
-        """How often each (name, imported qualified name) pair is used."""
-        counts: Counter[tuple[str, str]] = Counter()
-        for name in self._name_scope:
-            target = self.qualname(name)
-            if target is not None and not isinstance(target, Ambiguous):
-                counts[(name.value, target)] += 1
-        return counts
+        return self._full().use_counts()
 
     def imports_of(self, qualname: str) -> bool:
         """Whether the module binds ``qualname`` (or a parent module) at top level."""
-        for targets in self.module_scope.bindings.values():
-            for target in targets:
-                if target == qualname or qualname.startswith(target + "."):
-                    return True
-        return False
+        if self._facts is not None:
+            bindings = self._facts.module_imports.values()
+        else:
+            bindings = self._full().module_scope.bindings.values()
+        return any(t == qualname or qualname.startswith(t + ".") for targets in bindings for t in targets)

@@ -17,15 +17,18 @@ other way round (tests/test_prefilter.py checks this against the rules' examples
 from __future__ import annotations
 
 import ast
+import re
 import warnings
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Optional, Sequence
 
+from porter.matching import ImportFacts
 from porter.rule import Rule
 
 
 def needles(rule: type[Rule]) -> list[tuple[bytes, ...]]:
-    """Byte strings that must all occur in a file for ``rule`` to possibly match.
+    """Words that must all occur in a file (as whole identifiers) for ``rule`` to match.
 
     Any use of ``a.b.c`` needs ``a`` (in its import) and ``c`` (in the use or in a
     ``from a.b import c``) somewhere in the file.
@@ -33,8 +36,8 @@ def needles(rule: type[Rule]) -> list[tuple[bytes, ...]]:
     extra = tuple(w.encode() for w in sorted(rule.words))
     found: list[tuple[bytes, ...]] = []
     for target in sorted(rule.targets):
-        parts = target.split(".")
-        found.append(tuple(dict.fromkeys((parts[0].encode(), parts[-1].encode()))) + extra)
+        # ``import torch.cuda.nvtx as nv`` + ``nv.range()`` still spells every part.
+        found.append(tuple(dict.fromkeys(p.encode() for p in target.split("."))) + extra)
     for method in sorted(rule.methods):
         found.append((method.encode(),) + extra)
     if not found:
@@ -42,8 +45,29 @@ def needles(rule: type[Rule]) -> list[tuple[bytes, ...]]:
     return found
 
 
+_IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class ByteFilter:
+    """The rules' needle words against the set of identifier-like words of a file:
+    one C-speed scan per file, then set lookups."""
+
+    def __init__(self, rules: Sequence[type[Rule]]) -> None:
+        self.groups = [(rule, [frozenset(g) for g in needles(rule)]) for rule in rules]
+        self.words = frozenset(w for _, groups in self.groups for g in groups for w in g)
+
+    def candidates(self, data: bytes) -> list[type[Rule]]:
+        present = self.words.intersection(_IDENTIFIER.findall(data))
+        return [rule for rule, groups in self.groups if any(g <= present for g in groups)]
+
+
+@lru_cache(maxsize=8)
+def byte_filter(rules: tuple[type[Rule], ...]) -> ByteFilter:
+    return ByteFilter(rules)
+
+
 def byte_candidates(data: bytes, rules: Sequence[type[Rule]]) -> list[type[Rule]]:
-    return [rule for rule in rules if any(all(n in data for n in group) for group in needles(rule))]
+    return byte_filter(tuple(rules)).candidates(data)
 
 
 @dataclass
@@ -54,39 +78,176 @@ class SyntaxFacts:
     names: set[str] = field(default_factory=set)  # Name ids, attribute names, imported names
     called_methods: set[str] = field(default_factory=set)
     strings: list[str] = field(default_factory=list)
+    imports: ImportFacts = field(default_factory=ImportFacts)
+    chains: set[str] = field(default_factory=set)  # dotted names used (``t.cuda.synchronize``)
+    called_chains: set[str] = field(default_factory=set)  # dotted names called
+    imported: set[str] = field(default_factory=set)  # what import statements name
+    used: set[str] = field(default_factory=set)  # resolved qualified names and their prefixes
+    called: set[str] = field(default_factory=set)  # the same, for called names only
+
+    def resolve(self) -> None:
+        """Resolve the dotted names through the file's imports, as the engine's
+        resolver will (where a name is also bound otherwise, every import it may
+        stand for counts: the filter may only over-approximate)."""
+        simple = self.imports.simple()
+
+        def qualify(chains: set[str]) -> set[str]:
+            out: set[str] = set()
+            for chain in chains:
+                root, _, rest = chain.partition(".")
+                targets = {simple[root]} if root in simple else (
+                    self.imports.module_imports.get(root, set()) | self.imports.nested_imports.get(root, set()))
+                for target in targets:
+                    out.update(_prefixes(f"{target}.{rest}" if rest else target))
+            return out
+
+        self.used = qualify(self.chains)
+        for name in self.imported:
+            self.used.update(_prefixes(name))
+        self.called = qualify(self.called_chains)
 
 
-def syntax_facts(tree: ast.AST) -> SyntaxFacts:
+def _prefixes(dotted: str) -> list[str]:
+    parts = dotted.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def _dotted(node: ast.AST) -> Optional[str]:
+    names = []
+    while isinstance(node, ast.Attribute):
+        names.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    names.append(node.id)
+    return ".".join(reversed(names))
+
+
+_BINDERS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+_BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def _module_level(tree: ast.Module):
+    """Statements that run in the module's own scope (inside if/try/with/for, not def)."""
+    stack = list(reversed(tree.body))
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, _BINDERS):
+            continue
+        for attr in _BODIES:
+            stack.extend(reversed(getattr(node, attr, None) or []))
+
+
+def _bound_by_import(alias: ast.alias) -> str:
+    return alias.asname or alias.name.split(".")[0]
+
+
+def _import_target(node: ast.AST, alias: ast.alias) -> str:
+    if isinstance(node, ast.Import):
+        return alias.name if alias.asname else alias.name.split(".")[0]
+    module = "." * node.level + (node.module or "")  # type: ignore[attr-defined]
+    return f"{module}.{alias.name}" if node.module else f"{module}{alias.name}"
+
+
+def _walk(tree: ast.AST):
+    """``ast.walk`` without its per-node generator calls (the order is irrelevant here)."""
+    stack = [tree]
+    node_type = ast.AST
+    while stack:
+        node = stack.pop()
+        yield node
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if isinstance(value, list):
+                stack.extend([item for item in value if isinstance(item, node_type)])
+            elif isinstance(value, node_type):
+                stack.append(value)
+
+
+def syntax_facts(tree: ast.Module) -> SyntaxFacts:
     facts = SyntaxFacts()
-    for node in ast.walk(tree):
+    imports = facts.imports
+    top_level = set()
+    for node in _module_level(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            top_level.add(id(node))
+            for alias in node.names:
+                if alias.name != "*":
+                    imports.module_imports.setdefault(_bound_by_import(alias), set()).add(_import_target(node, alias))
+    other = imports.other_bindings
+    for node in _walk(tree):
         if isinstance(node, ast.Attribute):
             facts.names.add(node.attr)
+            dotted = _dotted(node)
+            if dotted is not None:
+                facts.chains.add(dotted)
         elif isinstance(node, ast.Name):
             facts.names.add(node.id)
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            facts.called_methods.add(node.func.attr)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            facts.strings.append(node.value)
-        elif isinstance(node, ast.Import):
-            for alias in node.names:
-                facts.imported_roots.add(alias.name.split(".")[0])
-                facts.names.update(alias.name.split("."))
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            facts.imported_roots.add(node.module.split(".")[0])
-            facts.names.update(node.module.split("."))
-            facts.names.update(alias.name for alias in node.names)
+            if isinstance(node.ctx, ast.Load):
+                facts.chains.add(node.id)
+            else:
+                other.add(node.id)
+        elif isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Attribute):
+                facts.called_methods.add(node.func.attr)
+            dotted = _dotted(node.func)
+            if dotted is not None:
+                facts.called_chains.add(dotted)
+        elif isinstance(node, ast.Constant):
+            if isinstance(node.value, str):
+                facts.strings.append(node.value)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            _import_facts(node, facts, nested=id(node) not in top_level)
+        elif isinstance(node, ast.arg):
+            other.add(node.arg)
+        elif isinstance(node, _BINDERS):
+            other.add(node.name)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            other.update(node.names)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            other.add(node.name)
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+            other.add(node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            other.add(node.rest)
+    facts.resolve()
     return facts
 
 
+def _import_facts(node, facts: SyntaxFacts, nested: bool) -> None:
+    imports = facts.imports
+    if isinstance(node, ast.ImportFrom):
+        if node.module and not node.level:
+            facts.imported_roots.add(node.module.split(".")[0])
+            facts.names.update(node.module.split("."))
+            facts.imported.update(f"{node.module}.{alias.name}" for alias in node.names if alias.name != "*")
+            facts.imported.add(node.module)
+        facts.names.update(alias.name for alias in node.names)
+    else:
+        facts.imported.update(alias.name for alias in node.names)
+    for alias in node.names:
+        if alias.name == "*":
+            imports.star = True
+            continue
+        if isinstance(node, ast.Import):
+            facts.imported_roots.add(alias.name.split(".")[0])
+            facts.names.update(alias.name.split("."))
+        if nested:  # an import inside a def or class binds a local name
+            imports.nested_imports.setdefault(_bound_by_import(alias), set()).add(_import_target(node, alias))
+
+
 def syntax_match(rule: type[Rule], facts: SyntaxFacts) -> bool:
+    """Whether the file has what ``rule`` declares it needs: a use (or, for
+    ``calls_only`` rules, a call) of a target or of something under it, a call of one
+    of its methods, a string constant its pattern matches."""
     if rule.strings is not None and not any(rule.strings.search(s) for s in facts.strings):
         return False
     if not rule.targets and not rule.methods:
         return True
-    for target in rule.targets:
-        parts = target.split(".")
-        if parts[0] in facts.imported_roots and parts[-1] in facts.names:
-            return True
+    used = facts.called if rule.calls_only else facts.used
+    if any(target in used for target in rule.targets):
+        return True
     return bool(rule.methods & facts.called_methods)
 
 
@@ -101,17 +262,15 @@ def parse_for_filter(data: bytes) -> Optional[ast.AST]:
         return None
 
 
-def candidate_rules(data: bytes, rules: Sequence[type[Rule]]) -> tuple[list[type[Rule]], bool]:
-    """The rules that may match ``data``, and whether the file parses as Python.
-
-    A file that passes the byte stage but not ``ast.parse`` keeps its byte candidates,
-    so that LibCST reports the error with its position.
-    """
+def candidate_rules(data: bytes, rules: Sequence[type[Rule]]) -> tuple[list[type[Rule]], Optional[ImportFacts]]:
+    """The rules that may match ``data``, and the file's import facts (None when
+    Python can't parse the file: it keeps its byte candidates, so that LibCST reports
+    the error with its position)."""
     candidates = byte_candidates(data, rules)
     if not candidates:
-        return [], True
+        return [], None
     tree = parse_for_filter(data)
     if tree is None:
-        return candidates, False
+        return candidates, None
     facts = syntax_facts(tree)
-    return [rule for rule in candidates if syntax_match(rule, facts)], True
+    return [rule for rule in candidates if syntax_match(rule, facts)], facts.imports

@@ -104,6 +104,9 @@ class Rule(BaseRule):
     words: ClassVar[frozenset[str]] = frozenset()
     #: When set, the file must hold a string constant this pattern matches.
     strings: ClassVar[Optional["re.Pattern[str]"]] = None
+    #: The rule acts only on calls of its targets (or of names under them), not on
+    #: other references: lets the pre-filter skip files that merely mention them.
+    calls_only: ClassVar[bool] = False
 
     def __init__(self, ctx: "FileContext") -> None:
         self.ctx = ctx

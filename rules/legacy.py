@@ -151,14 +151,7 @@ class LegacyCudaTensor(Rule):
             return None
         if self.qualname(root) == "torch":
             return root.value
-        resolver = self.ctx.resolver
-        # The resolver keeps the scope of every name use; ask it what each module-level
-        # ``torch`` alias means at this use (a parameter may shadow it).
-        scope = resolver._name_scope.get(root)
-        for name, bound in resolver.module_scope.bindings.items():
-            if bound == {"torch"} and scope is not None and scope.lookup(name) == {"torch"}:
-                return name
-        return None
+        return self.ctx.resolver.name_for("torch", root)
 
     def _flag(self, node: cst.CSTNode, target: str) -> None:
         dtype = f"torch.{_LEGACY[target]}"

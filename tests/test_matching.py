@@ -1,15 +1,27 @@
 """The name resolver: aliases and from-imports resolve; shadowing and lookalikes don't."""
 
+import ast
+
 import libcst as cst
 import pytest
 
 from porter.matching import Ambiguous, Resolver
+from porter.prefilter import syntax_facts
+
+
+@pytest.fixture(params=["scopes", "ast-facts"], autouse=True)
+def mode(request):
+    """Every case runs through the full scope pass and through the fast path that
+    uses the pre-filter's import facts (falling back to scopes where needed)."""
+    global MODE
+    MODE = request.param
 
 
 def resolve_all(code: str, wanted: str):
     """The qualified names of every call whose callee ends with ``wanted``, in order."""
     module = cst.parse_module(code)
-    resolver = Resolver(module)
+    facts = syntax_facts(ast.parse(code)).imports if MODE == "ast-facts" else None
+    resolver = Resolver(module, facts)
     found = []
 
     class Finder(cst.CSTVisitor):
@@ -77,3 +89,19 @@ def test_disagreeing_imports_are_ambiguous():
 def test_agreeing_imports_resolve():
     code = "import torch\nif x:\n    import torch\ntorch.cuda.synchronize()"
     assert resolve_all(code, "synchronize") == ["torch.cuda.synchronize"]
+
+
+def test_import_statement_names_are_not_uses():
+    """Names inside import statements, at any depth, are bindings: never rewritten."""
+    from porter.engine import Options, migrate_source
+    from porter.registry import all_rules
+
+    code = ("from torch import compile\n"
+            "def f(g):\n    from torch import compile\n    import torch.cuda as cuda\n"
+            "    return compile(g), compile\n")
+    new = migrate_source(code.encode(), Options(rules=all_rules())).new.decode()
+    compile_ = __builtins__["compile"] if isinstance(__builtins__, dict) else __builtins__.compile
+    compile_(new, "x.py", "exec")
+    assert "import porter_runtime" in new
+    assert "return porter_runtime.compile(g), porter_runtime.compile" in new, new
+    assert all("porter_runtime" not in line for line in new.splitlines() if line.lstrip().startswith("from ")), new
