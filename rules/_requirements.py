@@ -29,6 +29,8 @@ CUDA_ONLY = frozenset({
     "tensorrt", "tensorrt-llm", "onnxruntime-gpu", "vllm", "auto-gptq", "exllamav2",
 })
 CUDA_ONLY_PREFIXES = ("nvidia-", "cupy-cuda")
+#: nvidia-* packages that are pure Python and install anywhere (NVML bindings).
+NOT_CUDA_ONLY = frozenset({"nvidia-ml-py", "nvidia-ml-py3"})
 
 # name [extras] (specifier | @ url) [; marker]
 _REQUIREMENT = re.compile(
@@ -50,7 +52,7 @@ def normalise(name: str) -> str:
 
 def is_cuda_only(name: str) -> bool:
     name = normalise(name)
-    return name in CUDA_ONLY or name.startswith(CUDA_ONLY_PREFIXES)
+    return name not in NOT_CUDA_ONLY and (name in CUDA_ONLY or name.startswith(CUDA_ONLY_PREFIXES))
 
 
 @dataclass(frozen=True)

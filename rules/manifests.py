@@ -273,12 +273,12 @@ class PyprojectCudaOnly(_CudaOnlyMarker):
 
 
 # An array element alone on its line: the string, a comma, a comment.
-_ALONE = re.compile(r"\s*(['\"])[^'\"\n]*\1\s*(?P<comma>,)?\s*(#.*)?")
+_ALONE = re.compile(r"""\s*(?:'[^'\n]*'|"[^"\n]*")\s*(?P<comma>,)?\s*(#.*)?""")
 
 
 def _with_comma(line: str) -> str:
     """An array element line ending in a comma (before its comment)."""
-    match = re.match(r"(?P<item>\s*(['\"]).*?\2)(?P<comma>\s*,)?(?P<rest>.*)", line, re.S)
+    match = re.match(r"""(?P<item>\s*(?:'[^'\n]*'|"[^"\n]*"))(?P<comma>\s*,)?(?P<rest>.*)""", line, re.S)
     if match is None or match.group("comma"):
         return line
     return match.group("item") + "," + match.group("rest")
@@ -471,7 +471,7 @@ def _conda_items(text: str) -> Iterator[tuple[int, int, str, bool]]:
 
 
 _INDEX_OPTION = re.compile(r"(?P<option>--index-url|--extra-index-url|--find-links|-i|-f)(?:\s*=\s*|\s+)(?P<url>\S+)")
-_CUDA_URL = re.compile(r"https?://\S*?(?:/whl/(?:nightly/)?cu\d{2,3}\b|pypi\.(?:ngc\.)?nvidia\.com|[+%]cu\d{2,3}|cuda)\S*",
+_CUDA_URL = re.compile(r"https?://[^\s\"']*?(?:/whl/(?:nightly/)?cu\d{2,3}\b|pypi\.(?:ngc\.)?nvidia\.com|[+%]cu\d{2,3}|cuda)[^\s\"']*",
                        re.I)
 _LOCAL_CUDA = re.compile(r"(?P<pin>={2,3}\s*[\w.!]+)\+cu\d{2,3}\b")
 _WHAT_OPTION = {
