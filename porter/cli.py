@@ -15,6 +15,7 @@ import click
 import porter
 from porter import report as reporting
 from porter.apply import Change, apply_changes, colourise, unified_diff
+from porter.config import Config, ConfigError, load_config
 from porter.discover import find_root
 from porter.engine import Options
 from porter.registry import all_rules, by_code, select_rules
@@ -49,8 +50,16 @@ def cli() -> None:
 @click.option("--diff", "show_diff", is_flag=True, help="Print a unified diff (git apply-able) on stdout.")
 @click.option("--write", is_flag=True, help="Apply the changes in place and vendor the runtime.")
 @click.option("--check", is_flag=True, help="Exit 1 when any file would change or needs review.")
+@click.option("--fail-on", type=click.Choice(["any", "changes"]), default="any", show_default=True,
+              help="What --check fails on: any change or finding, or only code porter would rewrite.")
+@click.option("-i", "--interactive", is_flag=True,
+              help="Review each change (y/n/a/q, like git add -p), then write what was accepted.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False),
+              help="Write a ported copy of the tree (with the runtime) into DIR; the original stays as is.")
 @click.option("--report", "reports", multiple=True, type=click.Path(path_type=Path),
-              help="Write the migration report: FILE.md (Markdown) or FILE.json.")
+              help="Write the migration report: FILE.md (Markdown), FILE.json or FILE.sarif (SARIF 2.1.0).")
+@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="json: print the report (as FILE.json) on stdout instead of the summary.")
 @click.option("--select", multiple=True, help="Only rules whose code starts with these (comma-separated).")
 @click.option("--ignore", multiple=True, help="Skip rules whose code starts with these (comma-separated).")
 @click.option("--exclude", multiple=True, help="Skip paths matching this glob (repeatable).")
@@ -58,14 +67,19 @@ def cli() -> None:
               help="Where --write vendors porter_runtime (default: <root>/porter_runtime).")
 @click.option("--root", type=click.Path(path_type=Path, file_okay=False),
               help="Repository root for diff paths (default: the git work tree, else the path given).")
-@click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that may change behaviour on CUDA.")
+@click.option("--config", "config_file", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="Settings file (default: porter.toml, else pyproject.toml's [tool.porter], at the root).")
+@click.option("--unsafe-fixes", is_flag=True, default=None, help="Also apply fixes that may change behaviour on CUDA.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
               help="Worker processes (default: all cores). Output is the same for any number.")
 @click.option("--no-progress", is_flag=True, help="Never show a progress bar.")
 @click.option("-q", "--quiet", is_flag=True, help="Print no summary (errors still go to stderr).")
-def migrate(paths, show_diff, write, check, reports, select, ignore, exclude, runtime_dir, root,
-            unsafe_fixes, jobs, no_progress, quiet) -> None:
-    """Migrate PATHS (files or folders). Without --diff/--write/--check: a dry run."""
+def migrate(paths, show_diff, write, check, fail_on, interactive, out_dir, reports, output_format, select, ignore,
+            exclude, runtime_dir, root, config_file, unsafe_fixes, jobs, no_progress, quiet) -> None:
+    """Migrate PATHS (files or folders). Without --diff/--write/--check: a dry run.
+
+    Settings come from porter.toml or [tool.porter] in pyproject.toml at the root;
+    flags win over them."""
     console = _stderr_console()
     missing = [p for p in paths if not p.exists() and not p.is_symlink()]
     for p in missing:
@@ -73,46 +87,154 @@ def migrate(paths, show_diff, write, check, reports, select, ignore, exclude, ru
     paths = [p for p in paths if p not in missing]
     if not paths:
         sys.exit(2)
-    for report_path in reports:
-        if report_path.suffix not in (".md", ".json"):
-            raise click.BadParameter(f"{report_path}: use a .md or .json file", param_hint="--report")
-    rules = select_rules(_split(select), _split(ignore))
+    _check_combinations(reports, output_format, show_diff, interactive, check, out_dir)
     root = (root or find_root(paths)).absolute()
-    config = RunConfig(
+    settings = _settings(root, config_file)
+    if out_dir is not None:
+        paths, root, runtime_dir = _prepare_copy(paths, root, out_dir, runtime_dir or settings.runtime_dir)
+        write = True
+    config = _run_config(paths, root, settings, select, ignore, exclude, runtime_dir, unsafe_fixes, jobs)
+    quiet = quiet or output_format == "json"
+    if interactive:
+        result, write_failed = _interactive(config, console, show=not no_progress and not quiet)
+        mode = "interactive"
+    else:
+        result, write_failed = _stream(config, console, show_diff, write, show=not no_progress and not quiet)
+        mode = "write" if write else "check" if check else "diff" if show_diff else "dry-run"
+    data = reporting.build(result, mode)
+    _write_reports(data, reports)
+    if output_format == "json":
+        sys.stdout.write(reporting.to_json(data))
+        sys.stdout.flush()
+    if not quiet:
+        reporting.render_summary(data, console)
+    elif output_format == "json":
+        _print_errors(data, console)
+    for path, error in write_failed:
+        console.print(f"porter: error: {path}: {error}", markup=False, soft_wrap=True)
+    if out_dir is not None and not quiet:
+        console.print(f"ported copy written to {out_dir}", markup=False, soft_wrap=True)
+
+    if result.errors or write_failed or missing:
+        sys.exit(2)
+    if check and (result.changed or (fail_on == "any" and result.reviews)):
+        sys.exit(1)
+
+
+def _check_combinations(reports, output_format, show_diff, interactive, check, out_dir) -> None:
+    for report_path in reports:
+        if report_path.suffix not in (".md", ".json", ".sarif"):
+            raise click.BadParameter(f"{report_path}: use a .md, .json or .sarif file", param_hint="--report")
+    if output_format == "json" and (show_diff or interactive):
+        raise click.UsageError("--format json prints the report on stdout; it can't be combined with "
+                               + ("--diff" if show_diff else "--interactive"))
+    if interactive and (check or out_dir is not None):
+        raise click.UsageError("--interactive can't be combined with " + ("--check" if check else "--out"))
+
+
+class SettingsError(click.ClickException):
+    exit_code = 2  # like every input porter can't use
+
+
+def _settings(root: Path, config_file: Optional[Path]) -> Config:
+    try:
+        return load_config(root, config_file)
+    except ConfigError as exc:
+        raise SettingsError(str(exc)) from None
+
+
+def _run_config(paths, root, settings: Config, select, ignore, exclude, runtime_dir, unsafe_fixes, jobs) -> RunConfig:
+    """The run's settings: each flag given wins over the settings file's value."""
+    rules = select_rules(_split(select) or settings.select or (),
+                         _split(ignore) or settings.ignore or ())
+    runtime_dir = runtime_dir or settings.runtime_dir
+    options = Options(
+        rules=rules,
+        unsafe_fixes=bool(unsafe_fixes if unsafe_fixes is not None else settings.unsafe_fixes),
+        dependencies=settings.dependencies or "marker",
+        per_file_ignores=tuple((glob, tuple(codes)) for glob, codes in settings.per_file_ignores.items()),
+    )
+    return RunConfig(
         paths=[p.absolute() for p in paths],
         root=root,
-        options=Options(rules=rules, unsafe_fixes=unsafe_fixes),
-        excludes=_split(exclude),
+        options=options,
+        excludes=_split(exclude) or settings.exclude or [],
         runtime_dir=runtime_dir.absolute() if runtime_dir else None,
         jobs=jobs or default_jobs(),
     )
+
+
+def _prepare_copy(paths, root: Path, out_dir: Path, runtime_dir: Optional[Path]):
+    """Copy the tree to ``out_dir``; the run then works on the copy."""
+    from porter.outtree import OutError, check_target, copy_tree, map_paths
+
+    out = out_dir.absolute()
+    try:
+        check_target(root, out)
+        mapped = map_paths(paths, root, out)
+        if runtime_dir is not None:
+            runtime_dir = map_paths([runtime_dir], root, out)[0]
+    except OutError as exc:
+        raise click.ClickException(str(exc)) from None
+    out.mkdir(parents=True, exist_ok=True)
+    copy_tree(root, out)
+    return mapped, out, runtime_dir
+
+
+def _stream(config: RunConfig, console, show_diff: bool, write: bool, show: bool):
     write_failed: list[tuple[str, str]] = []
     colour = show_diff and sys.stdout.isatty()
 
     def sink(change: Change) -> None:
         if show_diff:
-            out = unified_diff(change)
+            out = _diff(change)
             sys.stdout.buffer.write(colourise(out) if colour else out)
         if write:
-            write_failed.extend(apply_changes(root, [change]))
+            write_failed.extend(apply_changes(config.root, [change]))
 
-    result = _run_with_progress(config, console, sink, show=not no_progress and not quiet)
+    result = _run_with_progress(config, console, sink, show=show)
     sys.stdout.flush()
-    mode = "write" if write else "check" if check else "diff" if show_diff else "dry-run"
+    return result, write_failed
 
-    data = reporting.build(result, mode)
-    for report_path in reports:
-        text = reporting.to_json(data) if report_path.suffix == ".json" else reporting.to_markdown(data)
-        report_path.write_text(text, encoding="utf-8")
-    if not quiet:
-        reporting.render_summary(data, console)
-    for path, error in write_failed:
-        console.print(f"porter: error: {path}: {error}", markup=False, soft_wrap=True)
 
-    if result.errors or write_failed or missing:
-        sys.exit(2)
-    if check and (result.changed or result.reviews):
-        sys.exit(1)
+def _diff(change: Change) -> bytes:
+    """A git apply-able diff; a notebook's code cells are shown one by one instead."""
+    if change.path.endswith(".ipynb") and change.old is not None:
+        from porter.notebook import cell_diff
+
+        return cell_diff(change.path, change.old, change.new).encode("utf-8")
+    return unified_diff(change)
+
+
+def _interactive(config: RunConfig, console, show: bool):
+    """Run, ask about each hunk, then write the accepted hunks (and the runtime they need)."""
+    from porter import interactive
+
+    changes: list[Change] = []
+    result = _run_with_progress(config, console, changes.append, show=show)
+    findings = {f.path: f.findings for f in result.files}
+    sources = [c for c in changes if c.path in findings]
+    plans = [interactive.plan(c, findings[c.path], interactive.whole_file_display) for c in sources]
+    answers = interactive.review(plans)
+    accepted: list[Change] = []
+    runtime_parent = config.runtime_target.parent
+    for file, chosen in zip(plans, answers):
+        data, note = interactive.assemble(file, chosen, interactive.bootstrap_for(config.root, file.change.path,
+                                                                              runtime_parent))
+        if note:
+            console.print(f"porter: {note}", markup=False, soft_wrap=True)
+        if data is not None:
+            accepted.append(Change(file.change.path, file.change.old, data))
+    if any(b"porter_runtime" in c.new for c in accepted):
+        accepted += [c for c in changes if c.path not in findings]
+    kept = {c.path for c in accepted}
+    for item in result.files:  # the report tells what was written, not what was proposed
+        if item.status == "changed" and item.path not in kept:
+            item.status = "unchanged"
+    if not any(c.path not in findings for c in accepted):
+        result.runtime_changes, result.notes = [], []
+    click.echo(f"{len([c for c in accepted if c.path in findings])} of {len(sources)} changed files written")
+    return result, apply_changes(config.root, accepted)
 
 
 def _run_with_progress(config: RunConfig, console, sink, show: bool):
@@ -162,6 +284,42 @@ def explain(code: str) -> None:
     if rule is None:
         raise click.ClickException(f"no rule {code!r}; `porter rules` lists them")
     click.echo(render(rule))
+
+
+def _write_reports(data: dict, reports) -> None:
+    for report_path in reports:
+        if report_path.suffix == ".sarif":
+            from porter import sarif
+
+            text = sarif.dumps(data)
+        elif report_path.suffix == ".json":
+            text = reporting.to_json(data)
+        else:
+            text = reporting.to_markdown(data)
+        report_path.write_text(text, encoding="utf-8")
+
+
+def _print_errors(data: dict, console) -> None:
+    """What must reach a person even when stdout is for a script: files that failed."""
+    for f in data["files"]:
+        if f["status"] == "error":
+            console.print(f"porter: error: {f['path']}: {f['error']}", markup=False, soft_wrap=True)
+
+
+@cli.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the shell completion script for SHELL.
+
+    \b
+    bash:  eval "$(porter completion bash)"   (in ~/.bashrc)
+    zsh:   eval "$(porter completion zsh)"    (in ~/.zshrc)
+    fish:  porter completion fish > ~/.config/fish/completions/porter.fish
+    """
+    from click.shell_completion import get_completion_class
+
+    cls = get_completion_class(shell)
+    click.echo(cls(cli, {}, "porter", "_PORTER_COMPLETE").source())
 
 
 def _register_optional_commands() -> None:

@@ -96,7 +96,7 @@ def run(
     """
     root = config.root
     target = config.runtime_target
-    patterns = ["*.py", *sorted({p for rule in config.options.text_rules for p in rule.patterns})]
+    patterns = ["*.py", "*.ipynb", *sorted({p for rule in config.options.text_rules for p in rule.patterns})]
     found = discover(config.paths, root, config.excludes, skip=[target], patterns=patterns)
     result = RunResult(root=root, skipped=found.skipped)
     files = sorted(found.files, key=lambda p: _rel(p, root))
