@@ -57,6 +57,7 @@ class BitsandbytesOptimizer(Rule):
     """
 
     code = "TP501"
+    calls_only = True
     name = "bnb-optimizer"
     safety = Safety.UNSAFE
     targets = frozenset(_OPTIMIZERS)

@@ -57,6 +57,34 @@ def _lambda_location(node: cst.Lambda) -> Optional[str]:
     return None
 
 
+def _lambda_index(node: cst.Lambda) -> Optional[cst.BaseExpression]:
+    """``rank`` of ``lambda s, loc: s.cuda(rank)`` (one argument that is not a parameter)."""
+    body = node.body
+    if _lambda_location(node) is not None or not isinstance(body, cst.Call) or len(body.args) != 1:
+        return None
+    params = node.params.params
+    if len(params) != 2 or node.params.star_arg is not cst.MaybeSentinel.DEFAULT:
+        return None
+    func, only = body.func, body.args[0]
+    if not isinstance(func, cst.Attribute) or func.attr.value != "cuda" or only.keyword is not None or only.star:
+        return None
+    if not isinstance(func.value, cst.Name) or func.value.value != params[0].name.value:
+        return None
+    used = {n.value for n in _names(only.value)}
+    return None if used & {p.name.value for p in params} else only.value
+
+
+def _names(node: cst.CSTNode) -> list[cst.Name]:
+    found: list[cst.Name] = []
+
+    class Finder(cst.CSTVisitor):
+        def visit_Name(self, name: cst.Name) -> None:
+            found.append(name)
+
+    node.visit(Finder())
+    return found
+
+
 def _device_literal(rule: Rule, node: cst.BaseExpression) -> Optional[cst.BaseExpression]:
     """The string of ``torch.device("cuda:1")`` (one literal argument), else None."""
     if not isinstance(node, cst.Call) or len(node.args) != 1 or node.args[0].keyword is not None:
@@ -76,8 +104,10 @@ class TorchLoadMapLocation(Rule):
     `torch.device("cuda:1")` becomes `porter_runtime.map_location("cuda:1")`, and
     `torch.device("cuda", i)` / `porter_runtime.device(i)` are wrapped.
     `lambda storage, loc: storage.cuda()` (or `.cuda(1)`) becomes
-    `porter_runtime.map_location("cuda")` (or `"cuda:1"`); other lambdas that call
-    `.cuda` are reported.
+    `porter_runtime.map_location("cuda")` (or `"cuda:1"`), and
+    `lambda s, loc: s.cuda(gpu)` becomes
+    `porter_runtime.map_location(porter_runtime.device(gpu))`; other lambdas that
+    call `.cuda` are reported.
 
     Why:
     A checkpoint saved on CUDA fails to load without CUDA: `RuntimeError: Attempting
@@ -93,8 +123,9 @@ class TorchLoadMapLocation(Rule):
     `load_state_dict` / `.to(device)` copy to MPS, casting as the model needs) and
     the resolved device otherwise. `lambda s, loc: s.cuda()` and the location
     "cuda" both restore every storage, whatever its saved location, to the current
-    CUDA device (`.cuda(1)` and "cuda:1" to device 1) with the same data; torch
-    merely skips a host copy for the string.
+    CUDA device (`.cuda(1)` and "cuda:1" to device 1, `.cuda(gpu)` and
+    `torch.device("cuda", gpu)` to device `gpu`) with the same data; torch merely
+    skips a host copy for the location.
 
     Known limits:
     A location held in a variable (`map_location=device`) or a dict is left alone.
@@ -103,6 +134,7 @@ class TorchLoadMapLocation(Rule):
     """
 
     code = "PT601"
+    calls_only = True
     name = "torch-load-map-location"
     safety = Safety.SAFE
     targets = _LOADERS
@@ -139,7 +171,12 @@ class TorchLoadMapLocation(Rule):
             "import torch\nstate = torch.load(path, map_location=lambda storage, loc: storage.cuda(1))\n",
             "import porter_runtime\nimport torch\nstate = torch.load(path, map_location=porter_runtime.map_location(\"cuda:1\"))\n",
         ),
-        Example("import torch\nstate = torch.load(path, map_location=lambda s, loc: s.cuda(rank))\n"),
+        Example(
+            "import torch\nstate = torch.load(path, map_location=lambda s, loc: s.cuda(args.gpu))\n",
+            "import porter_runtime\nimport torch\n"
+            "state = torch.load(path, map_location=porter_runtime.map_location(porter_runtime.device(args.gpu)))\n",
+        ),
+        Example("import torch\nstate = torch.load(path, map_location=lambda s, loc: s.cuda(int(loc[-1])))\n"),
         Example("import torch\nstate = torch.load(path, **load_args)\n"),
     ]
 
@@ -192,6 +229,10 @@ class TorchLoadMapLocation(Rule):
         location = _lambda_location(original)
         if location is not None:
             return self.runtime_call("map_location", cst.SimpleString(f'"{location}"'))
+        index = _lambda_index(original)
+        if index is not None:
+            # ``s.cuda(i)`` and the location ``torch.device("cuda", i)`` restore alike.
+            return self.runtime_call("map_location", self.runtime_call("device", index))
         if _calls_cuda(original):
             self.flag(original, "a map_location that calls `.cuda()` fails without CUDA",
                       suggestion='map_location=porter_runtime.map_location("cuda")')

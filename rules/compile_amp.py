@@ -154,6 +154,7 @@ class CudaAutocast(Rule):
     """
 
     code = "PT502"
+    calls_only = True
     name = "cuda-autocast"
     safety = Safety.SAFE
     targets = frozenset(_AUTOCAST_CLASSES | _AUTOCAST_DEVICE)
@@ -263,6 +264,7 @@ class CudaGradScaler(Rule):
     """
 
     code = "PT503"
+    calls_only = True
     name = "cuda-grad-scaler"
     safety = Safety.SAFE
     targets = frozenset(_SCALER_LEGACY | _SCALER_DEVICE)

@@ -87,6 +87,7 @@ class CudaSynchronize(_TwinCall, Rule):
     """
 
     code = "PT101"
+    calls_only = True
     name = "cuda-synchronize"
     safety = Safety.SAFE
     table = _table({"synchronize": "synchronize"})
@@ -138,6 +139,7 @@ class CudaEmptyCache(_TwinCall, Rule):
     """
 
     code = "PT102"
+    calls_only = True
     name = "cuda-empty-cache"
     safety = Safety.SAFE
     table = _table({"empty_cache": "empty_cache"}, "memory")
@@ -190,6 +192,7 @@ class CudaManualSeed(_TwinCall, Rule):
     """
 
     code = "PT103"
+    calls_only = True
     name = "cuda-manual-seed"
     safety = Safety.SAFE
     table = _table({"manual_seed": "manual_seed", "manual_seed_all": "manual_seed_all"}, "random")
@@ -246,6 +249,7 @@ class CudaDeviceQuery(_TwinCall, Rule):
     """
 
     code = "PT104"
+    calls_only = True
     name = "cuda-device-query"
     safety = Safety.SAFE
     table = _table({
@@ -277,6 +281,19 @@ class CudaDeviceQuery(_TwinCall, Rule):
             "total = get_device_properties(0).total_memory\n",
             "import porter_runtime\ntotal = porter_runtime.get_device_properties(0).total_memory\n",
         ),
+        # process counts: one process off CUDA instead of none (mp.spawn(nprocs=0) runs nothing)
+        Example(
+            "import torch\nimport torch.multiprocessing as mp\n\nngpus_per_node = torch.cuda.device_count()\n"
+            "args.world_size = ngpus_per_node * args.world_size\n"
+            "mp.spawn(main_worker, nprocs=torch.cuda.device_count(), args=(ngpus_per_node, args))\n",
+            "import porter_runtime\nimport torch\nimport torch.multiprocessing as mp\n\n"
+            "ngpus_per_node = porter_runtime.device_count()\nargs.world_size = ngpus_per_node * args.world_size\n"
+            "mp.spawn(main_worker, nprocs=porter_runtime.device_count(), args=(ngpus_per_node, args))\n",
+        ),
+        Example(
+            "import torch as t\nlocal_rank = rank % t.cuda.device_count()\n",
+            "import porter_runtime\nimport torch as t\nlocal_rank = rank % porter_runtime.device_count()\n",
+        ),
     ]
 
 
@@ -300,6 +317,7 @@ class CudaSetDevice(_TwinCall, Rule):
     """
 
     code = "PT105"
+    calls_only = True
     name = "cuda-set-device"
     safety = Safety.SAFE
     table = _table({"set_device": "set_device"})
@@ -356,6 +374,7 @@ class CudaMemoryStats(_TwinCall, Rule):
     """
 
     code = "PT106"
+    calls_only = True
     name = "cuda-memory-stats"
     safety = Safety.SAFE
     table = _table({name: name for name in _MEMORY}, "memory")
@@ -411,6 +430,7 @@ class CudaBf16Supported(_TwinCall, Rule):
     """
 
     code = "PT107"
+    calls_only = True
     name = "cuda-bf16-supported"
     safety = Safety.SAFE
     table = _table({"is_bf16_supported": "is_bf16_supported"})
@@ -462,6 +482,7 @@ class CudaEvent(_TwinCall, Rule):
     """
 
     code = "PT108"
+    calls_only = True
     name = "cuda-event"
     safety = Safety.SAFE
     table = _table({"Event": "Event"}, "streams")
@@ -518,6 +539,7 @@ class CudaNvtx(_TwinCall, Rule):
     """
 
     code = "PT109"
+    calls_only = True
     name = "cuda-nvtx"
     safety = Safety.SAFE
     table = {
@@ -581,6 +603,7 @@ class CudaStream(Rule):
     """
 
     code = "PT110"
+    calls_only = True
     name = "cuda-stream"
     safety = Safety.REVIEW
     targets = frozenset(_table({name: name for name in (

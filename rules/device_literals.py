@@ -34,9 +34,11 @@ class TorchDeviceCuda(Rule):
     """
 
     code = "PT002"
+    calls_only = True
     name = "torch-device-cuda"
     safety = Safety.SAFE
     targets = frozenset({"torch.device"})
+    words = frozenset({"cuda"})
     strings = CUDA_SPEC
 
     valid = [
@@ -122,6 +124,7 @@ class TorchDeviceDynamic(Rule):
     """
 
     code = "PT006"
+    calls_only = True
     name = "torch-device-dynamic"
     safety = Safety.SAFE
     targets = frozenset({"torch.device"})
@@ -191,6 +194,7 @@ class TorchDeviceKeyword(Rule):
     """
 
     code = "PT004"
+    calls_only = True
     name = "device-keyword-cuda"
     safety = Safety.SAFE
     targets = frozenset({"torch"})

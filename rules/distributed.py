@@ -43,6 +43,7 @@ class NcclInitProcessGroup(Rule):
     """
 
     code = "PT301"
+    calls_only = True
     name = "nccl-init-process-group"
     safety = Safety.SAFE
     targets = frozenset({"torch.distributed.init_process_group",
@@ -139,6 +140,7 @@ class DdpDeviceIds(Rule):
     """
 
     code = "PT302"
+    calls_only = True
     name = "ddp-device-ids"
     safety = Safety.SAFE
     targets = _DDP
@@ -221,6 +223,7 @@ class BarrierDeviceIds(Rule):
     """
 
     code = "PT303"
+    calls_only = True
     name = "barrier-device-ids"
     safety = Safety.SAFE
     targets = frozenset({"torch.distributed.barrier", "torch.distributed.distributed_c10d.barrier"})

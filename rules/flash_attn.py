@@ -76,6 +76,7 @@ class FlashAttnFunc(Rule):
     """
 
     code = "TP101"
+    calls_only = True
     name = "flash-attn-func"
     safety = Safety.SAFE
     targets = frozenset(_TARGETS)

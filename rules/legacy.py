@@ -204,6 +204,7 @@ class SdpKernel(Rule):
     """
 
     code = "PT603"
+    calls_only = True
     name = "sdp-kernel"
     safety = Safety.SAFE
     targets = _SDP

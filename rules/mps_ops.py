@@ -114,6 +114,7 @@ class MpsMissingOp(Rule):
     """
 
     code = "PT801"
+    calls_only = True
     name = "mps-missing-op"
     safety = Safety.REVIEW
     targets = frozenset(_BY_NAME)
