@@ -198,9 +198,10 @@ def process_notebook(path: Path, data: bytes, rel: str, options: Options, bootst
         return FileResult(rel, "error", error=str(exc))
     except Exception as exc:  # a bug in porter: report it for this file, go on
         return FileResult(rel, "error", error=f"internal error: {type(exc).__name__}: {exc}")
-    if new == data:
-        return FileResult(rel, "unchanged", findings=findings)
-    return FileResult(rel, "changed", findings=findings, old=data, new=new)
+    result = (FileResult(rel, "unchanged", findings=findings) if new == data
+              else FileResult(rel, "changed", findings=findings, old=data, new=new))
+    result.uses_runtime = b"import porter_runtime" in new  # the run vendors the runtime for it
+    return result
 
 
 # -- review ------------------------------------------------------------------------
