@@ -185,16 +185,22 @@ def _stream(config: RunConfig, console, show_diff: bool, write: bool, show: bool
     write_failed: list[tuple[str, str]] = []
     colour = show_diff and sys.stdout.isatty()
 
-    def sink(change: Change) -> None:
+    def sink(change: Change) -> Optional[str]:
         if show_diff:
             out = _diff(change)
             sys.stdout.buffer.write(colourise(out) if colour else out)
         if write:
-            write_failed.extend(apply_changes(config.root, [change]))
+            failed = apply_changes(config.root, [change])
+            if failed:
+                write_failed.extend(failed)
+                return failed[0][1]  # the run reports the file as failed
+        return None
 
     result = _run_with_progress(config, console, sink, show=show)
     sys.stdout.flush()
-    return result, write_failed
+    # Failed source writes are file errors in the result; only the runtime's are left.
+    reported = {f.path for f in result.errors}
+    return result, [(path, error) for path, error in write_failed if path not in reported]
 
 
 def _diff(change: Change) -> bytes:

@@ -83,6 +83,8 @@ class FileResult:
     error: str = ""
     old: Optional[bytes] = None  # set only when status == "changed"
     new: Optional[bytes] = None
+    #: The file (after migration) imports porter_runtime, so the run must vendor it.
+    uses_runtime: bool = False
 
     @property
     def rewrites(self) -> list[Finding]:
@@ -267,6 +269,11 @@ def migrate_source(
     return SourceResult(new_module.bytes, findings, ctx.needs_runtime)
 
 
+#: LibCST parses at roughly 100 KB/s on a slow machine: a multi-megabyte generated file
+#: would take minutes. Larger files that need porting are reported instead.
+MAX_PARSE_BYTES = 1_000_000
+
+
 def migrate_text(data: bytes, options: Options, *, path: str) -> SourceResult:
     """Apply the text rules matching ``path``'s name to a non-Python file's bytes."""
     name = path.rsplit("/", 1)[-1]
@@ -278,6 +285,7 @@ def migrate_text(data: bytes, options: Options, *, path: str) -> SourceResult:
     findings: list[Finding] = []
     for rule_class in rules:
         rule = rule_class(path)
+        rule.dependencies = options.dependencies
         text = rule.check(text)
         findings += [
             Finding(rule.code, rule.name, path, f.line, f.column, "rewrite" if f.rewrite else "review",
@@ -307,10 +315,15 @@ def process_file(path: Path, rel: str, options: Options, bootstrap: Optional[str
     problem = decode_error(data)
     if problem:
         return FileResult(rel, "error", error=problem)
-    rules, parses = candidate_rules(data, options.source_rules)
+    uses_runtime = _RUNTIME_IMPORT.search(data) is not None
+    rules, facts = candidate_rules(data, options.source_rules)
     if not rules:
-        return FileResult(rel, "unchanged")
-    if not parses:  # LibCST accepts some code this Python rejects: never rewrite that
+        return FileResult(rel, "unchanged", uses_runtime=uses_runtime)
+    if len(data) > MAX_PARSE_BYTES:
+        return FileResult(rel, "error", error=(
+            f"{len(data) / 1e6:.1f} MB: larger than the {MAX_PARSE_BYTES / 1e6:.0f} MB porter parses "
+            "(a generated file?); port it by hand or split it"))
+    if facts is None:  # LibCST accepts some code this Python rejects: never rewrite that
         problem = python_syntax_error(data)
         if problem:
             return FileResult(rel, "error", error=problem)
@@ -323,8 +336,12 @@ def process_file(path: Path, rel: str, options: Options, bootstrap: Optional[str
     except Exception as exc:  # a bug in porter: report it for this file, go on
         return FileResult(rel, "error", error=f"internal error: {type(exc).__name__}: {exc}")
     if result.new == data:
-        return FileResult(rel, "unchanged", findings=result.findings)
-    return FileResult(rel, "changed", findings=result.findings, old=data, new=result.new)
+        return FileResult(rel, "unchanged", findings=result.findings, uses_runtime=uses_runtime)
+    return FileResult(rel, "changed", findings=result.findings, old=data, new=result.new,
+                      uses_runtime=uses_runtime or result.needs_runtime)
+
+
+_RUNTIME_IMPORT = re.compile(rb"^\s*(?:import|from)\s+porter_runtime\b", re.M)
 
 
 def _process_text(data: bytes, rel: str, options: Options) -> FileResult:

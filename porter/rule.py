@@ -181,6 +181,9 @@ class TextRule(BaseRule):
     #: fnmatch patterns on the file name (``*.yaml``, ``requirements*.txt``).
     patterns: ClassVar[tuple[str, ...]] = ()
     words: ClassVar[frozenset[str]] = frozenset()
+    #: Where CUDA-only dependencies go ("marker" or "extra"); the engine sets it from
+    #: the settings (``[tool.porter] dependencies``) for every run.
+    dependencies: str = "marker"
 
     def __init__(self, path: str) -> None:
         self.path = path

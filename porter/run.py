@@ -48,9 +48,9 @@ class RunResult:
         return sum(len(f.reviews) for f in self.files)
 
     def changes(self) -> list[Change]:
-        """Every file change kept by a run without a sink: sources, then the runtime."""
+        """Every file change kept by a run without a sink: the runtime, then sources."""
         own = [Change(f.path, f.old, f.new) for f in self.changed if f.new is not None]
-        return own + self.runtime_changes
+        return self.runtime_changes + own
 
 
 Task = tuple[Path, str, Optional[str]]
@@ -83,16 +83,21 @@ def default_jobs() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+Sink = Callable[[Change], Optional[str]]
+
+
 def run(
     config: RunConfig,
-    sink: Optional[Callable[[Change], None]] = None,
+    sink: Optional[Sink] = None,
     progress: Optional[Callable[[int, int], None]] = None,
 ) -> RunResult:
     """Process every file in path order.
 
-    With a ``sink``, each change is handed to it as soon as its file is done (sources in
-    path order, then the runtime's files) and its bytes are dropped, so memory is
-    bounded by the largest file, not by the tree.
+    With a ``sink``, each change is handed to it as soon as its file is done and its
+    bytes are dropped, so memory is bounded by the largest file, not by the tree. The
+    runtime's files go first, before the first source change: a run killed half-way
+    never leaves code that imports a runtime that isn't there. A sink returns an error
+    text when it could not apply a change; the file is then reported as failed.
     """
     root = config.root
     target = config.runtime_target
@@ -101,20 +106,32 @@ def run(
     result = RunResult(root=root, skipped=found.skipped)
     files = sorted(found.files, key=lambda p: _rel(p, root))
     tasks = [(path, _rel(path, root), bootstrap_path(path, target.parent)) for path in files]
-    for done, item in enumerate(iter_results(config, tasks), 1):
-        if item.status == "changed" and sink is not None:
-            sink(Change(item.path, item.old, item.new))  # type: ignore[arg-type]
-            item.old = item.new = None
-        result.files.append(item)
-        if progress is not None:
-            progress(done, len(tasks))
-    if result.changed:
+    vendored = False
+
+    def vendor() -> None:
+        nonlocal vendored
+        vendored = True
         result.runtime_changes, note = vendor_changes(target, root)
         if note:
             result.notes.append(note)
-        if sink is not None:
-            for change in result.runtime_changes:
+        for change in result.runtime_changes:
+            if sink is not None:
                 sink(change)
+
+    for done, item in enumerate(iter_results(config, tasks), 1):
+        if item.status == "changed":
+            if not vendored and item.uses_runtime:
+                vendor()
+            if sink is not None:
+                error = sink(Change(item.path, item.old, item.new))  # type: ignore[arg-type]
+                item.old = item.new = None
+                if error:
+                    item.status, item.error = "error", error
+        result.files.append(item)
+        if progress is not None:
+            progress(done, len(tasks))
+    if not vendored and any(f.uses_runtime for f in result.files):
+        vendor()  # the code already imports the runtime: make sure it is there and current
     return result
 
 

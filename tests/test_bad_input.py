@@ -231,9 +231,10 @@ def test_unreadable_file(tmp_path, monkeypatch):
 def test_read_only_file_is_not_written(tmp_path):
     root = make(tmp_path / "repo", {"frozen.py": CUDA, "good.py": CUDA})
     (root / "frozen.py").chmod(0o444)
-    proc, _, _ = migrate(root)
+    proc, errors, _ = migrate(root)
     assert proc.returncode == 2
-    assert b"frozen.py: not written: the file is read-only" in proc.stderr
+    assert errors == {"frozen.py": "not written: the file is read-only"}  # a failed file in the report
+    assert b"frozen.py: error: not written: the file is read-only" in proc.stderr
     assert (root / "frozen.py").read_bytes() == CUDA
     assert stat.S_IMODE((root / "frozen.py").stat().st_mode) == 0o444
     assert (root / "good.py").read_bytes() == MIGRATED

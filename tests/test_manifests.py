@@ -167,12 +167,10 @@ def test_a_second_run_changes_nothing(ported, tmp_path):
 
 # -- the extra form of pyproject.toml ----------------------------------------
 
-class ExtraForm(PyprojectCudaOnly):
-    dependencies = "extra"
-
-
 def _extra(text: str) -> str:
-    return migrate_text(text.encode(), Options(rules=[ExtraForm]), path="pyproject.toml").new.decode()
+    """The extra form, chosen as a user does: ``dependencies = "extra"`` in the settings."""
+    options = Options(rules=[PyprojectCudaOnly], dependencies="extra")
+    return migrate_text(text.encode(), options, path="pyproject.toml").new.decode()
 
 
 def test_extra_form_makes_plain_install_cuda_free_and_keeps_the_cuda_extra():

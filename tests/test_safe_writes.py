@@ -173,11 +173,6 @@ def test_killed_write_leaves_every_file_old_or_new(tmp_path):
     assert snapshot(victim) == snapshot(reference)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "porter/run.py vendors the runtime only when a source changes in the same run: a run "
-    "killed after its last source write but before the runtime's leaves code importing "
-    "a runtime that no later run vendors (issue 6 report: vendor first, or whenever a "
-    "scanned file imports porter_runtime and the vendored copy is missing)"))
 def test_a_rerun_vendors_a_missing_runtime(tmp_path):
     root = tmp_path / "repo"
     root.mkdir()
