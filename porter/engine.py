@@ -123,7 +123,23 @@ class FileContext:
         after: Optional[cst.CSTNode] = None,
         suggestion: str = "",
     ) -> None:
+        if action == "rewrite" and after is not None and self._records:
+            self._drop_overwritten(node, after)
         self._records.append((rule, node, action, message, after, suggestion))
+
+    def _drop_overwritten(self, node: cst.CSTNode, after: cst.CSTNode) -> None:
+        """Forget the rewrites inside ``node`` that its new replacement threw away.
+
+        Rules leave inner nodes first: when an outer rewrite is built from the original
+        node (not from the already rewritten children), the inner rewrites are not in
+        the output and must not be reported. One that survives keeps its record.
+        """
+        inside = _subtree(node)
+        kept = _subtree(after)
+        self._records = [
+            r for r in self._records
+            if not (r[2] == "rewrite" and r[1] is not node and r[1] in inside and r[4] not in kept)
+        ]
 
     def positions(self):
         """Every node's position (LibCST's full pass): only for files with
@@ -170,6 +186,16 @@ class FileContext:
             )
         out.sort(key=lambda f: (f.line, f.column, f.code))
         return out
+
+
+def _subtree(node: cst.CSTNode) -> set[cst.CSTNode]:
+    found: set[cst.CSTNode] = set()
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        found.add(current)
+        stack.extend(current.children)
+    return found
 
 
 _IGNORE = re.compile(rb"#\s*porter:\s*ignore(?:\[([A-Za-z0-9_, ]*)\])?")

@@ -255,3 +255,15 @@ def test_output_is_identical_for_one_and_two_jobs(tmp_path):
         outputs.append((proc.stdout, data["files"], data["summary"], proc.stderr))
     assert outputs[0] == outputs[1]
     assert outputs[0][2]["files_changed"] == 24
+
+
+def test_a_rewrite_thrown_away_by_an_outer_rewrite_is_not_reported():
+    """PT002 rewrites torch.device("cuda:1") inside map_location, then PT601 rebuilds
+    the whole argument from the original: only PT601's rewrite is in the output."""
+    from porter.engine import Options, migrate_source
+    from porter.registry import all_rules
+
+    code = b"import torch\nsd = torch.load(path, map_location=torch.device('cuda:1'))\n"
+    result = migrate_source(code, Options(rules=all_rules()))
+    assert b"porter_runtime.device(1)" not in result.new, result.new
+    assert [f.code for f in result.rewrites] == ["PT601"], result.findings
