@@ -13,6 +13,7 @@ from typing import Optional
 import click
 
 import porter
+from porter.doctor import doctor
 from porter import report as reporting
 from porter.apply import Change, apply_changes, colourise, unified_diff
 from porter.config import Config, ConfigError, load_config
@@ -115,7 +116,7 @@ def migrate(paths, show_diff, write, check, fail_on, interactive, out_dir, repor
     if out_dir is not None and not quiet:
         console.print(f"ported copy written to {out_dir}", markup=False, soft_wrap=True)
 
-    if result.errors or write_failed or missing:
+    if result.errors or write_failed or missing or any(s.error for s in result.skipped):
         sys.exit(2)
     if check and (result.changed or (fail_on == "any" and result.reviews)):
         sys.exit(1)
@@ -328,15 +329,7 @@ def completion(shell: str) -> None:
     click.echo(cls(cli, {}, "porter", "_PORTER_COMPLETE").source())
 
 
-def _register_optional_commands() -> None:
-    try:
-        from porter.doctor import doctor
-    except ImportError:  # pragma: no cover - doctor ships with the runtime work
-        return
-    cli.add_command(doctor)
-
-
-_register_optional_commands()
+cli.add_command(doctor)  # its probing imports torch only when the command runs
 
 
 def main(argv: Optional[list[str]] = None) -> None:

@@ -27,6 +27,9 @@ SKIP_DIRS = frozenset({
 class Skipped:
     path: str
     reason: str
+    #: True when porter could not look (an unreadable folder), as opposed to a
+    #: deliberate skip (a symbolic link): it makes the run exit 2.
+    error: bool = False
 
 
 @dataclass
@@ -151,7 +154,7 @@ def _walk_dir(folder: Path, root, excludes, skip_resolved, found, ignores, patte
     try:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
     except OSError as exc:
-        found.skipped.append(Skipped(_rel(folder, root), f"cannot list folder: {exc.strerror}"))
+        found.skipped.append(Skipped(_rel(folder, root), f"cannot list folder: {exc.strerror}", error=True))
         return
     for entry in entries:
         path = Path(entry.path)

@@ -55,7 +55,7 @@ def build(result: RunResult, mode: str) -> dict[str, Any]:
         },
         "rules": by_rule,
         "files": files,
-        "skipped": [{"path": s.path, "reason": s.reason} for s in result.skipped],
+        "skipped": [{"path": s.path, "reason": s.reason, "error": s.error} for s in result.skipped],
         "runtime": {"changes": [c.path for c in result.runtime_changes], "notes": result.notes},
     }
 

@@ -326,3 +326,27 @@ def test_target_code_is_never_executed(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert not marker.exists()
     assert b"porter_runtime.device()" in (root / "evil.py").read_bytes()
+
+
+def test_a_folder_porter_cannot_list_is_exit_2(tmp_path, monkeypatch):
+    """root can list every folder, so the listing itself is made to fail, in process."""
+    import os as os_module
+
+    from click.testing import CliRunner
+
+    from porter.cli import cli
+
+    root = make(tmp_path / "repo", {"ok.py": CUDA, "locked/x.py": CUDA})
+    real = os_module.scandir
+
+    def scandir(path="."):
+        if str(path).endswith("locked"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr("porter.discover.os.scandir", scandir)
+    report = tmp_path / "r.json"
+    result = CliRunner().invoke(cli, ["migrate", str(root), "-j", "1", "--report", str(report)])
+    assert result.exit_code == 2, result.output
+    skipped = json.loads(report.read_text())["skipped"]
+    assert skipped == [{"path": "locked", "reason": "cannot list folder: Permission denied", "error": True}]
