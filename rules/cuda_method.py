@@ -32,6 +32,11 @@ class CudaMethod(Rule):
     the current device for both), return `self` when nothing moves, and accept the same
     `non_blocking` and `memory_format`.
 
+    A storage's `.to` takes its device by keyword only, so in a `map_location`
+    function (`lambda storage, loc: storage.cuda()`, `def f(storage, location)`) the
+    call becomes `storage.to(device=porter_runtime.device())`, which is what
+    `storage.cuda()` itself calls.
+
     Known limits:
     The receiver's type is not known. A file that defines its own `def cuda(...)`
     method gets findings instead of rewrites, and a call on an imported module
@@ -73,6 +78,17 @@ class CudaMethod(Rule):
             "def move(x, torch):\n    return x.cuda(0, True)\n",
             "import porter_runtime\ndef move(x, torch):\n    return x.to(porter_runtime.device(0), non_blocking=True)\n",
         ),
+        Example(
+            "import torch\nto_gpu = lambda storage, loc: storage.cuda(gpu)\nsd = torch.load(f, map_location=to_gpu)\n",
+            "import porter_runtime\nimport torch\n"
+            "to_gpu = lambda storage, loc: storage.to(device=porter_runtime.device(gpu))\n"
+            "sd = torch.load(f, map_location=to_gpu)\n",
+        ),
+        Example(
+            "def on_gpu(s, location):\n    return s.cuda(non_blocking=True)\n",
+            "import porter_runtime\ndef on_gpu(s, location):\n"
+            "    return s.to(device=porter_runtime.device(), non_blocking=True)\n",
+        ),
         # A class with its own cuda(): only a finding.
         Example("class Box:\n    def cuda(self):\n        return self\n\nBox().cuda()\n"),
         Example("x.cuda(*args)\n"),
@@ -81,6 +97,21 @@ class CudaMethod(Rule):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._own_cuda = bool(_DEFINES_CUDA.search(ctx.source))
+        self._storages: list[Optional[str]] = []  # per enclosing function: its storage parameter
+
+    def visit_Lambda(self, node: cst.Lambda) -> None:
+        self._storages.append(_storage_param(node.params))
+
+    def leave_Lambda(self, original: cst.Lambda, updated: cst.Lambda) -> cst.BaseExpression:
+        self._storages.pop()
+        return updated
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._storages.append(_storage_param(node.params))
+
+    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
+        self._storages.pop()
+        return updated
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         func = original.func
@@ -98,7 +129,9 @@ class CudaMethod(Rule):
                       suggestion="x.to(porter_runtime.device(...), non_blocking=...)")
             return updated
         device = args.pop("device", None)
-        new_args = [cst.Arg(self.runtime_call("device", *([device] if device is not None else [])))]
+        target = self.runtime_call("device", *([device] if device is not None else []))
+        storage = isinstance(func.value, cst.Name) and bool(self._storages) and self._storages[-1] == func.value.value
+        new_args = [cst.Arg(target, keyword=cst.Name("device"), equal=_EQ) if storage else cst.Arg(target)]
         new_args += [cst.Arg(value, keyword=cst.Name(k), equal=_EQ) for k, value in args.items()]
         new = updated.with_changes(
             func=updated.func.with_changes(attr=cst.Name("to")),  # type: ignore[attr-defined]
@@ -121,6 +154,14 @@ class CudaMethod(Rule):
                 return None
             found[key] = arg.value
         return found
+
+
+def _storage_param(params: cst.Parameters) -> Optional[str]:
+    """The first parameter of a ``map_location`` function: ``(storage, loc)``, ``(s, location)``."""
+    names = [p.name.value for p in (*params.posonly_params, *params.params)]
+    if len(names) != 2 or params.star_arg is not cst.MaybeSentinel.DEFAULT or params.kwonly_params:
+        return None
+    return names[0] if "storage" in names[0].lower() or "loc" in names[1].lower() else None
 
 
 _EQ = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
