@@ -84,6 +84,9 @@ class SyntaxFacts:
     imported: set[str] = field(default_factory=set)  # what import statements name
     used: set[str] = field(default_factory=set)  # resolved qualified names and their prefixes
     called: set[str] = field(default_factory=set)  # the same, for called names only
+    #: method name → what its calls pass first (positionally or as ``device=``):
+    #: "int" for an integer literal, else the last name of a name/attribute.
+    first_args: dict[str, set[str]] = field(default_factory=dict)
 
     def resolve(self) -> None:
         """Resolve the dotted names through the file's imports, as the engine's
@@ -191,6 +194,7 @@ def syntax_facts(tree: ast.Module) -> SyntaxFacts:
         elif isinstance(node, ast.Call):
             if isinstance(node.func, ast.Attribute):
                 facts.called_methods.add(node.func.attr)
+                _record_first_arg(node, facts.first_args.setdefault(node.func.attr, set()))
             dotted = _dotted(node.func)
             if dotted is not None:
                 facts.called_chains.add(dotted)
@@ -213,6 +217,16 @@ def syntax_facts(tree: ast.Module) -> SyntaxFacts:
             other.add(node.rest)
     facts.resolve()
     return facts
+
+
+def _record_first_arg(call: ast.Call, kinds: set[str]) -> None:
+    first = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "device"), None)
+    if isinstance(first, ast.Constant) and isinstance(first.value, int):
+        kinds.add("int")
+    elif isinstance(first, ast.Attribute):
+        kinds.add(first.attr)
+    elif isinstance(first, ast.Name):
+        kinds.add(first.id)
 
 
 def _import_facts(node, facts: SyntaxFacts, nested: bool) -> None:
@@ -242,6 +256,8 @@ def syntax_match(rule: type[Rule], facts: SyntaxFacts) -> bool:
     ``calls_only`` rules, a call) of a target or of something under it, a call of one
     of its methods, a string constant its pattern matches."""
     if rule.strings is not None and not any(rule.strings.search(s) for s in facts.strings):
+        return False
+    if not rule.syntax_filter(facts):
         return False
     if not rule.targets and not rule.methods:
         return True

@@ -108,6 +108,13 @@ class Rule(BaseRule):
     #: other references: lets the pre-filter skip files that merely mention them.
     calls_only: ClassVar[bool] = False
 
+    @classmethod
+    def syntax_filter(cls, facts) -> bool:
+        """A rule's own, finer pre-filter over the file's ``prefilter.SyntaxFacts``,
+        for patterns the declarations above can't express. It must never reject a
+        file the rule would change (every example runs through it)."""
+        return True
+
     def __init__(self, ctx: "FileContext") -> None:
         self.ctx = ctx
 

@@ -80,6 +80,14 @@ class IntegerDeviceTo(Rule):
     methods = frozenset({"to"})
     targets = frozenset({"torch.device"})
 
+    @classmethod
+    def syntax_filter(cls, facts) -> bool:
+        # `.to(i)` only matters with an integer or an index-named first argument, or in
+        # a file whose own `.cuda(x)` / `set_device(x)` / `torch.device(...)` can name one.
+        if facts.first_args.keys() & {"cuda", "set_device"} or "torch.device" in facts.called:
+            return True
+        return any(kind == "int" or _INDEX_NAME.match(kind) for kind in facts.first_args.get("to", ()))
+
     valid = [
         "x = x.to(dtype)\ny = y.to(other)\n",
         "import mylib\nmylib.to(0)\n",
