@@ -67,7 +67,9 @@ def cli() -> None:
 @click.option("--runtime-dir", type=click.Path(path_type=Path),
               help="Where --write vendors porter_runtime (default: <root>/porter_runtime).")
 @click.option("--root", type=click.Path(path_type=Path, file_okay=False),
-              help="Repository root for diff paths (default: the git work tree, else the path given).")
+              help="Project root: diff paths are relative to it and the runtime goes in it "
+                   "(default: the nearest folder with pyproject.toml, setup.py, setup.cfg, "
+                   "requirements.txt or .git).")
 @click.option("--config", "config_file", type=click.Path(path_type=Path, dir_okay=False, exists=True),
               help="Settings file (default: porter.toml, else pyproject.toml's [tool.porter], at the root).")
 @click.option("--unsafe-fixes", is_flag=True, default=None, help="Also apply fixes that may change behaviour on CUDA.")

@@ -200,11 +200,18 @@ def _rel(path: Path, root: Path) -> str:
         return path.as_posix()
 
 
+#: Files that mark the top of a Python project.
+PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", "requirements.txt")
+
+
 def find_root(paths: Sequence[Path]) -> Path:
-    """The git work tree holding the first path, else that path's folder."""
+    """The project holding the first path: the nearest folder at or above it with a
+    project file (pyproject.toml, setup.py, setup.cfg, requirements.txt) or a ``.git``,
+    else the path's own folder. A project inside another repository (a vendored
+    package, an example folder) is its own root."""
     first = paths[0].absolute()
     start = first if first.is_dir() else first.parent
     for folder in [start, *start.parents]:
-        if (folder / ".git").exists():
+        if (folder / ".git").exists() or any((folder / m).is_file() for m in PROJECT_MARKERS):
             return folder
     return start

@@ -267,3 +267,12 @@ def test_a_rewrite_thrown_away_by_an_outer_rewrite_is_not_reported():
     result = migrate_source(code, Options(rules=all_rules()))
     assert b"porter_runtime.device(1)" not in result.new, result.new
     assert [f.code for f in result.rewrites] == ["PT601"], result.findings
+
+
+def test_a_project_inside_another_repository_is_its_own_root(tmp_path):
+    """The README's quick start: a fixture repo inside porter's own checkout."""
+    outer = make_tree(tmp_path / "outer", {"pyproject.toml": "", "examples/proj/requirements.txt": "torch\n",
+                                            "examples/proj/train.py": SAMPLE["train.py"]})
+    subprocess.run(["git", "init", "-q"], cwd=outer, check=True)
+    diff = run_porter("migrate", outer / "examples" / "proj", "--diff").stdout
+    assert b"+++ b/train.py" in diff and b"+++ b/porter_runtime/__init__.py" in diff
