@@ -6,7 +6,7 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rule import Example, Rule, Safety, cuda_spec, keyword, positional
+from porter.rule import Example, Rule, Safety, cuda_spec, positional
 from porter.rules.dtypes import is_device_expr
 
 _LOADERS = frozenset({"torch.load", "torch.serialization.load", "torch.jit.load"})

@@ -14,7 +14,7 @@ import libcst as cst
 
 from porter.rule import Example, Rule, Safety, TextRule
 from porter.rules._requirements import (
-    PLATFORM_MARKER, TORCH_MINIMUM_TEXT, Site, apply_edits, is_cuda_only, normalise, parse,
+    PLATFORM_MARKER, TORCH_MINIMUM_TEXT, Site, apply_edits, is_cuda_only, parse,
     pyproject_sites, requirement_part, requirements_sites, torch_bound, with_platform_marker,
 )
 

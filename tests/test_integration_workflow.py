@@ -1,7 +1,6 @@
 """--out, pre-commit hooks, --fail-on, shell completion and --version, through the real CLI."""
 
 import subprocess
-from pathlib import Path
 
 import pytest
 

@@ -9,8 +9,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from porter.apply import Change, apply_changes, runtime_files, vendor_changes, write_atomic
 from porter_test_utils import run_porter, snapshot
 
