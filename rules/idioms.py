@@ -119,9 +119,17 @@ class IntegerDeviceTo(Rule):
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        uses = _DeviceIndexUses()
-        ctx.module.visit(uses)
-        self._indices = uses.found
+        self._found: Optional[set[str]] = None
+
+    @property
+    def _indices(self) -> set[str]:
+        """The names this file itself uses as CUDA devices: one extra pass over the
+        module, made only when a `.to(name)` needs it."""
+        if self._found is None:
+            uses = _DeviceIndexUses()
+            self.ctx.module.visit(uses)
+            self._found = uses.found
+        return self._found
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         if self.matches(original.func, "torch.device"):
@@ -150,7 +158,7 @@ class IntegerDeviceTo(Rule):
         name = dotted(node)
         if name is None:
             return False
-        return name in self._indices or bool(_INDEX_NAME.match(name.rsplit(".", 1)[-1]))
+        return bool(_INDEX_NAME.match(name.rsplit(".", 1)[-1])) or name in self._indices
 
 
 # -- formatted device strings ---------------------------------------------------
