@@ -123,7 +123,17 @@ _REPORTS = frozenset({"print", "warn", "warning", "error", "critical", "info", "
 
 
 def _literal(node: Optional[cst.BaseExpression]) -> Optional[cst.BaseExpression]:
-    return node if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)) and string_value(node) else None
+    """The message to keep: a string literal as it is; a formatted one (f-string,
+    ``"...".format(...)``, ``"..." % x``) as a lambda, because the original evaluated
+    it only when the requirement failed, and on CUDA it must still not be evaluated."""
+    if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)) and string_value(node):
+        return node
+    formatted = isinstance(node, cst.FormattedString) or (
+        isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "format"
+        and string_value(node.func.value) is not None) or (
+        isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo)
+        and string_value(node.left) is not None)
+    return cst.Lambda(params=cst.Parameters(), body=node) if formatted else None
 
 
 def _first_literal(call: cst.BaseExpression) -> Optional[cst.BaseExpression]:

@@ -31,8 +31,10 @@ class CudaRequirement(Rule):
     Fix safety:
     Safe. On CUDA the assertion holds and the `if` body never runs; the runtime does
     nothing there either. Elsewhere it is satisfied by the resolved device and says,
-    once, on which device the code runs. A message that is not a plain string is
-    dropped (it would only be evaluated on failure).
+    once, on which device the code runs. A formatted message (f-string, `.format`,
+    `%`) is passed as a `lambda`, so that, as in the original, it is evaluated only
+    where the requirement is not met by CUDA; any other non-string message is
+    dropped.
 
     Known limits:
     Requirements mixed with other conditions (`assert torch.cuda.is_available() and
@@ -70,6 +72,10 @@ class CudaRequirement(Rule):
         ),
         Example(
             "import torch\nassert torch.cuda.is_available(), f'{n} GPUs'\n",
+            "import porter_runtime\nimport torch\nporter_runtime.require_device(lambda: f'{n} GPUs')\n",
+        ),
+        Example(
+            "import torch\nassert torch.cuda.is_available(), msg\n",
             "import porter_runtime\nimport torch\nporter_runtime.require_device()\n",
         ),
     ]

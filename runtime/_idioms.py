@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Any, Optional
+from typing import Any, Callable, Optional, Union
 
 import torch
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
@@ -19,17 +19,23 @@ from . import _device, _dtypes, _log
 WRAPPER_PREFIXES = ("module.", "_orig_mod.")
 
 
-def require_device(message: Optional[str] = None) -> torch.device:
+def require_device(message: Union[str, Callable[[], Any], None] = None) -> torch.device:
     """What ``assert torch.cuda.is_available()`` becomes: a requirement the resolved
     device satisfies. Returns that device.
 
-    CUDA: nothing happens (the original assertion held). Elsewhere the code runs on
-    the resolved device (MPS, XPU or CPU, or PORTER_DEVICE) and one info line says
-    so, quoting the original's ``message``. It never raises: a machine always has
-    a device the ported code can run on.
+    CUDA: nothing happens (the original assertion held), and a callable ``message``
+    (a formatted message, which the original evaluated only on failure) is not
+    called. Elsewhere the code runs on the resolved device (MPS, XPU or CPU, or
+    PORTER_DEVICE) and one info line says so, quoting the original's message. It
+    never raises: a machine always has a device the ported code can run on.
     """
     resolved = _device.device()
     if resolved.type != "cuda":
+        if callable(message):
+            try:
+                message = str(message())
+            except Exception:  # the message itself is broken: say nothing of it
+                message = None
         why = f" ({message})" if message else ""
         _log.info_once("require_device",
                        f"this code required CUDA{why}; it runs on {resolved} instead")

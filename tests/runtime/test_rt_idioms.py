@@ -222,3 +222,21 @@ def test_optimizer_and_other_objects_get_the_plain_call(simulate):
 
     with pytest.raises(RuntimeError, match="as before"):
         porter_runtime.load_state_dict(Thing(), {"module.x": 1})
+
+
+def test_a_formatted_requirement_message_is_evaluated_only_off_cuda(simulate, monkeypatch, capsys):
+    """The original evaluated an assert's f-string only on failure: on CUDA the
+    callable message must not be called; elsewhere it is quoted, and a broken one
+    (a NameError in the message) is dropped, not raised."""
+    calls = []
+    simulate("cuda")
+    porter_runtime.require_device(lambda: calls.append("called") or "msg")
+    assert calls == []
+    simulate("cpu")
+    monkeypatch.delenv("PORTER_QUIET")
+    porter_runtime.require_device(lambda: undefined_name)  # noqa: F821
+    assert "required CUDA; it runs on cpu" in capsys.readouterr().err
+    simulate("mps")
+    monkeypatch.delenv("PORTER_QUIET", raising=False)
+    porter_runtime.require_device(lambda: "needs 8 GPUs")
+    assert "required CUDA (needs 8 GPUs)" in capsys.readouterr().err
