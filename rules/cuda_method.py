@@ -89,6 +89,11 @@ class CudaMethod(Rule):
             "import porter_runtime\ndef on_gpu(s, location):\n"
             "    return s.to(device=porter_runtime.device(), non_blocking=True)\n",
         ),
+        # A parameter shadows the imported module: the receiver is a value again.
+        Example(
+            "import mylib\n\ndef move(mylib):\n    return mylib.cuda()\n",
+            "import porter_runtime\nimport mylib\n\ndef move(mylib):\n    return mylib.to(porter_runtime.device())\n",
+        ),
         # A class with its own cuda(): only a finding.
         Example("class Box:\n    def cuda(self):\n        return self\n\nBox().cuda()\n"),
         Example("x.cuda(*args)\n"),

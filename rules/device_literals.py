@@ -333,6 +333,7 @@ class DeviceOptionDefault(Rule):
     defined: `parser.add_argument("--device", default="cuda")`, a config class or
     dataclass field `device: str = "cuda"`, an assignment `DEVICE = "cuda"`, a dict
     entry `{"device": "cuda"}`, and `device="cuda"` passed to a non-torch callable.
+    The same goes for a function parameter's default (`def train(device="cuda")`).
     The value becomes `str(porter_runtime.device())`.
 
     Why:
@@ -361,6 +362,8 @@ class DeviceOptionDefault(Rule):
         "mode = 'cuda'\n",
         "parser.add_argument('--backend', default='cuda')\n",
         "import torch\nx = torch.zeros(1, device=dev)\n",
+        # lookalikes: not a CUDA device spec, or not a device setting
+        "device = 'cudnn'\ndef f(backend='cuda'):\n    pass\n",
     ]
     invalid = [
         Example(
@@ -375,6 +378,11 @@ class DeviceOptionDefault(Rule):
         Example(
             "DEVICE = \"cuda\"\ncfg = {'device': 'cuda'}\n",
             "import porter_runtime\nDEVICE = str(porter_runtime.device())\ncfg = {'device': str(porter_runtime.device())}\n",
+        ),
+        Example(
+            "def train(model, device='cuda:1', steps=10):\n    return model.to(device)\n",
+            "import porter_runtime\ndef train(model, device=str(porter_runtime.device(1)), steps=10):\n"
+            "    return model.to(device)\n",
         ),
         Example(
             "import torch as t\ntrainer = Trainer(model, device='cuda')\n",
@@ -409,6 +417,15 @@ class DeviceOptionDefault(Rule):
         if updated.value is None or not _mentions_device(original.target):
             return updated
         return self._replace_value(original, updated)
+
+    def leave_Param(self, original: cst.Param, updated: cst.Param) -> cst.Param:
+        if updated.default is None or not _mentions_device(original.name):
+            return updated
+        spec = cuda_spec(updated.default)
+        if spec is None:
+            return updated
+        new = updated.with_changes(default=_runtime_device(self, spec[0], as_string=True))
+        return self.rewrite(original, new, "a literal CUDA device default now names the resolved device")
 
     def leave_DictElement(self, original: cst.DictElement, updated: cst.DictElement) -> cst.DictElement:
         if not _mentions_device(original.key) or string_value(original.key) is None:
