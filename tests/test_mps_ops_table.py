@@ -7,7 +7,8 @@ import torch
 
 from porter.rules.mps_ops import ALWAYS_CPU, MISSING_2_13
 
-COVERAGE = Path("/work/shared/reference/mps_ops_coverage.txt")
+#: ../shared/ sits beside the checkout (on developers' machines and in CI).
+COVERAGE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "mps_ops_coverage.txt"
 
 
 def _resolve(name: str):
