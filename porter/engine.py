@@ -13,7 +13,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, NamedTuple, Optional, Sequence
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -97,6 +97,17 @@ class FileResult:
 
 # -- one file ------------------------------------------------------------------
 
+class _Record(NamedTuple):
+    """What a rule recorded, before positions are known."""
+
+    rule: Rule
+    node: cst.CSTNode
+    action: str  # "rewrite" | "review"
+    message: str
+    after: Optional[cst.CSTNode]
+    suggestion: str
+
+
 class FileContext:
     """Per-file state shared by the rules of one pass."""
 
@@ -111,7 +122,7 @@ class FileContext:
         self.needs_runtime = False
         self._positions = None
         self._ignores = _ignore_comments(source)
-        self._records: list[tuple[Rule, cst.CSTNode, str, str, Optional[cst.CSTNode], str]] = []
+        self._records: list[_Record] = []
 
     def record(
         self,
@@ -125,7 +136,7 @@ class FileContext:
     ) -> None:
         if action == "rewrite" and after is not None and self._records:
             self._drop_overwritten(node, after)
-        self._records.append((rule, node, action, message, after, suggestion))
+        self._records.append(_Record(rule, node, action, message, after, suggestion))
 
     def _drop_overwritten(self, node: cst.CSTNode, after: cst.CSTNode) -> None:
         """Forget the rewrites inside ``node`` that its new replacement threw away.
@@ -138,7 +149,7 @@ class FileContext:
         kept = _subtree(after)
         self._records = [
             r for r in self._records
-            if not (r[2] == "rewrite" and r[1] is not node and r[1] in inside and r[4] not in kept)
+            if not (r.action == "rewrite" and r.node is not node and r.node in inside and r.after not in kept)
         ]
 
     def positions(self):
@@ -166,7 +177,7 @@ class FileContext:
         """Resolve positions (one metadata pass, only when something was recorded)."""
         if not self._records:
             return []
-        positions = locate(self.module, {node for _, node, *_ in self._records})
+        positions = locate(self.module, {r.node for r in self._records})
         out = []
         for rule, node, action, message, after, suggestion in self._records:
             start = positions[node].start
