@@ -85,8 +85,12 @@ class SyntaxFacts:
     used: set[str] = field(default_factory=set)  # resolved qualified names and their prefixes
     called: set[str] = field(default_factory=set)  # the same, for called names only
     #: method name → what its calls pass first (positionally or as ``device=``):
-    #: "int" for an integer literal, else the last name of a name/attribute.
+    #: "int" for an integer literal, "str:<value>" for a string, else the last name
+    #: of a name/attribute.
     first_args: dict[str, set[str]] = field(default_factory=dict)
+    #: keyword argument names of all calls, and the string constants passed by keyword
+    keywords: set[str] = field(default_factory=set)
+    keyword_strings: dict[str, set[str]] = field(default_factory=dict)
 
     def resolve(self) -> None:
         """Resolve the dotted names through the file's imports, as the engine's
@@ -195,6 +199,11 @@ def syntax_facts(tree: ast.Module) -> SyntaxFacts:
             if isinstance(node.func, ast.Attribute):
                 facts.called_methods.add(node.func.attr)
                 _record_first_arg(node, facts.first_args.setdefault(node.func.attr, set()))
+            for kw in node.keywords:
+                if kw.arg is not None:
+                    facts.keywords.add(kw.arg)
+                    if isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
+                        facts.keyword_strings.setdefault(kw.arg, set()).add(kw.value.value)
             dotted = _dotted(node.func)
             if dotted is not None:
                 facts.called_chains.add(dotted)
@@ -223,6 +232,8 @@ def _record_first_arg(call: ast.Call, kinds: set[str]) -> None:
     first = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "device"), None)
     if isinstance(first, ast.Constant) and isinstance(first.value, int):
         kinds.add("int")
+    elif isinstance(first, ast.Constant) and isinstance(first.value, str):
+        kinds.add("str:" + first.value)
     elif isinstance(first, ast.Attribute):
         kinds.add(first.attr)
     elif isinstance(first, ast.Name):

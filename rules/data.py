@@ -57,6 +57,11 @@ class PinMemory(Rule):
     # to their own loader factory through the pre-filter.
     targets = DATALOADER | {"torch.cuda.is_available"}
 
+    @classmethod
+    def syntax_filter(cls, facts) -> bool:
+        # a `pin_memory=` / `pin_memory_device=` keyword, or a {"pin_memory": ...} entry
+        return bool(facts.keywords & {"pin_memory", "pin_memory_device"}) or "pin_memory" in facts.strings
+
     valid = [
         "def make(DataLoader, ds):\n    return DataLoader(ds, pin_memory=pin)\n",
         "import mylib\nloader = mylib.DataLoader(ds, pin_memory=pin)\n",

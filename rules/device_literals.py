@@ -201,6 +201,11 @@ class TorchDeviceKeyword(Rule):
     words = frozenset({"cuda"})
     strings = CUDA_SPEC
 
+    @classmethod
+    def syntax_filter(cls, facts) -> bool:
+        # a `device="cuda"` keyword somewhere
+        return any(CUDA_SPEC.match(v) for v in facts.keyword_strings.get("device", ()))
+
     valid = [
         "import torch\nx = torch.zeros(2, device='cpu')\n",
         "def f(torch):\n    return torch.zeros(2, device='cuda')\n",
@@ -253,6 +258,13 @@ class MethodDeviceCuda(Rule):
     methods = frozenset({"to", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"})
     words = frozenset({"cuda"})
     strings = CUDA_SPEC
+
+    @classmethod
+    def syntax_filter(cls, facts) -> bool:
+        # `.to("cuda")`, or `device="cuda"` passed by keyword
+        firsts = facts.first_args.get("to", ())
+        return (any(k.startswith("str:") and CUDA_SPEC.match(k[4:]) for k in firsts)
+                or any(CUDA_SPEC.match(v) for v in facts.keyword_strings.get("device", ())))
 
     valid = [
         "x = x.to('cpu')\n",

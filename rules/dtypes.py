@@ -7,7 +7,7 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rule import RUNTIME, Example, Rule, Safety, cuda_spec, keyword, positional
+from porter.rule import CUDA_SPEC, RUNTIME, Example, Rule, Safety, cuda_spec, keyword, positional
 
 #: Dtypes that ``porter_runtime.supported_dtype`` may replace on MPS.
 HAZARD_DTYPES = frozenset({
@@ -93,6 +93,12 @@ class DeviceDtype(Rule):
     name = "device-dtype"
     safety = Safety.SAFE
     targets = HAZARD_DTYPES
+
+    @classmethod
+    def syntax_filter(cls, facts) -> bool:
+        # a move it can see: a CUDA literal, `porter_runtime.device(...)` or `.cuda()`
+        return (any(CUDA_SPEC.match(s) for s in facts.strings) or "porter_runtime" in facts.names
+                or "cuda" in facts.called_methods)
 
     valid = [
         "import torch\nx = torch.zeros(3, dtype=torch.float64)\n",
