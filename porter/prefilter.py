@@ -91,6 +91,8 @@ class SyntaxFacts:
     #: keyword argument names of all calls, and the string constants passed by keyword
     keywords: set[str] = field(default_factory=set)
     keyword_strings: dict[str, set[str]] = field(default_factory=dict)
+    #: strings compared (== / !=) with ``<x>.device.type`` or ``device.type``
+    device_type_compares: set[str] = field(default_factory=set)
 
     def resolve(self) -> None:
         """Resolve the dotted names through the file's imports, as the engine's
@@ -212,6 +214,8 @@ def syntax_facts(tree: ast.Module) -> SyntaxFacts:
                 facts.strings.append(node.value)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             _import_facts(node, facts, nested=id(node) not in top_level)
+        elif isinstance(node, ast.Compare):
+            _record_device_type_compare(node, facts.device_type_compares)
         elif isinstance(node, ast.arg):
             other.add(node.arg)
         elif isinstance(node, _BINDERS):
@@ -226,6 +230,22 @@ def syntax_facts(tree: ast.Module) -> SyntaxFacts:
             other.add(node.rest)
     facts.resolve()
     return facts
+
+
+def _is_device_type(node: ast.AST) -> bool:
+    if not isinstance(node, ast.Attribute) or node.attr != "type":
+        return False
+    inner = node.value
+    return (isinstance(inner, ast.Attribute) and inner.attr == "device") or (
+        isinstance(inner, ast.Name) and inner.id == "device")
+
+
+def _record_device_type_compare(node: ast.Compare, found: set[str]) -> None:
+    if len(node.ops) != 1 or not isinstance(node.ops[0], (ast.Eq, ast.NotEq)):
+        return
+    for side, other in ((node.left, node.comparators[0]), (node.comparators[0], node.left)):
+        if _is_device_type(side) and isinstance(other, ast.Constant) and isinstance(other.value, str):
+            found.add(other.value)
 
 
 def _record_first_arg(call: ast.Call, kinds: set[str]) -> None:

@@ -64,6 +64,10 @@ class DeviceTypeBranch(Rule):
     words = frozenset({"device", "type"})
     strings = re.compile(r"^cpu$")
 
+    @classmethod
+    def syntax_filter(cls, facts) -> bool:
+        return "cpu" in facts.device_type_compares  # `<x>.device.type == / != "cpu"`
+
     valid = [
         "if x.device.type == 'cuda':\n    y = kernel(x)\n",
         "ok = x.device.type == 'cpu'\n",
