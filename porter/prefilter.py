@@ -74,7 +74,6 @@ def byte_candidates(data: bytes, rules: Sequence[type[Rule]]) -> list[type[Rule]
 class SyntaxFacts:
     """What one ``ast`` walk tells about a file."""
 
-    imported_roots: set[str] = field(default_factory=set)
     names: set[str] = field(default_factory=set)  # Name ids, attribute names, imported names
     called_methods: set[str] = field(default_factory=set)
     strings: list[str] = field(default_factory=list)
@@ -264,7 +263,6 @@ def _import_facts(node, facts: SyntaxFacts, nested: bool) -> None:
     imports = facts.imports
     if isinstance(node, ast.ImportFrom):
         if node.module and not node.level:
-            facts.imported_roots.add(node.module.split(".")[0])
             facts.names.update(node.module.split("."))
             facts.imported.update(f"{node.module}.{alias.name}" for alias in node.names if alias.name != "*")
             facts.imported.add(node.module)
@@ -276,7 +274,6 @@ def _import_facts(node, facts: SyntaxFacts, nested: bool) -> None:
             imports.star = True
             continue
         if isinstance(node, ast.Import):
-            facts.imported_roots.add(alias.name.split(".")[0])
             facts.names.update(alias.name.split("."))
         if nested:  # an import inside a def or class binds a local name
             imports.nested_imports.setdefault(_bound_by_import(alias), set()).add(_import_target(node, alias))
