@@ -21,7 +21,8 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from porter import imports
 from porter.matching import ImportFacts, Resolver
 from porter.positions import locate
-from porter.prefilter import candidate_rules
+from porter.prefilter import SyntaxFacts, candidate_rules
+from porter.segments import Reduced, WholeFile, reduce
 from porter.rule import BaseRule, Finding, Rule, TextRule
 from porter.sources import decode_error, describe_syntax_error, python_syntax_error
 
@@ -112,16 +113,20 @@ class FileContext:
     """Per-file state shared by the rules of one pass."""
 
     def __init__(
-        self, module: cst.Module, source: bytes, path: str, options: Options, facts: Optional[ImportFacts] = None
+        self, module: cst.Module, source: bytes, path: str, options: Options, facts: Optional[ImportFacts] = None,
+        reduced: Optional[Reduced] = None,
     ) -> None:
         self.module = module
+        #: the file's own bytes (rules may search them for file-wide evidence)
         self.source = source
         self.path = path
         self.unsafe_fixes = options.unsafe_fixes
         self.resolver = Resolver(module, facts)
         self.needs_runtime = False
+        #: set when ``module`` is the file with some definitions stubbed (porter.segments)
+        self.reduced = reduced
         self._positions = None
-        self._ignores = _ignore_comments(source)
+        self._ignores = _ignore_comments(reduced.data if reduced is not None else source)
         self._records: list[_Record] = []
 
     def record(
@@ -186,7 +191,7 @@ class FileContext:
                     code=rule.code,
                     rule=rule.name,
                     path=self.path,
-                    line=start.line,
+                    line=self.reduced.original_line(start.line) if self.reduced is not None else start.line,
                     column=start.column + 1,
                     action=action,
                     message=message,
@@ -279,27 +284,58 @@ class RuleRunner(cst.CSTTransformer):
         return updated_node
 
 
+#: Set to "0" to parse every file whole (porter.segments); the output is the same.
+SEGMENTS_ENV = "PORTER_SEGMENTS"
+
+
 def migrate_source(
     data: bytes,
     options: Options,
     *,
     path: str = "<string>",
     runtime_bootstrap: Optional[str] = None,
+    candidates: Optional[tuple[list[type[Rule]], Optional[SyntaxFacts]]] = None,
+    segments: Optional[bool] = None,
 ) -> SourceResult:
     """Apply the rules to one file's bytes. Raises libcst/encoding errors to the caller.
 
     ``runtime_bootstrap``: the path from the file's folder to the folder holding the
     vendored runtime, when the file can't rely on that folder being on ``sys.path``.
+    ``candidates``: what ``candidate_rules`` said of ``data``, when already known.
+    ``segments``: parse only the definitions a rule wants (default: unless the
+    ``PORTER_SEGMENTS`` environment variable is "0").
     """
-    rules, facts = candidate_rules(data, options.source_rules)
+    rules, facts = candidates if candidates is not None else candidate_rules(data, options.source_rules)
     if not rules:
         return SourceResult(data, [])
-    module = cst.parse_module(data)
-    ctx = FileContext(module, data, path, options, facts)
+    if segments is None:
+        segments = os.environ.get(SEGMENTS_ENV, "1") != "0"
+    reduced = reduce(data, facts, rules) if segments and facts is not None else None
+    if reduced is not None:
+        try:
+            result = _migrate(reduced.data, data, path, options, rules, facts, runtime_bootstrap, reduced)
+        except WholeFile:
+            pass
+        else:
+            if result.new == reduced.data:
+                return SourceResult(data, result.findings, result.needs_runtime)
+            new = reduced.splice(result.new)
+            if new is not None:
+                return SourceResult(new, result.findings, result.needs_runtime)
+    return _migrate(data, data, path, options, rules, facts, runtime_bootstrap, None)
+
+
+def _migrate(
+    code: bytes, data: bytes, path: str, options: Options, rules: Sequence[type[Rule]],
+    facts: Optional[SyntaxFacts], runtime_bootstrap: Optional[str], reduced: Optional[Reduced],
+) -> SourceResult:
+    """One LibCST pass of the rules over ``code`` (``data`` itself, or its reduction)."""
+    module = cst.parse_module(code)
+    ctx = FileContext(module, data, path, options, facts.imports if facts is not None else None, reduced)
     new_module = module.visit(RuleRunner((rule(ctx) for rule in rules), ctx.resolver))
     findings = ctx.findings()
     if not any(f.action == "rewrite" for f in findings):
-        return SourceResult(data, findings)  # rules change code only through rewrite()
+        return SourceResult(code, findings)  # rules change code only through rewrite()
     if ctx.needs_runtime and not ctx.resolver.imports_of("porter_runtime"):
         new_module = imports.add_runtime_import(new_module, runtime_bootstrap)
     new_module = imports.remove_unused(new_module, ctx)
@@ -365,7 +401,7 @@ def process_file(path: Path, rel: str, options: Options, bootstrap: Optional[str
         if problem:
             return FileResult(rel, "error", error=problem)
     try:
-        result = migrate_source(data, options, path=rel, runtime_bootstrap=bootstrap)
+        result = migrate_source(data, options, path=rel, runtime_bootstrap=bootstrap, candidates=(rules, facts))
     except cst.ParserSyntaxError as exc:
         return FileResult(rel, "error", error=describe_syntax_error(exc, data))
     except RecursionError:

@@ -102,7 +102,7 @@ def remove_unused(new_module: cst.Module, ctx: "FileContext") -> cst.Module:
             continue
         for small in stmt.body:
             if isinstance(small, cst.Import):
-                scheduled |= _remove_dead_module_imports(small, before, after, context)
+                scheduled |= _remove_dead_module_imports(small, before, after, context, ctx)
                 continue
             if not isinstance(small, cst.ImportFrom) or isinstance(small.names, cst.ImportStar):
                 continue
@@ -114,6 +114,7 @@ def remove_unused(new_module: cst.Module, ctx: "FileContext") -> cst.Module:
                 asname = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else None
                 key = (asname or obj, f"{module_name}.{obj}")
                 if before[key] and not after[key]:
+                    _not_used_in_stubs(ctx, key[0])
                     RemoveImportsVisitor.remove_unused_import(context, module_name, obj, asname)
                     scheduled = True
     if not scheduled:
@@ -127,7 +128,16 @@ def remove_unused(new_module: cst.Module, ctx: "FileContext") -> cst.Module:
 CUDA_ONLY_PACKAGES = frozenset({"flash_attn", "xformers", "apex", "bitsandbytes", "adam_atan2"})
 
 
-def _remove_dead_module_imports(stmt: cst.Import, before, after, context) -> bool:
+def _not_used_in_stubs(ctx: "FileContext", name: str) -> None:
+    """A use inside a definition the engine stubbed (porter.segments) is invisible
+    to the counts: only the whole file can tell whether the import is dead."""
+    if ctx.reduced is not None and name in ctx.reduced.stub_names:
+        from porter.segments import WholeFile
+
+        raise WholeFile(name)
+
+
+def _remove_dead_module_imports(stmt: cst.Import, before, after, context, ctx) -> bool:
     """Schedule ``import a.b`` / ``import a.b as c`` of a CUDA-only package whose every use
     a rule rewrote (``import flash_attn`` once each ``flash_attn.flash_attn_func(...)`` was)."""
     from libcst.codemod.visitors import RemoveImportsVisitor
@@ -140,6 +150,7 @@ def _remove_dead_module_imports(stmt: cst.Import, before, after, context) -> boo
         asname = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else None
         key = (asname, full) if asname else (full.split(".")[0], full.split(".")[0])
         if before[key] and not after[key]:
+            _not_used_in_stubs(ctx, key[0])
             RemoveImportsVisitor.remove_unused_import(context, full, asname=asname)
             scheduled = True
     return scheduled

@@ -27,38 +27,76 @@ from porter.matching import ImportFacts
 from porter.rule import Rule
 
 
-def needles(rule: type[Rule]) -> list[tuple[bytes, ...]]:
-    """Words that must all occur in a file (as whole identifiers) for ``rule`` to match.
+def needles(rule: type[Rule]) -> list[tuple[tuple[bytes, ...], Optional[bytes]]]:
+    """Needle groups of ``rule``: words that must all occur in a file (as whole
+    identifiers), and the word that must be called there, if any.
 
     Any use of ``a.b.c`` needs ``a`` (in its import) and ``c`` (in the use or in a
-    ``from a.b import c``) somewhere in the file.
+    ``from a.b import c``) somewhere in the file. A ``calls_only`` target and a method
+    also need a call: ``c(``, ``c.d(`` (a call under it), ``c as`` (an alias) or
+    ``from a.b.c import d`` (a name under it, called by that name).
     """
     extra = tuple(w.encode() for w in sorted(rule.words))
-    found: list[tuple[bytes, ...]] = []
+    found: list[tuple[tuple[bytes, ...], Optional[bytes]]] = []
     for target in sorted(rule.targets):
         # ``import torch.cuda.nvtx as nv`` + ``nv.range()`` still spells every part.
-        found.append(tuple(dict.fromkeys(p.encode() for p in target.split("."))) + extra)
+        parts = tuple(dict.fromkeys(p.encode() for p in target.split(".")))
+        found.append((parts + extra, parts[-1] if rule.calls_only else None))
     for method in sorted(rule.methods):
-        found.append((method.encode(),) + extra)
+        found.append(((method.encode(),) + extra, method.encode()))
     if not found:
-        found.append(extra)
+        found.append((extra, None))
     return found
 
 
 _IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
 
 
+@lru_cache(maxsize=None)
+def _call_pattern(word: bytes) -> "re.Pattern[bytes]":
+    # The literal first (with the word boundary checked behind it) lets the regex
+    # engine scan for the word at C speed. Whitespace includes line continuations.
+    w = re.escape(word)
+    return re.compile(w + rb"(?<=\b" + w + rb")(?:(?:" + _GAP + rb"\." + _GAP + rb"[A-Za-z_][A-Za-z0-9_]*)*+"
+                      + _GAP + rb"(?:\(|import\b)|\s+as\b)")
+
+
+#: What may separate the parts of a call inside a file: whitespace, line
+#: continuations, comments (possessive: no backtracking).
+_GAP = rb"(?:[\s\\]++|#[^\r\n]*+)*+"
+
+
 class ByteFilter:
     """The rules' needle words against the set of identifier-like words of a file:
-    one C-speed scan per file, then set lookups."""
+    one C-speed scan per file, then set lookups (and, for a group that needs a call,
+    one regex search for that word, made once per file)."""
 
     def __init__(self, rules: Sequence[type[Rule]]) -> None:
-        self.groups = [(rule, [frozenset(g) for g in needles(rule)]) for rule in rules]
-        self.words = frozenset(w for _, groups in self.groups for g in groups for w in g)
+        self.groups = [(rule, [(frozenset(g), call) for g, call in needles(rule)]) for rule in rules]
+        self.words = frozenset(w for _, groups in self.groups for g, _ in groups for w in g)
 
     def candidates(self, data: bytes) -> list[type[Rule]]:
         present = self.words.intersection(_IDENTIFIER.findall(data))
-        return [rule for rule, groups in self.groups if any(g <= present for g in groups)]
+        if not present:
+            return []
+        called: dict[bytes, bool] = {}
+
+        def is_called(word: bytes) -> bool:
+            if word not in called:
+                called[word] = _call_pattern(word).search(data) is not None
+            return called[word]
+
+        out = []
+        for rule, groups in self.groups:
+            if any(g <= present and (call is None or is_called(call)) for g, call in groups) and (
+                    rule.byte_pattern is None or any(p.search(data) for p in _patterns(rule))):
+                out.append(rule)
+        return out
+
+
+def _patterns(rule: type[Rule]) -> tuple:
+    pattern = rule.byte_pattern
+    return pattern if isinstance(pattern, tuple) else (pattern,)
 
 
 @lru_cache(maxsize=8)
@@ -92,6 +130,30 @@ class SyntaxFacts:
     keyword_strings: dict[str, set[str]] = field(default_factory=dict)
     #: strings compared (== / !=) with ``<x>.device.type`` or ``device.type``
     device_type_compares: set[str] = field(default_factory=set)
+    #: last names of what the file uses as a CUDA index: ``.cuda(x)``,
+    #: ``set_device(x)``, ``device("cuda", x)`` (as rules/idioms.py's PT901 reads them)
+    device_indices: set[str] = field(default_factory=set)
+    #: a ``global`` / ``nonlocal`` statement: a stub of this unit would lose a binding
+    rebinds: bool = False
+    #: the functions and classes at module level (and, inside them, in class bodies)
+    units: list["Unit"] = field(default_factory=list)
+
+    def merge(self, other: "SyntaxFacts") -> None:
+        """Add what ``other`` (a unit of the same file, same ``imports``) holds."""
+        self.names |= other.names
+        self.called_methods |= other.called_methods
+        self.strings += other.strings
+        self.chains |= other.chains
+        self.called_chains |= other.called_chains
+        self.imported |= other.imported
+        for key, kinds in other.first_args.items():
+            self.first_args.setdefault(key, set()).update(kinds)
+        self.keywords |= other.keywords
+        for key, values in other.keyword_strings.items():
+            self.keyword_strings.setdefault(key, set()).update(values)
+        self.device_type_compares |= other.device_type_compares
+        self.device_indices |= other.device_indices
+        self.rebinds |= other.rebinds
 
     def resolve(self) -> None:
         """Resolve the dotted names through the file's imports, as the engine's
@@ -113,6 +175,33 @@ class SyntaxFacts:
         for name in self.imported:
             self.used.update(_prefixes(name))
         self.called = qualify(self.called_chains)
+
+
+@dataclass
+class Unit:
+    """A function or class definition: its lines (decorators included), and what
+    an ``ast`` walk of it shows (for a class, of its own parts and, through
+    ``children``, of the definitions in its body)."""
+
+    node: ast.AST
+    facts: SyntaxFacts
+    children: list["Unit"] = field(default_factory=list)
+    resolved: bool = False
+
+    @property
+    def first_line(self) -> int:
+        decorators = getattr(self.node, "decorator_list", None)
+        return min([d.lineno for d in decorators] + [self.node.lineno]) if decorators else self.node.lineno
+
+    @property
+    def last_line(self) -> int:
+        return self.node.end_lineno  # type: ignore[attr-defined,return-value]
+
+    def resolved_facts(self) -> SyntaxFacts:
+        if not self.resolved:
+            self.facts.resolve()
+            self.resolved = True
+        return self.facts
 
 
 def _prefixes(dotted: str) -> list[str]:
@@ -158,21 +247,6 @@ def _import_target(node: ast.AST, alias: ast.alias) -> str:
     return f"{module}.{alias.name}" if node.module else f"{module}{alias.name}"
 
 
-def _walk(tree: ast.AST):
-    """``ast.walk`` without its per-node generator calls (the order is irrelevant here)."""
-    stack = [tree]
-    node_type = ast.AST
-    while stack:
-        node = stack.pop()
-        yield node
-        for name in node._fields:
-            value = getattr(node, name, None)
-            if isinstance(value, list):
-                stack.extend([item for item in value if isinstance(item, node_type)])
-            elif isinstance(value, node_type):
-                stack.append(value)
-
-
 def syntax_facts(tree: ast.Module) -> SyntaxFacts:
     facts = SyntaxFacts()
     imports = facts.imports
@@ -183,8 +257,42 @@ def syntax_facts(tree: ast.Module) -> SyntaxFacts:
             for alias in node.names:
                 if alias.name != "*":
                     imports.module_imports.setdefault(_bound_by_import(alias), set()).add(_import_target(node, alias))
-    other = imports.other_bindings
-    for node in _walk(tree):
+    others = []
+    for node in tree.body:
+        if isinstance(node, _BINDERS):
+            facts.units.append(_unit(node, facts, top_level))
+        else:
+            others.append(node)
+    _collect(facts, others, top_level)
+    for unit in facts.units:
+        facts.merge(unit.facts)
+    facts.resolve()
+    return facts
+
+
+def _unit(node: ast.AST, file: SyntaxFacts, top_level: set) -> Unit:
+    """One definition's facts; a class's body definitions become its children."""
+    unit = Unit(node, SyntaxFacts(imports=file.imports))
+    if not isinstance(node, ast.ClassDef):
+        _collect(unit.facts, [node], top_level)
+        return unit
+    own: list = [*node.decorator_list, *node.bases, *node.keywords, *getattr(node, "type_params", ())]
+    for child in node.body:
+        if isinstance(child, _BINDERS):
+            unit.children.append(_unit(child, file, top_level))
+        else:
+            own.append(child)
+    file.imports.other_bindings.add(node.name)
+    _collect(unit.facts, own, top_level)
+    for child in unit.children:
+        unit.facts.merge(child.facts)
+    return unit
+
+
+def _collect(facts: SyntaxFacts, roots: list, top_level: set) -> None:
+    """Walk ``roots`` (and everything under them) into ``facts``."""
+    other = facts.imports.other_bindings
+    for node in _walk_all(roots):
         if isinstance(node, ast.Attribute):
             facts.names.add(node.attr)
             dotted = _dotted(node)
@@ -197,15 +305,20 @@ def syntax_facts(tree: ast.Module) -> SyntaxFacts:
             else:
                 other.add(node.id)
         elif isinstance(node, ast.Call):
-            if isinstance(node.func, ast.Attribute):
-                facts.called_methods.add(node.func.attr)
-                _record_first_arg(node, facts.first_args.setdefault(node.func.attr, set()))
+            func = node.func
+            if isinstance(func, ast.Attribute):
+                facts.called_methods.add(func.attr)
+                _record_first_arg(node, facts.first_args.setdefault(func.attr, set()))
+                _record_device_index(node, func.attr, facts.device_indices)
+            elif isinstance(func, ast.Name):
+                _record_first_arg(node, facts.first_args.setdefault(func.id, set()))
+                _record_device_index(node, func.id, facts.device_indices)
             for kw in node.keywords:
                 if kw.arg is not None:
                     facts.keywords.add(kw.arg)
                     if isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
                         facts.keyword_strings.setdefault(kw.arg, set()).add(kw.value.value)
-            dotted = _dotted(node.func)
+            dotted = _dotted(func)
             if dotted is not None:
                 facts.called_chains.add(dotted)
         elif isinstance(node, ast.Constant):
@@ -221,14 +334,48 @@ def syntax_facts(tree: ast.Module) -> SyntaxFacts:
             other.add(node.name)
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
             other.update(node.names)
+            facts.rebinds = True
         elif isinstance(node, ast.ExceptHandler) and node.name:
             other.add(node.name)
         elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
             other.add(node.name)
         elif isinstance(node, ast.MatchMapping) and node.rest:
             other.add(node.rest)
-    facts.resolve()
-    return facts
+
+
+def _walk_all(roots: list):
+    """``ast.walk`` over several roots without its per-node generator calls (the
+    order is irrelevant here)."""
+    stack = list(roots)
+    node_type = ast.AST
+    while stack:
+        node = stack.pop()
+        yield node
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if isinstance(value, list):
+                stack.extend([item for item in value if isinstance(item, node_type)])
+            elif isinstance(value, node_type):
+                stack.append(value)
+
+
+def _record_device_index(call: ast.Call, name: str, found: set[str]) -> None:
+    """Mirror of rules/idioms.py's ``_DeviceIndexUses``: ``.cuda(x)``,
+    ``set_device(x)``, ``device("cuda", x)`` name ``x`` as a CUDA index."""
+    if name not in ("cuda", "set_device", "device"):
+        return
+    if name == "device":  # the first argument in the source, as LibCST lists them
+        first = call.args[0] if call.args else (call.keywords[0].value if call.keywords else None)
+        if not (isinstance(first, ast.Constant) and first.value == "cuda"):
+            return
+    keyword_name, index = ("device", 0) if name == "cuda" else ("index", 1 if name == "device" else 0)
+    arg = next((k.value for k in call.keywords if k.arg == keyword_name), None)
+    if arg is None:
+        positional = [a for a in call.args if not isinstance(a, ast.Starred)]
+        arg = positional[index] if len(positional) > index else None
+    dotted = _dotted(arg) if arg is not None else None
+    if dotted is not None:
+        found.add(dotted.rsplit(".", 1)[-1])
 
 
 def _is_device_type(node: ast.AST) -> bool:
@@ -248,15 +395,17 @@ def _record_device_type_compare(node: ast.Compare, found: set[str]) -> None:
 
 
 def _record_first_arg(call: ast.Call, kinds: set[str]) -> None:
-    first = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "device"), None)
-    if isinstance(first, ast.Constant) and isinstance(first.value, int):
-        kinds.add("int")
-    elif isinstance(first, ast.Constant) and isinstance(first.value, str):
-        kinds.add("str:" + first.value)
-    elif isinstance(first, ast.Attribute):
-        kinds.add(first.attr)
-    elif isinstance(first, ast.Name):
-        kinds.add(first.id)
+    """What the call passes first, and by ``device=`` (rules read either)."""
+    for value in (call.args[0] if call.args else None,
+                  next((k.value for k in call.keywords if k.arg == "device"), None)):
+        if isinstance(value, ast.Constant) and isinstance(value.value, int):
+            kinds.add("int")
+        elif isinstance(value, ast.Constant) and isinstance(value.value, str):
+            kinds.add("str:" + value.value)
+        elif isinstance(value, ast.Attribute):
+            kinds.add(value.attr)
+        elif isinstance(value, ast.Name):
+            kinds.add(value.id)
 
 
 def _import_facts(node, facts: SyntaxFacts, nested: bool) -> None:
@@ -289,6 +438,12 @@ def syntax_match(rule: type[Rule], facts: SyntaxFacts) -> bool:
         return False
     if not rule.targets and not rule.methods:
         return True
+    return uses_target(rule, facts)
+
+
+def uses_target(rule: type[Rule], facts: SyntaxFacts) -> bool:
+    """A use (for ``calls_only``, a call) of one of the rule's targets or of something
+    under it, or a call of one of its methods."""
     used = facts.called if rule.calls_only else facts.used
     if any(target in used for target in rule.targets):
         return True
@@ -306,8 +461,8 @@ def parse_for_filter(data: bytes) -> Optional[ast.AST]:
         return None
 
 
-def candidate_rules(data: bytes, rules: Sequence[type[Rule]]) -> tuple[list[type[Rule]], Optional[ImportFacts]]:
-    """The rules that may match ``data``, and the file's import facts (None when
+def candidate_rules(data: bytes, rules: Sequence[type[Rule]]) -> tuple[list[type[Rule]], Optional[SyntaxFacts]]:
+    """The rules that may match ``data``, and the file's syntax facts (None when
     Python can't parse the file: it keeps its byte candidates, so that LibCST reports
     the error with its position)."""
     candidates = byte_candidates(data, rules)
@@ -317,4 +472,4 @@ def candidate_rules(data: bytes, rules: Sequence[type[Rule]]) -> tuple[list[type
     if tree is None:
         return candidates, None
     facts = syntax_facts(tree)
-    return [rule for rule in candidates if syntax_match(rule, facts)], facts.imports
+    return [rule for rule in candidates if syntax_match(rule, facts)], facts

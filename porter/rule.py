@@ -107,6 +107,13 @@ class Rule(BaseRule):
     #: The rule acts only on calls of its targets (or of names under them), not on
     #: other references: lets the pre-filter skip files that merely mention them.
     calls_only: ClassVar[bool] = False
+    #: When set, the file's raw bytes must also match this pattern, or one of this
+    #: tuple of patterns (for what the words can't express: `.to(` and an integer).
+    byte_pattern: ClassVar[Union[None, "re.Pattern[bytes]", tuple["re.Pattern[bytes]", ...]]] = None
+    #: The rule looks at more of the file than the statement it changes (evidence
+    #: gathered over the whole module, a check of the module's end, line numbers in
+    #: its messages): the engine then never hands it a module with skipped parts.
+    whole_file: ClassVar[bool] = False
 
     @classmethod
     def syntax_filter(cls, facts) -> bool:
@@ -114,6 +121,21 @@ class Rule(BaseRule):
         for patterns the declarations above can't express. It must never reject a
         file the rule would change (every example runs through it)."""
         return True
+
+    @classmethod
+    def unit_filter(cls, unit, file) -> bool:
+        """Whether the rule may act inside one function or class (``unit``: its
+        ``SyntaxFacts``; ``file``: the whole file's). The engine parses only the units
+        some rule wants, with every other function or class reduced to a one-line stub
+        (``porter.segments``). Default: the unit uses (or, for ``calls_only``, calls) a
+        target, or calls one of the methods; a rule without targets or methods applies
+        its string pattern and ``syntax_filter`` to the unit. A rule whose evidence
+        lies outside the node it changes must override this or set ``whole_file``."""
+        from porter.prefilter import syntax_match, uses_target
+
+        if cls.targets or cls.methods:
+            return uses_target(cls, unit)
+        return syntax_match(cls, unit)
 
     def __init__(self, ctx: "FileContext") -> None:
         self.ctx = ctx

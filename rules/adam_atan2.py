@@ -61,6 +61,7 @@ class AdamAtan2Optimizer(Rule):
     """
 
     code = "TP401"
+    whole_file = True  # what else the module's imports bind
     name = "adam-atan2"
     safety = Safety.SAFE
     targets = _TARGETS

@@ -321,6 +321,7 @@ class DataLoaderMainGuard(Rule):
     """
 
     code = "PT403"
+    whole_file = True  # the end of the module: is there a `__main__` guard
     name = "dataloader-main-guard"
     safety = Safety.REVIEW
     targets = DATALOADER
@@ -486,6 +487,7 @@ class DataLoaderUnpicklableFn(Rule):
     """
 
     code = "PT404"
+    whole_file = True  # where the functions it is given are defined
     name = "dataloader-unpicklable-fn"
     safety = Safety.REVIEW
     targets = DATALOADER

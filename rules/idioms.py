@@ -17,6 +17,20 @@ from ._common import argument, argument_pair, int_value, is_runtime_call, replac
 _INDEX_NAME = re.compile(r"^(local_?)?rank$|^gpu(_?(id|idx|index|num))?$|^device_?(id|idx|index)$|^cuda_?(id|idx)$")
 
 
+_GAP = rb"(?:[\s\\]++|#[^\r\n]*+)*+"
+_INDEX_VALUE = (rb"(?:\(" + _GAP + rb")*(?:[0-9]|(?:[A-Za-z_][A-Za-z0-9_]*" + _GAP + rb"\." + _GAP + rb")*"
+                rb"(?:(?:local_?)?rank|gpu(?:_?(?:id|idx|index|num))?|device_?(?:id|idx|index)|cuda_?(?:id|idx))\b)")
+#: Any of these (each starts with a literal, so the regex engine scans for it fast).
+_BYTE_PATTERN = (
+    re.compile(rb"to(?<=\bto)" + _GAP + rb"\(" + _GAP + _INDEX_VALUE),
+    re.compile(rb"device(?<=\bdevice)" + _GAP + rb"=" + _GAP + _INDEX_VALUE),
+    re.compile(rb"cuda"),
+    re.compile(rb"set_device"),
+    re.compile(rb"device(?<=\bdevice)" + _GAP + rb"\(" + _GAP + rb"(?:[(\-]" + _GAP + rb")*[0-9]"),
+    re.compile(rb"device(?<=\bdevice)\s+as\b"),
+)
+
+
 def dotted(node: cst.BaseExpression) -> Optional[str]:
     """``args.gpu`` for a Name/Attribute chain, else None."""
     if isinstance(node, cst.Name):
@@ -79,14 +93,28 @@ class IntegerDeviceTo(Rule):
     safety = Safety.SAFE
     methods = frozenset({"to"})
     targets = frozenset({"torch.device"})
+    calls_only = True
+    # `.to(` / `device=` with an integer or an index-named value; evidence (`.cuda(x)`,
+    # `set_device(x)`, `device("cuda", x)`) for any other name; `device(<integer>`.
+    byte_pattern = _BYTE_PATTERN
 
     @classmethod
     def syntax_filter(cls, facts) -> bool:
-        # `.to(i)` only matters with an integer or an index-named first argument, or in
-        # a file whose own `.cuda(x)` / `set_device(x)` / `torch.device(...)` can name one.
-        if facts.first_args.keys() & {"cuda", "set_device"} or "torch.device" in facts.called:
+        # `torch.device(<integer>)`, or `.to(i)` with an integer, an index-named value or
+        # one the file itself uses as a CUDA index.
+        if "torch.device" in facts.called and any("int" in kinds for kinds in facts.first_args.values()):
             return True
-        return any(kind == "int" or _INDEX_NAME.match(kind) for kind in facts.first_args.get("to", ()))
+        return cls._moves_to_index(facts, facts)
+
+    @classmethod
+    def unit_filter(cls, unit, file) -> bool:
+        # A unit that names a CUDA index holds evidence `_indices` must see.
+        return bool(unit.device_indices) or "torch.device" in unit.called or cls._moves_to_index(unit, file)
+
+    @staticmethod
+    def _moves_to_index(facts, file) -> bool:
+        return any(kind == "int" or _INDEX_NAME.match(kind) or kind in file.device_indices
+                   for kind in facts.first_args.get("to", ()))
 
     valid = [
         "x = x.to(dtype)\ny = y.to(other)\n",
@@ -236,6 +264,12 @@ class FormattedCudaDevice(Rule):
     safety = Safety.SAFE
     words = frozenset({"cuda"})
     strings = re.compile(r"^cuda:")
+
+    @classmethod
+    def unit_filter(cls, unit, file) -> bool:
+        # A formatted string in the unit, or a checkpoint load whose `map_location=loc`
+        # may name one assigned elsewhere (`_FormattedNames` sees every kept unit).
+        return any(cls.strings.search(s) for s in unit.strings) or bool(_LOADERS & unit.called)
 
     valid = [
         "print(f'cuda:{rank}')\n",

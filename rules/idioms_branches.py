@@ -61,7 +61,7 @@ class DeviceTypeBranch(Rule):
     code = "PT906"
     name = "device-type-branch"
     safety = Safety.UNSAFE
-    words = frozenset({"device", "type"})
+    words = frozenset({"device", "type", "cpu"})  # compared with "cpu"
     strings = re.compile(r"^cpu$")
 
     @classmethod

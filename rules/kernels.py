@@ -62,6 +62,7 @@ class TritonKernel(Rule):
     """
 
     code = "TP601"
+    whole_file = True  # launch sites anywhere in the module, by line
     name = "triton-kernel"
     safety = Safety.REVIEW
     targets = _TRITON_DECORATORS
