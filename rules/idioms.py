@@ -143,6 +143,12 @@ class IntegerDeviceTo(Rule):
             "from torch import device\ndev = device(0)\n",
             "import porter_runtime\ndev = porter_runtime.device(0)\n",
         ),
+        Example(  # the evidence: `set_device` called by its own name
+            "from torch.cuda import set_device\n\ndef main(which, x):\n    set_device(which)\n"
+            "    return x.to(which)\n",
+            "import porter_runtime\nfrom torch.cuda import set_device\n\ndef main(which, x):\n"
+            "    set_device(which)\n    return x.to(porter_runtime.device(which))\n",
+        ),
     ]
 
     def __init__(self, ctx) -> None:

@@ -1,0 +1,157 @@
+"""Parsing only the definitions a rule wants (porter/segments.py) changes nothing.
+
+Every rule example, padded with definitions no rule wants, migrates to the same bytes
+and the same findings (lines included) with and without segments; stubs go back byte
+for byte; every case where a reduction can't be exact falls back to the whole file.
+"""
+
+import pytest
+
+from porter.engine import Options, migrate_source
+from porter.prefilter import candidate_rules
+from porter.registry import all_rules
+from porter.rule import Example, Rule
+from porter.segments import reduce
+
+SOURCE_RULES = [r for r in all_rules() if issubclass(r, Rule)]
+EXAMPLES = [
+    (rule, kind, i, example if isinstance(example, Example) else Example(example))
+    for rule in SOURCE_RULES
+    for kind, examples in (("valid", rule.valid), ("invalid", rule.invalid))
+    for i, example in enumerate(examples)
+]
+
+PAD = (
+    "class _PorterPad:\n"
+    "    scale = 2\n\n"
+    "    def one(self, x):\n"
+    "        # a comment the stub hides\n"
+    "        return x * self.scale\n\n"
+    "    @property\n"
+    "    async def two(self):\n"
+    "        return 2\n\n\n"
+    "@decorate(\n    'arg'\n)\n"
+    "def _porter_pad(y, *, z=1):\n"
+    "    '''Docstring.'''\n"
+    "    return [v for v in range(y)]\n\n\n"
+)
+
+
+def _padded(code: str) -> list[str]:
+    code = code if code.endswith("\n") or not code else code + "\n"
+    out = [code + "\n\n" + PAD]
+    if "__future__" not in code and not code.lstrip().startswith(("'", '"')):
+        out.append(PAD + code)
+    return out
+
+
+def _run(code: str, options: Options, segments: bool):
+    result = migrate_source(code.encode(), options, path="example.py", segments=segments)
+    return result.new, [(f.code, f.line, f.column, f.action, f.message, f.before, f.after) for f in result.findings]
+
+
+def _reduced(code: str, options: Options) -> bool:
+    rules, facts = candidate_rules(code.encode(), options.source_rules)
+    return bool(rules) and facts is not None and reduce(code.encode(), facts, rules) is not None
+
+
+@pytest.mark.parametrize("rule,kind,index,example", EXAMPLES,
+                         ids=[f"{r.code}-{k}-{i}" for r, k, i, _ in EXAMPLES])
+def test_padded_example_is_the_same_with_and_without_segments(rule, kind, index, example):
+    for options in (Options(rules=[rule], unsafe_fixes=True), Options(rules=SOURCE_RULES, unsafe_fixes=True)):
+        for code in _padded(example.before):
+            assert _run(code, options, True) == _run(code, options, False)
+
+
+def test_the_padded_examples_do_exercise_segments():
+    reduced = total = 0
+    for rule, kind, _, example in EXAMPLES:
+        if kind != "invalid" or rule.whole_file:
+            continue
+        for code in _padded(example.before):
+            total += 1
+            reduced += _reduced(code, Options(rules=[rule], unsafe_fixes=True))
+    assert total > 300 and reduced / total > 0.9, (reduced, total)
+
+
+OPTIONS = Options(rules=SOURCE_RULES)
+
+CRLF = (
+    "import torch\r\n\r\n"
+    "def unrelated(a):\r\n"
+    "\treturn a + 1\r\n\r\n"
+    "class Model:\r\n"
+    "\tdef helper(self):\r\n"
+    "\t\treturn 3\r\n\r\n"
+    "\tdef forward(self, x):\r\n"
+    "\t\treturn x.cuda()\r\n\r\n"
+    "def tail():\r\n"
+    "\treturn torch.zeros(2)\r\n"
+)
+
+
+def test_stubs_go_back_byte_for_byte_and_findings_keep_their_lines():
+    rules, facts = candidate_rules(CRLF.encode(), OPTIONS.source_rules)
+    reduced = reduce(CRLF.encode(), facts, rules)
+    assert reduced is not None
+    assert b"def unrelated(): pass  # porter-stub-" in reduced.data
+    assert b"\tdef helper(): pass  # porter-stub-" in reduced.data
+    assert b"forward" in reduced.data and b"def tail(): pass" in reduced.data
+    assert reduced.splice(reduced.data) == CRLF.encode()
+    new, findings = _run(CRLF, OPTIONS, True)
+    assert (new, findings) == _run(CRLF, OPTIONS, False)
+    assert findings[0][:2] == ("PT001", 11)
+    assert new.count(b"\r\n") == new.count(b"\n") and b"\treturn a + 1\r\n" in new
+
+
+def test_a_stub_a_rule_changed_is_never_spliced():
+    rules, facts = candidate_rules(CRLF.encode(), OPTIONS.source_rules)
+    reduced = reduce(CRLF.encode(), facts, rules)
+    first = reduced.stubs[0][0]
+    assert reduced.splice(reduced.data.replace(first, b"")) is None
+    assert reduced.splice(reduced.data.replace(first, b"    " + first)) is None
+
+
+def test_definitions_that_rebind_globals_are_kept_whole():
+    code = ("import torch\n\ndef setup():\n    global torch\n    torch = None\n\n"
+            "def move(x):\n    return x.cuda()\n")
+    rules, facts = candidate_rules(code.encode(), OPTIONS.source_rules)
+    assert reduce(code.encode(), facts, rules) is None
+    assert _run(code, OPTIONS, True) == _run(code, OPTIONS, False)
+
+
+def test_an_import_still_used_inside_a_stub_makes_the_whole_file_decide():
+    # TP101 rewrites the call, the last use it sees; `other` only refers to the
+    # function (no call, so no rule wants it and it is stubbed). Only the whole
+    # file shows that the import is still used.
+    code = (
+        "from flash_attn import flash_attn_func\n\n"
+        "def attend(q, k, v):\n    return flash_attn_func(q, k, v, causal=True)\n\n"
+        "def other():\n    return flash_attn_func\n"
+    )
+    options = Options(rules=[r for r in SOURCE_RULES if r.code == "TP101"])
+    rules, facts = candidate_rules(code.encode(), options.source_rules)
+    reduced = reduce(code.encode(), facts, rules)
+    assert reduced is not None and "flash_attn_func" in reduced.stub_names
+    new, findings = _run(code, options, True)
+    assert (new, findings) == _run(code, options, False)
+    assert b"from flash_attn import flash_attn_func" in new and b"porter_runtime.attention(" in new
+
+
+@pytest.mark.parametrize("code", [
+    "\ufeffimport torch\n\ndef a():\n    return 1\n\ndef b(x):\n    return x.cuda()\n",  # BOM
+    "import torch\r\rdef a():\r    return 1\r\rdef b(x):\r    return x.cuda()\r",  # old Mac line ends
+    "import torch\n\ndef b(x):\n    return x.cuda()\n",  # nothing to leave out
+])
+def test_files_a_reduction_cannot_serve_are_parsed_whole(code):
+    data = code.encode()
+    rules, facts = candidate_rules(data, OPTIONS.source_rules)
+    assert rules and reduce(data, facts, rules) is None
+
+
+def test_an_attribute_name_is_not_an_imported_name():
+    code = ("import torch\n\ndef get():\n    from bitsandbytes.optim import RMSprop\n    return RMSprop\n\n"
+            "def other():\n    return torch.optim.RMSprop\n")
+    for segments in (True, False):
+        _, findings = _run(code, OPTIONS, segments)
+        assert [(f[0], f[1]) for f in findings] == [("TP502", 5)]
