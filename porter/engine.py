@@ -13,7 +13,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, NamedTuple, Optional, Sequence
+from typing import Iterable, NamedTuple, Optional, Sequence, Union
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -293,7 +293,7 @@ def migrate_source(
     options: Options,
     *,
     path: str = "<string>",
-    runtime_bootstrap: Optional[str] = None,
+    runtime_bootstrap: Union[None, str, "LazyBootstrap"] = None,
     candidates: Optional[tuple[list[type[Rule]], Optional[SyntaxFacts]]] = None,
     segments: Optional[bool] = None,
 ) -> SourceResult:
@@ -327,7 +327,7 @@ def migrate_source(
 
 def _migrate(
     code: bytes, data: bytes, path: str, options: Options, rules: Sequence[type[Rule]],
-    facts: Optional[SyntaxFacts], runtime_bootstrap: Optional[str], reduced: Optional[Reduced],
+    facts: Optional[SyntaxFacts], runtime_bootstrap: Union[None, str, "LazyBootstrap"], reduced: Optional[Reduced],
 ) -> SourceResult:
     """One LibCST pass of the rules over ``code`` (``data`` itself, or its reduction)."""
     module = cst.parse_module(code)
@@ -337,7 +337,7 @@ def _migrate(
     if not any(f.action == "rewrite" for f in findings):
         return SourceResult(code, findings)  # rules change code only through rewrite()
     if ctx.needs_runtime and not ctx.resolver.imports_of("porter_runtime"):
-        new_module = imports.add_runtime_import(new_module, runtime_bootstrap)
+        new_module = imports.add_runtime_import(new_module, resolve_bootstrap(runtime_bootstrap))
     new_module = imports.remove_unused(new_module, ctx)
     return SourceResult(new_module.bytes, findings, ctx.needs_runtime)
 
@@ -369,7 +369,7 @@ def migrate_text(data: bytes, options: Options, *, path: str) -> SourceResult:
     return SourceResult((b"\xef\xbb\xbf" if bom else b"") + text.encode("utf-8"), findings)
 
 
-def process_file(path: Path, rel: str, options: Options, bootstrap: Optional[str]) -> FileResult:
+def process_file(path: Path, rel: str, options: Options, bootstrap: Union[None, str, "LazyBootstrap"]) -> FileResult:
     """Migrate one file; every failure becomes a per-file error, never an exception."""
     options = options.for_path(rel)
     try:
@@ -379,7 +379,7 @@ def process_file(path: Path, rel: str, options: Options, bootstrap: Optional[str
     if rel.endswith(".ipynb"):  # code cells one by one (porter.notebook)
         from porter.notebook import process_notebook
 
-        return process_notebook(path, data, rel, options, bootstrap)
+        return process_notebook(path, data, rel, options, resolve_bootstrap(bootstrap))
     if not rel.endswith(".py"):
         return _process_text(data, rel, options)
     # Undecodable bytes are reported for every file: a binary or mis-encoded file
@@ -427,6 +427,22 @@ def _process_text(data: bytes, rel: str, options: Options) -> FileResult:
     if result.new == data:
         return FileResult(rel, "unchanged", findings=result.findings)
     return FileResult(rel, "changed", findings=result.findings, old=data, new=result.new)
+
+
+class LazyBootstrap:
+    """:func:`bootstrap_path` of one file, worked out only if the file needs the
+    runtime import (a few files of a large tree; each answer costs a stat per folder)."""
+
+    def __init__(self, file: Path, runtime_parent: Path) -> None:
+        self.file = file
+        self.runtime_parent = runtime_parent
+
+    def __call__(self) -> Optional[str]:
+        return bootstrap_path(self.file, self.runtime_parent)
+
+
+def resolve_bootstrap(bootstrap: Union[None, str, LazyBootstrap]) -> Optional[str]:
+    return bootstrap() if isinstance(bootstrap, LazyBootstrap) else bootstrap
 
 
 def bootstrap_path(file: Path, runtime_parent: Path) -> Optional[str]:

@@ -124,18 +124,19 @@ class Rule(BaseRule):
 
     @classmethod
     def unit_filter(cls, unit, file) -> bool:
-        """Whether the rule may act inside one function or class (``unit``: its
-        ``SyntaxFacts``; ``file``: the whole file's). The engine parses only the units
-        some rule wants, with every other function or class reduced to a one-line stub
-        (``porter.segments``). Default: the unit uses (or, for ``calls_only``, calls) a
-        target, or calls one of the methods; a rule without targets or methods applies
-        its string pattern and ``syntax_filter`` to the unit. A rule whose evidence
-        lies outside the node it changes must override this or set ``whole_file``."""
+        """Whether the rule may act inside one function or class (``unit``: a
+        ``prefilter.Unit``, its ``SyntaxFacts`` in ``unit.facts``; ``file``: the whole
+        file's). The engine parses only the units some rule wants, with every other
+        function or class reduced to a one-line stub (``porter.segments``). Default:
+        the unit uses (or, for ``calls_only``, calls) a target, or calls one of the
+        methods; a rule without targets or methods applies its string pattern and
+        ``syntax_filter`` to the unit. A rule whose evidence lies outside the node it
+        changes must override this or set ``whole_file``."""
         from porter.prefilter import syntax_match, uses_target
 
         if cls.targets or cls.methods:
-            return uses_target(cls, unit)
-        return syntax_match(cls, unit)
+            return uses_target(cls, unit.facts)
+        return syntax_match(cls, unit.facts)
 
     def __init__(self, ctx: "FileContext") -> None:
         self.ctx = ctx

@@ -10,7 +10,7 @@ from typing import Callable, Iterator, Optional, Sequence
 
 from porter.apply import Change, vendor_changes
 from porter.discover import Skipped, discover
-from porter.engine import FileResult, Options, bootstrap_path, process_file
+from porter.engine import FileResult, LazyBootstrap, Options, process_file
 
 
 @dataclass
@@ -53,7 +53,7 @@ class RunResult:
         return self.runtime_changes + own
 
 
-Task = tuple[Path, str, Optional[str]]
+Task = tuple[Path, str, Path]  # the file, its path in the report, the runtime's folder
 _worker_options: Optional[Options] = None
 
 
@@ -64,15 +64,16 @@ def _init_worker(options: Options) -> None:
 
 def _work(task: Task) -> FileResult:
     assert _worker_options is not None
-    return process_file(*task[:2], _worker_options, task[2])
+    path, rel, runtime_parent = task
+    return process_file(path, rel, _worker_options, LazyBootstrap(path, runtime_parent))
 
 
 def iter_results(config: RunConfig, tasks: Sequence[Task]) -> Iterator[FileResult]:
     """Results in the order of ``tasks``, whatever the number of worker processes."""
     jobs = max(1, min(config.jobs, len(tasks)))
     if jobs == 1:
-        for path, rel, bootstrap in tasks:
-            yield process_file(path, rel, config.options, bootstrap)
+        for path, rel, runtime_parent in tasks:
+            yield process_file(path, rel, config.options, LazyBootstrap(path, runtime_parent))
         return
     chunk = max(1, min(16, len(tasks) // (jobs * 8)))
     with ProcessPoolExecutor(jobs, initializer=_init_worker, initargs=(config.options,)) as pool:
@@ -105,7 +106,7 @@ def run(
     found = discover(config.paths, root, config.excludes, skip=[target], patterns=patterns)
     result = RunResult(root=root, skipped=found.skipped)
     files = sorted(found.files, key=lambda p: _rel(p, root))
-    tasks = [(path, _rel(path, root), bootstrap_path(path, target.parent)) for path in files]
+    tasks = [(path, _rel(path, root), target.parent) for path in files]
     vendored = False
 
     def vendor() -> None:

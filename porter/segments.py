@@ -114,10 +114,9 @@ def reduce(data: bytes, facts: SyntaxFacts, rules: Sequence[type[Rule]]) -> Opti
 
 def _choose(unit: Unit, file: SyntaxFacts, rules: Sequence[type[Rule]], stubbed: list[Unit]) -> None:
     """Stub ``unit`` if no rule wants it; in a wanted class, look at its members."""
-    facts = unit.resolved_facts()
-    if facts.rebinds:
+    if unit.resolved_facts().rebinds:
         return
-    if not any(rule.unit_filter(facts, file) for rule in rules):
+    if not any(rule.unit_filter(unit, file) for rule in rules):
         stubbed.append(unit)
         return
     for child in unit.children:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import ast
+
 from dataclasses import dataclass, field
 from typing import Iterator, Optional, Sequence
 
@@ -321,10 +323,16 @@ class DataLoaderMainGuard(Rule):
     """
 
     code = "PT403"
-    whole_file = True  # the end of the module: is there a `__main__` guard
     name = "dataloader-main-guard"
     safety = Safety.REVIEW
     targets = DATALOADER
+
+    @classmethod
+    def unit_filter(cls, unit, file) -> bool:
+        # `_called` follows calls by name from module-level code into the module's
+        # functions: keep every function some code calls by its name.
+        return super().unit_filter(unit, file) or (
+            not isinstance(unit.node, ast.ClassDef) and unit.node.name in file.called_chains)
 
     valid = [
         "from torch.utils.data import DataLoader\n\ndef main():\n    loader = DataLoader(ds, num_workers=4)\n"
@@ -487,7 +495,6 @@ class DataLoaderUnpicklableFn(Rule):
     """
 
     code = "PT404"
-    whole_file = True  # where the functions it is given are defined
     name = "dataloader-unpicklable-fn"
     safety = Safety.REVIEW
     targets = DATALOADER

@@ -109,7 +109,8 @@ class IntegerDeviceTo(Rule):
     @classmethod
     def unit_filter(cls, unit, file) -> bool:
         # A unit that names a CUDA index holds evidence `_indices` must see.
-        return bool(unit.device_indices) or "torch.device" in unit.called or cls._moves_to_index(unit, file)
+        facts = unit.facts
+        return bool(facts.device_indices) or "torch.device" in facts.called or cls._moves_to_index(facts, file)
 
     @staticmethod
     def _moves_to_index(facts, file) -> bool:
@@ -275,7 +276,7 @@ class FormattedCudaDevice(Rule):
     def unit_filter(cls, unit, file) -> bool:
         # A formatted string in the unit, or a checkpoint load whose `map_location=loc`
         # may name one assigned elsewhere (`_FormattedNames` sees every kept unit).
-        return any(cls.strings.search(s) for s in unit.strings) or bool(_LOADERS & unit.called)
+        return any(cls.strings.search(s) for s in unit.facts.strings) or bool(_LOADERS & unit.facts.called)
 
     valid = [
         "print(f'cuda:{rank}')\n",
