@@ -1,6 +1,6 @@
 """How fast is porter on a large real repository? Ratios measured in one run.
 
-    python bench/migrate.py [--corpus transformers==5.23.0] [--sample 61] [--no-torchfix]
+    python bench/migrate.py [--corpus transformers==5.23.0] [--sample 61] [--rounds 3] [--no-torchfix]
 
 Over the pinned corpus (downloaded and cached by ``bench/corpus.py``'s ``fetch``):
 
@@ -13,8 +13,10 @@ Over the pinned corpus (downloaded and cached by ``bench/corpus.py``'s ``fetch``
     the very same sample for the ratio.
 
 Each measurement runs in its own process; the peak memory is that process's maximum
-resident set (for ``-j 2`` the largest of the main process and its workers). Prints
-files/s, lines/s, peak memory and the ratios (b)/(a), (b)/(c), (d)/(b').
+resident set (for ``-j 2`` the largest of the main process and its workers). (a), (b)
+and (c) run in ``--rounds`` rounds (default 3), one after the other in each, and the
+ratios compare their medians: the machines are shared and a single run can be off by a
+third. Prints files/s, lines/s, peak memory and the ratios (b)/(a), (b)/(c), (d)/(b').
 Goals (issue 7): (b)/(a) <= 0.5, (b)/(c) >= 1.7 on 2 cores, (d)/(b') >= 20, peak < 1 GiB.
 """
 
@@ -103,6 +105,14 @@ def sample_tree(files: list[Path], root: Path, size: int, seed: int = 7) -> Path
     return dest
 
 
+def _median(results: list[dict]) -> dict:
+    """The median time of several measurements, with the largest peak memory."""
+    seconds = sorted(r["seconds"] for r in results)
+    middle = len(seconds) // 2
+    median = seconds[middle] if len(seconds) % 2 else (seconds[middle - 1] + seconds[middle]) / 2
+    return {"seconds": median, "peak": max(r["peak"] for r in results)}
+
+
 def row(name: str, result: dict, files: int, lines: int) -> str:
     s = result["seconds"]
     return (f"{name:<34} {s:8.2f} s {files / s:9.1f} files/s {lines / s:11.0f} lines/s "
@@ -114,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus", default="transformers==5.23.0")
     parser.add_argument("--sample", type=int, default=61, help="files in the TorchFix sample")
     parser.add_argument("--no-torchfix", action="store_true")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of (a), (b), (c); medians are compared")
     args = parser.parse_args(argv)
     name, version = args.corpus.split("==")
     root = fetch(name, version)
@@ -123,13 +134,20 @@ def main(argv: list[str] | None = None) -> int:
     print(f"corpus {name}=={version}: {len(files)} files, {lines} lines; "
           f"{len(cudaish)} CUDA-ish files, {cuda_lines} lines")
 
-    a = floor(cudaish)
-    b = porter(root, 1)
-    c = porter(root, 2)
-    for result in (b, c):
-        if result["rc"] not in (0, 2):
-            print("porter failed:", result["stderr"], file=sys.stderr)
-            return 1
+    rounds = []
+    for number in range(1, args.rounds + 1):
+        # (a), (b), (c) one after the other in each round: a slow spell of a shared
+        # machine then weighs on all three, and the medians of the rounds are compared.
+        a, b, c = floor(cudaish), porter(root, 1), porter(root, 2)
+        for result in (b, c):
+            if result["rc"] not in (0, 2):
+                print("porter failed:", result["stderr"], file=sys.stderr)
+                return 1
+        rounds.append((a, b, c))
+        print(f"round {number}: (a) {a['seconds']:.2f} s  (b) {b['seconds']:.2f} s  (c) {c['seconds']:.2f} s  "
+              f"(b)/(a) = {b['seconds'] / a['seconds']:.2f}  (b)/(c) = {b['seconds'] / c['seconds']:.2f}")
+    a, b, c = (_median([r[i] for r in rounds]) for i in range(3))
+    print(f"medians of {len(rounds)} round(s):")
     print(row("(a) LibCST parse+codegen, CUDA-ish", a, len(cudaish), cuda_lines))
     print(row("(b) porter migrate --diff -j 1", b, len(files), lines))
     print(row("(c) porter migrate --diff -j 2", c, len(files), lines))

@@ -290,73 +290,121 @@ def _unit(node: ast.AST, file: SyntaxFacts, top_level: set) -> Unit:
 
 
 def _collect(facts: SyntaxFacts, roots: list, top_level: set) -> None:
-    """Walk ``roots`` (and everything under them) into ``facts``."""
+    """Walk ``roots`` (and everything under them) into ``facts``: one loop, the common
+    node types tested first (this walk is most of the ``ast`` stage's time)."""
     other = facts.imports.other_bindings
-    for node in _walk_all(roots):
-        if isinstance(node, ast.Attribute):
-            facts.names.add(node.attr)
-            dotted = _dotted(node)
-            if dotted is not None:
-                facts.chains.add(dotted)
-        elif isinstance(node, ast.Name):
-            facts.names.add(node.id)
-            if isinstance(node.ctx, ast.Load):
-                facts.chains.add(node.id)
+    names, chains, strings = facts.names, facts.chains, facts.strings
+    stack = list(roots)
+    pop, push, extend = stack.pop, stack.append, stack.extend
+    Name, Attribute, Call, Constant, Load = ast.Name, ast.Attribute, ast.Call, ast.Constant, ast.Load
+    while stack:
+        node = pop()
+        kind = type(node)
+        if kind is Name:  # no children but its ctx
+            names.add(node.id)
+            if type(node.ctx) is Load:
+                chains.add(node.id)
             else:
                 other.add(node.id)
-        elif isinstance(node, ast.Call):
-            func = node.func
-            if isinstance(func, ast.Attribute):
-                facts.called_methods.add(func.attr)
-                _record_first_arg(node, facts.first_args.setdefault(func.attr, set()))
-                _record_device_index(node, func.attr, facts.device_indices)
-            elif isinstance(func, ast.Name):
-                _record_first_arg(node, facts.first_args.setdefault(func.id, set()))
-                _record_device_index(node, func.id, facts.device_indices)
-            for kw in node.keywords:
-                if kw.arg is not None:
-                    facts.keywords.add(kw.arg)
-                    if isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
-                        facts.keyword_strings.setdefault(kw.arg, set()).add(kw.value.value)
-            dotted = _dotted(func)
+            continue
+        if kind is Constant:  # no children
+            if type(node.value) is str:
+                strings.append(node.value)
+            continue
+        if kind is Attribute:
+            names.add(node.attr)
+            dotted = _dotted(node)
             if dotted is not None:
-                facts.called_chains.add(dotted)
-        elif isinstance(node, ast.Constant):
-            if isinstance(node.value, str):
-                facts.strings.append(node.value)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            _import_facts(node, facts, nested=id(node) not in top_level)
-        elif isinstance(node, ast.Compare):
-            _record_device_type_compare(node, facts.device_type_compares)
-        elif isinstance(node, ast.arg):
-            other.add(node.arg)
-        elif isinstance(node, _BINDERS):
-            other.add(node.name)
-        elif isinstance(node, (ast.Global, ast.Nonlocal)):
-            other.update(node.names)
-            facts.rebinds = True
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            other.add(node.name)
-        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
-            other.add(node.name)
-        elif isinstance(node, ast.MatchMapping) and node.rest:
-            other.add(node.rest)
+                chains.add(dotted)
+            push(node.value)
+            continue
+        if kind is Call:
+            _call_facts(node, facts)
+        elif node is None:  # a dict's `**` entry has no key
+            continue
+        else:
+            handler = _HANDLERS.get(kind)
+            if handler is not None:
+                handler(node, facts, other, top_level)
+        for field in _child_fields(kind):
+            value = getattr(node, field, None)
+            if type(value) is list:
+                extend(value)
+            elif value is not None:
+                push(value)
 
 
-def _walk_all(roots: list):
-    """``ast.walk`` over several roots without its per-node generator calls (the
-    order is irrelevant here)."""
-    stack = list(roots)
-    node_type = ast.AST
-    while stack:
-        node = stack.pop()
-        yield node
-        for name in node._fields:
-            value = getattr(node, name, None)
-            if isinstance(value, list):
-                stack.extend([item for item in value if isinstance(item, node_type)])
-            elif isinstance(value, node_type):
-                stack.append(value)
+def _call_facts(node: ast.Call, facts: SyntaxFacts) -> None:
+    func = node.func
+    if isinstance(func, ast.Attribute):
+        facts.called_methods.add(func.attr)
+        _record_first_arg(node, facts.first_args.setdefault(func.attr, set()))
+        _record_device_index(node, func.attr, facts.device_indices)
+    elif isinstance(func, ast.Name):
+        _record_first_arg(node, facts.first_args.setdefault(func.id, set()))
+        _record_device_index(node, func.id, facts.device_indices)
+    for kw in node.keywords:
+        if kw.arg is not None:
+            facts.keywords.add(kw.arg)
+            if isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
+                facts.keyword_strings.setdefault(kw.arg, set()).add(kw.value.value)
+    dotted = _dotted(func)
+    if dotted is not None:
+        facts.called_chains.add(dotted)
+
+
+def _bind_name(node, facts, other, top_level) -> None:
+    other.add(node.name)
+
+
+def _bind_arg(node, facts, other, top_level) -> None:
+    other.add(node.arg)
+
+
+def _bind_optional_name(node, facts, other, top_level) -> None:
+    if node.name:
+        other.add(node.name)
+
+
+def _bind_rest(node, facts, other, top_level) -> None:
+    if node.rest:
+        other.add(node.rest)
+
+
+def _rebind(node, facts, other, top_level) -> None:
+    other.update(node.names)
+    facts.rebinds = True
+
+
+def _import(node, facts, other, top_level) -> None:
+    _import_facts(node, facts, nested=id(node) not in top_level)
+
+
+def _compare(node, facts, other, top_level) -> None:
+    _record_device_type_compare(node, facts.device_type_compares)
+
+
+_HANDLERS = {
+    ast.FunctionDef: _bind_name, ast.AsyncFunctionDef: _bind_name, ast.ClassDef: _bind_name,
+    ast.arg: _bind_arg, ast.Global: _rebind, ast.Nonlocal: _rebind,
+    ast.Import: _import, ast.ImportFrom: _import, ast.Compare: _compare,
+    ast.ExceptHandler: _bind_optional_name, ast.MatchAs: _bind_optional_name,
+    ast.MatchStar: _bind_optional_name, ast.MatchMapping: _bind_rest,
+}
+
+#: Fields that never hold a node: names, flags, numbers, strings (and what the walk
+#: does not need: an expression's ``ctx``, an import's aliases).
+_SCALAR_FIELDS = frozenset({"ctx", "id", "attr", "name", "names", "arg", "asname", "module", "level",
+                            "is_async", "conversion", "kind", "type_comment", "rest", "tag", "kwd_attrs",
+                            "simple", "lineno"})
+
+
+@lru_cache(maxsize=None)
+def _child_fields(kind: type) -> tuple[str, ...]:
+    """The fields of a node type that may hold nodes (none for a value that is no
+    node, should a newer Python add a scalar field this list lacks)."""
+    skip = _SCALAR_FIELDS | ({"value"} if kind is ast.MatchSingleton else set())
+    return tuple(f for f in getattr(kind, "_fields", ()) if f not in skip)
 
 
 def _record_device_index(call: ast.Call, name: str, found: set[str]) -> None:
