@@ -75,7 +75,9 @@ def iter_results(config: RunConfig, tasks: Sequence[Task]) -> Iterator[FileResul
         for path, rel, runtime_parent in tasks:
             yield process_file(path, rel, config.options, LazyBootstrap(path, runtime_parent))
         return
-    chunk = max(1, min(16, len(tasks) // (jobs * 8)))
+    # Small chunks: a few files (trainer.py and its neighbours in transformers) take
+    # seconds each; in one large chunk at the end of the run they leave a worker idle.
+    chunk = max(1, min(4, len(tasks) // (jobs * 8)))
     with ProcessPoolExecutor(jobs, initializer=_init_worker, initargs=(config.options,)) as pool:
         yield from pool.map(_work, tasks, chunksize=chunk)
 
