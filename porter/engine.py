@@ -4,6 +4,10 @@
 I/O), so it is what the rule-example tests call. ``process_file`` wraps it with reading
 and error handling and returns a picklable :class:`FileResult`; files can therefore be
 processed in worker processes. Writing, diffing and vendoring live in ``porter.apply``.
+
+Cost control: ``porter.prefilter`` decides from the bytes, then from the stdlib ``ast``,
+which rules can match a file (most files stop there); ``porter.segments`` then hands
+LibCST only the definitions some rule wants, the others as one-line stubs.
 """
 
 from __future__ import annotations
