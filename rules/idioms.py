@@ -9,6 +9,7 @@ from typing import Optional
 
 import libcst as cst
 
+from porter.matching import dotted_name
 from porter.rule import Example, Rule, Safety, string_value
 
 from ._common import argument, argument_pair, int_value, is_runtime_call, replace_arg
@@ -31,16 +32,6 @@ _BYTE_PATTERN = (
 )
 
 
-def dotted(node: cst.BaseExpression) -> Optional[str]:
-    """``args.gpu`` for a Name/Attribute chain, else None."""
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        inner = dotted(node.value)
-        return None if inner is None else f"{inner}.{node.attr.value}"
-    return None
-
-
 class _DeviceIndexUses(cst.CSTVisitor):
     """Expressions the file itself uses as CUDA devices: `.cuda(x)`, `set_device(x)`,
     `torch.device("cuda", x)`. Any of these says `x` is a device, never a dtype."""
@@ -57,7 +48,7 @@ class _DeviceIndexUses(cst.CSTVisitor):
         arg = argument(node, "device" if method == "cuda" else "index", index)
         if method == "device" and (not node.args or string_value(node.args[0].value) != "cuda"):
             return
-        name = dotted(arg.value) if arg is not None else None
+        name = dotted_name(arg.value) if arg is not None else None
         if name is not None:
             self.found.add(name)
 
@@ -190,7 +181,7 @@ class IntegerDeviceTo(Rule):
     def _is_index(self, node: cst.BaseExpression) -> bool:
         if isinstance(node, cst.Integer):
             return True
-        name = dotted(node)
+        name = dotted_name(node)
         if name is None:
             return False
         return bool(_INDEX_NAME.match(name.rsplit(".", 1)[-1])) or name in self._indices

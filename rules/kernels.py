@@ -6,6 +6,7 @@ from typing import Optional
 
 import libcst as cst
 
+from porter.matching import dotted_name
 from porter.rule import Example, Rule, Safety, keyword, positional, string_value
 from porter.rules._thirdparty_common import GuardTracker, under
 
@@ -260,13 +261,13 @@ class CudaOnlyPackage(GuardTracker, Rule):
 
     def visit_Import(self, node: cst.Import) -> None:
         for alias in node.names:
-            name = _dotted(alias.name)
+            name = dotted_name(alias.name) or ""
             if self._report(node, name):
                 return
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         if not node.relative and node.module is not None:
-            self._report(node, _dotted(node.module))
+            self._report(node, dotted_name(node.module) or "")
 
     def _report(self, node: cst.CSTNode, module: str) -> bool:
         root = module.split(".")[0]
@@ -278,11 +279,3 @@ class CudaOnlyPackage(GuardTracker, Rule):
         self.flag(node, f"`{module}` is CUDA-only and does not install on a Mac{behind}",
                   suggestion=_PACKAGES[root])
         return True
-
-
-def _dotted(node: cst.BaseExpression) -> str:
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        return f"{_dotted(node.value)}.{node.attr.value}"
-    return ""
