@@ -260,7 +260,9 @@ class RuleRunner(cst.CSTTransformer):
                     self._leavers.setdefault(attr[6:], []).append(getattr(rule, attr))
 
     def on_visit(self, node: cst.CSTNode) -> bool:
-        if isinstance(node, (cst.Import, cst.ImportFrom)):
+        if isinstance(node, cst.Attribute):
+            self._resolver.attribute_names.add(id(node.attr))
+        elif isinstance(node, (cst.Import, cst.ImportFrom)):
             self._resolver.inside_import += 1
         for visit in self._visitors.get(type(node).__name__, ()):
             visit(node)

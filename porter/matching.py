@@ -394,6 +394,9 @@ class Resolver:
         #: Set by the engine while its pass is inside an import statement, whose
         #: names are bindings, not uses.
         self.inside_import = 0
+        #: Set by the engine's pass: the Names that are an attribute's name (the
+        #: ``compile`` of ``re.compile``), which no import binds.
+        self.attribute_names: set[int] = set()
         self._import_names = facts.import_names if facts is not None else set()
         self._scoped: Optional[ScopeResolver] = None if facts is not None else ScopeResolver(module)
 
@@ -416,7 +419,7 @@ class Resolver:
             return Ambiguous(full) if isinstance(base, Ambiguous) else full
         if not isinstance(node, cst.Name):
             return None
-        if self.inside_import:
+        if self.inside_import or id(node) in self.attribute_names:
             return None
         if node.value in self._simple:
             return self._simple[node.value]

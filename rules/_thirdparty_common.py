@@ -58,7 +58,6 @@ class UseFinder:
     def visit_Attribute(self, node: cst.Attribute) -> None:
         inner = self._inner_nodes()
         inner.add(id(node.value))
-        inner.add(id(node.attr))  # `x.RMSprop`'s name is no use of an imported `RMSprop`
         if id(node) not in inner:
             self._check_use(node)
 

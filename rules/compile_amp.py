@@ -97,6 +97,7 @@ class TorchCompile(_Rename, Rule):
         "import mylib as torch\nmodel = torch.compile(model)\n",
         "code = compile(source, 'x.py', 'exec')\n",
         "import torch\nfrom torch import compiler\ncompiler.reset()\n",
+        "import re\nfrom torch import compile\npattern = re.compile('x')\n",  # an attribute's name
     ]
     invalid = [
         Example(

@@ -77,6 +77,7 @@ class LegacyCudaTensor(Rule):
         "import torch\nx = torch.FloatTensor(2, 3)\n",
         "def f(torch):\n    return torch.cuda.FloatTensor(2)\n",
         "import mylib as torch\nx = torch.cuda.FloatTensor(2)\n",
+        "from torch.cuda import FloatTensor\nx = np.FloatTensor\n",  # an attribute's name
     ]
     invalid = [
         Example(
