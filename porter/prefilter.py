@@ -19,12 +19,12 @@ from __future__ import annotations
 import ast
 import re
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Optional, Sequence
 
 from porter.matching import ImportFacts
-from porter.rule import Rule
+from porter.rule import BYTES_GAP, Rule
 
 
 def needles(rule: type[Rule]) -> list[tuple[tuple[bytes, ...], Optional[bytes]]]:
@@ -57,13 +57,9 @@ def _call_pattern(word: bytes) -> "re.Pattern[bytes]":
     # The literal first (with the word boundary checked behind it) lets the regex
     # engine scan for the word at C speed. Whitespace includes line continuations.
     w = re.escape(word)
-    return re.compile(w + rb"(?<=\b" + w + rb")(?:(?:" + _GAP + rb"\." + _GAP + rb"[A-Za-z_][A-Za-z0-9_]*)*+"
-                      + _GAP + rb"(?:\(|import\b)|\s+as\b)")
+    return re.compile(w + rb"(?<=\b" + w + rb")(?:(?:" + BYTES_GAP + rb"\." + BYTES_GAP + rb"[A-Za-z_][A-Za-z0-9_]*)*+"
+                      + BYTES_GAP + rb"(?:\(|import\b)|\s+as\b)")
 
-
-#: What may separate the parts of a call inside a file: whitespace, line
-#: continuations, comments (possessive: no backtracking).
-_GAP = rb"(?:[\s\\]++|#[^\r\n]*+)*+"
 
 
 class ByteFilter:
@@ -139,21 +135,19 @@ class SyntaxFacts:
     units: list["Unit"] = field(default_factory=list)
 
     def merge(self, other: "SyntaxFacts") -> None:
-        """Add what ``other`` (a unit of the same file, same ``imports``) holds."""
-        self.names |= other.names
-        self.called_methods |= other.called_methods
-        self.strings += other.strings
-        self.chains |= other.chains
-        self.called_chains |= other.called_chains
-        self.imported |= other.imported
-        for key, kinds in other.first_args.items():
-            self.first_args.setdefault(key, set()).update(kinds)
-        self.keywords |= other.keywords
-        for key, values in other.keyword_strings.items():
-            self.keyword_strings.setdefault(key, set()).update(values)
-        self.device_type_compares |= other.device_type_compares
-        self.device_indices |= other.device_indices
-        self.rebinds |= other.rebinds
+        """Add what ``other`` (a unit of the same file, same ``imports``) holds: every
+        set, list and dict of sets, so a new fact can't be left out of the merge."""
+        for name in _MERGED:
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if isinstance(mine, dict):
+                for key, values in theirs.items():
+                    mine.setdefault(key, set()).update(values)
+            elif isinstance(mine, bool):
+                setattr(self, name, mine or theirs)
+            elif isinstance(mine, list):
+                mine.extend(theirs)
+            else:
+                mine.update(theirs)
 
     def resolve(self) -> None:
         """Resolve the dotted names through the file's imports, as the engine's
@@ -175,6 +169,11 @@ class SyntaxFacts:
         for name in self.imported:
             self.used.update(_prefixes(name))
         self.called = qualify(self.called_chains)
+
+
+#: The facts a unit adds to its file's (``imports`` is shared, ``units`` is the file's
+#: own list; ``used`` / ``called`` are worked out again by ``resolve``).
+_MERGED = tuple(f.name for f in fields(SyntaxFacts) if f.name not in ("imports", "units", "used", "called"))
 
 
 @dataclass

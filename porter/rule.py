@@ -73,6 +73,12 @@ class RuleDoc:
     sections: dict[str, str] = field(default_factory=dict)
 
 
+#: What may separate the parts of a call in source bytes: whitespace, line
+#: continuations, comments (possessive, so a regex never backtracks into it). For
+#: ``Rule.byte_pattern`` and the byte pre-filter's call check.
+BYTES_GAP = rb"(?:[\s\\]++|#[^\r\n]*+)*+"
+
+
 class BaseRule:
     """What every rule has: identity, safety, documentation and examples."""
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import secrets
 from bisect import bisect_right
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 from porter.prefilter import SyntaxFacts, Unit
 from porter.rule import Rule
@@ -36,33 +36,37 @@ class WholeFile(Exception):
     """Raised while migrating a reduced module when only the whole file is exact."""
 
 
+class Stub(NamedTuple):
+    line: bytes  # the stub's exact line in the reduced module
+    original: bytes  # the lines it stands for
+    at: int  # its line number in the reduced module
+    hidden: int  # original lines hidden by this stub and the ones before it
+
+
 @dataclass
 class Reduced:
     data: bytes  # the reduced module's bytes
-    #: per stub: its exact line in ``data``, the original bytes, its line in ``data``
-    stubs: list[tuple[bytes, bytes, int]] = field(default_factory=list)
+    stubs: list[Stub] = field(default_factory=list)  # in file order
     #: names used (loaded or stored) inside the stubbed definitions
     stub_names: set[str] = field(default_factory=set)
-    _starts: list[int] = field(default_factory=list)  # reduced line of each stub
-    _shifts: list[int] = field(default_factory=list)  # lines hidden up to that stub
 
     def original_line(self, line: int) -> int:
         """The original file's line for a line of the reduced module (not a stub)."""
-        index = bisect_right(self._starts, line)
-        return line + (self._shifts[index - 1] if index else 0)
+        index = bisect_right([stub.at for stub in self.stubs], line)
+        return line + (self.stubs[index - 1].hidden if index else 0)
 
     def splice(self, new: bytes) -> Optional[bytes]:
         """``new`` (the migrated reduced module) with every stub line replaced by its
         original lines, or None when a stub is no longer there exactly once."""
         pieces = []
         position = 0
-        for stub, original, _ in self.stubs:
-            at = new.find(stub, position)
+        for stub in self.stubs:
+            at = new.find(stub.line, position)
             if at < 0 or (at and new[at - 1:at] not in (b"\n", b"\r")):
                 return None
             pieces.append(new[position:at])
-            pieces.append(original)
-            position = at + len(stub)
+            pieces.append(stub.original)
+            position = at + len(stub.line)
         pieces.append(new[position:])
         return b"".join(pieces)
 
@@ -98,13 +102,10 @@ def reduce(data: bytes, facts: SyntaxFacts, rules: Sequence[type[Rule]]) -> Opti
         if stub is None:
             return None
         out.extend(lines[line - 1:first - 1])
-        reduced_line = first - hidden
         out.append(stub)
-        original = b"".join(lines[first - 1:last])
-        reduced.stubs.append((stub, original, reduced_line))
+        at = first - hidden
         hidden += last - first
-        reduced._starts.append(reduced_line)
-        reduced._shifts.append(hidden)
+        reduced.stubs.append(Stub(stub, b"".join(lines[first - 1:last]), at, hidden))
         reduced.stub_names |= unit.facts.names
         line = last + 1
     out.extend(lines[line - 1:])

@@ -10,7 +10,7 @@ from typing import Optional
 import libcst as cst
 
 from porter.matching import dotted_name
-from porter.rule import Example, Rule, Safety, string_value
+from porter.rule import BYTES_GAP, Example, Rule, Safety, string_value
 
 from ._common import argument, argument_pair, int_value, is_runtime_call, replace_arg
 
@@ -18,16 +18,16 @@ from ._common import argument, argument_pair, int_value, is_runtime_call, replac
 _INDEX_NAME = re.compile(r"^(local_?)?rank$|^gpu(_?(id|idx|index|num))?$|^device_?(id|idx|index)$|^cuda_?(id|idx)$")
 
 
-_GAP = rb"(?:[\s\\]++|#[^\r\n]*+)*+"
-_INDEX_VALUE = (rb"(?:\(" + _GAP + rb")*(?:[0-9]|(?:[A-Za-z_][A-Za-z0-9_]*" + _GAP + rb"\." + _GAP + rb")*"
+_INDEX_VALUE = (rb"(?:\(" + BYTES_GAP + rb")*(?:[0-9]|"
+                rb"(?:[A-Za-z_][A-Za-z0-9_]*" + BYTES_GAP + rb"\." + BYTES_GAP + rb")*"
                 rb"(?:(?:local_?)?rank|gpu(?:_?(?:id|idx|index|num))?|device_?(?:id|idx|index)|cuda_?(?:id|idx))\b)")
 #: Any of these (each starts with a literal, so the regex engine scans for it fast).
 _BYTE_PATTERN = (
-    re.compile(rb"to(?<=\bto)" + _GAP + rb"\(" + _GAP + _INDEX_VALUE),
-    re.compile(rb"device(?<=\bdevice)" + _GAP + rb"=" + _GAP + _INDEX_VALUE),
+    re.compile(rb"to(?<=\bto)" + BYTES_GAP + rb"\(" + BYTES_GAP + _INDEX_VALUE),
+    re.compile(rb"device(?<=\bdevice)" + BYTES_GAP + rb"=" + BYTES_GAP + _INDEX_VALUE),
     re.compile(rb"cuda"),
     re.compile(rb"set_device"),
-    re.compile(rb"device(?<=\bdevice)" + _GAP + rb"\(" + _GAP + rb"(?:[(\-]" + _GAP + rb")*[0-9]"),
+    re.compile(rb"device(?<=\bdevice)" + BYTES_GAP + rb"\(" + BYTES_GAP + rb"(?:[(\-]" + BYTES_GAP + rb")*[0-9]"),
     re.compile(rb"device(?<=\bdevice)\s+as\b"),
 )
 
