@@ -7,6 +7,7 @@ from typing import Optional, Sequence
 
 import libcst as cst
 
+from porter.matching import dotted_name
 from porter.rule import Example, Rule, Safety, has_star_args, keyword, positional, string_value
 
 # ``torch.set_autocast_dtype("cuda", ...)`` and friends change what an autocast
@@ -424,3 +425,260 @@ class CudaCustomFwdBwd(_Rename, Rule):
 
 
 _EQ = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+
+
+class CudaAutocastValue(Rule):
+    """`torch.cuda.amp.autocast` used as a value becomes `porter_runtime.cuda_amp_autocast`.
+
+    What:
+    Rewrites a reference to the class `torch.cuda.amp.autocast` that is not called
+    on the spot: `partial(torch.cuda.amp.autocast, dtype=torch.bfloat16)`,
+    `ctx = torch.cuda.amp.autocast if use_amp else nullcontext`, a default argument.
+    Calls are PT502's.
+
+    Why:
+    The value is called later, off CUDA too, where CUDA autocast warns and disables
+    itself, so training silently runs in float32 on a Mac.
+
+    Fix safety:
+    Safe. `porter_runtime.cuda_amp_autocast(enabled=True, dtype=torch.float16,
+    cache_enabled=True)` has the legacy class's parameters in its order, so any later
+    call binds its arguments as before, and on CUDA it returns
+    `torch.autocast("cuda", dtype=..., enabled=..., cache_enabled=...)`, which is
+    what the class constructs.
+
+    Known limits:
+    `isinstance(x, torch.cuda.amp.autocast)` and subclasses of it are left alone.
+    """
+
+    code = "PT505"
+    name = "cuda-autocast-value"
+    safety = Safety.SAFE
+    targets = frozenset(_AUTOCAST_CLASSES)
+
+    valid = [
+        "import torch\nwith torch.cuda.amp.autocast():\n    pass\n",  # a call: PT502
+        "def f(torch):\n    return partial(torch.cuda.amp.autocast, dtype=torch.bfloat16)\n",
+        "import mylib as torch\nctx = torch.cuda.amp.autocast\n",
+        "import torch\nok = isinstance(ctx, torch.cuda.amp.autocast)\n",
+    ]
+    invalid = [
+        Example(
+            "from functools import partial\n\nimport torch\n\n"
+            "amp_ctx = partial(torch.cuda.amp.autocast, dtype=torch.bfloat16)\n",
+            "import porter_runtime\nfrom functools import partial\n\nimport torch\n\n"
+            "amp_ctx = partial(porter_runtime.cuda_amp_autocast, dtype=torch.bfloat16)\n",
+        ),
+        Example(
+            "from contextlib import nullcontext\nimport torch as t\n\n"
+            "ctx = t.cuda.amp.autocast if use_amp else nullcontext\n",
+            "import porter_runtime\nfrom contextlib import nullcontext\nimport torch as t\n\n"
+            "ctx = porter_runtime.cuda_amp_autocast if use_amp else nullcontext\n",
+        ),
+        Example(
+            "from torch.cuda.amp import autocast\n\ndef run(model, x, amp=autocast):\n    with amp(True):\n"
+            "        return model(x)\n",
+            "import porter_runtime\n\ndef run(model, x, amp=porter_runtime.cuda_amp_autocast):\n"
+            "    with amp(True):\n        return model(x)\n",
+        ),
+    ]
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._skip: set[int] = set()  # called on the spot, or a class test
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self._skip.add(id(node.func))
+        if isinstance(node.func, cst.Name) and node.func.value in ("isinstance", "issubclass"):
+            self._skip.update(id(a.value) for a in node.args)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._skip.update(id(base.value) for base in node.bases)
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+        return self._value(original, updated)
+
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
+        return self._value(original, updated)
+
+    def _value(self, original, updated) -> cst.BaseExpression:
+        if id(original) in self._skip or self.matches(original) is None:
+            return updated
+        return self.rewrite(original, self.runtime("cuda_amp_autocast"),
+                            "CUDA autocast used as a value now autocasts on the runtime's device")
+
+
+_SHARDED = frozenset({"torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler"})
+
+
+class ShardedGradScalerDevice(Rule):
+    """FSDP's `ShardedGradScaler(...)` for CUDA becomes `porter_runtime.ShardedGradScaler(...)`.
+
+    What:
+    Rewrites a call of `torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler`
+    whose device is CUDA (not given, so "cuda", or a literal "cuda") into the
+    runtime's twin with the same arguments.
+
+    Why:
+    Off CUDA a CUDA `ShardedGradScaler` warns and disables itself; the runtime's
+    follows the runtime's autocast instead, like `porter_runtime.GradScaler` (PT503):
+    a real scaler on the resolved device where autocast uses float16, an honest
+    disabled one where it uses bfloat16.
+
+    Fix safety:
+    Safe. On CUDA the twin constructs `ShardedGradScaler` with exactly the caller's
+    arguments.
+
+    Known limits:
+    A device given as a variable or naming another device is left alone, as are
+    references that are not calls.
+    """
+
+    code = "PT506"
+    calls_only = True
+    name = "sharded-grad-scaler"
+    safety = Safety.SAFE
+    targets = _SHARDED
+
+    valid = [
+        "from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler\n"
+        "scaler = ShardedGradScaler(device='cpu')\n",
+        "from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler\n"
+        "scaler = ShardedGradScaler(args.device)\n",
+        "def f(ShardedGradScaler):\n    return ShardedGradScaler()\n",
+        "from mylib.sharded_grad_scaler import ShardedGradScaler\nscaler = ShardedGradScaler()\n",
+    ]
+    invalid = [
+        Example(
+            "from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler\n\n"
+            "scaler = ShardedGradScaler(enabled=use_fp16)\n",
+            "import porter_runtime\n\nscaler = porter_runtime.ShardedGradScaler(enabled=use_fp16)\n",
+        ),
+        Example(
+            "import torch.distributed.fsdp.sharded_grad_scaler as sgs\n"
+            "scaler = sgs.ShardedGradScaler(\"cuda\", init_scale=2.0 ** 8)\n",
+            "import porter_runtime\nimport torch.distributed.fsdp.sharded_grad_scaler as sgs\n"
+            "scaler = porter_runtime.ShardedGradScaler(\"cuda\", init_scale=2.0 ** 8)\n",
+        ),
+        Example(
+            "import torch\nscaler = torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler()\n",
+            "import porter_runtime\nimport torch\nscaler = porter_runtime.ShardedGradScaler()\n",
+        ),
+    ]
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        if self.matches(original.func) is None:
+            return updated
+        device = keyword(original, "device")
+        first = original.args[0] if original.args and original.args[0].keyword is None else None
+        device = device if device is not None else first
+        if device is not None and (device.star or not _is_cuda_type(device.value)):
+            return updated
+        if device is None and any(a.star == "**" for a in original.args):
+            return updated
+        new = updated.with_changes(func=self.runtime("ShardedGradScaler"))
+        return self.rewrite(original, new, "the CUDA ShardedGradScaler now matches the runtime's autocast")
+
+
+_SCALERS = frozenset(_SCALER_LEGACY | _SCALER_DEVICE | _SHARDED | {
+    "porter_runtime.GradScaler", "porter_runtime.grad_scaler", "porter_runtime.ShardedGradScaler"})
+#: A scaler's state_dict() key → the getter that returns the same value.
+_SCALER_GETTERS = {"scale": "get_scale", "growth_factor": "get_growth_factor",
+                   "backoff_factor": "get_backoff_factor", "growth_interval": "get_growth_interval"}
+
+
+class _ScalerNames(cst.CSTVisitor):
+    """Names and attributes (`scaler`, `self.scaler`) assigned a loss scaler."""
+
+    def __init__(self, rule: Rule) -> None:
+        self.rule = rule
+        self.found: set[str] = set()
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if isinstance(node.value, cst.Call) and self.rule.matches(node.value.func, *_SCALERS):
+            self.found.update(filter(None, (dotted_name(t.target) for t in node.targets)))
+
+
+class ScalerStateRead(Rule):
+    """`scaler.state_dict()["scale"]` becomes `scaler.get_scale()`.
+
+    What:
+    Rewrites a read of one entry of a loss scaler's `state_dict()` (`"scale"`,
+    `"growth_factor"`, `"backoff_factor"`, `"growth_interval"`) into the scaler's
+    getter for it, where the file assigns the scaler from a `GradScaler` or
+    `ShardedGradScaler` call (`scaler = ...`, `self.scaler = ...`).
+
+    Why:
+    Off CUDA the scaler is often the runtime's disabled one (autocast uses
+    bfloat16, which needs no loss scaling), and a disabled scaler's `state_dict()`
+    is `{}`: the read raises `KeyError: 'scale'`. The getters answer for a disabled
+    scaler too (`get_scale()` is 1.0).
+
+    Fix safety:
+    Safe. An enabled scaler's `state_dict()` builds each entry from the same getter,
+    so wherever the original returned a value the new code returns the same one;
+    only a read that raised `KeyError` (a disabled scaler) now returns the getter's
+    value.
+
+    Known limits:
+    The scaler must be assigned in the same file; scalers passed as arguments, and
+    entries read from a saved checkpoint (`ckpt["scaler"]["scale"]`), are not seen.
+    """
+
+    code = "PT507"
+    name = "scaler-state-read"
+    safety = Safety.SAFE
+    targets = _SCALERS
+    words = frozenset({"state_dict"})
+    whole_file = True  # the scaler is often assigned in another method
+
+    valid = [
+        "import torch\nscaler = torch.cuda.amp.GradScaler()\nstate = scaler.state_dict()\n",
+        "import torch\nopt = torch.optim.SGD(params, lr=0.1)\nlr = opt.state_dict()['scale']\n",
+        "def f(torch):\n    scaler = torch.cuda.amp.GradScaler()\n    return scaler.state_dict()['scale']\n",
+        "import mylib as torch\nscaler = torch.cuda.amp.GradScaler()\ns = scaler.state_dict()['scale']\n",
+    ]
+    invalid = [
+        Example(
+            "import torch\n\nscaler = torch.cuda.amp.GradScaler()\nlog({'loss_scale': scaler.state_dict()['scale']})\n",
+            "import torch\n\nscaler = torch.cuda.amp.GradScaler()\nlog({'loss_scale': scaler.get_scale()})\n",
+        ),
+        Example(
+            "from torch.amp import GradScaler as Scaler\n\nclass Trainer:\n    def __init__(self):\n"
+            "        self.scaler = Scaler('cuda')\n\n    def stats(self):\n"
+            "        return self.scaler.state_dict()[\"growth_factor\"]\n",
+            "from torch.amp import GradScaler as Scaler\n\nclass Trainer:\n    def __init__(self):\n"
+            "        self.scaler = Scaler('cuda')\n\n    def stats(self):\n"
+            "        return self.scaler.get_growth_factor()\n",
+        ),
+        Example(
+            "import porter_runtime\nscaler = porter_runtime.GradScaler(enabled=amp)\nscale = scaler.state_dict()['scale']\n",
+            "import porter_runtime\nscaler = porter_runtime.GradScaler(enabled=amp)\nscale = scaler.get_scale()\n",
+        ),
+    ]
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._names: Optional[set[str]] = None
+
+    @property
+    def _scalers(self) -> set[str]:
+        if self._names is None:
+            visitor = _ScalerNames(self)
+            self.ctx.module.visit(visitor)
+            self._names = visitor.found
+        return self._names
+
+    def leave_Subscript(self, original: cst.Subscript, updated: cst.Subscript) -> cst.BaseExpression:
+        call = original.value
+        if (not isinstance(call, cst.Call) or call.args or not isinstance(call.func, cst.Attribute)
+                or call.func.attr.value != "state_dict" or len(original.slice) != 1):
+            return updated
+        index = original.slice[0].slice
+        key = string_value(index.value) if isinstance(index, cst.Index) else None
+        if key not in _SCALER_GETTERS or dotted_name(call.func.value) not in self._scalers:
+            return updated
+        getter = cst.Attribute(updated.value.func.value, cst.Name(_SCALER_GETTERS[key]))
+        new = cst.Call(getter).with_changes(lpar=updated.lpar, rpar=updated.rpar)
+        return self.rewrite(original, new, "a disabled scaler's state_dict() is empty; the getter "
+                            "returns the same value and also answers for a disabled scaler")

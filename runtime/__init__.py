@@ -32,6 +32,7 @@ def _enable_mps_fallback(environ: _MutableMapping[str, str] = _os.environ,
 MPS_FALLBACK_SET = _enable_mps_fallback()
 
 from ._amp import GradScaler, amp_dtype, autocast, custom_bwd, custom_fwd, grad_scaler  # noqa: E402
+from ._amp import cuda_amp_autocast  # noqa: E402
 from ._attention import (  # noqa: E402
     attention,
     attention_kvpacked,
@@ -59,6 +60,7 @@ from ._dist import (  # noqa: E402
     dist_backend,
     init_process_group,
 )
+from ._dist import ShardedGradScaler, fsdp_sync_module_states, is_multiprocess_launch  # noqa: E402
 from ._dtypes import is_bf16_supported, supported_dtype  # noqa: E402
 from ._idioms import load_state_dict, require_device, set_default_tensor_type  # noqa: E402
 from ._memory import (  # noqa: E402
@@ -122,7 +124,8 @@ __all__ = [
     "FusedLayerNorm", "FusedRMSNorm", "AdamATan2", "bnb_optim",
     # compile, distributed, data
     "compile", "dist_backend", "init_process_group", "ddp_device_ids", "ddp_output_device",
-    "barrier_device_ids", "pin_memory", "pin_memory_device", "pin_tensor",
+    "barrier_device_ids", "is_multiprocess_launch", "fsdp_sync_module_states",
+    "ShardedGradScaler", "cuda_amp_autocast", "pin_memory", "pin_memory_device", "pin_tensor",
     "dataloader_kwargs",
     # research-code idioms
     "require_device", "set_default_tensor_type", "load_state_dict",

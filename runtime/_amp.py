@@ -115,3 +115,14 @@ def custom_fwd(fwd: Optional[Callable[..., Any]] = None, *,
 def custom_bwd(bwd: Optional[Callable[..., Any]] = None) -> Any:
     """Twin of torch.cuda.amp.custom_bwd: ``torch.amp.custom_bwd(device_type=<device>)``."""
     return torch.amp.custom_bwd(bwd, device_type=_device.device_type())
+
+
+def cuda_amp_autocast(enabled: bool = True, dtype: torch.dtype = torch.float16,
+                      cache_enabled: bool = True) -> torch.autocast:
+    """The class ``torch.cuda.amp.autocast`` used as a value (``partial(...)``, a
+    variable): its parameter order and defaults, then ``autocast`` above.
+
+    CUDA: ``torch.autocast("cuda", dtype=dtype, enabled=enabled,
+    cache_enabled=cache_enabled)``, which is what the legacy class constructs.
+    """
+    return autocast(dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)

@@ -66,3 +66,54 @@ def ddp_output_device(x: T) -> Optional[T]:
 def barrier_device_ids(ids: T) -> Optional[T]:
     """``dist.barrier(device_ids=...)``: ``ids`` on CUDA, None elsewhere (NCCL only)."""
     return ids if _device.is_cuda() else None
+
+
+def is_multiprocess_launch() -> bool:
+    """True when a launcher (torchrun, ``torch.distributed.run``) started this process
+    as one of several: ``WORLD_SIZE`` is above 1. Lets a CPU or MPS run that a
+    launcher started set up its process group where the original required CUDA."""
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    except ValueError:
+        return False
+
+
+def fsdp_sync_module_states(module: Any, sync: bool) -> bool:
+    """FSDP ``sync_module_states``: ``sync`` on CUDA, where FSDP broadcasts rank 0's
+    parameters and buffers itself. Elsewhere FSDP refuses CPU tensors for that
+    broadcast, so the runtime makes it here (over the process group, from rank 0)
+    and returns False: FSDP then starts from the same states as on CUDA."""
+    if _device.is_cuda() or not sync:
+        return sync
+    import torch.distributed as dist  # deferred: importing it is not free
+
+    if dist.is_available() and dist.is_initialized():
+        for tensor in [*module.parameters(), *module.buffers()]:
+            dist.broadcast(tensor.data, src=0)
+    return False
+
+
+_SHARDED_ARGS = ("device", "init_scale", "backoff_factor", "growth_factor", "growth_interval",
+                 "enabled", "process_group")
+
+
+def ShardedGradScaler(*args: Any, **kwargs: Any) -> Any:
+    """Twin of FSDP's ``ShardedGradScaler(...)`` (device "cuda" by default).
+
+    CUDA: the same class with the caller's arguments. Elsewhere it follows the
+    runtime's autocast as ``porter_runtime.GradScaler`` does: on the resolved
+    device, disabled where autocast uses bfloat16 in place of float16.
+    """
+    import torch
+    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler as Sharded
+
+    from . import _amp
+
+    options = dict(zip(_SHARDED_ARGS, args), **kwargs)
+    kind = _device.device_type()
+    if kind == "cuda":
+        return Sharded(**options)
+    options["device"] = kind
+    if options.get("enabled", True) and _amp.amp_dtype(None) != torch.float16:
+        options["enabled"] = False
+    return Sharded(**options)
