@@ -9,6 +9,8 @@ import libcst as cst
 
 from porter.rule import Example, Rule, Safety, cuda_spec, string_value
 
+from . import _dist_guard
+
 IS_AVAILABLE = "torch.cuda.is_available"
 _FALLBACKS = frozenset({"cpu", "mps", "xpu"})
 
@@ -430,9 +432,18 @@ class CudaAvailableGuard(Rule):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._handled: set[cst.Call] = set()  # calls decided at their if/ternary
+        self._dist_guards: Optional[set[int]] = None
 
     def visit_If(self, node: cst.If) -> None:
         self._handled.update(self._calls(node.test))  # decided in leave_If (or by PT201)
+        if self._skips_distributed(node):  # PT304's, also once ported
+            self._handled.update(_dist_guard.negated_availability(self, n) or n.left.expression
+                                 for n, _ in _dist_guard.guard_operands(self, node.test))
+
+    def _skips_distributed(self, node: cst.If) -> bool:
+        if self._dist_guards is None:
+            self._dist_guards = _dist_guard.distributed_guards(self)
+        return id(node) in self._dist_guards
 
     def visit_IfExp(self, node: cst.IfExp) -> None:
         self._handled.update(self._calls(node.test))
@@ -478,6 +489,8 @@ class CudaAvailableGuard(Rule):
         test = original.test
         if isinstance(original, cst.If) and requirement(self, original) is not None:
             return updated  # PT903
+        if isinstance(original, cst.If) and self._skips_distributed(original):
+            return updated  # PT304
         if availability_test(self, test) is False:
             self.flag(test, _NOTE + "; code it guards now runs on a Mac",
                       suggestion=f"if not {_SUGGESTION}:")

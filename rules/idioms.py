@@ -29,15 +29,48 @@ _BYTE_PATTERN = (
     re.compile(rb"set_device"),
     re.compile(rb"device(?<=\bdevice)" + BYTES_GAP + rb"\(" + BYTES_GAP + rb"(?:[(\-]" + BYTES_GAP + rb")*[0-9]"),
     re.compile(rb"device(?<=\bdevice)\s+as\b"),
+    re.compile(rb"current_device|device_count"),
 )
+
+#: Calls whose result is a CUDA index: the current device, and (as `rank % n`) the count.
+_CURRENT = frozenset({"torch.cuda.current_device", "porter_runtime.current_device"})
+_COUNT = frozenset({"torch.cuda.device_count", "porter_runtime.device_count"})
+_LOCAL_RANK = re.compile(r"LOCAL_RANK")
+_SOURCES = _CURRENT | _COUNT
+
+
+def index_source(rule: Rule, node: cst.BaseExpression) -> bool:
+    """An expression whose value is a CUDA index: `torch.cuda.current_device()` (or
+    its runtime twin), `rank % torch.cuda.device_count()`, `int(os.environ["LOCAL_RANK"])`."""
+    if isinstance(node, cst.Call):
+        if rule.matches(node.func, *_CURRENT):
+            return True
+        if isinstance(node.func, cst.Name) and node.func.value == "int" and len(node.args) == 1:
+            inner = node.args[0].value
+            key = inner.slice[0].slice if isinstance(inner, cst.Subscript) and len(inner.slice) == 1 else None
+            key = key.value if isinstance(key, cst.Index) else (
+                inner.args[0].value if isinstance(inner, cst.Call) and inner.args else None)
+            text = string_value(key) if key is not None else None
+            return text is not None and bool(_LOCAL_RANK.search(text))
+        return False
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
+        right = node.right
+        return isinstance(right, cst.Call) and rule.matches(right.func, *_COUNT) is not None
+    return False
 
 
 class _DeviceIndexUses(cst.CSTVisitor):
     """Expressions the file itself uses as CUDA devices: `.cuda(x)`, `set_device(x)`,
-    `torch.device("cuda", x)`. Any of these says `x` is a device, never a dtype."""
+    `torch.device("cuda", x)`, and names assigned a CUDA index (`index_source`). Any
+    of these says `x` is a device, never a dtype."""
 
-    def __init__(self) -> None:
+    def __init__(self, rule: Optional[Rule] = None) -> None:
         self.found: set[str] = set()
+        self.rule = rule
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if self.rule is not None and index_source(self.rule, node.value):
+            self.found.update(filter(None, (dotted_name(t.target) for t in node.targets)))
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
@@ -60,8 +93,13 @@ class IntegerDeviceTo(Rule):
     Rewrites `x.to(i)` / `x.to(device=i)` where `i` is an integer literal, or a name
     or attribute that holds a GPU index: one the file also passes to `.cuda(i)`,
     `torch.cuda.set_device(i)` or `torch.device("cuda", i)`, or one named like an
-    index (`rank`, `local_rank`, `gpu`, `args.gpu`, `gpu_id`, `device_id`). The call
-    becomes `x.to(porter_runtime.device(i), ...)`, other arguments kept.
+    index (`rank`, `local_rank`, `gpu`, `args.gpu`, `gpu_id`, `device_id`), or one
+    the file assigns an index (`device = rank % torch.cuda.device_count()`,
+    `gpu = int(os.environ["LOCAL_RANK"])`, `dev = torch.cuda.current_device()`).
+    The call becomes `x.to(porter_runtime.device(i), ...)`, other arguments kept.
+    The same goes for `device=i` of a torch function or class
+    (`torch.zeros(n, device=local_rank)`) and for `torch.cuda.current_device()` or
+    porter's own `porter_runtime.current_device()` (0 off CUDA) passed as the device.
     `torch.device(0)` becomes `porter_runtime.device(0)`.
 
     Why:
@@ -83,7 +121,7 @@ class IntegerDeviceTo(Rule):
     name = "integer-device"
     safety = Safety.SAFE
     methods = frozenset({"to"})
-    targets = frozenset({"torch.device"})
+    targets = frozenset({"torch.device", "torch"})  # "torch": `device=i` of any torch callable
     calls_only = True
     # `.to(` / `device=` with an integer or an index-named value; evidence (`.cuda(x)`,
     # `set_device(x)`, `device("cuda", x)`) for any other name; `device(<integer>`.
@@ -95,13 +133,18 @@ class IntegerDeviceTo(Rule):
         # one the file itself uses as a CUDA index.
         if "torch.device" in facts.called and any("int" in kinds for kinds in facts.first_args.values()):
             return True
-        return cls._moves_to_index(facts, facts)
+        # `device=` of a torch call, or an index from `current_device()` / `% device_count()`
+        return cls._moves_to_index(facts, facts) or "device" in facts.keywords or bool(facts.called & _SOURCES)
 
     @classmethod
     def unit_filter(cls, unit, file) -> bool:
         # A unit that names a CUDA index holds evidence `_indices` must see.
         facts = unit.facts
-        return bool(facts.device_indices) or "torch.device" in facts.called or cls._moves_to_index(facts, file)
+        if facts.device_indices or facts.called & _SOURCES or "device" in facts.keywords:
+            return True
+        if file.called & _SOURCES and "to" in facts.first_args:
+            return True  # `.to(name)`, the name assigned an index in another unit
+        return "torch.device" in facts.called or cls._moves_to_index(facts, file)
 
     @staticmethod
     def _moves_to_index(facts, file) -> bool:
@@ -141,6 +184,24 @@ class IntegerDeviceTo(Rule):
             "import porter_runtime\nfrom torch.cuda import set_device\n\ndef main(which, x):\n"
             "    set_device(which)\n    return x.to(porter_runtime.device(which))\n",
         ),
+        Example(  # the evidence: a name assigned `rank % device_count()`, passed to `device=`
+            "import torch\n\ndevice = rank % torch.cuda.device_count()\nmodel = Net().to(device)\n"
+            "mask = torch.ones(4, device=device)\nlr = torch.tensor(0.1, dtype=dtype)\n",
+            "import porter_runtime\nimport torch\n\ndevice = rank % torch.cuda.device_count()\n"
+            "model = Net().to(porter_runtime.device(device))\n"
+            "mask = torch.ones(4, device=porter_runtime.device(device))\nlr = torch.tensor(0.1, dtype=dtype)\n",
+        ),
+        Example(  # an index read from the launcher's environment; the current device
+            "import os\nfrom torch import nn, zeros\n\ngpu = int(os.environ[\"LOCAL_RANK\"])\n"
+            "head = nn.Linear(4, 4, device=gpu)\nbuf = zeros(2, device=local_rank)\n",
+            "import porter_runtime\nimport os\nfrom torch import nn, zeros\n\ngpu = int(os.environ[\"LOCAL_RANK\"])\n"
+            "head = nn.Linear(4, 4, device=porter_runtime.device(gpu))\n"
+            "buf = zeros(2, device=porter_runtime.device(local_rank))\n",
+        ),
+        Example(  # porter's own twin is 0 off CUDA: `.to(0)` would need an accelerator
+            "import porter_runtime\nloss = loss.to(porter_runtime.current_device())\n",
+            "import porter_runtime\nloss = loss.to(porter_runtime.device(porter_runtime.current_device()))\n",
+        ),
     ]
 
     def __init__(self, ctx) -> None:
@@ -152,7 +213,7 @@ class IntegerDeviceTo(Rule):
         """The names this file itself uses as CUDA devices: one extra pass over the
         module, made only when a `.to(name)` needs it."""
         if self._found is None:
-            uses = _DeviceIndexUses()
+            uses = _DeviceIndexUses(self)
             self.ctx.module.visit(uses)
             self._found = uses.found
         return self._found
@@ -161,10 +222,21 @@ class IntegerDeviceTo(Rule):
         if self.matches(original.func, "torch.device"):
             return self._torch_device(original, updated)
         func = original.func
+        name = self.qualname(func)
+        if name is not None and name.startswith("torch.") and not name.startswith("torch.cuda."):
+            return self._device_keyword(original, updated)
         if not isinstance(func, cst.Attribute) or func.attr.value != "to" or self.qualname(func.value) is not None:
             return updated
         old, new = argument_pair(original, updated, "device", 0)
         if old is None or old.star or not self._is_index(old.value):
+            return updated
+        call = replace_arg(updated, new, self.runtime_call("device", new.value))
+        return self.rewrite(original, call, "an integer device is a CUDA index; it now resolves on this machine")
+
+    def _device_keyword(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        """`device=i` of a torch function or class (`torch.zeros(n, device=local_rank)`)."""
+        old, new = argument_pair(original, updated, "device")
+        if old is None or not new.value.deep_equals(old.value) or not self._is_index(old.value):
             return updated
         call = replace_arg(updated, new, self.runtime_call("device", new.value))
         return self.rewrite(original, call, "an integer device is a CUDA index; it now resolves on this machine")
@@ -179,7 +251,7 @@ class IntegerDeviceTo(Rule):
                             "an integer device is a CUDA index; it now resolves on this machine")
 
     def _is_index(self, node: cst.BaseExpression) -> bool:
-        if isinstance(node, cst.Integer):
+        if isinstance(node, cst.Integer) or (isinstance(node, cst.Call) and self.matches(node.func, *_CURRENT)):
             return True
         name = dotted_name(node)
         if name is None:

@@ -21,7 +21,7 @@ from porter_test_utils import FIXTURES, python_without_porter, run_porter, snaps
 
 REPOS = FIXTURES / "repos"
 #: Fixture repositories whose every construct porter ports today.
-PORTED = ["multipkg", "chat_lm", "cifar_cnn", "llm_scratch", "act_probe", "hrm_reasoning"]
+PORTED = ["multipkg", "chat_lm", "cifar_cnn", "llm_scratch", "act_probe", "hrm_reasoning", "paper_repro"]
 
 #: What each port leaves for a human: (path, rule code, code quoted) -> how many.
 MANUAL = {
@@ -30,6 +30,11 @@ MANUAL = {
     "act_probe": {
         ("act_probe/capture.py", "PT605", "torch.from_numpy(tokens[start:start + args.batch_size])"): 1,
         ("act_probe/infer.py", "PT605", "torch.from_numpy(tokens)"): 1,
+    },
+    # One process per GPU; the 2-process gloo run on this CPU is an entry point.
+    "paper_repro": {
+        ("scripts/launch.sh", "PT702",
+         'torchrun --standalone --nproc_per_node="$NGPUS" train.py --config configs/tiny.json "$@"'): 1,
     },
 }
 
@@ -96,6 +101,9 @@ def test_fixture_repo_ports_and_runs(name, copy_tree, tmp_path):
         assert proc.returncode == 0, f"{entry['cmd']}:\n{proc.stderr[-3000:]}"
         for expected in entry.get("expects", []):
             assert Path(expected.replace("{out}", str(out))).exists(), expected
+        for path, fields in entry.get("expects_json", {}).items():
+            data = json.loads(Path(path.replace("{out}", str(out))).read_text())
+            assert {k: data.get(k) for k in fields} == fields, f"{path}: {proc.stdout[-2000:]}"
 
     assert run_porter("migrate", ported, "--write").returncode == 0
     assert snapshot(ported) == snap, "a second migration must change nothing"
