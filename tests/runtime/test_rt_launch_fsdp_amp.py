@@ -1,0 +1,72 @@
+"""The runtime pieces of issue 13's distributed and AMP classes: a launcher's processes,
+FSDP's sync_module_states, ShardedGradScaler and the legacy autocast class as a value."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.distributed.fsdp.sharded_grad_scaler as sgs
+
+import porter_runtime
+
+
+@pytest.mark.parametrize("value,expected", [(None, False), ("1", False), ("2", True), ("x", False)])
+def test_multiprocess_launch_reads_world_size(monkeypatch, value, expected):
+    if value is not None:
+        monkeypatch.setenv("WORLD_SIZE", value)
+    assert porter_runtime.is_multiprocess_launch() is expected
+
+
+def test_sync_module_states_is_fsdps_on_cuda(simulate):
+    machine = simulate("cuda")
+    broadcast = machine.record(dist, "broadcast")
+    model = torch.nn.Linear(2, 2)
+    assert porter_runtime.fsdp_sync_module_states(model, True) is True
+    assert porter_runtime.fsdp_sync_module_states(model, False) is False
+    assert broadcast.calls == []
+
+
+def test_sync_module_states_off_cuda_broadcasts_from_rank_0(simulate, monkeypatch):
+    machine = simulate("cpu")
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    broadcast = machine.record(dist, "broadcast")
+    model = torch.nn.BatchNorm1d(3)  # parameters and buffers
+    assert porter_runtime.fsdp_sync_module_states(model, True) is False
+    tensors = [*model.parameters(), *model.buffers()]
+    assert len(broadcast.calls) == len(tensors)
+    assert all(kwargs == {"src": 0} and args[0].data_ptr() == t.data_ptr()
+               for (args, kwargs), t in zip(broadcast.calls, tensors))
+    assert porter_runtime.fsdp_sync_module_states(model, False) is False
+    assert len(broadcast.calls) == len(tensors)
+
+
+def test_sharded_scaler_forwards_on_cuda(simulate):
+    machine = simulate("cuda")
+    made = machine.record(sgs, "ShardedGradScaler", result="scaler")
+    assert porter_runtime.ShardedGradScaler("cuda", 1024.0, enabled=True) == "scaler"
+    assert made.calls == [((), {"device": "cuda", "init_scale": 1024.0, "enabled": True})]
+
+
+def test_sharded_scaler_off_cuda_follows_autocast(simulate):
+    simulate("cpu")
+    scaler = porter_runtime.ShardedGradScaler(enabled=True)
+    assert isinstance(scaler, sgs.ShardedGradScaler)
+    assert not scaler.is_enabled()  # bf16 autocast on this CPU: no loss scaling
+    assert scaler.get_scale() == 1.0 and scaler.state_dict() == {}
+
+
+def test_legacy_autocast_value_keeps_the_class_signature(simulate):
+    machine = simulate("cuda")
+    made = machine.record(torch, "autocast", result="ctx")
+    assert porter_runtime.cuda_amp_autocast() == "ctx"
+    assert porter_runtime.cuda_amp_autocast(False, torch.bfloat16) == "ctx"
+    assert made.calls == [(("cuda",), {"dtype": torch.float16, "enabled": True, "cache_enabled": True}),
+                          (("cuda",), {"dtype": torch.bfloat16, "enabled": False, "cache_enabled": True})]
+
+
+def test_legacy_autocast_value_off_cuda_autocasts_here(simulate):
+    simulate("cpu")
+    ctx = porter_runtime.cuda_amp_autocast(dtype=torch.float16)
+    with ctx:
+        out = torch.nn.Linear(4, 4)(torch.randn(2, 4))
+    assert out.dtype == torch.bfloat16
