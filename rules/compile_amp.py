@@ -595,8 +595,13 @@ class _ScalerNames(cst.CSTVisitor):
         self.found: set[str] = set()
 
     def visit_Assign(self, node: cst.Assign) -> None:
-        if isinstance(node.value, cst.Call) and self.rule.matches(node.value.func, *_SCALERS):
+        if self._makes_scaler(node.value):
             self.found.update(filter(None, (dotted_name(t.target) for t in node.targets)))
+
+    def _makes_scaler(self, value: cst.BaseExpression) -> bool:
+        if isinstance(value, cst.IfExp):  # `ShardedGradScaler(...) if fsdp else GradScaler(...)`
+            return self._makes_scaler(value.body) or self._makes_scaler(value.orelse)
+        return isinstance(value, cst.Call) and self.rule.matches(value.func, *_SCALERS) is not None
 
 
 class ScalerStateRead(Rule):
@@ -606,7 +611,8 @@ class ScalerStateRead(Rule):
     Rewrites a read of one entry of a loss scaler's `state_dict()` (`"scale"`,
     `"growth_factor"`, `"backoff_factor"`, `"growth_interval"`) into the scaler's
     getter for it, where the file assigns the scaler from a `GradScaler` or
-    `ShardedGradScaler` call (`scaler = ...`, `self.scaler = ...`).
+    `ShardedGradScaler` call (`scaler = ...`, `self.scaler = ...`, also as a branch
+    of a conditional).
 
     Why:
     Off CUDA the scaler is often the runtime's disabled one (autocast uses
