@@ -1,0 +1,661 @@
+"""``porter verify``: import every module of a (ported) tree with CUDA hidden, optionally
+run a command, and map each failure back to porter's report.
+
+This is the only part of porter that executes the target's code, and it does so only in
+child processes:
+
+* the environment hides the GPUs (``CUDA_VISIBLE_DEVICES=""`` and the ROCm twins) so
+  ``torch.cuda.is_available()`` is False even on a CUDA machine;
+* a ``sitecustomize`` guard (``porter/verify_guard.py``) makes installed CUDA-only
+  packages (flash_attn, xformers, apex, triton, ...) look not installed, and lets the
+  code find ``porter_runtime`` only inside the tree (the vendored copy);
+* workers (``porter/verify_child.py``) import batches of modules, one at a time, each
+  under its own name and sys.path root (``porter.verify_modules``), so an
+  ``if __name__ == "__main__":`` block never runs; a module past the time limit ends
+  its worker and a new worker takes the rest of the batch, so one failure or hang
+  never hides another module's result.
+
+Each failure is matched against porter's own analysis of the tree (the engine in
+dry-run mode): a finding at a line of the failure's traceback inside the tree, or at
+an import of the module a ``ModuleNotFoundError`` names, means porter named it;
+otherwise it is NOT NAMED by porter.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from porter.verify_modules import ModuleSpec, SkippedFile, plan, search_path
+
+SCHEMA_VERSION = 1
+#: Seconds a worker gets past the module's limit to dump where it is stuck and exit.
+GRACE = 5.0
+#: At least this many modules per worker: each worker pays for importing torch once.
+MODULES_PER_WORKER = 8
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass
+class Mapping:
+    """Whether porter's report names a failure, and by which findings."""
+
+    named: bool
+    findings: list[dict] = field(default_factory=list)  # code, path, line, action, message
+
+    def text(self) -> str:
+        if not self.named:
+            return "NOT NAMED by porter"
+        first = self.findings[0]
+        more = f" (+{len(self.findings) - 1} more)" if len(self.findings) > 1 else ""
+        return f"named by finding {first['code']} at {first['path']}:{first['line']}{more}"
+
+
+@dataclass
+class ModuleResult:
+    module: str
+    path: str
+    status: str  # "ok" | "failed" | "timeout" | "crashed"
+    seconds: float = 0.0
+    error: str = ""  # the exception's last line, or what happened
+    error_type: str = ""
+    location: Optional[tuple[str, int]] = None  # innermost frame inside the tree
+    frames: list[tuple[str, int]] = field(default_factory=list)  # in the tree, innermost first
+    missing: list[str] = field(default_factory=list)
+    hidden: list[str] = field(default_factory=list)
+    traceback: str = ""
+    output: str = ""  # what the module printed (failures only), tail
+    mapping: Optional[Mapping] = None
+
+
+@dataclass
+class RunCommandResult:
+    command: str
+    returncode: Optional[int]
+    seconds: float
+    status: str  # "ok" | "failed" | "timeout"
+    output: str  # tail of stdout + stderr
+    error: str = ""
+    location: Optional[tuple[str, int]] = None
+    frames: list[tuple[str, int]] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    mapping: Optional[Mapping] = None
+
+
+@dataclass
+class VerifyOptions:
+    path: Path
+    root: Path
+    python: str = sys.executable
+    timeout: float = 60.0
+    jobs: int = 1
+    include_tests: bool = False
+    excludes: Sequence[str] = ()
+    allow: Sequence[str] = ()
+    run: Optional[str] = None
+    run_timeout: Optional[float] = None
+
+
+@dataclass
+class VerifyReport:
+    root: Path
+    python: str
+    modules: list[ModuleResult]
+    skipped: list[SkippedFile]
+    run: Optional[RunCommandResult] = None
+    cuda_available: Optional[bool] = None  # torch.cuda.is_available() seen in a worker
+    analysis_error: str = ""
+    seconds: float = 0.0
+
+    @property
+    def failures(self) -> list[ModuleResult]:
+        return [m for m in self.modules if m.status != "ok"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures and (self.run is None or self.run.status == "ok")
+
+    def counts(self) -> dict[str, int]:
+        out = {"modules": len(self.modules), "ok": 0, "failed": 0, "timeout": 0, "crashed": 0}
+        for m in self.modules:
+            out[m.status] += 1
+        out["named"] = sum(1 for m in self.failures if m.mapping and m.mapping.named)
+        out["not_named"] = sum(1 for m in self.failures if m.mapping and not m.mapping.named)
+        out["skipped"] = len(self.skipped)
+        return out
+
+
+# -- the child processes' environment -------------------------------------------
+
+def child_environment(root: Path, guard_dir: Path, allow: Sequence[str]) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({
+        "CUDA_VISIBLE_DEVICES": "",  # torch.cuda.is_available() is False, even on a CUDA machine
+        "HIP_VISIBLE_DEVICES": "",  # ROCm builds
+        "ROCR_VISIBLE_DEVICES": "",
+        "PYTHONDONTWRITEBYTECODE": "1",  # leave no __pycache__ in the user's tree
+        "MPLBACKEND": "Agg",  # a plot at import time opens no window
+        "PORTER_VERIFY_GUARD": json.dumps({"roots": [str(root)], "allow": list(allow)}),
+    })
+    env["PYTHONPATH"] = os.pathsep.join([str(guard_dir), *filter(None, [os.environ.get("PYTHONPATH")])])
+    return env
+
+
+def _guard_folder() -> Path:
+    folder = Path(tempfile.mkdtemp(prefix="porter-verify-"))
+    shutil.copyfile(HERE / "verify_guard.py", folder / "sitecustomize.py")
+    shutil.copyfile(HERE / "verify_child.py", folder / "porter_verify_child.py")
+    return folder
+
+
+# -- importing -------------------------------------------------------------------
+
+_FAULT_FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+) in ')
+
+
+class _Batch:
+    """One batch of modules, imported by as many workers as it takes."""
+
+    def __init__(self, modules: Sequence[ModuleSpec], all_modules, options: VerifyOptions, env, guard: Path):
+        self.modules = list(modules)
+        self.all_modules = all_modules
+        self.options = options
+        self.env = env
+        self.guard = guard
+        self.results: dict[str, ModuleResult] = {}
+        self.cuda_available: Optional[bool] = None
+
+    def run(self) -> "_Batch":
+        remaining = list(self.modules)
+        while remaining:
+            remaining = self._worker(remaining)
+        return self
+
+    def _job(self, modules: Sequence[ModuleSpec]) -> bytes:
+        root = self.options.root
+        items = [{"name": m.name, "file": str(m.path), "kind": m.kind,
+                  "paths": search_path(m, self.all_modules, root)} for m in modules]
+        return json.dumps({"root": str(root), "cwd": str(root), "timeout": self.options.timeout,
+                           "modules": items}).encode()
+
+    def _worker(self, modules: list[ModuleSpec]) -> list[ModuleSpec]:
+        """Import ``modules`` in one process; returns those left when it died."""
+        by_name = {m.name: m for m in modules}
+        with tempfile.TemporaryFile() as err:
+            proc = subprocess.Popen(
+                [self.options.python, str(self.guard / "porter_verify_child.py")],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=self.options.root, env=self.env,
+                start_new_session=os.name == "posix",
+            )
+            killed = threading.Event()
+            timer: Optional[threading.Timer] = None
+
+            def arm(seconds: float) -> threading.Timer:
+                t = threading.Timer(seconds, _kill, (proc, killed))
+                t.daemon = True
+                t.start()
+                return t
+
+            try:
+                proc.stdin.write(self._job(modules))
+                proc.stdin.close()
+            except OSError:
+                pass
+            current: Optional[str] = None
+            started = 0.0
+            mark = 0
+            timer = arm(self.options.timeout + GRACE)  # the interpreter's own start
+            for raw in proc.stdout:
+                try:
+                    message = json.loads(raw)
+                except ValueError:
+                    continue
+                timer.cancel()
+                event = message.get("event")
+                if event == "start":
+                    current, started = message["module"], time.monotonic()
+                    mark = _size(err)
+                    timer = arm(self.options.timeout + GRACE)
+                elif event == "done" and message.get("module") in by_name:
+                    spec = by_name[message["module"]]
+                    self.results[spec.name] = self._result(spec, message, _read(err, mark))
+                    current = None
+                    timer = arm(self.options.timeout + GRACE)
+                elif event == "end":
+                    self.cuda_available = message.get("cuda_available")
+                    break
+            timer.cancel()
+            try:
+                proc.wait(timeout=GRACE)
+            except subprocess.TimeoutExpired:
+                _kill(proc, killed)
+                proc.wait()
+            _kill_group(proc)  # anything the target started and left behind
+            proc.stdout.close()
+            left = [m for m in modules if m.name not in self.results]
+            if current is not None and current in by_name:
+                spec = by_name[current]
+                elapsed = time.monotonic() - started
+                output = _read(err, mark)
+                self.results[current] = self._died(spec, proc.returncode, elapsed, output, killed.is_set())
+                left = [m for m in left if m.name != current]
+            elif left:  # the worker died before it started a module: nothing else can run either
+                output = _read(err, 0)
+                for spec in left:
+                    self.results[spec.name] = ModuleResult(
+                        spec.name, spec.rel, "crashed",
+                        error=f"the Python worker exited with {proc.returncode} before importing anything: "
+                              + _last_line(output), output=output[-3000:])
+                left = []
+            return left
+
+    def _result(self, spec: ModuleSpec, message: dict, output: str) -> ModuleResult:
+        seconds = float(message.get("seconds", 0.0))
+        if message.get("ok"):
+            return ModuleResult(spec.name, spec.rel, "ok", seconds)
+        frames = _tree_frames(message.get("frames", []), self.options.root)
+        cause = [_tree_frames(f, self.options.root) for f in message.get("cause_frames", [])]
+        error = message.get("error", "")
+        hidden = message.get("hidden", [])
+        if hidden:
+            error += f" ({', '.join(hidden)} is installed here, but CUDA-only: porter verify hides it)"
+        return ModuleResult(
+            spec.name, spec.rel, "failed", seconds, error=error, error_type=message.get("type", ""),
+            location=frames[0] if frames else None, frames=frames + [f for fs in cause for f in fs],
+            missing=message.get("missing", []), hidden=hidden, traceback=message.get("traceback", ""),
+            output=output[-3000:],
+        )
+
+    def _died(self, spec: ModuleSpec, code, elapsed: float, output: str, killed: bool) -> ModuleResult:
+        timed_out = killed or elapsed >= self.options.timeout or "Timeout (" in output
+        frames = _fault_frames(output, self.options.root)
+        if timed_out:
+            where = f" at {frames[0][0]}:{frames[0][1]}" if frames else ""
+            error = f"no result after {self.options.timeout:g} s{where}"
+            return ModuleResult(spec.name, spec.rel, "timeout", round(elapsed, 3), error=error,
+                                location=frames[0] if frames else None, frames=frames, output=output[-3000:])
+        signal_name = ""
+        if code is not None and code < 0:
+            try:
+                signal_name = f" ({signal.Signals(-code).name})"
+            except ValueError:
+                pass
+        return ModuleResult(spec.name, spec.rel, "crashed", round(elapsed, 3),
+                            error=f"the interpreter exited with {code}{signal_name} while importing it",
+                            location=frames[0] if frames else None, frames=frames, output=output[-3000:])
+
+
+def _size(file) -> int:
+    try:
+        return os.fstat(file.fileno()).st_size
+    except OSError:
+        return 0
+
+
+def _read(file, start: int) -> str:
+    try:
+        size = _size(file)
+        file.seek(max(start, size - 20000))
+        return file.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "(no output)"
+
+
+def _kill(proc: subprocess.Popen, killed: threading.Event) -> None:
+    if proc.poll() is None:
+        killed.set()
+        _kill_group(proc)
+        try:
+            proc.kill()
+        except OSError:
+            pass
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    if os.name == "posix":
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            pass
+
+
+def _in_tree(filename: str, root: Path) -> Optional[str]:
+    if not filename or filename.startswith("<"):
+        return None
+    try:
+        rel = Path(os.path.realpath(filename)).relative_to(Path(os.path.realpath(root)))
+    except ValueError:
+        return None
+    return rel.as_posix()
+
+
+def _tree_frames(frames: Sequence, root: Path) -> list[tuple[str, int]]:
+    """The frames inside the tree, innermost first (input: outermost first)."""
+    out = []
+    for item in reversed(list(frames)):
+        rel = _in_tree(item[0], root)
+        if rel is not None and item[1]:
+            out.append((rel, int(item[1])))
+    return out
+
+
+def _fault_frames(output: str, root: Path) -> list[tuple[str, int]]:
+    """The frames of faulthandler's last dump (innermost first already)."""
+    start = output.rfind("Timeout (")
+    if start < 0:
+        return []
+    frames = []
+    for line in output[start:].splitlines():
+        match = _FAULT_FRAME.match(line)
+        if match:
+            rel = _in_tree(match["file"], root)
+            if rel is not None:
+                frames.append((rel, int(match["line"])))
+        elif frames and not line.startswith(" "):
+            break  # the main thread's stack ended (threads come after)
+    return frames
+
+
+def import_all(modules: Sequence[ModuleSpec], options: VerifyOptions, env, guard: Path):
+    """Every module's result, in the order of ``modules``; and what torch said about CUDA."""
+    if not modules:
+        return [], None
+    workers = max(1, min(options.jobs, math.ceil(len(modules) / MODULES_PER_WORKER)))
+    size = math.ceil(len(modules) / workers)
+    batches = [_Batch(modules[i:i + size], modules, options, env, guard) for i in range(0, len(modules), size)]
+    with ThreadPoolExecutor(len(batches)) as pool:
+        done = list(pool.map(_Batch.run, batches))
+    results = {name: r for b in done for name, r in b.results.items()}
+    seen = [b.cuda_available for b in done if b.cuda_available is not None]
+    return [results[m.name] for m in modules], (any(seen) if seen else None)
+
+
+# -- --run ------------------------------------------------------------------------
+
+_TRACE_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)')
+_MISSING = re.compile(r"ModuleNotFoundError: No module named '(?P<name>[^']+)'")
+
+
+def run_command(command: str, options: VerifyOptions, env) -> RunCommandResult:
+    began = time.monotonic()
+    status = "ok"
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(command, shell=True, cwd=options.root, env=env, stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=os.name == "posix")
+        try:
+            proc.wait(timeout=options.run_timeout)
+        except subprocess.TimeoutExpired:
+            _kill(proc, threading.Event())
+            proc.wait()
+            status = "timeout"
+        _kill_group(proc)
+        text = _read(out, 0)
+    code = proc.returncode
+    if status == "ok" and code != 0:
+        status = "failed"
+    result = RunCommandResult(command, code, round(time.monotonic() - began, 3), status, text[-6000:])
+    if status != "ok":
+        block = text[text.rfind("Traceback (most recent call last):"):] if "Traceback (" in text else ""
+        frames = [(m["file"], int(m["line"])) for m in map(_TRACE_FRAME.match, block.splitlines()) if m]
+        result.frames = _tree_frames(frames, options.root)
+        result.location = result.frames[0] if result.frames else None
+        result.missing = [m["name"] for m in _MISSING.finditer(block)]
+        result.error = (f"timed out after {options.run_timeout:g} s" if status == "timeout"
+                        else f"exit {code}: {_last_line(text)}")
+    return result
+
+
+# -- mapping failures to porter's findings ---------------------------------------
+
+class FindingIndex:
+    """Porter's findings on the tree (dry run), by file and line, with statement spans."""
+
+    def __init__(self, root: Path, findings: Sequence[dict]) -> None:
+        self.root = root
+        self.by_path: dict[str, list[dict]] = {}
+        for f in findings:
+            self.by_path.setdefault(f["path"], []).append(f)
+        self._spans: dict[str, Optional[list[tuple[int, int, Optional[ast.stmt]]]]] = {}
+
+    def _statements(self, rel: str):
+        if rel not in self._spans:
+            try:
+                tree = ast.parse((self.root / rel).read_bytes())
+            except (SyntaxError, ValueError, OSError):
+                self._spans[rel] = None
+            else:
+                spans = []
+                for node in ast.walk(tree):
+                    if isinstance(node, ast.stmt):
+                        body = getattr(node, "body", None)
+                        if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
+                            end = max(node.lineno, body[0].lineno - 1)  # a compound statement: its header
+                        else:
+                            end = node.end_lineno or node.lineno
+                        first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+                        spans.append((first, end, node))
+                self._spans[rel] = spans
+        return self._spans[rel]
+
+    def span(self, rel: str, line: int) -> tuple[int, int]:
+        """The lines of the (innermost) statement at ``line``."""
+        best = (line, line)
+        for first, last, _ in self._statements(rel) or []:
+            if first <= line <= last and (best == (line, line) or last - first < best[1] - best[0]):
+                best = (first, last)
+        return best
+
+    def at(self, rel: str, line: int) -> list[dict]:
+        first, last = self.span(rel, line)
+        return [f for f in self.by_path.get(rel, []) if first <= f["line"] <= last]
+
+    def is_import(self, rel: str, line: int) -> bool:
+        for first, last, node in self._statements(rel) or []:
+            if first <= line <= last and isinstance(node, (ast.Import, ast.ImportFrom)):
+                return True
+        return False
+
+    def imports_of(self, module: str, files: Sequence[str]) -> list[dict]:
+        """Findings at the import statements of ``module`` (or a parent or child of it)."""
+        out = []
+        for rel in files:
+            for first, last, node in self._statements(rel) or []:
+                names = []
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                if any(_related(module, n) for n in names):
+                    out += [f for f in self.by_path.get(rel, []) if first <= f["line"] <= last]
+        return out
+
+
+def _related(missing: str, imported: str) -> bool:
+    return missing == imported or imported.startswith(missing + ".") or missing.startswith(imported + ".")
+
+
+def map_failure(frames: Sequence[tuple[str, int]], missing: Sequence[str], index: FindingIndex) -> Mapping:
+    """Named when a finding sits at a traceback line inside the tree (innermost first;
+    the import statements that only chain one tree module to the next are passed over),
+    or at an import of the missing module (in the failing files first, then anywhere)."""
+    found: list[dict] = []
+    for n, (rel, line) in enumerate(frames):
+        if n and index.is_import(rel, line):
+            continue
+        found = index.at(rel, line)
+        if found:
+            break
+    if not found:
+        files = list(dict.fromkeys(rel for rel, _ in frames))
+        for name in missing:
+            found = index.imports_of(name, files) or index.imports_of(name, sorted(index.by_path))
+            if found:
+                break
+    seen, unique = set(), []
+    for f in found:
+        key = (f["code"], f["path"], f["line"])
+        if key not in seen:
+            seen.add(key)
+            unique.append({k: f[k] for k in ("code", "path", "line", "action", "message")})
+    return Mapping(bool(unique), unique)
+
+
+def analyse(config) -> list[dict]:
+    """Porter's findings (rewrites and items for a human) on the tree, in dry-run mode."""
+    from porter.run import run
+
+    result = run(config)
+    return [dict(f.to_dict(), path=item.path) for item in result.files for f in item.findings]
+
+
+# -- the whole command -------------------------------------------------------------
+
+def verify(options: VerifyOptions, files: Sequence[Path], analysis_config) -> VerifyReport:
+    """Import every module of ``files`` (and run ``options.run``) with CUDA hidden."""
+    began = time.monotonic()
+    root = options.root.absolute()
+    modules, skipped = plan(root, files, options.include_tests)
+    guard = _guard_folder()
+    env = child_environment(root, guard, options.allow)
+    with ThreadPoolExecutor(1) as pool:
+        analysis = pool.submit(analyse, analysis_config) if analysis_config is not None else None
+        try:
+            results, cuda = import_all(modules, options, env, guard)
+            command = run_command(options.run, options, env) if options.run else None
+        finally:
+            shutil.rmtree(guard, ignore_errors=True)
+        analysis_error = ""
+        findings: list[dict] = []
+        if analysis is not None:
+            try:
+                findings = analysis.result()
+            except Exception as exc:  # the mapping is lost, the verification is not
+                analysis_error = f"{type(exc).__name__}: {exc}"
+    index = FindingIndex(root, findings)
+    for item in results:
+        if item.status != "ok":
+            item.mapping = map_failure(item.frames, item.missing, index)
+    if command is not None and command.status != "ok" and (command.frames or command.missing):
+        command.mapping = map_failure(command.frames, command.missing, index)
+    return VerifyReport(root, options.python, results, skipped, command, cuda, analysis_error,
+                        round(time.monotonic() - began, 3))
+
+
+# -- output -------------------------------------------------------------------------
+
+def to_data(report: VerifyReport) -> dict[str, Any]:
+    def where(loc):
+        return {"path": loc[0], "line": loc[1]} if loc else None
+
+    def mapping(m: Optional[Mapping]):
+        if m is None:
+            return None
+        return {"named": m.named, "text": m.text(), "findings": m.findings}
+
+    modules = []
+    for m in report.modules:
+        item: dict[str, Any] = {"module": m.module, "path": m.path, "status": m.status, "seconds": m.seconds}
+        if m.status != "ok":
+            item.update({"error": m.error, "error_type": m.error_type, "location": where(m.location),
+                         "frames": [where(f) for f in m.frames], "missing_modules": m.missing,
+                         "hidden_packages": m.hidden, "mapping": mapping(m.mapping),
+                         "traceback": m.traceback, "output": m.output})
+        modules.append(item)
+    run = None
+    if report.run is not None:
+        r = report.run
+        run = {"command": r.command, "status": r.status, "returncode": r.returncode, "seconds": r.seconds,
+               "error": r.error, "location": where(r.location), "missing_modules": r.missing,
+               "mapping": mapping(r.mapping), "output": r.output}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "root": str(report.root),
+        "python": report.python,
+        "ok": report.ok,
+        "summary": {**report.counts(), "seconds": report.seconds},
+        "cuda_available_in_children": report.cuda_available,
+        "analysis_error": report.analysis_error or None,
+        "modules": modules,
+        "skipped": [{"path": s.rel, "reason": s.reason} for s in report.skipped],
+        "run": run,
+    }
+
+
+_STYLE = {"ok": "green", "failed": "bold red", "timeout": "bold yellow", "crashed": "bold red"}
+_LABEL = {"ok": "ok", "failed": "FAILED", "timeout": "TIMEOUT", "crashed": "CRASHED"}
+
+
+def render(report: VerifyReport, console, quiet: bool = False) -> None:
+    from rich.markup import escape
+
+    console.print(f"porter verify: {escape(str(report.root))}  (CUDA hidden; python: {escape(report.python)})",
+                  soft_wrap=True)
+    width = max([len(m.path) for m in report.modules] + [4])
+    for m in report.modules:
+        if quiet and m.status == "ok":
+            continue
+        label = f"[{_STYLE[m.status]}]{_LABEL[m.status]:<8}[/]"
+        if m.status == "ok":
+            console.print(f"  {label} {escape(m.path):<{width}}  {m.seconds:.1f} s", soft_wrap=True)
+            continue
+        loc = f"{m.location[0]}:{m.location[1]}" if m.location else m.path
+        console.print(f"  {label} {escape(m.path):<{width}}  {escape(loc)}: {escape(m.error)}", soft_wrap=True)
+        if m.mapping is not None:
+            console.print("  " + " " * 9 + _mapping_line(m.mapping), soft_wrap=True)
+    if report.run is not None:
+        r = report.run
+        if r.status == "ok":
+            console.print(f"  [green]{'ok':<8}[/] --run {escape(r.command)}  ({r.seconds:.1f} s)", soft_wrap=True)
+        else:
+            label = "TIMEOUT" if r.status == "timeout" else "FAILED"
+            console.print(f"  [bold red]{label:<8}[/] --run {escape(r.command)}: {escape(r.error)}", soft_wrap=True)
+            if r.location:
+                console.print(f"  {' ' * 9}at {escape(r.location[0])}:{r.location[1]}", soft_wrap=True)
+            if r.mapping is not None:
+                console.print("  " + " " * 9 + _mapping_line(r.mapping), soft_wrap=True)
+            tail = "\n".join(r.output.rstrip().splitlines()[-15:])
+            if tail:
+                console.print(escape(tail), soft_wrap=True, style="dim")
+    c = report.counts()
+    parts = [f"{c['ok']} ok", f"{c['failed']} failed", f"{c['timeout']} timed out"]
+    if c["crashed"]:
+        parts.append(f"{c['crashed']} crashed")
+    line = f"{c['modules']} modules: " + ", ".join(parts)
+    if report.failures:
+        line += f"; {c['named']} named by porter's report, {c['not_named']} NOT NAMED"
+    if report.skipped:
+        line += f"; {c['skipped']} files skipped"
+    console.print(line + f"  ({report.seconds:.1f} s)", soft_wrap=True)
+    if report.cuda_available:
+        console.print("[bold red]warning:[/] torch.cuda.is_available() was True in the children: "
+                      "CUDA was not hidden", soft_wrap=True)
+    if report.analysis_error:
+        console.print(f"warning: porter's analysis failed ({escape(report.analysis_error)}): "
+                      "failures are not mapped", soft_wrap=True)
+
+
+def _mapping_line(mapping: Mapping) -> str:
+    from rich.markup import escape
+
+    if mapping.named:
+        return f"[cyan]→ {escape(mapping.text())}[/]"
+    return "[bold magenta]→ NOT NAMED by porter[/] (a porter bug if the cause is CUDA: please report it)"
