@@ -47,6 +47,8 @@ SCHEMA_VERSION = 1
 GRACE = 5.0
 #: At least this many modules per worker: each worker pays for importing torch once.
 MODULES_PER_WORKER = 8
+#: Seconds a worker may take to start and import torch (or the vendored runtime).
+WARM_UP = 300.0
 HERE = Path(__file__).resolve().parent
 
 
@@ -189,8 +191,9 @@ class _Batch:
         root = self.options.root
         items = [{"name": m.name, "file": str(m.path), "kind": m.kind,
                   "paths": search_path(m, self.all_modules, root)} for m in modules]
+        vendored = (root / "porter_runtime" / "__init__.py").is_file()
         return json.dumps({"root": str(root), "cwd": str(root), "timeout": self.options.timeout,
-                           "modules": items}).encode()
+                           "warm_up": ["porter_runtime" if vendored else "torch"], "modules": items}).encode()
 
     def _worker(self, modules: list[ModuleSpec]) -> list[ModuleSpec]:
         """Import ``modules`` in one process; returns those left when it died."""
@@ -218,7 +221,7 @@ class _Batch:
             current: Optional[str] = None
             started = 0.0
             mark = 0
-            timer = arm(self.options.timeout + GRACE)  # the interpreter's own start
+            timer = arm(max(self.options.timeout, WARM_UP) + GRACE)  # the interpreter's start, the warm-up
             for raw in proc.stdout:
                 try:
                     message = json.loads(raw)
@@ -619,7 +622,7 @@ def render(report: VerifyReport, console, quiet: bool = False) -> None:
             continue
         loc = f"{m.location[0]}:{m.location[1]}" if m.location else m.path
         console.print(f"  {label} {escape(m.path):<{width}}  {escape(loc)}: {escape(m.error)}", soft_wrap=True)
-        if m.mapping is not None:
+        if m.mapping is not None and (m.mapping.named or m.status != "timeout"):
             console.print("  " + " " * 9 + _mapping_line(m.mapping), soft_wrap=True)
     if report.run is not None:
         r = report.run
