@@ -391,9 +391,10 @@ def verify(path, command, timeout, run_timeout, jobs, include_tests, exclude, al
         sys.exit(2)
     root = (root or find_root([path])).absolute()
     python = python or sys.executable
-    if shutil.which(python) is None and not Path(python).is_file():
+    if shutil.which(python) is None:
         console.print(f"porter: error: --python {python}: not found", markup=False, soft_wrap=True)
         sys.exit(2)
+    python = shutil.which(python)
     settings = _settings(root, config_file)
     config = _run_config([path], root, settings, (), (), exclude, None, None, jobs)
     found = discover([path.absolute()], root, config.excludes, skip=[config.runtime_target], patterns=["*.py"])

@@ -145,7 +145,7 @@ class VerifyReport:
 
 # -- the child processes' environment -------------------------------------------
 
-def child_environment(root: Path, guard_dir: Path, allow: Sequence[str]) -> dict[str, str]:
+def child_environment(root: Path, guard_dir: Path, allow: Sequence[str], python: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update({
         "CUDA_VISIBLE_DEVICES": "",  # torch.cuda.is_available() is False, even on a CUDA machine
@@ -156,6 +156,8 @@ def child_environment(root: Path, guard_dir: Path, allow: Sequence[str]) -> dict
         "PORTER_VERIFY_GUARD": json.dumps({"roots": [str(root)], "allow": list(allow)}),
     })
     env["PYTHONPATH"] = os.pathsep.join([str(guard_dir), *filter(None, [os.environ.get("PYTHONPATH")])])
+    # `python` in a --run command is the interpreter that imports the modules
+    env["PATH"] = os.pathsep.join([os.path.dirname(os.path.abspath(python)), *filter(None, [env.get("PATH")])])
     return env
 
 
@@ -193,9 +195,22 @@ class _Batch:
         root = self.options.root
         items = [{"name": m.name, "file": str(m.path), "kind": m.kind,
                   "paths": search_path(m, self.all_modules, root)} for m in modules]
-        vendored = (root / "porter_runtime" / "__init__.py").is_file()
         return json.dumps({"root": str(root), "cwd": str(root), "timeout": self.options.timeout,
-                           "warm_up": ["porter_runtime" if vendored else "torch"], "modules": items}).encode()
+                           "warm_up": self._warm_up(modules), "modules": items}).encode()
+
+    def _warm_up(self, modules: Sequence[ModuleSpec]) -> list[str]:
+        """The vendored runtime (it imports torch as the ported code does), else torch,
+        when a module of the batch mentions torch."""
+        for m in modules:
+            try:
+                if b"torch" in m.path.read_bytes():
+                    break
+            except OSError:
+                continue
+        else:
+            return []
+        vendored = (self.options.root / "porter_runtime" / "__init__.py").is_file()
+        return ["porter_runtime" if vendored else "torch"]
 
     def _worker(self, modules: list[ModuleSpec]) -> list[ModuleSpec]:
         """Import ``modules`` in one process; returns those left when it died."""
@@ -276,7 +291,10 @@ class _Batch:
         cause = [_tree_frames(f, self.options.root) for f in message.get("cause_frames", [])]
         error = message.get("error", "")
         hidden = message.get("hidden", [])
-        if hidden:
+        if "porter_runtime" in hidden:
+            error += (" (porter_runtime is installed with porter, but the ported code must find the copy "
+                      "vendored in the tree: porter migrate --write puts it there)")
+        elif hidden:
             error += f" ({', '.join(hidden)} is installed here, but CUDA-only: porter verify hides it)"
         return ModuleResult(
             spec.name, spec.rel, "failed", seconds, error=error, error_type=message.get("type", ""),
@@ -480,13 +498,14 @@ class FindingIndex:
         return False
 
     def imports_of(self, module: str, files: Sequence[str]) -> list[dict]:
-        """Findings at the import statements of ``module`` (or a parent or child of it),
-        else findings in the same file on code that uses a name those imports bind
-        (``flash_attn_func(...)``, whose rewrite also drops ``from flash_attn import ...``)."""
+        """Findings at the import statements of ``module`` (or a parent or child of it);
+        else, when every use of the names those imports bind carries a finding, those
+        findings (``flash_attn_func(...)`` rewritten: the rewrite drops the import too)."""
         at_import, on_use = [], []
         for rel in files:
             bound: set[str] = set()
-            for first, last, node in self._statements(rel) or []:
+            tree_nodes = self._statements(rel) or []
+            for first, last, node in tree_nodes:
                 if isinstance(node, ast.Import):
                     hits = [a for a in node.names if _related(module, a.name)]
                     bound.update(a.asname or a.name.partition(".")[0] for a in hits)
@@ -498,9 +517,12 @@ class FindingIndex:
                     continue
                 if hits:
                     at_import += [f for f in self.by_path.get(rel, []) if first <= f["line"] <= last]
-            if bound:
-                words = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(bound))) + r")\b")
-                on_use += [f for f in self.by_path.get(rel, []) if words.search(f.get("before") or "")]
+            uses = sorted({n.lineno for _, _, node in tree_nodes if not isinstance(node, (ast.Import, ast.ImportFrom))
+                           for n in ast.iter_child_nodes(node) for n in ast.walk(n)
+                           if isinstance(n, ast.Name) and n.id in bound})
+            found = [self.at(rel, line) for line in uses]
+            if uses and all(found):
+                on_use += [f for fs in found for f in fs]
         return at_import or on_use
 
 
@@ -550,7 +572,7 @@ def verify(options: VerifyOptions, files: Sequence[Path], analysis_config) -> Ve
     root = options.root.absolute()
     modules, skipped = plan(root, files, options.include_tests)
     guard = _guard_folder()
-    env = child_environment(root, guard, options.allow)
+    env = child_environment(root, guard, options.allow, options.python)
     with ThreadPoolExecutor(1) as pool:
         analysis = pool.submit(analyse, analysis_config) if analysis_config is not None else None
         try:
