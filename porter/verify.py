@@ -122,6 +122,7 @@ class VerifyReport:
     cuda_available: Optional[bool] = None  # torch.cuda.is_available() seen in a worker
     analysis_error: str = ""
     seconds: float = 0.0
+    workers: int = 0  # worker processes started for the batches (not counting restarts)
 
     @property
     def failures(self) -> list[ModuleResult]:
@@ -401,7 +402,7 @@ def _fault_frames(output: str, root: Path) -> list[tuple[str, int]]:
 def import_all(modules: Sequence[ModuleSpec], options: VerifyOptions, env, guard: Path):
     """Every module's result, in the order of ``modules``; and what torch said about CUDA."""
     if not modules:
-        return [], None
+        return [], None, 0
     workers = max(1, min(options.jobs, math.ceil(len(modules) / MODULES_PER_WORKER)))
     size = math.ceil(len(modules) / workers)
     batches = [_Batch(modules[i:i + size], modules, options, env, guard) for i in range(0, len(modules), size)]
@@ -409,7 +410,7 @@ def import_all(modules: Sequence[ModuleSpec], options: VerifyOptions, env, guard
         done = list(pool.map(_Batch.run, batches))
     results = {name: r for b in done for name, r in b.results.items()}
     seen = [b.cuda_available for b in done if b.cuda_available is not None]
-    return [results[m.name] for m in modules], (any(seen) if seen else None)
+    return [results[m.name] for m in modules], (any(seen) if seen else None), len(batches)
 
 
 # -- --run ------------------------------------------------------------------------
@@ -576,7 +577,7 @@ def verify(options: VerifyOptions, files: Sequence[Path], analysis_config) -> Ve
     with ThreadPoolExecutor(1) as pool:
         analysis = pool.submit(analyse, analysis_config) if analysis_config is not None else None
         try:
-            results, cuda = import_all(modules, options, env, guard)
+            results, cuda, workers = import_all(modules, options, env, guard)
             command = run_command(options.run, options, env) if options.run else None
         finally:
             shutil.rmtree(guard, ignore_errors=True)
@@ -594,7 +595,7 @@ def verify(options: VerifyOptions, files: Sequence[Path], analysis_config) -> Ve
     if command is not None and command.status != "ok" and (command.frames or command.missing):
         command.mapping = map_failure(command.frames, command.missing, index)
     return VerifyReport(root, options.python, results, skipped, command, cuda, analysis_error,
-                        round(time.monotonic() - began, 3))
+                        round(time.monotonic() - began, 3), workers)
 
 
 # -- output -------------------------------------------------------------------------
@@ -629,6 +630,7 @@ def to_data(report: VerifyReport) -> dict[str, Any]:
         "python": report.python,
         "ok": report.ok,
         "summary": {**report.counts(), "seconds": report.seconds},
+        "workers": report.workers,
         "cuda_available_in_children": report.cuda_available,
         "analysis_error": report.analysis_error or None,
         "modules": modules,

@@ -58,7 +58,8 @@ def test_verify_passes_on_each_ported_fixture_repo(name, copy_tree):
     tree = copy_tree(FIXTURES / "repos" / name)
     port(tree)
     before = snapshot(tree)
-    code, data, err = verify(tree)
+    # multipkg (15 modules) also takes the path with two workers
+    code, data, err = verify(tree, *(["-j", "2"] if name == "multipkg" else []))
     assert code == 0, json.dumps([m for m in data["modules"] if m["status"] != "ok"], indent=1) + err
     sources = [p for p in before if p.endswith(".py") and not p.startswith("porter_runtime/")]
     imported = {m["path"] for m in data["modules"]}
@@ -66,6 +67,7 @@ def test_verify_passes_on_each_ported_fixture_repo(name, copy_tree):
     assert imported | skipped == set(sources) and imported
     assert all(m["status"] == "ok" for m in data["modules"])
     assert data["cuda_available_in_children"] is False
+    assert data["workers"] == (2 if name == "multipkg" else 1)
     assert snapshot(tree) == before  # no __pycache__, nothing written by importing
 
 
@@ -180,6 +182,8 @@ def test_a_module_that_hangs_times_out_and_the_rest_still_run(tmp_path):
         "b_hangs.py": "import time\n\nwhile True:\n    time.sleep(0.05)\n",
         "c_after.py": "import a_first\n\nassert a_first.VALUE == 1\n",
         "d_broken.py": "raise SystemExit(4)\n",
+        "e_crashes.py": "import os\n\nos._exit(7)\n",
+        "f_last.py": "import c_after\n",
     })
     code, data, _ = verify(tree, "--timeout", "2")
     assert code == 1
@@ -189,7 +193,12 @@ def test_a_module_that_hangs_times_out_and_the_rest_still_run(tmp_path):
     assert hang["status"] == "timeout" and hang["error"].startswith("no result after 2 s at b_hangs.py:")
     assert hang["location"]["path"] == "b_hangs.py" and hang["location"]["line"] in (3, 4)
     assert mods["d_broken.py"]["status"] == "failed" and mods["d_broken.py"]["error"] == "SystemExit: 4"
-    assert data["summary"]["timeout"] == 1
+    crash = mods["e_crashes.py"]
+    assert crash["status"] == "crashed" and crash["error"] == "the interpreter exited with 7 while importing it"
+    assert mods["f_last.py"]["status"] == "ok"
+    assert data["summary"] | {"seconds": 0} == {
+        "modules": 6, "ok": 3, "failed": 1, "timeout": 1, "crashed": 1, "named": 0, "not_named": 2,
+        "skipped": 0, "seconds": 0}
 
 
 # -- --run ------------------------------------------------------------------------------
