@@ -396,7 +396,8 @@ def verify(path, command, timeout, run_timeout, jobs, include_tests, exclude, al
         sys.exit(2)
     python = shutil.which(python)
     settings = _settings(root, config_file)
-    config = _run_config([path], root, settings, (), (), exclude, None, None, jobs)
+    # the analysis runs in this process, beside the import workers' threads (no fork)
+    config = _run_config([path], root, settings, (), (), exclude, None, None, 1)
     found = discover([path.absolute()], root, config.excludes, skip=[config.runtime_target], patterns=["*.py"])
     options = VerifyOptions(path=path.absolute(), root=root, python=python, timeout=timeout,
                             jobs=jobs or default_jobs(), include_tests=include_tests, excludes=config.excludes,

@@ -58,6 +58,8 @@ class Mapping:
 
     named: bool
     findings: list[dict] = field(default_factory=list)  # code, path, line, action, message
+    #: where a ``# porter: ignore`` comment silenced the failing line (not named on purpose)
+    silenced: Optional[tuple[str, int]] = None
 
     def text(self) -> str:
         if not self.named:
@@ -331,10 +333,17 @@ def _size(file) -> int:
 
 
 def _read(file, start: int) -> str:
+    """The file's bytes from ``start`` (at most the last 20 kB). ``os.pread`` leaves the
+    offset alone: the child writes through the same open file."""
     try:
         size = _size(file)
-        file.seek(max(start, size - 20000))
-        return file.read().decode("utf-8", "replace")
+        start = max(start, size - 20000)
+        if hasattr(os, "pread"):
+            data = os.pread(file.fileno(), size - start, start)
+        else:  # pragma: no cover - Windows
+            file.seek(start)
+            data = file.read()
+        return data.decode("utf-8", "replace")
     except OSError:
         return ""
 
@@ -492,6 +501,15 @@ class FindingIndex:
         first, last = self.span(rel, line)
         return [f for f in self.by_path.get(rel, []) if first <= f["line"] <= last]
 
+    def silenced(self, rel: str, line: int) -> bool:
+        """Whether a ``# porter: ignore`` comment sits on the statement at ``line``."""
+        try:
+            lines = (self.root / rel).read_bytes().splitlines()
+        except OSError:
+            return False
+        first, last = self.span(rel, line)
+        return any(_IGNORE.search(text) for text in lines[first - 1:last])
+
     def is_import(self, rel: str, line: int) -> bool:
         for first, last, node in self._statements(rel) or []:
             if first <= line <= last and isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -527,6 +545,9 @@ class FindingIndex:
         return at_import or on_use
 
 
+_IGNORE = re.compile(rb"#\s*porter:\s*ignore")
+
+
 def _related(missing: str, imported: str) -> bool:
     return missing == imported or imported.startswith(missing + ".") or missing.startswith(imported + ".")
 
@@ -554,7 +575,11 @@ def map_failure(frames: Sequence[tuple[str, int]], missing: Sequence[str], index
         if key not in seen:
             seen.add(key)
             unique.append({k: f[k] for k in ("code", "path", "line", "action", "message")})
-    return Mapping(bool(unique), unique)
+    silenced = None
+    if not unique:
+        silenced = next(((rel, line) for n, (rel, line) in enumerate(frames)
+                         if not (n and index.is_import(rel, line)) and index.silenced(rel, line)), None)
+    return Mapping(bool(unique), unique, silenced)
 
 
 def analyse(config) -> list[dict]:
@@ -607,7 +632,8 @@ def to_data(report: VerifyReport) -> dict[str, Any]:
     def mapping(m: Optional[Mapping]):
         if m is None:
             return None
-        return {"named": m.named, "text": m.text(), "findings": m.findings}
+        return {"named": m.named, "text": m.text(), "findings": m.findings,
+                "silenced_at": where(m.silenced)}
 
     modules = []
     for m in report.modules:
@@ -697,4 +723,7 @@ def _mapping_line(mapping: Mapping) -> str:
 
     if mapping.named:
         return f"[cyan]→ {escape(mapping.text())}[/]"
+    if mapping.silenced:
+        return (f"[magenta]→ NOT NAMED by porter[/]: silenced by `# porter: ignore` at "
+                f"{escape(mapping.silenced[0])}:{mapping.silenced[1]}")
     return "[bold magenta]→ NOT NAMED by porter[/] (a porter bug if the cause is CUDA: please report it)"
