@@ -196,7 +196,7 @@ class _Batch:
 
     def _job(self, modules: Sequence[ModuleSpec]) -> bytes:
         root = self.options.root
-        items = [{"name": m.name, "file": str(m.path), "kind": m.kind,
+        items = [{"key": m.rel, "name": m.name, "file": str(m.path), "kind": m.kind,
                   "paths": search_path(m, self.all_modules, root)} for m in modules]
         return json.dumps({"root": str(root), "cwd": str(root), "timeout": self.options.timeout,
                            "warm_up": self._warm_up(modules), "modules": items}).encode()
@@ -217,7 +217,7 @@ class _Batch:
 
     def _worker(self, modules: list[ModuleSpec]) -> list[ModuleSpec]:
         """Import ``modules`` in one process; returns those left when it died."""
-        by_name = {m.name: m for m in modules}
+        by_key = {m.rel: m for m in modules}
         with tempfile.TemporaryFile() as err:
             proc = subprocess.Popen(
                 [self.options.python, str(self.guard / "porter_verify_child.py")],
@@ -250,12 +250,12 @@ class _Batch:
                 timer.cancel()
                 event = message.get("event")
                 if event == "start":
-                    current, started = message["module"], time.monotonic()
+                    current, started = message.get("key"), time.monotonic()
                     mark = _size(err)
                     timer = arm(self.options.timeout + GRACE)
-                elif event == "done" and message.get("module") in by_name:
-                    spec = by_name[message["module"]]
-                    self.results[spec.name] = self._result(spec, message, _read(err, mark))
+                elif event == "done" and message.get("key") in by_key:
+                    spec = by_key[message["key"]]
+                    self.results[spec.rel] = self._result(spec, message, _read(err, mark))
                     current = None
                     timer = arm(self.options.timeout + GRACE)
                 elif event == "end":
@@ -269,17 +269,17 @@ class _Batch:
                 proc.wait()
             _kill_group(proc)  # anything the target started and left behind
             proc.stdout.close()
-            left = [m for m in modules if m.name not in self.results]
-            if current is not None and current in by_name:
-                spec = by_name[current]
+            left = [m for m in modules if m.rel not in self.results]
+            if current is not None and current in by_key:
+                spec = by_key[current]
                 elapsed = time.monotonic() - started
                 output = _read(err, mark)
                 self.results[current] = self._died(spec, proc.returncode, elapsed, output, killed.is_set())
-                left = [m for m in left if m.name != current]
+                left = [m for m in left if m.rel != current]
             elif left:  # the worker died before it started a module: nothing else can run either
                 output = _read(err, 0)
                 for spec in left:
-                    self.results[spec.name] = ModuleResult(
+                    self.results[spec.rel] = ModuleResult(
                         spec.name, spec.rel, "crashed",
                         error=f"the Python worker exited with {proc.returncode} before importing anything: "
                               + _last_line(output), output=output[-3000:])
@@ -417,9 +417,9 @@ def import_all(modules: Sequence[ModuleSpec], options: VerifyOptions, env, guard
     batches = [_Batch(modules[i:i + size], modules, options, env, guard) for i in range(0, len(modules), size)]
     with ThreadPoolExecutor(len(batches)) as pool:
         done = list(pool.map(_Batch.run, batches))
-    results = {name: r for b in done for name, r in b.results.items()}
+    results = {rel: r for b in done for rel, r in b.results.items()}
     seen = [b.cuda_available for b in done if b.cuda_available is not None]
-    return [results[m.name] for m in modules], (any(seen) if seen else None), len(batches)
+    return [results[m.rel] for m in modules], (any(seen) if seen else None), len(batches)
 
 
 # -- --run ------------------------------------------------------------------------

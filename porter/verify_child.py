@@ -5,7 +5,7 @@ porter). The job comes as JSON on stdin; results go out as JSON lines on the pro
 original stdout, while whatever the target prints is sent to stderr (fd 1 is pointed at
 fd 2), so a ``print`` at import time can't corrupt the protocol.
 
-Messages: ``{"event": "start", "module": NAME}`` before each import, ``{"event":
+Messages: ``{"event": "start", "key": KEY}`` before each import (KEY: the file's path in the tree), ``{"event":
 "done", ...}`` after it (ok, or the exception: type, last line, frames, missing module),
 ``{"event": "end", ...}`` at the end. A module that runs past the time limit makes
 ``faulthandler`` dump where it is stuck to stderr and end the process; the parent then
@@ -151,7 +151,7 @@ def main():
         sys.path[:] = list(dict.fromkeys(item["paths"] + base))
         sys.argv = [item["file"]]
         os.chdir(job["cwd"])
-        _send(channel, event="start", module=item["name"])
+        _send(channel, event="start", key=item["key"])
         faulthandler.dump_traceback_later(timeout, exit=True, file=sys.stderr)
         began = time.perf_counter()
         try:
@@ -162,7 +162,7 @@ def main():
         finally:
             faulthandler.cancel_dump_traceback_later()
         result["seconds"] = round(time.perf_counter() - began, 3)
-        _send(channel, event="done", module=item["name"], **result)
+        _send(channel, event="done", key=item["key"], **result)
     torch = sys.modules.get("torch")
     cuda = None
     if torch is not None:

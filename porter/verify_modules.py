@@ -73,8 +73,9 @@ def skip_reason(rel: str, include_tests: bool) -> Optional[str]:
 
 
 def _imports(files: Sequence[Path]) -> tuple[set[str], set[Path]]:
-    """Dotted names the tree imports as packages (``models`` for ``from models.hrm
-    import X``), and the folders of files with relative imports."""
+    """Dotted names the tree imports, with their prefixes (``models``, ``models.hrm``
+    and ``models.hrm.X`` for ``from models.hrm import X``), and the folders of files
+    with relative imports."""
     packages: set[str] = set()
     relative: set[Path] = set()
     for file in files:
@@ -86,13 +87,14 @@ def _imports(files: Sequence[Path]) -> tuple[set[str], set[Path]]:
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     parts = alias.name.split(".")
-                    packages.update(".".join(parts[:i]) for i in range(1, len(parts)))
+                    packages.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
             elif isinstance(node, ast.ImportFrom):
                 if node.level:
                     relative.add(file.parent)
                 elif node.module:
                     parts = node.module.split(".")
                     packages.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+                    packages.update(f"{node.module}.{a.name}" for a in node.names if a.name != "*")
     return packages, relative
 
 
@@ -116,12 +118,24 @@ class _Layout:
         else:
             parent_root, parent_prefix = self.folder(folder.parent)
             dotted = parent_prefix + folder.name
-            if has_init or dotted in self.packages or folder in self.relative:
+            if has_init or folder in self.relative or self._namespace(folder, dotted):
                 answer = (parent_root, dotted + ".")
             else:
                 answer = (folder, "")  # a folder of scripts
         self.cache[folder] = answer
         return answer
+
+    def _namespace(self, folder: Path, dotted: str) -> bool:
+        """Whether the tree imports ``dotted.x`` where ``x`` is a file or folder of
+        ``folder`` (``from models.hrm import HRM`` and ``models/hrm.py``). A name that
+        only matches a package inside it (``act_probe/act_probe/``) does not count."""
+        start = len(dotted) + 1
+        for name in self.packages:
+            if name.startswith(dotted + "."):
+                child = name[start:].partition(".")[0]
+                if (folder / f"{child}.py").is_file() or (folder / child).is_dir():
+                    return True
+        return False
 
 
 def plan(root: Path, files: Sequence[Path], include_tests: bool = False) -> tuple[list[ModuleSpec], list[SkippedFile]]:

@@ -197,6 +197,10 @@ def test_a_module_that_hangs_times_out_and_the_rest_still_run(tmp_path):
         "d_broken.py": "raise SystemExit(4)\n",
         "e_crashes.py": "import os\n\nos._exit(7)\n",
         "f_last.py": "import c_after\n",
+        "one/evaluate.py": "import helper\n\nassert helper.WHERE == 'one'\n",  # two folders of scripts,
+        "one/helper.py": "WHERE = 'one'\n",  # with the same module names
+        "two/evaluate.py": "import helper\n\nassert helper.WHERE == 'two'\nraise ValueError('two')\n",
+        "two/helper.py": "WHERE = 'two'\n",
     })
     code, data, _ = verify(tree, "--timeout", "2")
     assert code == 1
@@ -209,8 +213,9 @@ def test_a_module_that_hangs_times_out_and_the_rest_still_run(tmp_path):
     crash = mods["e_crashes.py"]
     assert crash["status"] == "crashed" and crash["error"] == "the interpreter exited with 7 while importing it"
     assert mods["f_last.py"]["status"] == "ok"
+    assert mods["one/evaluate.py"]["status"] == "ok" and mods["two/evaluate.py"]["error"] == "ValueError: two"
     assert data["summary"] | {"seconds": 0} == {
-        "modules": 6, "ok": 3, "failed": 1, "timeout": 1, "crashed": 1, "named": 0, "not_named": 2,
+        "modules": 10, "ok": 6, "failed": 2, "timeout": 1, "crashed": 1, "named": 0, "not_named": 3,
         "skipped": 0, "seconds": 0}
 
 
@@ -340,6 +345,8 @@ def test_import_names_and_sys_path_roots(tmp_path):
         "scripts/train-gpt.py": "",
         "tools/ns/relative.py": "from . import sibling\n",
         "tools/ns/sibling.py": "",
+        "repos/probe/probe/__init__.py": "", "repos/probe/probe/data.py": "",  # a package in its project folder
+        "repos/probe/probe/capture.py": "from probe.data import X\n",
         "setup.py": "from setuptools import setup\nsetup()\n",
         "pkg2/__init__.py": "", "pkg2/__main__.py": "print('runs')\n",
         "tests/test_model.py": "", "conftest.py": "", "porter_runtime/__init__.py": "",
@@ -360,6 +367,9 @@ def test_import_names_and_sys_path_roots(tmp_path):
         "tools/ns/relative.py": ("ns.relative", "tools", "module"),
         "tools/ns/sibling.py": ("ns.sibling", "tools", "module"),
         "pkg2/__init__.py": ("pkg2", ".", "module"),
+        "repos/probe/probe/__init__.py": ("probe", "repos/probe", "module"),
+        "repos/probe/probe/data.py": ("probe.data", "repos/probe", "module"),
+        "repos/probe/probe/capture.py": ("probe.capture", "repos/probe", "module"),
     }
     assert {s.rel for s in skipped} == {"setup.py", "pkg2/__main__.py", "tests/test_model.py", "conftest.py",
                                         "porter_runtime/__init__.py"}
