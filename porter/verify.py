@@ -173,6 +173,10 @@ def _guard_folder() -> Path:
 
 # -- importing -------------------------------------------------------------------
 
+#: Worker processes alive, and the flag that stops starting new ones (Ctrl-C).
+_LIVE: set = set()
+_STOP = threading.Event()
+
 _FAULT_FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+) in ')
 
 
@@ -190,7 +194,7 @@ class _Batch:
 
     def run(self) -> "_Batch":
         remaining = list(self.modules)
-        while remaining:
+        while remaining and not _STOP.is_set():
             remaining = self._worker(remaining)
         return self
 
@@ -224,6 +228,7 @@ class _Batch:
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=self.options.root, env=self.env,
                 start_new_session=os.name == "posix",
             )
+            _LIVE.add(proc)
             killed = threading.Event()
             timer: Optional[threading.Timer] = None
 
@@ -268,6 +273,7 @@ class _Batch:
                 _kill(proc, killed)
                 proc.wait()
             _kill_group(proc)  # anything the target started and left behind
+            _LIVE.discard(proc)
             proc.stdout.close()
             left = [m for m in modules if m.rel not in self.results]
             if current is not None and current in by_key:
@@ -415,8 +421,17 @@ def import_all(modules: Sequence[ModuleSpec], options: VerifyOptions, env, guard
     workers = max(1, min(options.jobs, math.ceil(len(modules) / MODULES_PER_WORKER)))
     size = math.ceil(len(modules) / workers)
     batches = [_Batch(modules[i:i + size], modules, options, env, guard) for i in range(0, len(modules), size)]
-    with ThreadPoolExecutor(len(batches)) as pool:
+    _STOP.clear()
+    pool = ThreadPoolExecutor(len(batches))
+    try:
         done = list(pool.map(_Batch.run, batches))
+    except BaseException:  # Ctrl-C: the workers are in sessions of their own, so end them here
+        _STOP.set()
+        for proc in list(_LIVE):
+            _kill(proc, threading.Event())
+        raise
+    finally:
+        pool.shutdown(wait=True)
     results = {rel: r for b in done for rel, r in b.results.items()}
     seen = [b.cuda_available for b in done if b.cuda_available is not None]
     return [results[m.rel] for m in modules], (any(seen) if seen else None), len(batches)
@@ -440,7 +455,8 @@ def run_command(command: str, options: VerifyOptions, env) -> RunCommandResult:
             _kill(proc, threading.Event())
             proc.wait()
             status = "timeout"
-        _kill_group(proc)
+        finally:
+            _kill_group(proc)  # what the command left running (and all of it on Ctrl-C)
         text = _read(out, 0)
     code = proc.returncode
     if status == "ok" and code != 0:
@@ -710,6 +726,9 @@ def render(report: VerifyReport, console, quiet: bool = False) -> None:
     if report.skipped:
         line += f"; {c['skipped']} files skipped"
     console.print(line + f"  ({report.seconds:.1f} s)", soft_wrap=True)
+    if any("torch" in m.missing for m in report.failures):
+        console.print(f"hint: {escape(report.python)} can't import torch: pass --python with the project's "
+                      "interpreter (or run porter from its environment)", soft_wrap=True)
     if report.cuda_available:
         console.print("[bold red]warning:[/] torch.cuda.is_available() was True in the children: "
                       "CUDA was not hidden", soft_wrap=True)
