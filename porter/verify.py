@@ -720,7 +720,7 @@ def render(report: VerifyReport, console, quiet: bool = False) -> None:
     parts = [f"{c['ok']} ok", f"{c['failed']} failed", f"{c['timeout']} timed out"]
     if c["crashed"]:
         parts.append(f"{c['crashed']} crashed")
-    line = f"{c['modules']} modules: " + ", ".join(parts)
+    line = f"{c['modules']} module{'' if c['modules'] == 1 else 's'}: " + ", ".join(parts)
     if report.failures:
         line += f"; {c['named']} named by porter's report, {c['not_named']} NOT NAMED"
     if report.skipped:

@@ -296,9 +296,10 @@ def test_the_runtime_must_be_vendored_and_cuda_only_packages_are_hidden(tmp_path
     port(tree)
     site = write_tree(tmp_path / "site", {"flash_attn/__init__.py": "def flash_attn_func(q, k, v):\n    return q\n"})
     env = {"PYTHONPATH": str(site)}
-    code, data, _ = verify(tree, env=env)
+    code, data, _ = verify(tree, "--run", "python probe.py", env=env)  # hidden from the command too
     mods = by_path(data)
     assert code == 1 and mods["probe.py"]["status"] == "ok" and mods["run.py"]["status"] == "ok"
+    assert data["run"]["status"] == "ok"
     assert mods["attn.py"]["error"] == ("ModuleNotFoundError: No module named 'flash_attn' (flash_attn is "
                                         "installed here, but CUDA-only: porter verify hides it)")
     code, data, _ = verify(tree, "--allow-package", "flash_attn", "--exclude", "probe.py", env=env)
