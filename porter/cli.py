@@ -343,14 +343,14 @@ Exit codes:
 @click.option("--run", "command", metavar="CMD",
               help="Also run CMD (a shell command) in the tree's root with CUDA hidden, e.g. "
                    "\"python train.py --steps 2\".")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=60.0, show_default=True, metavar="SECONDS",
               help="Seconds each module may take to import.")
-@click.option("--run-timeout", type=click.FloatRange(min=0.1), default=None,
+@click.option("--run-timeout", type=click.FloatRange(min=0.1), default=None, metavar="SECONDS",
               help="Seconds the --run command may take (default: no limit).")
-@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, metavar="N",
               help="Worker processes at most (default: all cores; each imports at least 8 modules).")
 @click.option("--tests", "include_tests", is_flag=True, help="Also import test modules (test_*.py, tests/, ...).")
-@click.option("--exclude", multiple=True, help="Skip paths matching this glob (repeatable).")
+@click.option("--exclude", multiple=True, metavar="GLOB", help="Skip paths matching this glob (repeatable).")
 @click.option("--allow-package", "allow", multiple=True, metavar="NAME",
               help="Let the code import this installed CUDA-only package (hidden by default).")
 @click.option("--python", "python", default=None, metavar="EXE",
@@ -383,7 +383,8 @@ def verify(path, command, timeout, run_timeout, jobs, include_tests, exclude, al
     import shutil
 
     from porter.discover import discover
-    from porter.verify import VerifyOptions, render, to_data, verify as run_verify
+    from porter.verify import VerifyOptions, verify as run_verify
+    from porter.verify_output import render, to_data
 
     console = _stderr_console()
     if not path.exists():

@@ -23,7 +23,6 @@ otherwise it is NOT NAMED by porter.
 
 from __future__ import annotations
 
-import ast
 import json
 import math
 import os
@@ -38,11 +37,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
+from porter.verify_map import FindingIndex, Mapping, analyse, map_failure
 from porter.verify_modules import ModuleSpec, SkippedFile, plan, search_path
 
-SCHEMA_VERSION = 1
 #: Seconds a worker gets past the module's limit to dump where it is stuck and exit.
 GRACE = 5.0
 #: At least this many modules per worker: each worker pays for importing torch once.
@@ -50,23 +49,6 @@ MODULES_PER_WORKER = 8
 #: Seconds a worker may take to start and import torch (or the vendored runtime).
 WARM_UP = 300.0
 HERE = Path(__file__).resolve().parent
-
-
-@dataclass
-class Mapping:
-    """Whether porter's report names a failure, and by which findings."""
-
-    named: bool
-    findings: list[dict] = field(default_factory=list)  # code, path, line, action, message
-    #: where a ``# porter: ignore`` comment silenced the failing line (not named on purpose)
-    silenced: Optional[tuple[str, int]] = None
-
-    def text(self) -> str:
-        if not self.named:
-            return "NOT NAMED by porter"
-        first = self.findings[0]
-        more = f" (+{len(self.findings) - 1} more)" if len(self.findings) > 1 else ""
-        return f"named by finding {first['code']} at {first['path']}:{first['line']}{more}"
 
 
 @dataclass
@@ -473,139 +455,6 @@ def run_command(command: str, options: VerifyOptions, env) -> RunCommandResult:
     return result
 
 
-# -- mapping failures to porter's findings ---------------------------------------
-
-class FindingIndex:
-    """Porter's findings on the tree (dry run), by file and line, with statement spans."""
-
-    def __init__(self, root: Path, findings: Sequence[dict]) -> None:
-        self.root = root
-        self.by_path: dict[str, list[dict]] = {}
-        for f in findings:
-            self.by_path.setdefault(f["path"], []).append(f)
-        self._spans: dict[str, Optional[list[tuple[int, int, Optional[ast.stmt]]]]] = {}
-
-    def _statements(self, rel: str):
-        if rel not in self._spans:
-            try:
-                tree = ast.parse((self.root / rel).read_bytes())
-            except (SyntaxError, ValueError, OSError):
-                self._spans[rel] = None
-            else:
-                spans = []
-                for node in ast.walk(tree):
-                    if isinstance(node, ast.stmt):
-                        body = getattr(node, "body", None)
-                        if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
-                            end = max(node.lineno, body[0].lineno - 1)  # a compound statement: its header
-                        else:
-                            end = node.end_lineno or node.lineno
-                        first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-                        spans.append((first, end, node))
-                self._spans[rel] = spans
-        return self._spans[rel]
-
-    def span(self, rel: str, line: int) -> tuple[int, int]:
-        """The lines of the (innermost) statement at ``line``."""
-        best = (line, line)
-        for first, last, _ in self._statements(rel) or []:
-            if first <= line <= last and (best == (line, line) or last - first < best[1] - best[0]):
-                best = (first, last)
-        return best
-
-    def at(self, rel: str, line: int) -> list[dict]:
-        first, last = self.span(rel, line)
-        return [f for f in self.by_path.get(rel, []) if first <= f["line"] <= last]
-
-    def silenced(self, rel: str, line: int) -> bool:
-        """Whether a ``# porter: ignore`` comment sits on the statement at ``line``."""
-        try:
-            lines = (self.root / rel).read_bytes().splitlines()
-        except OSError:
-            return False
-        first, last = self.span(rel, line)
-        return any(_IGNORE.search(text) for text in lines[first - 1:last])
-
-    def is_import(self, rel: str, line: int) -> bool:
-        for first, last, node in self._statements(rel) or []:
-            if first <= line <= last and isinstance(node, (ast.Import, ast.ImportFrom)):
-                return True
-        return False
-
-    def imports_of(self, module: str, files: Sequence[str]) -> list[dict]:
-        """Findings at the import statements of ``module`` (or a parent or child of it);
-        else, when every use of the names those imports bind carries a finding, those
-        findings (``flash_attn_func(...)`` rewritten: the rewrite drops the import too)."""
-        at_import, on_use = [], []
-        for rel in files:
-            bound: set[str] = set()
-            tree_nodes = self._statements(rel) or []
-            for first, last, node in tree_nodes:
-                if isinstance(node, ast.Import):
-                    hits = [a for a in node.names if _related(module, a.name)]
-                    bound.update(a.asname or a.name.partition(".")[0] for a in hits)
-                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                    hits = [a for a in node.names if _related(module, node.module)
-                            or _related(module, f"{node.module}.{a.name}")]
-                    bound.update(a.asname or a.name for a in hits if a.name != "*")
-                else:
-                    continue
-                if hits:
-                    at_import += [f for f in self.by_path.get(rel, []) if first <= f["line"] <= last]
-            uses = sorted({n.lineno for _, _, node in tree_nodes if not isinstance(node, (ast.Import, ast.ImportFrom))
-                           for n in ast.iter_child_nodes(node) for n in ast.walk(n)
-                           if isinstance(n, ast.Name) and n.id in bound})
-            found = [self.at(rel, line) for line in uses]
-            if uses and all(found):
-                on_use += [f for fs in found for f in fs]
-        return at_import or on_use
-
-
-_IGNORE = re.compile(rb"#\s*porter:\s*ignore")
-
-
-def _related(missing: str, imported: str) -> bool:
-    return missing == imported or imported.startswith(missing + ".") or missing.startswith(imported + ".")
-
-
-def map_failure(frames: Sequence[tuple[str, int]], missing: Sequence[str], index: FindingIndex) -> Mapping:
-    """Named when a finding sits at a traceback line inside the tree (innermost first;
-    the import statements that only chain one tree module to the next are passed over),
-    or at an import of the missing module (in the failing files first, then anywhere)."""
-    found: list[dict] = []
-    for n, (rel, line) in enumerate(frames):
-        if n and index.is_import(rel, line):
-            continue
-        found = index.at(rel, line)
-        if found:
-            break
-    if not found:
-        files = list(dict.fromkeys(rel for rel, _ in frames))
-        for name in missing:
-            found = index.imports_of(name, files) or index.imports_of(name, sorted(index.by_path))
-            if found:
-                break
-    seen, unique = set(), []
-    for f in found:
-        key = (f["code"], f["path"], f["line"])
-        if key not in seen:
-            seen.add(key)
-            unique.append({k: f[k] for k in ("code", "path", "line", "action", "message")})
-    silenced = None
-    if not unique:
-        silenced = next(((rel, line) for n, (rel, line) in enumerate(frames)
-                         if not (n and index.is_import(rel, line)) and index.silenced(rel, line)), None)
-    return Mapping(bool(unique), unique, silenced)
-
-
-def analyse(config) -> list[dict]:
-    """Porter's findings (rewrites and items for a human) on the tree, in dry-run mode."""
-    from porter.run import run
-
-    result = run(config)
-    return [dict(f.to_dict(), path=item.path) for item in result.files for f in item.findings]
-
-
 # -- the whole command -------------------------------------------------------------
 
 def verify(options: VerifyOptions, files: Sequence[Path], analysis_config) -> VerifyReport:
@@ -637,112 +486,3 @@ def verify(options: VerifyOptions, files: Sequence[Path], analysis_config) -> Ve
         command.mapping = map_failure(command.frames, command.missing, index)
     return VerifyReport(root, options.python, results, skipped, command, cuda, analysis_error,
                         round(time.monotonic() - began, 3), workers)
-
-
-# -- output -------------------------------------------------------------------------
-
-def to_data(report: VerifyReport) -> dict[str, Any]:
-    def where(loc):
-        return {"path": loc[0], "line": loc[1]} if loc else None
-
-    def mapping(m: Optional[Mapping]):
-        if m is None:
-            return None
-        return {"named": m.named, "text": m.text(), "findings": m.findings,
-                "silenced_at": where(m.silenced)}
-
-    modules = []
-    for m in report.modules:
-        item: dict[str, Any] = {"module": m.module, "path": m.path, "status": m.status, "seconds": m.seconds}
-        if m.status != "ok":
-            item.update({"error": m.error, "error_type": m.error_type, "location": where(m.location),
-                         "frames": [where(f) for f in m.frames], "missing_modules": m.missing,
-                         "hidden_packages": m.hidden, "mapping": mapping(m.mapping),
-                         "traceback": m.traceback, "output": m.output})
-        modules.append(item)
-    run = None
-    if report.run is not None:
-        r = report.run
-        run = {"command": r.command, "status": r.status, "returncode": r.returncode, "seconds": r.seconds,
-               "error": r.error, "location": where(r.location), "missing_modules": r.missing,
-               "mapping": mapping(r.mapping), "output": r.output}
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "root": str(report.root),
-        "python": report.python,
-        "ok": report.ok,
-        "summary": {**report.counts(), "seconds": report.seconds},
-        "workers": report.workers,
-        "cuda_available_in_children": report.cuda_available,
-        "analysis_error": report.analysis_error or None,
-        "modules": modules,
-        "skipped": [{"path": s.rel, "reason": s.reason} for s in report.skipped],
-        "run": run,
-    }
-
-
-_STYLE = {"ok": "green", "failed": "bold red", "timeout": "bold yellow", "crashed": "bold red"}
-_LABEL = {"ok": "ok", "failed": "FAILED", "timeout": "TIMEOUT", "crashed": "CRASHED"}
-
-
-def render(report: VerifyReport, console, quiet: bool = False) -> None:
-    from rich.markup import escape
-
-    console.print(f"porter verify: {escape(str(report.root))}  (CUDA hidden; python: {escape(report.python)})",
-                  soft_wrap=True)
-    width = max([len(m.path) for m in report.modules] + [4])
-    for m in report.modules:
-        if quiet and m.status == "ok":
-            continue
-        label = f"[{_STYLE[m.status]}]{_LABEL[m.status]:<8}[/]"
-        if m.status == "ok":
-            console.print(f"  {label} {escape(m.path):<{width}}  {m.seconds:.1f} s", soft_wrap=True)
-            continue
-        loc = f"{m.location[0]}:{m.location[1]}" if m.location else m.path
-        console.print(f"  {label} {escape(m.path):<{width}}  {escape(loc)}: {escape(m.error)}", soft_wrap=True)
-        if m.mapping is not None and (m.mapping.named or m.status != "timeout"):
-            console.print("  " + " " * 9 + _mapping_line(m.mapping), soft_wrap=True)
-    if report.run is not None:
-        r = report.run
-        if r.status == "ok":
-            console.print(f"  [green]{'ok':<8}[/] --run {escape(r.command)}  ({r.seconds:.1f} s)", soft_wrap=True)
-        else:
-            label = "TIMEOUT" if r.status == "timeout" else "FAILED"
-            console.print(f"  [bold red]{label:<8}[/] --run {escape(r.command)}: {escape(r.error)}", soft_wrap=True)
-            if r.location:
-                console.print(f"  {' ' * 9}at {escape(r.location[0])}:{r.location[1]}", soft_wrap=True)
-            if r.mapping is not None:
-                console.print("  " + " " * 9 + _mapping_line(r.mapping), soft_wrap=True)
-            tail = "\n".join(r.output.rstrip().splitlines()[-15:])
-            if tail:
-                console.print(escape(tail), soft_wrap=True, style="dim")
-    c = report.counts()
-    parts = [f"{c['ok']} ok", f"{c['failed']} failed", f"{c['timeout']} timed out"]
-    if c["crashed"]:
-        parts.append(f"{c['crashed']} crashed")
-    line = f"{c['modules']} module{'' if c['modules'] == 1 else 's'}: " + ", ".join(parts)
-    if report.failures:
-        line += f"; {c['named']} named by porter's report, {c['not_named']} NOT NAMED"
-    if report.skipped:
-        line += f"; {c['skipped']} files skipped"
-    console.print(line + f"  ({report.seconds:.1f} s)", soft_wrap=True)
-    if any("torch" in m.missing for m in report.failures):
-        console.print(f"hint: {escape(report.python)} can't import torch: pass --python with the project's "
-                      "interpreter (or run porter from its environment)", soft_wrap=True)
-    if report.cuda_available:
-        console.print("[bold red]warning:[/] torch.cuda.is_available() was True in the children: "
-                      "CUDA was not hidden", soft_wrap=True)
-    if report.analysis_error:
-        console.print(f"warning: porter's analysis failed ({escape(report.analysis_error)}): "
-                      "failures are not mapped", soft_wrap=True)
-
-
-def _mapping_line(mapping: Mapping) -> str:
-    from rich.markup import escape
-
-    if mapping.named:
-        return f"[cyan]→ {escape(mapping.text())}[/]"
-    if mapping.silenced:
-        return (f"[magenta]→ NOT NAMED by porter[/]: silenced by `# porter: ignore` at "
-                f"{escape(mapping.silenced[0])}:{mapping.silenced[1]}")
-    return "[bold magenta]→ NOT NAMED by porter[/] (a porter bug if the cause is CUDA: please report it)"
