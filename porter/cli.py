@@ -402,7 +402,8 @@ def verify(path, command, timeout, run_timeout, jobs, include_tests, exclude, al
     found = discover([path.absolute()], root, config.excludes, skip=[config.runtime_target], patterns=["*.py"])
     options = VerifyOptions(path=path.absolute(), root=root, python=python, timeout=timeout,
                             jobs=jobs or default_jobs(), include_tests=include_tests, excludes=config.excludes,
-                            allow=allow, run=command, run_timeout=run_timeout)
+                            allow=allow, run=command, run_timeout=run_timeout,
+                            echo=sys.stderr.buffer if output_format == "text" and not quiet else None)
     try:
         report = run_verify(options, sorted(found.files), config)
     except OSError as exc:

@@ -37,7 +37,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import BinaryIO, Optional, Sequence
 
 from porter.verify_map import FindingIndex, Mapping, analyse, map_failure
 from porter.verify_modules import ModuleSpec, SkippedFile, plan, search_path
@@ -94,6 +94,8 @@ class VerifyOptions:
     allow: Sequence[str] = ()
     run: Optional[str] = None
     run_timeout: Optional[float] = None
+    #: where the --run command's output is shown as it comes (a binary stream), if anywhere
+    echo: Optional[BinaryIO] = None
 
 
 @dataclass
@@ -426,11 +428,18 @@ _MISSING = re.compile(r"ModuleNotFoundError: No module named '(?P<name>[^']+)'")
 
 
 def run_command(command: str, options: VerifyOptions, env) -> RunCommandResult:
+    """Run ``command`` in the tree's root with the children's environment. Its output is
+    kept (the tail goes in the result) and, with ``options.echo``, shown as it comes."""
     began = time.monotonic()
     status = "ok"
     with tempfile.TemporaryFile() as out:
         proc = subprocess.Popen(command, shell=True, cwd=options.root, env=env, stdin=subprocess.DEVNULL,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=os.name == "posix")
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=os.name == "posix")
+        if options.echo is not None:
+            options.echo.write(f"porter verify: running {command}\n".encode())
+        pump = threading.Thread(target=_pump, args=(proc.stdout, out, options.echo), daemon=True)
+        pump.start()
         try:
             proc.wait(timeout=options.run_timeout)
         except subprocess.TimeoutExpired:
@@ -439,6 +448,7 @@ def run_command(command: str, options: VerifyOptions, env) -> RunCommandResult:
             status = "timeout"
         finally:
             _kill_group(proc)  # what the command left running (and all of it on Ctrl-C)
+            pump.join(timeout=GRACE)
         text = _read(out, 0)
     code = proc.returncode
     if status == "ok" and code != 0:
@@ -453,6 +463,19 @@ def run_command(command: str, options: VerifyOptions, env) -> RunCommandResult:
         result.error = (f"timed out after {options.run_timeout:g} s" if status == "timeout"
                         else f"exit {code}: {_last_line(text)}")
     return result
+
+
+def _pump(source, sink, echo) -> None:
+    """Copy a pipe into ``sink`` (and to ``echo``, a binary stream) until it closes."""
+    for chunk in iter(lambda: source.read1(65536), b""):
+        sink.write(chunk)
+        if echo is not None:
+            try:
+                echo.write(chunk)
+                echo.flush()
+            except (OSError, ValueError):
+                echo = None
+    sink.flush()
 
 
 # -- the whole command -------------------------------------------------------------

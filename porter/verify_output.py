@@ -87,7 +87,7 @@ def render(report: VerifyReport, console, quiet: bool = False) -> None:
             if r.mapping is not None:
                 console.print("  " + " " * 9 + _mapping_line(r.mapping), soft_wrap=True)
             tail = "\n".join(r.output.rstrip().splitlines()[-15:])
-            if tail:
+            if tail and quiet:  # otherwise it was shown as it came
                 console.print(escape(tail), soft_wrap=True, style="dim")
     c = report.counts()
     parts = [f"{c['ok']} ok", f"{c['failed']} failed", f"{c['timeout']} timed out"]
