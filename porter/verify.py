@@ -109,6 +109,8 @@ class VerifyReport:
     analysis_error: str = ""
     seconds: float = 0.0
     workers: int = 0  # worker processes started for the batches (not counting restarts)
+    #: rewrites porter would still make in the tree (0 once it is ported)
+    pending_rewrites: int = 0
 
     @property
     def failures(self) -> list[ModuleResult]:
@@ -507,5 +509,6 @@ def verify(options: VerifyOptions, files: Sequence[Path], analysis_config) -> Ve
             item.mapping = map_failure(item.frames, item.missing, index)
     if command is not None and command.status != "ok" and (command.frames or command.missing):
         command.mapping = map_failure(command.frames, command.missing, index)
+    pending = sum(1 for f in findings if f.get("action") == "rewrite")
     return VerifyReport(root, options.python, results, skipped, command, cuda, analysis_error,
-                        round(time.monotonic() - began, 3), workers)
+                        round(time.monotonic() - began, 3), workers, pending)

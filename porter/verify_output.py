@@ -42,6 +42,7 @@ def to_data(report: VerifyReport) -> dict[str, Any]:
         "ok": report.ok,
         "summary": {**report.counts(), "seconds": report.seconds},
         "workers": report.workers,
+        "pending_rewrites": report.pending_rewrites,
         "cuda_available_in_children": report.cuda_available,
         "analysis_error": report.analysis_error or None,
         "modules": modules,
@@ -105,6 +106,9 @@ def render(report: VerifyReport, console, quiet: bool = False) -> None:
     if report.cuda_available:
         console.print("[bold red]warning:[/] torch.cuda.is_available() was True in the children: "
                       "CUDA was not hidden", soft_wrap=True)
+    if report.pending_rewrites:
+        console.print(f"note: this tree is not (fully) ported: porter would still make {report.pending_rewrites} "
+                      "rewrites here (porter migrate --write makes them)", soft_wrap=True)
     if report.analysis_error:
         console.print(f"warning: porter's analysis failed ({escape(report.analysis_error)}): "
                       "failures are not mapped", soft_wrap=True)
