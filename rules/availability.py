@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+from textwrap import dedent
 from typing import Optional, Union
 
 import libcst as cst
 
-from porter.rule import Example, Rule, Safety, cuda_spec, string_value
+from porter.rule import RUNTIME, Example, Rule, Safety, cuda_spec, string_value
+
+from ._common import block_statements, small_statements
 
 IS_AVAILABLE = "torch.cuda.is_available"
 _FALLBACKS = frozenset({"cpu", "mps", "xpu"})
@@ -318,6 +321,13 @@ class _Residue(cst.CSTVisitor):
         self.found = self.found or what
         return False
 
+    def visit_Call(self, node: cst.Call) -> Optional[bool]:
+        # porter's own rewrite (`porter_runtime.device(f"cuda:{r}")`) runs everywhere:
+        # its CUDA arguments are requests the runtime maps, not a tie to CUDA.
+        func = node.func
+        ours = isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == RUNTIME
+        return False if ours else None
+
     def visit_Name(self, node: cst.Name) -> Optional[bool]:
         return self._hit(node.value) if "cuda" in node.value.lower() or "nccl" in node.value.lower() else None
 
@@ -354,8 +364,84 @@ def cuda_residue(rule: Rule, original: cst.CSTNode, updated: cst.CSTNode) -> Opt
     if names.found:
         return names.found
     residue = _Residue()
-    updated.visit(residue)
+    for before, after in _statement_pairs(original, updated):
+        if not _inert_statement_line(rule, before):  # a CUDA flag is harmless elsewhere
+            after.visit(residue)
     return residue.found
+
+
+def _statement_pairs(original: cst.CSTNode, updated: cst.CSTNode) -> list[tuple[cst.CSTNode, cst.CSTNode]]:
+    """The statements of two versions of a block side by side (the nodes themselves
+    when they are not blocks or no longer line up)."""
+    if isinstance(original, cst.BaseSuite) and isinstance(updated, cst.BaseSuite):
+        before, after = block_statements(original), block_statements(updated)
+        if len(before) == len(after):
+            return list(zip(before, after))
+    return [(original, updated)]
+
+
+def _inert_statement_line(rule: Rule, stmt: cst.CSTNode) -> bool:
+    """A statement line that only sets CUDA backend flags (TF32, cuDNN)."""
+    small = list(small_statements(stmt)) if isinstance(stmt, cst.BaseStatement) else []
+    return bool(small) and all(_inert_statement(rule, s, frozenset()) and not isinstance(s, cst.Pass)
+                               for s in small)
+
+
+# What only means something on CUDA: backend flags (TF32, cuDNN) and the NCCL backend's
+# name; and the fallback that is right on every other device: gloo.
+_CUDA_SETTINGS = ("torch.backends.cuda.", "torch.backends.cudnn.")
+_CUDA_VALUES = frozenset({"nccl"})
+_FALLBACK_VALUES = frozenset({"gloo"})
+
+
+def _inert_statement(rule: Rule, stmt: cst.BaseSmallStatement, values: frozenset[str]) -> bool:
+    """A CUDA backend flag set or called, ``pass``, or ``name = <one of values>``."""
+    if isinstance(stmt, cst.Pass):
+        return True
+    if isinstance(stmt, cst.Expr) and isinstance(stmt.value, cst.Call):
+        return (rule.qualname(stmt.value.func) or "").startswith(_CUDA_SETTINGS)
+    if isinstance(stmt, cst.Assign):
+        targets = [t.target for t in stmt.targets]
+        if all((rule.qualname(t) or "").startswith(_CUDA_SETTINGS) for t in targets):
+            return True
+        return string_value(stmt.value) in values
+    return False
+
+
+def _inert(rule: Rule, side: cst.CSTNode, values: frozenset[str]) -> bool:
+    """Whether one side of a guard (a block or a ternary's value) only holds CUDA
+    backend flags or one of ``values`` (\"nccl\" on the CUDA side, \"gloo\" on the other)."""
+    if isinstance(side, cst.BaseExpression):
+        return string_value(side) in values
+    stmts = block_statements(side)  # type: ignore[arg-type]
+    if not stmts or isinstance(side, cst.IndentedBlock) and side.header.comment is not None:
+        return False
+    small = [s for stmt in stmts for s in small_statements(stmt)]
+    return len(small) == len(stmts) and all(_inert_statement(rule, s, values) for s in small)
+
+
+def _sides(node: Union[cst.If, cst.IfExp]) -> Optional[tuple[cst.CSTNode, Optional[cst.CSTNode]]]:
+    """(what the test admits, what runs otherwise); None for an elif chain."""
+    if isinstance(node, cst.IfExp):
+        return node.body, node.orelse
+    if isinstance(node.orelse, cst.If):
+        return None
+    return node.body, node.orelse.body if node.orelse is not None else None
+
+
+def right_everywhere(rule: Rule, node: Union[cst.If, cst.IfExp], cuda_calls: list) -> bool:
+    """A guard that is already right on every device: what it runs only with CUDA
+    means nothing elsewhere (TF32 and cuDNN flags, "nccl"), and what it runs
+    without CUDA is the fallback every other device wants ("gloo")."""
+    sides = _sides(node)
+    polarity = True if cuda_calls else availability_test(rule, node.test)
+    if sides is None or polarity is None:
+        return False
+    cuda, other = sides if polarity else (sides[1], sides[0])
+    if cuda is None and other is None:
+        return False
+    return ((cuda is None or _inert(rule, cuda, _CUDA_VALUES))
+            and (other is None or _inert(rule, other, _FALLBACK_VALUES)))
 
 
 _SUGGESTION = "porter_runtime.is_accelerator_available()"
@@ -371,7 +457,12 @@ class CudaAvailableGuard(Rule):
     where it is the test of an `if`/`elif` or a ternary (alone or as an operand of
     `and`), and the code it guards no longer needs CUDA once porter's other rules ran:
     no name or string mentioning cuda or nccl, no import, nothing from a CUDA-only
-    package (apex, flash_attn, xformers, triton, bitsandbytes, deepspeed, ...). Every
+    package (apex, flash_attn, xformers, triton, bitsandbytes, deepspeed, ...).
+    porter's own calls (`porter_runtime.device(f"cuda:{r}")`) and CUDA backend flags
+    (`torch.backends.cuda.*`, `torch.backends.cudnn.*`: harmless elsewhere) don't
+    count as needing CUDA. A guard that is already right on every device is left
+    alone with no finding: its CUDA side only sets CUDA backend flags or picks
+    "nccl", its other side (if any) only picks "gloo". Every
     other use (`use_cuda = torch.cuda.is_available()`, `assert`, `not ...`, a guard
     around CUDA-only code) is reported with a suggestion, except where the answer is
     only printed (`print(...)`, an f-string) and where it is a requirement
@@ -405,6 +496,36 @@ class CudaAvailableGuard(Rule):
         "import torch\nloader = DataLoader(ds, pin_memory=torch.cuda.is_available())\n",
         "import torch\ndevice = 'cuda' if torch.cuda.is_available() else 'cpu'\n",
         "import torch\nprint('CUDA:', torch.cuda.is_available())\nlog(f'cuda={torch.cuda.is_available()}')\n",
+        # right on every device: CUDA-only flags and the NCCL/gloo choice
+        dedent("""\
+            import torch
+
+            if torch.cuda.is_available():
+                torch.backends.cuda.matmul.allow_tf32 = True
+                torch.backends.cudnn.allow_tf32 = True
+            """),
+        dedent("""\
+            import torch as t
+            from torch.backends import cudnn
+
+            if args.gpu and t.cuda.is_available():
+                cudnn.benchmark = True
+            """),
+        dedent("""\
+            import torch
+            import torch.distributed as dist
+
+            backend = "gloo" if not torch.cuda.is_available() else "nccl"
+            dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
+            """),
+        dedent("""\
+            from torch.cuda import is_available
+
+            if is_available():
+                backend = 'nccl'
+            else:
+                backend = 'gloo'
+            """),
     ]
     invalid = [
         Example(
@@ -425,6 +546,44 @@ class CudaAvailableGuard(Rule):
         Example("import torch\nuse_cuda = not args.no_cuda and torch.cuda.is_available()\n"),
         Example("import torch\nif torch.cuda.is_available():\n    model = apex.amp.initialize(model)\n    x = x.cuda()\n"),
         Example("import torch\nif not torch.cuda.is_available():\n    args.amp = False\n"),
+        Example(  # porter's own rewrite inside the guard does not hold it back
+            dedent("""\
+                import porter_runtime
+                import torch
+
+                def setup(rank):
+                    if torch.cuda.is_available():
+                        porter_runtime.set_device(rank)
+                        return porter_runtime.device(f"cuda:{rank}")
+                """),
+            dedent("""\
+                import porter_runtime
+                import torch
+
+                def setup(rank):
+                    if porter_runtime.is_accelerator_available():
+                        porter_runtime.set_device(rank)
+                        return porter_runtime.device(f"cuda:{rank}")
+                """),
+            line=5, message="also admits MPS",
+        ),
+        Example(  # a CUDA-only flag is harmless elsewhere: device-neutral code next to it is ported
+            dedent("""\
+                import torch
+
+                if torch.cuda.is_available():
+                    torch.backends.cuda.matmul.allow_tf32 = True
+                    model = model.to(device)
+                """),
+            dedent("""\
+                import porter_runtime
+                import torch
+
+                if porter_runtime.is_accelerator_available():
+                    torch.backends.cuda.matmul.allow_tf32 = True
+                    model = model.to(device)
+                """),
+        ),
     ]
 
     def __init__(self, ctx) -> None:
@@ -478,6 +637,8 @@ class CudaAvailableGuard(Rule):
         test = original.test
         if isinstance(original, cst.If) and requirement(self, original) is not None:
             return updated  # PT903
+        if right_everywhere(self, original, self._guard_calls(test)):
+            return updated
         if availability_test(self, test) is False:
             self.flag(test, _NOTE + "; code it guards now runs on a Mac",
                       suggestion=f"if not {_SUGGESTION}:")
