@@ -197,11 +197,11 @@ class CudaAvailableDevice(Rule):
 
     What:
     Rewrites the device choices that test `torch.cuda.is_available()`:
-    `"cuda" if torch.cuda.is_available() else "cpu"` → `str(porter_runtime.device())`;
+    `"cuda" if torch.cuda.is_available() else "cpu"` → `porter_runtime.device_str()`;
     `torch.device("cuda" if torch.cuda.is_available() else "cpu")` and
     `torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")` →
     `porter_runtime.device()`; and an `if torch.cuda.is_available(): d = "cuda"` /
-    `else: d = "cpu"` statement → `d = str(porter_runtime.device())`. The fallback may
+    `else: d = "cpu"` statement → `d = porter_runtime.device_str()`. The fallback may
     be "cpu", "mps", "xpu" or a chain of them (`else "mps" if ... else "cpu"`,
     `elif`), and `not torch.cuda.is_available()` with the branches swapped is
     understood. The result keeps the original's type: a string stays a string.
@@ -211,7 +211,7 @@ class CudaAvailableDevice(Rule):
 
     Fix safety:
     Safe. With CUDA the original picks "cuda" (or `torch.device("cuda")`) and the
-    runtime returns exactly that device, `str()` of it is `"cuda"`, and an index
+    runtime returns exactly that device, `device_str()` is `"cuda"`, and an index
     (`"cuda:1"`) is kept. Without CUDA the original picked the fallback; the runtime
     picks MPS, then XPU, then CPU, or what `PORTER_DEVICE` names: the intended port.
 
@@ -236,7 +236,7 @@ class CudaAvailableDevice(Rule):
     invalid = [
         Example(
             "import torch\ndevice = 'cuda' if torch.cuda.is_available() else 'cpu'\n",
-            "import porter_runtime\nimport torch\ndevice = str(porter_runtime.device())\n",
+            "import porter_runtime\nimport torch\ndevice = porter_runtime.device_str()\n",
         ),
         Example(
             "import torch as t\ndevice = t.device(\"cuda\" if t.cuda.is_available() else \"cpu\")\n",
@@ -249,11 +249,11 @@ class CudaAvailableDevice(Rule):
         Example(
             "from torch.cuda import is_available\n\n# pick the device\nif is_available():\n    args.device = 'cuda'\n"
             "elif torch.backends.mps.is_available():\n    args.device = 'mps'\nelse:\n    args.device = 'cpu'\nrun(args)\n",
-            "import porter_runtime\n\n# pick the device\nargs.device = str(porter_runtime.device())\nrun(args)\n",
+            "import porter_runtime\n\n# pick the device\nargs.device = porter_runtime.device_str()\nrun(args)\n",
         ),
         Example(
             "import torch\nd = 'cpu' if not torch.cuda.is_available() else 'cuda'\n",
-            "import porter_runtime\nimport torch\nd = str(porter_runtime.device())\n",
+            "import porter_runtime\nimport torch\nd = porter_runtime.device_str()\n",
         ),
         Example(
             "import torch\n\ndef get_device():\n    if torch.cuda.is_available():\n        device = torch.device('cuda')\n"
@@ -300,8 +300,8 @@ class CudaAvailableDevice(Rule):
         return self.rewrite(original, stmt, "the CUDA-or-CPU choice now resolves to the best device here")
 
     def _value(self, choice: Choice) -> cst.BaseExpression:
-        call = self.runtime_call("device", *_index_args(choice[1]))
-        return cst.Call(cst.Name("str"), args=[cst.Arg(call)]) if choice[0] == "str" else call
+        # A string choice is often a module constant: device_str resolves quietly.
+        return self.runtime_call("device_str" if choice[0] == "str" else "device", *_index_args(choice[1]))
 
 
 # Packages whose code only runs with CUDA: a guard around them must keep a Mac out.

@@ -121,6 +121,7 @@ def _cuda_device(*args: Any) -> torch.device:
 #: Runtime functions that return a value -> the value the original used on CUDA.
 VALUES: dict[str, Callable[..., Any]] = {
     "device": _cuda_device,
+    "device_str": lambda *args: str(_cuda_device(*args)),
     "pin_memory": lambda requested=True: requested,
     "pin_memory_device": lambda requested="cuda": requested,
     "map_location": lambda requested=None: requested,
