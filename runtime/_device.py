@@ -64,6 +64,9 @@ def resolve(announce: bool = True) -> Resolution:
         _resolution = _from_env(override) if override else _probe()
     if announce:
         _log.info_once("device", f"using {_resolution.device} ({_resolution.reason})")
+        if _resolution.device.type == "mps" and not _compat.at_least(2, 5):
+            _log.warn_once("device:old-torch", f"torch {torch.__version__} on MPS: porter_runtime needs torch 2.5 "
+                           "or newer there (autocast and memory queries on MPS); `pip install -U torch`")
     return _resolution
 
 

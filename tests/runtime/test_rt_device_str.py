@@ -43,3 +43,11 @@ def test_it_prints_nothing_and_leaves_the_info_line_to_device(simulate, monkeypa
     assert capsys.readouterr().err == ""
     porter_runtime.device()
     assert capsys.readouterr().err.count("porter_runtime: using mps (") == 1
+
+
+def test_an_old_torch_on_mps_is_said_once(simulate, monkeypatch):
+    from porter_runtime import _compat
+    simulate("mps")
+    monkeypatch.setattr(_compat, "at_least", lambda major, minor: (2, 4) >= (major, minor))
+    with pytest.warns(UserWarning, match="needs torch 2.5 or newer there"):
+        porter_runtime.device()
