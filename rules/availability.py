@@ -57,14 +57,29 @@ def _is_fallback(rule: Rule, node: cst.BaseExpression, kind: str) -> bool:
     return string_value(node) in _FALLBACKS
 
 
-def ternary_choice(rule: Rule, node: cst.IfExp) -> Optional[Choice]:
-    """The device choice a ``cuda if torch.cuda.is_available() else cpu`` ternary makes."""
+def _names_mps(rule: Rule, node: cst.BaseExpression) -> bool:
+    """Whether a fallback (or a chain of them) already picks MPS somewhere."""
+    if isinstance(node, cst.IfExp):
+        return _names_mps(rule, node.body) or _names_mps(rule, node.orelse)
+    inner = _torch_device_arg(rule, node)
+    return string_value(inner if inner is not None else node) == "mps"
+
+
+def _ternary(rule: Rule, node: cst.IfExp) -> Optional[tuple[Choice, cst.BaseExpression]]:
+    """The CUDA choice of a ``cuda if torch.cuda.is_available() else cpu`` ternary, and its fallback."""
     polarity = availability_test(rule, node.test)
     if polarity is None:
         return None
     cuda, other = (node.body, node.orelse) if polarity else (node.orelse, node.body)
     choice = _cuda_value(rule, cuda)
-    return choice if choice is not None and _is_fallback(rule, other, choice[0]) else None
+    return (choice, other) if choice is not None and _is_fallback(rule, other, choice[0]) else None
+
+
+def ternary_choice(rule: Rule, node: cst.IfExp) -> Optional[Choice]:
+    """The device choice a ``cuda if torch.cuda.is_available() else cpu`` ternary makes,
+    unless its fallback already picks MPS (then it is right on a Mac as written)."""
+    found = _ternary(rule, node)
+    return found[0] if found is not None and not _names_mps(rule, found[1]) else None
 
 
 def _lone_assign(block: cst.BaseSuite) -> Optional[cst.Assign]:
@@ -116,7 +131,21 @@ def statement_choice(rule: Rule, node: cst.If) -> Optional[tuple[cst.Assign, Cho
     for other in others:
         if not other.targets[0].target.deep_equals(target) or not _is_fallback(rule, other.value, choice[0]):
             return None
+    if any(_names_mps(rule, other.value) for other in others):
+        return None  # already picks MPS on a Mac: right as written
     return cuda, choice
+
+
+def _mps_statement_choice(rule: Rule, node: cst.If) -> bool:
+    """``if torch.cuda.is_available(): d = "cuda"`` / ``elif ...mps...: d = "mps"`` / ``else:
+    d = "cpu"``: a device choice that already picks MPS."""
+    polarity = availability_test(rule, node.test)
+    branches = _branch_values(node) if polarity else None
+    if not branches or len(branches) < 2 or _cuda_value(rule, branches[0][0].value) is None:
+        return False
+    kind = _cuda_value(rule, branches[0][0].value)[0]  # type: ignore[index]
+    others = [a.value for a, _ in branches[1:]]
+    return all(_is_fallback(rule, v, kind) for v in others) and any(_names_mps(rule, v) for v in others)
 
 
 # A requirement: ``assert torch.cuda.is_available()`` or ``if not torch.cuda.is_available():``
@@ -202,9 +231,10 @@ class CudaAvailableDevice(Rule):
     `torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")` →
     `porter_runtime.device()`; and an `if torch.cuda.is_available(): d = "cuda"` /
     `else: d = "cpu"` statement → `d = porter_runtime.device_str()`. The fallback may
-    be "cpu", "mps", "xpu" or a chain of them (`else "mps" if ... else "cpu"`,
-    `elif`), and `not torch.cuda.is_available()` with the branches swapped is
-    understood. The result keeps the original's type: a string stays a string.
+    be "cpu", "xpu" or a chain of them (`else "xpu" if ... else "cpu"`, `elif`), and
+    `not torch.cuda.is_available()` with the branches swapped is understood. A
+    choice that already picks "mps" is right on a Mac and is left alone (PT202
+    does not report it either). The result keeps the original's type: a string stays a string.
 
     Why:
     On a Mac the idiom picks the CPU and never uses the GPU.
@@ -232,6 +262,22 @@ class CudaAvailableDevice(Rule):
         "import torch\ndevice = 'cuda' if use_cuda else 'cpu'\n",
         "import torch\nif x.device.type == 'cuda':\n    y = 1\n",
         "import torch\nif torch.cuda.is_available():\n    device = 'cuda'  # fast\nelse:\n    device = 'cpu'\n",
+        # already picks MPS on a Mac: right as written
+        dedent("""\
+            import torch
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu")
+            """),
+        dedent("""\
+            from torch.cuda import is_available
+
+            if is_available():
+                args.device = 'cuda'
+            elif torch.backends.mps.is_available():
+                args.device = 'mps'
+            else:
+                args.device = 'cpu'
+            """),
     ]
     invalid = [
         Example(
@@ -248,7 +294,7 @@ class CudaAvailableDevice(Rule):
         ),
         Example(
             "from torch.cuda import is_available\n\n# pick the device\nif is_available():\n    args.device = 'cuda'\n"
-            "elif torch.backends.mps.is_available():\n    args.device = 'mps'\nelse:\n    args.device = 'cpu'\nrun(args)\n",
+            "elif args.xpu:\n    args.device = 'xpu'\nelse:\n    args.device = 'cpu'\nrun(args)\n",
             "import porter_runtime\n\n# pick the device\nargs.device = porter_runtime.device_str()\nrun(args)\n",
         ),
         Example(
@@ -432,7 +478,14 @@ def _sides(node: Union[cst.If, cst.IfExp]) -> Optional[tuple[cst.CSTNode, Option
 def right_everywhere(rule: Rule, node: Union[cst.If, cst.IfExp], cuda_calls: list) -> bool:
     """A guard that is already right on every device: what it runs only with CUDA
     means nothing elsewhere (TF32 and cuDNN flags, "nccl"), and what it runs
-    without CUDA is the fallback every other device wants ("gloo")."""
+    without CUDA is the fallback every other device wants ("gloo"); or a device
+    choice whose fallback already picks MPS."""
+    if isinstance(node, cst.IfExp):
+        found = _ternary(rule, node)
+        if found is not None and _names_mps(rule, found[1]):
+            return True
+    elif _mps_statement_choice(rule, node):
+        return True
     sides = _sides(node)
     polarity = True if cuda_calls else availability_test(rule, node.test)
     if sides is None or polarity is None:

@@ -75,6 +75,16 @@ ALREADY_RIGHT = """\
         if t.device.type != "cpu":
             t = t.cpu()
         return t.numpy()
+
+
+    def pick_device():
+        if torch.cuda.is_available():
+            name = "cuda"
+        elif torch.backends.mps.is_available():
+            name = "mps"
+        else:
+            name = "cpu"
+        return torch.device("cuda" if name == "cuda" else "mps" if torch.backends.mps.is_available() else "cpu")
     """
 
 
