@@ -25,7 +25,7 @@ import torch.distributed
 import porter_runtime
 from porter_test_utils import FIXTURES, run_porter
 
-REPOS = ["multipkg", "chat_lm", "cifar_cnn", "llm_scratch", "act_probe", "hrm_reasoning"]
+REPOS = ["multipkg", "chat_lm", "cifar_cnn", "llm_scratch", "act_probe", "hrm_reasoning", "mps_ready"]
 _ENV = ("PORTER_DEVICE", "PORTER_COMPILE", "DISABLE_COMPILE", "PORTER_QUIET", "WORLD_SIZE")
 
 
