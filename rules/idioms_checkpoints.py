@@ -131,8 +131,7 @@ def _receiver_name(node: cst.BaseExpression) -> str:
 
 
 class WrappedCheckpoint(Rule):
-    """`model.load_state_dict(sd)` becomes `porter_runtime.load_state_dict(model, sd)`
-    where a wrapped model's checkpoint may reach the bare model.
+    """`model.load_state_dict(sd)` → `porter_runtime.load_state_dict(model, sd)` where a wrapped checkpoint may reach it.
 
     What:
     Rewrites `model.load_state_dict(...)` into `porter_runtime.load_state_dict(model,
