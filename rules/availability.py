@@ -111,9 +111,9 @@ def _branch_values(node: Union[cst.If, cst.Else, None]) -> Optional[list[tuple[c
     return out
 
 
-def statement_choice(rule: Rule, node: cst.If) -> Optional[tuple[cst.Assign, Choice]]:
+def _statement(rule: Rule, node: cst.If) -> Optional[tuple[cst.Assign, Choice, list[cst.BaseExpression]]]:
     """``if torch.cuda.is_available(): d = "cuda" else: d = "cpu"``: the CUDA branch's
-    assignment and the choice it makes."""
+    assignment, the choice it makes and the fallback values."""
     polarity = availability_test(rule, node.test)
     branches = _branch_values(node) if polarity is not None else None
     if not branches or len(branches) < 2:
@@ -131,21 +131,22 @@ def statement_choice(rule: Rule, node: cst.If) -> Optional[tuple[cst.Assign, Cho
     for other in others:
         if not other.targets[0].target.deep_equals(target) or not _is_fallback(rule, other.value, choice[0]):
             return None
-    if any(_names_mps(rule, other.value) for other in others):
-        return None  # already picks MPS on a Mac: right as written
-    return cuda, choice
+    return cuda, choice, [other.value for other in others]
+
+
+def statement_choice(rule: Rule, node: cst.If) -> Optional[tuple[cst.Assign, Choice]]:
+    """The statement form's CUDA assignment and choice, unless a fallback already
+    picks MPS (then it is right on a Mac as written)."""
+    found = _statement(rule, node)
+    if found is None or any(_names_mps(rule, value) for value in found[2]):
+        return None
+    return found[0], found[1]
 
 
 def _mps_statement_choice(rule: Rule, node: cst.If) -> bool:
-    """``if torch.cuda.is_available(): d = "cuda"`` / ``elif ...mps...: d = "mps"`` / ``else:
-    d = "cpu"``: a device choice that already picks MPS."""
-    polarity = availability_test(rule, node.test)
-    branches = _branch_values(node) if polarity else None
-    if not branches or len(branches) < 2 or _cuda_value(rule, branches[0][0].value) is None:
-        return False
-    kind = _cuda_value(rule, branches[0][0].value)[0]  # type: ignore[index]
-    others = [a.value for a, _ in branches[1:]]
-    return all(_is_fallback(rule, v, kind) for v in others) and any(_names_mps(rule, v) for v in others)
+    """A statement-form device choice that already picks MPS."""
+    found = _statement(rule, node)
+    return found is not None and any(_names_mps(rule, value) for value in found[2])
 
 
 # A requirement: ``assert torch.cuda.is_available()`` or ``if not torch.cuda.is_available():``
@@ -234,7 +235,8 @@ class CudaAvailableDevice(Rule):
     be "cpu", "xpu" or a chain of them (`else "xpu" if ... else "cpu"`, `elif`), and
     `not torch.cuda.is_available()` with the branches swapped is understood. A
     choice that already picks "mps" is right on a Mac and is left alone (PT202
-    does not report it either). The result keeps the original's type: a string stays a string.
+    does not report it either). The result keeps the original's type: a string
+    stays a string.
 
     Why:
     On a Mac the idiom picks the CPU and never uses the GPU.
