@@ -152,13 +152,15 @@ class FileContext:
 
         Rules leave inner nodes first: when an outer rewrite is built from the original
         node (not from the already rewritten children), the inner rewrites are not in
-        the output and must not be reported. One that survives keeps its record.
+        the output and must not be reported. One that survives keeps its record. A
+        second rule rewriting the very same node replaces the first one's record: its
+        result is what the output shows, and one change is reported once.
         """
         inside = _subtree(node)
         kept = _subtree(after)
         self._records = [
             r for r in self._records
-            if not (r.action == "rewrite" and r.node is not node and r.node in inside and r.after not in kept)
+            if not (r.action == "rewrite" and (r.node is node or (r.node in inside and r.after not in kept)))
         ]
 
     def positions(self):

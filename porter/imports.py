@@ -14,6 +14,7 @@ before stays, so nothing the rules did not touch changes.
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Optional
 
 import libcst as cst
@@ -123,8 +124,10 @@ def remove_unused(new_module: cst.Module, ctx: "FileContext") -> cst.Module:
 
 
 #: Packages that do not install without CUDA. A plain ``import`` of one of them that a
-#: rewrite left without a use would still fail on the port, so it goes too; other
-#: plain imports (``import torch``) stay even when unused, as the user wrote them.
+#: rewrite left without a use would still fail on the port, so it goes too; so does a
+#: standard-library module (``import sys`` once ``sys.exit`` became
+#: ``porter_runtime.require_device``). Other plain imports (``import torch``) stay even
+#: when unused: importing a library may register backends or ops.
 CUDA_ONLY_PACKAGES = frozenset({"flash_attn", "xformers", "apex", "bitsandbytes", "adam_atan2"})
 
 
@@ -138,14 +141,16 @@ def _not_used_in_stubs(ctx: "FileContext", name: str) -> None:
 
 
 def _remove_dead_module_imports(stmt: cst.Import, before, after, context, ctx) -> bool:
-    """Schedule ``import a.b`` / ``import a.b as c`` of a CUDA-only package whose every use
-    a rule rewrote (``import flash_attn`` once each ``flash_attn.flash_attn_func(...)`` was)."""
+    """Schedule ``import a.b`` / ``import a.b as c`` of a CUDA-only package or a
+    standard-library module whose every use a rule rewrote (``import flash_attn`` once
+    each ``flash_attn.flash_attn_func(...)`` was, ``import sys`` once ``sys.exit(...)``
+    became ``porter_runtime.require_device(...)``)."""
     from libcst.codemod.visitors import RemoveImportsVisitor
 
     scheduled = False
     for alias in stmt.names:
         full = dotted_name(alias.name) or ""
-        if full.split(".")[0] not in CUDA_ONLY_PACKAGES:
+        if full.split(".")[0] not in CUDA_ONLY_PACKAGES | sys.stdlib_module_names:
             continue
         asname = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else None
         key = (asname, full) if asname else (full.split(".")[0], full.split(".")[0])

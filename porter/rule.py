@@ -60,11 +60,15 @@ class Example:
     """An invalid example: ``before`` must become ``after`` (None: finding only).
 
     ``path`` is the file name the example is migrated as (text rules match by name).
+    ``line`` and ``message``, when given, name the line of one of the rule's findings
+    and a fragment of its message.
     """
 
     before: str
     after: Optional[str] = None
     path: str = "example.py"
+    line: Optional[int] = None
+    message: str = ""
 
 
 @dataclass

@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+from textwrap import dedent
 from typing import Optional, Union
 
 import libcst as cst
 
-from porter.rule import Example, Rule, Safety, cuda_spec, string_value
+from porter.rule import RUNTIME, Example, Rule, Safety, cuda_spec, string_value
 
 from . import _dist_guard
+from ._common import block_statements, small_statements
 
 IS_AVAILABLE = "torch.cuda.is_available"
 _FALLBACKS = frozenset({"cpu", "mps", "xpu"})
@@ -56,14 +58,29 @@ def _is_fallback(rule: Rule, node: cst.BaseExpression, kind: str) -> bool:
     return string_value(node) in _FALLBACKS
 
 
-def ternary_choice(rule: Rule, node: cst.IfExp) -> Optional[Choice]:
-    """The device choice a ``cuda if torch.cuda.is_available() else cpu`` ternary makes."""
+def _names_mps(rule: Rule, node: cst.BaseExpression) -> bool:
+    """Whether a fallback (or a chain of them) already picks MPS somewhere."""
+    if isinstance(node, cst.IfExp):
+        return _names_mps(rule, node.body) or _names_mps(rule, node.orelse)
+    inner = _torch_device_arg(rule, node)
+    return string_value(inner if inner is not None else node) == "mps"
+
+
+def _ternary(rule: Rule, node: cst.IfExp) -> Optional[tuple[Choice, cst.BaseExpression]]:
+    """The CUDA choice of a ``cuda if torch.cuda.is_available() else cpu`` ternary, and its fallback."""
     polarity = availability_test(rule, node.test)
     if polarity is None:
         return None
     cuda, other = (node.body, node.orelse) if polarity else (node.orelse, node.body)
     choice = _cuda_value(rule, cuda)
-    return choice if choice is not None and _is_fallback(rule, other, choice[0]) else None
+    return (choice, other) if choice is not None and _is_fallback(rule, other, choice[0]) else None
+
+
+def ternary_choice(rule: Rule, node: cst.IfExp) -> Optional[Choice]:
+    """The device choice a ``cuda if torch.cuda.is_available() else cpu`` ternary makes,
+    unless its fallback already picks MPS (then it is right on a Mac as written)."""
+    found = _ternary(rule, node)
+    return found[0] if found is not None and not _names_mps(rule, found[1]) else None
 
 
 def _lone_assign(block: cst.BaseSuite) -> Optional[cst.Assign]:
@@ -95,9 +112,9 @@ def _branch_values(node: Union[cst.If, cst.Else, None]) -> Optional[list[tuple[c
     return out
 
 
-def statement_choice(rule: Rule, node: cst.If) -> Optional[tuple[cst.Assign, Choice]]:
+def _statement(rule: Rule, node: cst.If) -> Optional[tuple[cst.Assign, Choice, list[cst.BaseExpression]]]:
     """``if torch.cuda.is_available(): d = "cuda" else: d = "cpu"``: the CUDA branch's
-    assignment and the choice it makes."""
+    assignment, the choice it makes and the fallback values."""
     polarity = availability_test(rule, node.test)
     branches = _branch_values(node) if polarity is not None else None
     if not branches or len(branches) < 2:
@@ -115,7 +132,22 @@ def statement_choice(rule: Rule, node: cst.If) -> Optional[tuple[cst.Assign, Cho
     for other in others:
         if not other.targets[0].target.deep_equals(target) or not _is_fallback(rule, other.value, choice[0]):
             return None
-    return cuda, choice
+    return cuda, choice, [other.value for other in others]
+
+
+def statement_choice(rule: Rule, node: cst.If) -> Optional[tuple[cst.Assign, Choice]]:
+    """The statement form's CUDA assignment and choice, unless a fallback already
+    picks MPS (then it is right on a Mac as written)."""
+    found = _statement(rule, node)
+    if found is None or any(_names_mps(rule, value) for value in found[2]):
+        return None
+    return found[0], found[1]
+
+
+def _mps_statement_choice(rule: Rule, node: cst.If) -> bool:
+    """A statement-form device choice that already picks MPS."""
+    found = _statement(rule, node)
+    return found is not None and any(_names_mps(rule, value) for value in found[2])
 
 
 # A requirement: ``assert torch.cuda.is_available()`` or ``if not torch.cuda.is_available():``
@@ -196,21 +228,23 @@ class CudaAvailableDevice(Rule):
 
     What:
     Rewrites the device choices that test `torch.cuda.is_available()`:
-    `"cuda" if torch.cuda.is_available() else "cpu"` → `str(porter_runtime.device())`;
+    `"cuda" if torch.cuda.is_available() else "cpu"` → `porter_runtime.device_str()`;
     `torch.device("cuda" if torch.cuda.is_available() else "cpu")` and
     `torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")` →
     `porter_runtime.device()`; and an `if torch.cuda.is_available(): d = "cuda"` /
-    `else: d = "cpu"` statement → `d = str(porter_runtime.device())`. The fallback may
-    be "cpu", "mps", "xpu" or a chain of them (`else "mps" if ... else "cpu"`,
-    `elif`), and `not torch.cuda.is_available()` with the branches swapped is
-    understood. The result keeps the original's type: a string stays a string.
+    `else: d = "cpu"` statement → `d = porter_runtime.device_str()`. The fallback may
+    be "cpu", "xpu" or a chain of them (`else "xpu" if ... else "cpu"`, `elif`), and
+    `not torch.cuda.is_available()` with the branches swapped is understood. A
+    choice that already picks "mps" is right on a Mac and is left alone (PT202
+    does not report it either). The result keeps the original's type: a string
+    stays a string.
 
     Why:
     On a Mac the idiom picks the CPU and never uses the GPU.
 
     Fix safety:
     Safe. With CUDA the original picks "cuda" (or `torch.device("cuda")`) and the
-    runtime returns exactly that device, `str()` of it is `"cuda"`, and an index
+    runtime returns exactly that device, `device_str()` is `"cuda"`, and an index
     (`"cuda:1"`) is kept. Without CUDA the original picked the fallback; the runtime
     picks MPS, then XPU, then CPU, or what `PORTER_DEVICE` names: the intended port.
 
@@ -231,11 +265,27 @@ class CudaAvailableDevice(Rule):
         "import torch\ndevice = 'cuda' if use_cuda else 'cpu'\n",
         "import torch\nif x.device.type == 'cuda':\n    y = 1\n",
         "import torch\nif torch.cuda.is_available():\n    device = 'cuda'  # fast\nelse:\n    device = 'cpu'\n",
+        # already picks MPS on a Mac: right as written
+        dedent("""\
+            import torch
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu")
+            """),
+        dedent("""\
+            from torch.cuda import is_available
+
+            if is_available():
+                args.device = 'cuda'
+            elif torch.backends.mps.is_available():
+                args.device = 'mps'
+            else:
+                args.device = 'cpu'
+            """),
     ]
     invalid = [
         Example(
             "import torch\ndevice = 'cuda' if torch.cuda.is_available() else 'cpu'\n",
-            "import porter_runtime\nimport torch\ndevice = str(porter_runtime.device())\n",
+            "import porter_runtime\nimport torch\ndevice = porter_runtime.device_str()\n",
         ),
         Example(
             "import torch as t\ndevice = t.device(\"cuda\" if t.cuda.is_available() else \"cpu\")\n",
@@ -247,12 +297,12 @@ class CudaAvailableDevice(Rule):
         ),
         Example(
             "from torch.cuda import is_available\n\n# pick the device\nif is_available():\n    args.device = 'cuda'\n"
-            "elif torch.backends.mps.is_available():\n    args.device = 'mps'\nelse:\n    args.device = 'cpu'\nrun(args)\n",
-            "import porter_runtime\n\n# pick the device\nargs.device = str(porter_runtime.device())\nrun(args)\n",
+            "elif args.xpu:\n    args.device = 'xpu'\nelse:\n    args.device = 'cpu'\nrun(args)\n",
+            "import porter_runtime\n\n# pick the device\nargs.device = porter_runtime.device_str()\nrun(args)\n",
         ),
         Example(
             "import torch\nd = 'cpu' if not torch.cuda.is_available() else 'cuda'\n",
-            "import porter_runtime\nimport torch\nd = str(porter_runtime.device())\n",
+            "import porter_runtime\nimport torch\nd = porter_runtime.device_str()\n",
         ),
         Example(
             "import torch\n\ndef get_device():\n    if torch.cuda.is_available():\n        device = torch.device('cuda')\n"
@@ -299,8 +349,8 @@ class CudaAvailableDevice(Rule):
         return self.rewrite(original, stmt, "the CUDA-or-CPU choice now resolves to the best device here")
 
     def _value(self, choice: Choice) -> cst.BaseExpression:
-        call = self.runtime_call("device", *_index_args(choice[1]))
-        return cst.Call(cst.Name("str"), args=[cst.Arg(call)]) if choice[0] == "str" else call
+        # A string choice is often a module constant: device_str resolves quietly.
+        return self.runtime_call("device_str" if choice[0] == "str" else "device", *_index_args(choice[1]))
 
 
 # Packages whose code only runs with CUDA: a guard around them must keep a Mac out.
@@ -319,6 +369,13 @@ class _Residue(cst.CSTVisitor):
     def _hit(self, what: str) -> bool:
         self.found = self.found or what
         return False
+
+    def visit_Call(self, node: cst.Call) -> Optional[bool]:
+        # porter's own rewrite (`porter_runtime.device(f"cuda:{r}")`) runs everywhere:
+        # its CUDA arguments are requests the runtime maps, not a tie to CUDA.
+        func = node.func
+        ours = isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == RUNTIME
+        return False if ours else None
 
     def visit_Name(self, node: cst.Name) -> Optional[bool]:
         return self._hit(node.value) if "cuda" in node.value.lower() or "nccl" in node.value.lower() else None
@@ -356,8 +413,91 @@ def cuda_residue(rule: Rule, original: cst.CSTNode, updated: cst.CSTNode) -> Opt
     if names.found:
         return names.found
     residue = _Residue()
-    updated.visit(residue)
+    for before, after in _statement_pairs(original, updated):
+        if not _inert_statement_line(rule, before):  # a CUDA flag is harmless elsewhere
+            after.visit(residue)
     return residue.found
+
+
+def _statement_pairs(original: cst.CSTNode, updated: cst.CSTNode) -> list[tuple[cst.CSTNode, cst.CSTNode]]:
+    """The statements of two versions of a block side by side (the nodes themselves
+    when they are not blocks or no longer line up)."""
+    if isinstance(original, cst.BaseSuite) and isinstance(updated, cst.BaseSuite):
+        before, after = block_statements(original), block_statements(updated)
+        if len(before) == len(after):
+            return list(zip(before, after))
+    return [(original, updated)]
+
+
+def _inert_statement_line(rule: Rule, stmt: cst.CSTNode) -> bool:
+    """A statement line that only sets CUDA backend flags (TF32, cuDNN)."""
+    small = list(small_statements(stmt)) if isinstance(stmt, cst.BaseStatement) else []
+    return bool(small) and all(_inert_statement(rule, s, frozenset()) and not isinstance(s, cst.Pass)
+                               for s in small)
+
+
+# What only means something on CUDA: backend flags (TF32, cuDNN) and the NCCL backend's
+# name; and the fallback that is right on every other device: gloo.
+_CUDA_SETTINGS = ("torch.backends.cuda.", "torch.backends.cudnn.")
+_CUDA_VALUES = frozenset({"nccl"})
+_FALLBACK_VALUES = frozenset({"gloo"})
+
+
+def _inert_statement(rule: Rule, stmt: cst.BaseSmallStatement, values: frozenset[str]) -> bool:
+    """A CUDA backend flag set or called, ``pass``, or ``name = <one of values>``."""
+    if isinstance(stmt, cst.Pass):
+        return True
+    if isinstance(stmt, cst.Expr) and isinstance(stmt.value, cst.Call):
+        return (rule.qualname(stmt.value.func) or "").startswith(_CUDA_SETTINGS)
+    if isinstance(stmt, cst.Assign):
+        targets = [t.target for t in stmt.targets]
+        if all((rule.qualname(t) or "").startswith(_CUDA_SETTINGS) for t in targets):
+            return True
+        return string_value(stmt.value) in values
+    return False
+
+
+def _inert(rule: Rule, side: cst.CSTNode, values: frozenset[str]) -> bool:
+    """Whether one side of a guard (a block or a ternary's value) only holds CUDA
+    backend flags or one of ``values`` (\"nccl\" on the CUDA side, \"gloo\" on the other)."""
+    if isinstance(side, cst.BaseExpression):
+        return string_value(side) in values
+    stmts = block_statements(side)  # type: ignore[arg-type]
+    if not stmts or isinstance(side, cst.IndentedBlock) and side.header.comment is not None:
+        return False
+    small = [s for stmt in stmts for s in small_statements(stmt)]
+    return len(small) == len(stmts) and all(_inert_statement(rule, s, values) for s in small)
+
+
+def _sides(node: Union[cst.If, cst.IfExp]) -> Optional[tuple[cst.CSTNode, Optional[cst.CSTNode]]]:
+    """(what the test admits, what runs otherwise); None for an elif chain."""
+    if isinstance(node, cst.IfExp):
+        return node.body, node.orelse
+    if isinstance(node.orelse, cst.If):
+        return None
+    return node.body, node.orelse.body if node.orelse is not None else None
+
+
+def right_everywhere(rule: Rule, node: Union[cst.If, cst.IfExp], cuda_calls: list) -> bool:
+    """A guard that is already right on every device: what it runs only with CUDA
+    means nothing elsewhere (TF32 and cuDNN flags, "nccl"), and what it runs
+    without CUDA is the fallback every other device wants ("gloo"); or a device
+    choice whose fallback already picks MPS."""
+    if isinstance(node, cst.IfExp):
+        found = _ternary(rule, node)
+        if found is not None and _names_mps(rule, found[1]):
+            return True
+    elif _mps_statement_choice(rule, node):
+        return True
+    sides = _sides(node)
+    polarity = True if cuda_calls else availability_test(rule, node.test)
+    if sides is None or polarity is None:
+        return False
+    cuda, other = sides if polarity else (sides[1], sides[0])
+    if cuda is None and other is None:
+        return False
+    return ((cuda is None or _inert(rule, cuda, _CUDA_VALUES))
+            and (other is None or _inert(rule, other, _FALLBACK_VALUES)))
 
 
 _SUGGESTION = "porter_runtime.is_accelerator_available()"
@@ -373,7 +513,12 @@ class CudaAvailableGuard(Rule):
     where it is the test of an `if`/`elif` or a ternary (alone or as an operand of
     `and`), and the code it guards no longer needs CUDA once porter's other rules ran:
     no name or string mentioning cuda or nccl, no import, nothing from a CUDA-only
-    package (apex, flash_attn, xformers, triton, bitsandbytes, deepspeed, ...). Every
+    package (apex, flash_attn, xformers, triton, bitsandbytes, deepspeed, ...).
+    porter's own calls (`porter_runtime.device(f"cuda:{r}")`) and CUDA backend flags
+    (`torch.backends.cuda.*`, `torch.backends.cudnn.*`: harmless elsewhere) don't
+    count as needing CUDA. A guard that is already right on every device is left
+    alone with no finding: its CUDA side only sets CUDA backend flags or picks
+    "nccl", its other side (if any) only picks "gloo". Every
     other use (`use_cuda = torch.cuda.is_available()`, `assert`, `not ...`, a guard
     around CUDA-only code) is reported with a suggestion, except where the answer is
     only printed (`print(...)`, an f-string) and where it is a requirement
@@ -407,6 +552,36 @@ class CudaAvailableGuard(Rule):
         "import torch\nloader = DataLoader(ds, pin_memory=torch.cuda.is_available())\n",
         "import torch\ndevice = 'cuda' if torch.cuda.is_available() else 'cpu'\n",
         "import torch\nprint('CUDA:', torch.cuda.is_available())\nlog(f'cuda={torch.cuda.is_available()}')\n",
+        # right on every device: CUDA-only flags and the NCCL/gloo choice
+        dedent("""\
+            import torch
+
+            if torch.cuda.is_available():
+                torch.backends.cuda.matmul.allow_tf32 = True
+                torch.backends.cudnn.allow_tf32 = True
+            """),
+        dedent("""\
+            import torch as t
+            from torch.backends import cudnn
+
+            if args.gpu and t.cuda.is_available():
+                cudnn.benchmark = True
+            """),
+        dedent("""\
+            import torch
+            import torch.distributed as dist
+
+            backend = "gloo" if not torch.cuda.is_available() else "nccl"
+            dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
+            """),
+        dedent("""\
+            from torch.cuda import is_available
+
+            if is_available():
+                backend = 'nccl'
+            else:
+                backend = 'gloo'
+            """),
     ]
     invalid = [
         Example(
@@ -427,6 +602,44 @@ class CudaAvailableGuard(Rule):
         Example("import torch\nuse_cuda = not args.no_cuda and torch.cuda.is_available()\n"),
         Example("import torch\nif torch.cuda.is_available():\n    model = apex.amp.initialize(model)\n    x = x.cuda()\n"),
         Example("import torch\nif not torch.cuda.is_available():\n    args.amp = False\n"),
+        Example(  # porter's own rewrite inside the guard does not hold it back
+            dedent("""\
+                import porter_runtime
+                import torch
+
+                def setup(rank):
+                    if torch.cuda.is_available():
+                        porter_runtime.set_device(rank)
+                        return porter_runtime.device(f"cuda:{rank}")
+                """),
+            dedent("""\
+                import porter_runtime
+                import torch
+
+                def setup(rank):
+                    if porter_runtime.is_accelerator_available():
+                        porter_runtime.set_device(rank)
+                        return porter_runtime.device(f"cuda:{rank}")
+                """),
+            line=5, message="also admits MPS",
+        ),
+        Example(  # a CUDA-only flag is harmless elsewhere: device-neutral code next to it is ported
+            dedent("""\
+                import torch
+
+                if torch.cuda.is_available():
+                    torch.backends.cuda.matmul.allow_tf32 = True
+                    model = model.to(device)
+                """),
+            dedent("""\
+                import porter_runtime
+                import torch
+
+                if porter_runtime.is_accelerator_available():
+                    torch.backends.cuda.matmul.allow_tf32 = True
+                    model = model.to(device)
+                """),
+        ),
     ]
 
     def __init__(self, ctx) -> None:
@@ -491,6 +704,8 @@ class CudaAvailableGuard(Rule):
             return updated  # PT903
         if isinstance(original, cst.If) and self._skips_distributed(original):
             return updated  # PT304
+        if right_everywhere(self, original, self._guard_calls(test)):
+            return updated
         if availability_test(self, test) is False:
             self.flag(test, _NOTE + "; code it guards now runs on a Mac",
                       suggestion=f"if not {_SUGGESTION}:")

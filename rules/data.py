@@ -47,17 +47,17 @@ class PinMemory(Rule):
     are False and `""`, which turn pinning off.
 
     Known limits:
-    Files that neither use `DataLoader` nor call `torch.cuda.is_available()` are not
-    searched. A non-literal value passed to anything but `DataLoader` is left alone;
+    A non-literal value passed to anything but `DataLoader` is left alone;
     `loader.pin_memory` then reads a bool where the value was another truthy object.
     """
 
     code = "PT401"
     name = "pin-memory"
     safety = Safety.SAFE
-    # The availability call lets files that only pass `pin_memory=torch.cuda.is_available()`
-    # to their own loader factory through the pre-filter.
-    targets = DATALOADER | {"torch.cuda.is_available"}
+    # `pin_memory=True` is rewritten in any call (`DataLoader`, `torch.empty`,
+    # `torch.autograd.graph.save_on_cpu`: each pins only with CUDA), so the word alone
+    # lets a file through the pre-filter, whatever the call's name.
+    words = frozenset({"pin_memory"})
 
     @classmethod
     def syntax_filter(cls, facts) -> bool:
@@ -88,6 +88,12 @@ class PinMemory(Rule):
             "import porter_runtime\nimport torch\n"
             "kwargs = {'num_workers': 1, 'pin_memory': porter_runtime.pin_memory()} if use_cuda else {}\n"
             "loader = torch.utils.data.DataLoader(ds, **kwargs)\n",
+        ),
+        Example(  # autograd's offloading pins its CPU copies only where CUDA is
+            "from torch.autograd.graph import save_on_cpu\n"
+            "with save_on_cpu(pin_memory=True, device_type=dev.type):\n    y = model(x)\n",
+            "import porter_runtime\nfrom torch.autograd.graph import save_on_cpu\n"
+            "with save_on_cpu(pin_memory=porter_runtime.pin_memory(), device_type=dev.type):\n    y = model(x)\n",
         ),
         Example(
             "import torch\nloader = make_loader(ds, pin_memory=torch.cuda.is_available())\n",

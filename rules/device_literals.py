@@ -324,8 +324,8 @@ def _replace_device_keyword(
 
 
 def _runtime_device(rule: Rule, index: Optional[int], as_string: bool) -> cst.BaseExpression:
-    call = rule.runtime_call("device", *_index_args(index))
-    return cst.Call(cst.Name("str"), args=[cst.Arg(call)]) if as_string else call
+    # A string setting is often evaluated at import: device_str resolves quietly.
+    return rule.runtime_call("device_str" if as_string else "device", *_index_args(index))
 
 
 def _mentions_device(node: cst.BaseExpression) -> bool:
@@ -346,7 +346,9 @@ class DeviceOptionDefault(Rule):
     dataclass field `device: str = "cuda"`, an assignment `DEVICE = "cuda"`, a dict
     entry `{"device": "cuda"}`, and `device="cuda"` passed to a non-torch callable.
     The same goes for a function parameter's default (`def train(device="cuda")`).
-    The value becomes `str(porter_runtime.device())`.
+    The value becomes `porter_runtime.device_str()`: the resolved device's name,
+    resolved without the info line, since such a value is often evaluated while
+    the module is imported.
 
     Why:
     The string travels to `torch.device(...)` or `.to(...)` later and fails there
@@ -354,8 +356,8 @@ class DeviceOptionDefault(Rule):
     pass `--device cpu`.
 
     Fix safety:
-    Safe. On CUDA, `str(porter_runtime.device())` is `"cuda"` (and
-    `str(porter_runtime.device(1))` is `"cuda:1"`): the same string as before, so
+    Safe. On CUDA, `porter_runtime.device_str()` is `"cuda"` (and
+    `porter_runtime.device_str(1)` is `"cuda:1"`): the same string as before, so
     comparisons such as `args.device == "cuda"` behave as before.
 
     Known limits:
@@ -380,29 +382,29 @@ class DeviceOptionDefault(Rule):
     invalid = [
         Example(
             "parser.add_argument('--device', default='cuda')\n",
-            "import porter_runtime\nparser.add_argument('--device', default=str(porter_runtime.device()))\n",
+            "import porter_runtime\nparser.add_argument('--device', default=porter_runtime.device_str())\n",
         ),
         Example(
             "from dataclasses import dataclass\n\n@dataclass\nclass Config:\n    device: str = 'cuda:0'\n",
             "import porter_runtime\nfrom dataclasses import dataclass\n\n@dataclass\nclass Config:\n"
-            "    device: str = str(porter_runtime.device(0))\n",
+            "    device: str = porter_runtime.device_str(0)\n",
         ),
         Example(
             "DEVICE = \"cuda\"\ncfg = {'device': 'cuda'}\n",
-            "import porter_runtime\nDEVICE = str(porter_runtime.device())\ncfg = {'device': str(porter_runtime.device())}\n",
+            "import porter_runtime\nDEVICE = porter_runtime.device_str()\ncfg = {'device': porter_runtime.device_str()}\n",
         ),
         Example(
             "def train(model, device='cuda:1', steps=10):\n    return model.to(device)\n",
-            "import porter_runtime\ndef train(model, device=str(porter_runtime.device(1)), steps=10):\n"
+            "import porter_runtime\ndef train(model, device=porter_runtime.device_str(1), steps=10):\n"
             "    return model.to(device)\n",
         ),
         Example(
             "import torch as t\ntrainer = Trainer(model, device='cuda')\n",
-            "import porter_runtime\nimport torch as t\ntrainer = Trainer(model, device=str(porter_runtime.device()))\n",
+            "import porter_runtime\nimport torch as t\ntrainer = Trainer(model, device=porter_runtime.device_str())\n",
         ),
         Example(
             "import torch\n\nDEVICE = \"cuda\"\nmodel = torch.nn.Linear(2, 2).to(DEVICE)\n",
-            "import porter_runtime\nimport torch\n\nDEVICE = str(porter_runtime.device())\n"
+            "import porter_runtime\nimport torch\n\nDEVICE = porter_runtime.device_str()\n"
             "model = torch.nn.Linear(2, 2).to(DEVICE)\n",
         ),
     ]

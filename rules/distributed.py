@@ -24,8 +24,9 @@ class NcclInitProcessGroup(Rule):
     after the backend become keywords) when the backend is a literal naming NCCL
     (`"nccl"`, `backend="nccl"`, `"cpu:gloo,cuda:nccl"`) or is not a literal
     (`backend=args.dist_backend`, a variable, `**cfg`): such a value is NCCL on a
-    CUDA machine in practice. Calls with a literal non-NCCL backend ("gloo") or no
-    backend are left alone.
+    CUDA machine in practice. Calls with a literal non-NCCL backend ("gloo"), a choice
+    between literals that includes one (`"nccl" if ... else "gloo"`) or no backend
+    are left alone.
 
     Why:
     macOS builds of torch have only Gloo: `init_process_group("nccl")` raises
@@ -55,6 +56,7 @@ class NcclInitProcessGroup(Rule):
         "import mylib as dist\ndist.init_process_group('nccl')\n",
         "import torch.distributed as dist\ndist.init_process_group('gloo', rank=r, world_size=n)\n",
         "import torch.distributed as dist\ndist.init_process_group(init_method='env://')\n",
+        "import torch, torch.distributed as dist\ndist.init_process_group('nccl' if torch.cuda.is_available() else 'gloo')\n",
     ]
     invalid = [
         Example(
@@ -100,6 +102,10 @@ class NcclInitProcessGroup(Rule):
         if backend is None:
             return any(a.star == "**" for a in call.args)  # a backend may hide in **kwargs
         value = string_value(backend.value)
+        if isinstance(backend.value, cst.IfExp):  # "nccl" if ... else "gloo": the author's choice
+            choices = [string_value(backend.value.body), string_value(backend.value.orelse)]
+            if None not in choices and any("nccl" not in c.lower() for c in choices):  # type: ignore[union-attr]
+                return False
         return "nccl" in value.lower() if value is not None else not is_none(backend.value)
 
     @staticmethod

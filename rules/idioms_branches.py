@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+from textwrap import dedent
 from typing import Optional
 
 import libcst as cst
@@ -35,6 +36,51 @@ def _cpu_test(node: cst.BaseExpression) -> Optional[int]:
     return None
 
 
+#: Methods that only bring a value to the CPU or to Python: right on every device.
+_TO_HOST = frozenset({"cpu", "detach", "numpy", "tolist", "item", "clone", "contiguous", "float", "to"})
+
+
+class _ToHostOnly(cst.CSTVisitor):
+    """Whether code only moves data to the CPU (``t = t.cpu()``, ``x.detach().cpu().numpy()``)."""
+
+    def __init__(self) -> None:
+        self.ok = True
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if not isinstance(func, cst.Attribute) or func.attr.value not in _TO_HOST:
+            self.ok = False
+        elif func.attr.value == "to" and [string_value(a.value) for a in node.args] != ["cpu"]:
+            self.ok = False
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, (cst.BaseCompoundStatement, cst.Raise)):
+            self.ok = False  # control flow: more than moving data
+        return super().on_visit(node)
+
+
+def _to_host_only(node: Optional[cst.CSTNode]) -> bool:
+    if node is None:
+        return False
+    finder = _ToHostOnly()
+    node.visit(finder)
+    return finder.ok
+
+
+def _non_cpu_side(node: cst.CSTNode, test: cst.Comparison) -> Optional[cst.CSTNode]:
+    """What ``node`` (the if / ternary testing ``test``) runs for a tensor not on the CPU."""
+    if node is None or getattr(node, "test", None) is not test:
+        return None
+    not_cpu = isinstance(test.comparisons[0].operator, cst.NotEqual)
+    if isinstance(node, cst.IfExp):
+        return node.body if not_cpu else node.orelse
+    if not isinstance(node, cst.If):
+        return None
+    if not_cpu:
+        return node.body
+    return node.orelse.body if isinstance(node.orelse, cst.Else) else None
+
+
 class DeviceTypeBranch(Rule):
     """`if x.device.type == "cpu":` fallbacks test `!= "cuda"` (unsafe fix).
 
@@ -52,6 +98,9 @@ class DeviceTypeBranch(Rule):
     Unsafe. On CUDA and CPU tensors both tests agree, but a tensor on another
     device (`meta`, `xpu`) now takes the fallback on a CUDA machine too, and code
     that truly meant "the CPU" (a CPU-only library) changes branch on MPS.
+
+    A branch that only brings the tensor to the CPU (`if t.device.type != "cpu":
+    t = t.cpu()`) is right on every device and is left alone.
 
     Known limits:
     Only `.device.type` and a variable named `device` are understood;
@@ -74,6 +123,18 @@ class DeviceTypeBranch(Rule):
         "if x.dtype.type == 'cpu':\n    pass\n",
         "import mylib as torch\nif torch.kind == 'cpu':\n    pass\n",
         "def f(torch, x):\n    return 1 if x.device.type == 'cuda' else 2\n",
+        # only brings the tensor to the CPU: right on MPS too
+        dedent("""\
+            def to_numpy(t):
+                if t.device.type != "cpu":
+                    t = t.cpu()
+                return t.detach().numpy()
+            """),
+        dedent("""\
+            import torch
+
+            arr = x.numpy() if x.device.type == 'cpu' else x.detach().to('cpu').numpy()
+            """),
     ]
     invalid = [
         Example(
@@ -97,17 +158,18 @@ class DeviceTypeBranch(Rule):
         self._tests: set[cst.Comparison] = set()
 
     def visit_If(self, node: cst.If) -> None:
-        self._collect(node.test)
+        self._collect(node.test, node)
 
     def visit_IfExp(self, node: cst.IfExp) -> None:
-        self._collect(node.test)
+        self._collect(node.test, node)
 
-    def _collect(self, test: cst.BaseExpression) -> None:
+    def _collect(self, test: cst.BaseExpression, node: Optional[cst.CSTNode] = None) -> None:
         if isinstance(test, cst.BooleanOperation):
             self._collect(test.left)
             self._collect(test.right)
         elif isinstance(test, cst.Comparison) and _cpu_test(test) is not None:
-            self._tests.add(test)
+            if not _to_host_only(_non_cpu_side(node, test)):  # `!= "cpu": t = t.cpu()` is right everywhere
+                self._tests.add(test)
 
     def leave_Comparison(self, original: cst.Comparison, updated: cst.Comparison) -> cst.BaseExpression:
         if original not in self._tests:

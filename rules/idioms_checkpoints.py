@@ -4,16 +4,120 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
+from textwrap import dedent
+from typing import Optional
 
 import libcst as cst
 
-from porter.rule import Example, Rule, Safety
+from porter.rule import Example, Rule, Safety, string_value
 
 from ._common import is_runtime_call
 
 #: Receivers that are not models: their load_state_dict has other semantics, and the
 #: runtime would only forward the call, so they are left as written.
 _NOT_A_MODEL = re.compile(r"optim|sched|scaler|^opt$|sampler|loader|tokenizer|ema_?opt", re.I)
+
+_COMPILE = frozenset({"torch.compile", "porter_runtime.compile"})
+_PARALLEL = frozenset({
+    "torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel",
+    "torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel",
+})
+#: Calls whose answer is the CUDA device count (or whether there is one), ported or not.
+_GPU_COUNT = frozenset({"torch.cuda.device_count", "torch.cuda.is_available",
+                        "porter_runtime.device_count", "porter_runtime.is_accelerator_available"})
+#: What a file that already removes wrapper prefixes itself writes.
+_PREFIX = re.compile(r"^(module|_orig_mod)\.?$")
+_PREFIX_HELPERS = frozenset({"torch.nn.modules.utils.consume_prefix_in_state_dict_if_present"})
+
+
+def _text(node: cst.CSTNode) -> str:
+    return " ".join(cst.Module([]).code_for_node(node).split())
+
+
+@dataclass
+class _Wrap:
+    kind: str  # "compile" | "parallel"
+    conditional: bool
+    tests: list[cst.BaseExpression]
+
+
+@dataclass
+class _Evidence:
+    wraps: dict[str, list[_Wrap]] = field(default_factory=dict)
+    saved: set[str] = field(default_factory=set)  # `X.state_dict()` is taken of these
+    gpu_names: set[str] = field(default_factory=set)  # `n_gpu = torch.cuda.device_count()`
+    strips_prefixes: bool = False
+
+
+class _EvidenceFinder(cst.CSTVisitor):
+    """One pass over the original module gathering how its models are wrapped."""
+
+    def __init__(self, rule: Rule) -> None:
+        self.rule = rule
+        self.found = _Evidence()
+        self._tests: list[cst.BaseExpression] = []
+
+    def visit_If(self, node: cst.If) -> None:
+        self._tests.append(node.test)
+
+    def leave_If(self, node: cst.If) -> None:
+        self._tests.pop()
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            self._assigned(_text(target.target), node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self._assigned(_text(node.target), node.value)
+
+    def _assigned(self, target: str, value: cst.BaseExpression) -> None:
+        conditional = bool(self._tests)
+        if isinstance(value, cst.IfExp):
+            value, conditional = (value.body if self._wrapper(value.body) else value.orelse), True
+        kind = self._wrapper(value)
+        if kind is not None:
+            self.found.wraps.setdefault(target, []).append(_Wrap(kind, conditional, list(self._tests)))
+        elif isinstance(value, cst.Call) and self.rule.qualname(value.func) in _GPU_COUNT:
+            self.found.gpu_names.add(target)
+
+    def _wrapper(self, value: cst.BaseExpression) -> Optional[str]:
+        """"compile" or "parallel" for ``torch.compile(m)`` / ``DDP(m)``, also followed by
+        ``.cuda()`` / ``.to(...)``."""
+        while (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+               and value.func.attr.value in ("cuda", "to")):
+            value = value.func.value
+        if not isinstance(value, cst.Call) or not value.args:
+            return None
+        name = self.rule.qualname(value.func)
+        return "compile" if name in _COMPILE else "parallel" if name in _PARALLEL else None
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "state_dict":
+            self.found.saved.add(_text(func.value))
+        elif self.rule.qualname(func) in _PREFIX_HELPERS:
+            self.found.strips_prefixes = True
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        value = string_value(node)
+        if value is not None and _PREFIX.match(value):
+            self.found.strips_prefixes = True
+
+
+class _Mentions(cst.CSTVisitor):
+    def __init__(self, rule: Rule, names: set[str]) -> None:
+        self.rule, self.names, self.found = rule, names, False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.found = self.found or self.rule.qualname(node.func) in _GPU_COUNT
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.found = self.found or node.value in self.names
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self.found = self.found or _text(node) in self.names
 
 
 def _receiver_name(node: cst.BaseExpression) -> str:
@@ -27,19 +131,32 @@ def _receiver_name(node: cst.BaseExpression) -> str:
 
 
 class WrappedCheckpoint(Rule):
-    """`model.load_state_dict(sd)` becomes `porter_runtime.load_state_dict(model, sd)`.
+    """`model.load_state_dict(sd)` → `porter_runtime.load_state_dict(model, sd)` where a wrapped checkpoint may reach it.
 
     What:
-    Rewrites `model.load_state_dict(...)` calls (any receiver that is not an
-    optimizer, scheduler, grad scaler, sampler or data loader by its name) into
-    `porter_runtime.load_state_dict(model, ...)`, the arguments kept.
+    Rewrites `model.load_state_dict(...)` into `porter_runtime.load_state_dict(model,
+    ...)`, the arguments kept, only where the same file gives evidence that a
+    checkpoint with wrapper-prefixed keys can reach an unwrapped model. The receiver
+    (the same expression: `model`, `self.net`) is assigned in the file:
+    - `torch.compile(...)`: porter runs the model eagerly off CUDA, so a checkpoint
+      saved from the compiled model (keys `_orig_mod.`) meets a bare model on a Mac;
+    - `DataParallel(...)` / `DistributedDataParallel(...)` inside an `if` that tests
+      the CUDA device count or availability (`torch.cuda.device_count() > 1`, or a
+      name assigned from it in the file, `n_gpu > 1`): the GPU box wraps (keys
+      `module.`), a Mac with one device does not;
+    - a wrapper inside any `if` (so some runs leave the model bare) while the file
+      also takes the wrapped model's `state_dict()`: the file writes the prefixed
+      checkpoint it may load into the bare model.
+    Everything else is left alone: an unconditional wrapper (the model is wrapped at
+    load time on every device), optimizers and schedulers by their names, `super()`,
+    `model.module.load_state_dict` (the author addresses the inner model), and every
+    file that already removes prefixes itself (a `"module."` or `"_orig_mod."`
+    string, or `consume_prefix_in_state_dict_if_present`).
 
     Why:
-    A checkpoint saved from `torch.compile(model)` has keys starting with
-    `_orig_mod.`, one from DataParallel / DDP keys starting with `module.`. Off CUDA
-    porter keeps compile off and DDP is often not used, so the same script loads it
-    into an unwrapped model: `RuntimeError: Error(s) in loading state_dict ...
-    Missing key(s) ... Unexpected key(s) in state_dict: "module.conv1.weight"`.
+    Such a load fails off CUDA with `RuntimeError: Error(s) in loading state_dict ...
+    Unexpected key(s) in state_dict: "module.conv1.weight"`, although the checkpoint
+    is the right one.
 
     Fix safety:
     Safe. The runtime makes the original call with the original arguments and
@@ -50,44 +167,174 @@ class WrappedCheckpoint(Rule):
     as written behaves identically, on CUDA and elsewhere.
 
     Known limits:
-    `strict=False` calls never raise, so a prefixed checkpoint still loads nothing
-    there, as before. Calls on `super()` and on imported modules are left alone.
+    Evidence is per file: a checkpoint written by a compiled model in train.py and
+    loaded in eval.py is not rewritten (porter cannot prove where it came from), nor
+    is a wrapper chosen in a helper function. `strict=False` calls never raise, so a
+    prefixed checkpoint still loads nothing there, as before.
     """
 
     code = "PT905"
     name = "wrapped-checkpoint"
     safety = Safety.SAFE
     methods = frozenset({"load_state_dict"})
+    whole_file = True  # the evidence (wrappers, saves) lies anywhere in the module
 
     valid = [
-        "optimizer.load_state_dict(ckpt['optimizer'])\nscheduler.load_state_dict(ckpt['sched'])\n",
-        "import mylib\nmylib.load_state_dict(sd)\n",
-        "class M(Base):\n    def load_state_dict(self, sd, strict=True):\n        return super().load_state_dict(sd, strict)\n",
-        "import torch\nload = model.load_state_dict\n",
+        dedent("""\
+            optimizer.load_state_dict(ckpt['optimizer'])
+            scheduler.load_state_dict(ckpt['sched'])
+            """),
+        dedent("""\
+            import torch
+
+            model = Net()
+            model.load_state_dict(torch.load(path))
+            """),
+        dedent("""\
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            model = DDP(Net())
+            model.load_state_dict(torch.load(path))
+            """),
+        dedent("""\
+            import torch
+
+            if torch.cuda.device_count() > 1:
+                model = torch.nn.DataParallel(model)
+            sd = {k.removeprefix("module."): v for k, v in torch.load(path).items()}
+            model.load_state_dict(sd)
+            """),
+        dedent("""\
+            import torch
+
+            model = torch.compile(model)
+            model.module.load_state_dict(sd)
+            """),
+        dedent("""\
+            import mylib
+
+            model = mylib.compile(model)
+            mylib.load_state_dict(sd)
+            model.load_state_dict(sd)
+            """),
+        dedent("""\
+            class M(Base):
+                def load_state_dict(self, sd, strict=True):
+                    return super().load_state_dict(sd, strict)
+            """),
         "import porter_runtime\nporter_runtime.load_state_dict(model, sd)\n",
     ]
     invalid = [
         Example(
-            "import torch\n\nckpt = torch.load(path)\nmodel.load_state_dict(ckpt['state_dict'])\n"
-            "optimizer.load_state_dict(ckpt['optimizer'])\n",
-            "import porter_runtime\nimport torch\n\nckpt = torch.load(path)\n"
-            "porter_runtime.load_state_dict(model, ckpt['state_dict'])\noptimizer.load_state_dict(ckpt['optimizer'])\n",
+            dedent("""\
+                import torch
+
+                model = torch.compile(model)
+                ckpt = torch.load(path)
+                model.load_state_dict(ckpt['state_dict'])
+                optimizer.load_state_dict(ckpt['optimizer'])
+                """),
+            dedent("""\
+                import porter_runtime
+                import torch
+
+                model = torch.compile(model)
+                ckpt = torch.load(path)
+                porter_runtime.load_state_dict(model, ckpt['state_dict'])
+                optimizer.load_state_dict(ckpt['optimizer'])
+                """),
+            line=5, message="a DataParallel/DDP or compiled model",
         ),
         Example(
-            "import torch as t\nmissing = self.net.load_state_dict(t.load(f), strict=False)\n",
-            "import porter_runtime\nimport torch as t\nmissing = porter_runtime.load_state_dict(self.net, t.load(f), strict=False)\n",
+            dedent("""\
+                import torch as t
+
+                class Runner:
+                    def restore(self, f):
+                        return self.net.load_state_dict(t.load(f), strict=False)
+
+                    def build(self):
+                        from torch import compile
+                        self.net = compile(self.net)
+                """),
+            dedent("""\
+                import porter_runtime
+                import torch as t
+
+                class Runner:
+                    def restore(self, f):
+                        return porter_runtime.load_state_dict(self.net, t.load(f), strict=False)
+
+                    def build(self):
+                        from torch import compile
+                        self.net = compile(self.net)
+                """),
         ),
         Example(
-            "from torch import load\n\ndef restore(models, path):\n    models['g'].load_state_dict(\n"
-            "        load(path)['g'],  # generator\n    )\n",
-            "import porter_runtime\nfrom torch import load\n\ndef restore(models, path):\n"
-            "    porter_runtime.load_state_dict(\n        models['g'],\n        load(path)['g'],  # generator\n    )\n",
+            dedent("""\
+                import torch
+
+                n_gpu = torch.cuda.device_count()
+                if n_gpu > 1:
+                    model = torch.nn.DataParallel(model).cuda()
+                model.load_state_dict(
+                    torch.load(path),  # from the GPU box
+                )
+                """),
+            dedent("""\
+                import porter_runtime
+                import torch
+
+                n_gpu = torch.cuda.device_count()
+                if n_gpu > 1:
+                    model = torch.nn.DataParallel(model).cuda()
+                porter_runtime.load_state_dict(
+                    model,
+                    torch.load(path),  # from the GPU box
+                )
+                """),
         ),
         Example(
-            "def f(torch, model, sd):\n    model.module.load_state_dict(sd)\n",
-            "import porter_runtime\ndef f(torch, model, sd):\n    porter_runtime.load_state_dict(model.module, sd)\n",
+            dedent("""\
+                import torch
+                from torch.nn.parallel import DistributedDataParallel as DDP
+
+                def main(args):
+                    if args.distributed:
+                        model = DDP(model)
+                    if args.resume:
+                        model.load_state_dict(torch.load(args.resume))
+                    torch.save(model.state_dict(), "last.pt")
+                """),
+            dedent("""\
+                import porter_runtime
+                import torch
+                from torch.nn.parallel import DistributedDataParallel as DDP
+
+                def main(args):
+                    if args.distributed:
+                        model = DDP(model)
+                    if args.resume:
+                        porter_runtime.load_state_dict(model, torch.load(args.resume))
+                    torch.save(model.state_dict(), "last.pt")
+                """),
         ),
     ]
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._evidence: Optional[_Evidence] = None
+
+    @property
+    def evidence(self) -> _Evidence:
+        """What the file says about its wrappers: one extra pass, only when a
+        candidate call needs it."""
+        if self._evidence is None:
+            finder = _EvidenceFinder(self)
+            self.ctx.module.visit(finder)
+            self._evidence = finder.found
+        return self._evidence
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         func = original.func
@@ -98,7 +345,9 @@ class WrappedCheckpoint(Rule):
             return updated  # a module's function, or already ported
         if isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Name) and receiver.func.value == "super":
             return updated
-        if _NOT_A_MODEL.search(_receiver_name(receiver)):
+        if _NOT_A_MODEL.search(_receiver_name(receiver)) or _receiver_name(receiver) in ("module", "_orig_mod"):
+            return updated
+        if not self._may_get_prefixed_keys(_text(receiver)):
             return updated
         gap = updated.whitespace_before_args  # one argument a line stays so
         after = gap if isinstance(gap, cst.ParenthesizedWhitespace) else cst.SimpleWhitespace(" ")
@@ -106,3 +355,20 @@ class WrappedCheckpoint(Rule):
         new = updated.with_changes(func=self.runtime("load_state_dict"), args=[first, *updated.args])
         return self.rewrite(original, new, "a checkpoint of a DataParallel/DDP or compiled model now also loads "
                             "into the unwrapped model (only where the original call fails on the key prefix)")
+
+    def _may_get_prefixed_keys(self, receiver: str) -> bool:
+        """The file's evidence that a prefixed checkpoint can reach a bare ``receiver``."""
+        found = self.evidence
+        if found.strips_prefixes:
+            return False
+        for wrap in found.wraps.get(receiver, ()):
+            if wrap.kind == "compile" or (wrap.conditional and receiver in found.saved):
+                return True
+            if wrap.conditional and any(self._gpu_test(test) for test in wrap.tests):
+                return True
+        return False
+
+    def _gpu_test(self, test: cst.BaseExpression) -> bool:
+        mentions = _Mentions(self, self.evidence.gpu_names)
+        test.visit(mentions)
+        return mentions.found

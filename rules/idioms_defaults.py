@@ -62,7 +62,7 @@ class CudaRequirement(Rule):
         Example(
             "import sys\nimport torch as t\n\n# no GPU, no training\nif not t.cuda.is_available():\n"
             "    print('CUDA is required')\n    sys.exit(1)\n",
-            "import porter_runtime\nimport sys\nimport torch as t\n\n# no GPU, no training\n"
+            "import porter_runtime\nimport torch as t\n\n# no GPU, no training\n"
             "porter_runtime.require_device('CUDA is required')\n",
         ),
         Example(

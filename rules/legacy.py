@@ -37,6 +37,10 @@ def _kw(name: str, value: cst.BaseExpression) -> cst.Arg:
     return cst.Arg(value, keyword=cst.Name(name), equal=eq)
 
 
+#: Where a CUDA tensor type is an argument porter ports (PT904) or has ported.
+_SET_DEFAULT = ("torch.set_default_tensor_type", "porter_runtime.set_default_tensor_type")
+
+
 class LegacyCudaTensor(Rule):
     """`torch.cuda.FloatTensor(...)` and the other legacy CUDA tensor types.
 
@@ -48,7 +52,8 @@ class LegacyCudaTensor(Rule):
     `torch.tensor([1, 2], dtype=torch.int64, device=porter_runtime.device())`, and
     no arguments becomes `torch.empty(0, ...)`. Every other use (an argument that may
     be a size or data, `isinstance(x, torch.cuda.FloatTensor)`, `x.type(torch.cuda.
-    FloatTensor)`, `torch.set_default_tensor_type(...)`) is reported.
+    FloatTensor)`) is reported; `torch.set_default_tensor_type(torch.cuda.FloatTensor)`
+    is PT904's.
 
     Why:
     The constructors raise without CUDA, and type checks against them are always
@@ -78,6 +83,9 @@ class LegacyCudaTensor(Rule):
         "def f(torch):\n    return torch.cuda.FloatTensor(2)\n",
         "import mylib as torch\nx = torch.cuda.FloatTensor(2)\n",
         "from torch.cuda import FloatTensor\nx = np.FloatTensor\n",  # an attribute's name
+        # PT904's rewrite, and its input: the runtime takes CUDA types
+        "import porter_runtime\nimport torch\nporter_runtime.set_default_tensor_type(torch.cuda.FloatTensor)\n",
+        "import torch as t\nt.set_default_tensor_type(t.cuda.HalfTensor)\n",
     ]
     invalid = [
         Example(
@@ -108,6 +116,8 @@ class LegacyCudaTensor(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         if self.matches(node.func):
             self._calls.add(id(node.func))
+        elif self.matches(node.func, *_SET_DEFAULT) and node.args:
+            self._calls.add(id(node.args[0].value))  # PT904's, and the runtime handles CUDA types
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         target = self.matches(original.func)

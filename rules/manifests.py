@@ -1,4 +1,4 @@
-"""Dependency manifests: CUDA-only packages, CUDA wheel sources and the torch lower bound.
+"""Dependency manifests: CUDA-only packages, CUDA wheel sources and the torch version.
 
 requirements*.txt, pyproject.toml, setup.py (literal ``install_requires``) and conda
 environment files. Rewrites touch only a requirement's own span: comments, order,
@@ -564,24 +564,25 @@ class CudaWheelSource(TextRule):
 
 
 class TorchMinimum(TextRule):
-    """The torch requirement allows versions older than porter_runtime needs (torch 2.5).
+    """A torch requirement that admits no torch porter_runtime runs on (2.5) is reported.
 
     What:
-    In requirements files and pyproject.toml dependencies, a torch lower bound below
-    2.5 (`torch>=1.10`, `torch>1.13`, `torch~=2.1`) is raised to 2.5 (`torch>=2.5`,
-    `torch~=2.5`), keeping every other clause. A specifier that admits no torch 2.5
-    or newer (`torch==1.13.1`, `torch>=1.10,<2.0`, `torch~=2.1.0`) is reported.
+    In requirements files and pyproject.toml dependencies, reports a torch specifier
+    that admits no torch 2.5 or newer (`torch==1.13.1`, `torch>=1.10,<2.0`,
+    `torch~=2.1.0`). Nothing is rewritten: a lower bound below 2.5 (`torch>=2.0`)
+    is left as written, with no finding.
 
     Why:
-    Ported code calls porter_runtime, which uses `torch.amp.custom_fwd(device_type=...)`
-    (torch 2.4) and `torch.mps.recommended_max_memory()` (torch 2.5); an older torch
-    fails there with an AttributeError.
+    Ported code calls porter_runtime, whose MPS paths use `torch.autocast("mps")`
+    and `torch.mps.recommended_max_memory()` (torch 2.5) and whose precision twins
+    use `torch.amp.custom_fwd(device_type=...)` (torch 2.4). A specifier that rules
+    out every such torch can't give a Mac what the port needs.
 
     Fix safety:
-    Safe for installation: raising only the lower bound narrows what pip may pick
-    to versions the port runs on, and pip already picks the newest allowed torch
-    unless another package holds it back. A pin or an upper bound is a decision
-    about the whole project, so it is reported, not changed.
+    Review only. A pin or a cap is a decision about the whole project, and raising
+    a lower bound would change what a CUDA machine may keep installed, so porter
+    changes neither. A bare lower bound needs nothing: pip installs the newest torch
+    it allows, and the runtime warns once when it runs on MPS with an older torch.
 
     Known limits:
     setup.py and environment.yml (`pytorch>=1.13`) are not read; pre-release and
@@ -590,7 +591,7 @@ class TorchMinimum(TextRule):
 
     code = "DEP106"
     name = "torch-minimum"
-    safety = Safety.SAFE
+    safety = Safety.REVIEW
     patterns = REQUIREMENTS_PATTERNS + PYPROJECT_PATTERNS  # no `words`: names ignore case (Torch)
 
     valid = [
@@ -598,33 +599,26 @@ class TorchMinimum(TextRule):
         Example("torch\ntorch-geometric>=1.0\n", path="requirements.txt"),
         Example('[project]\ndependencies = ["torch>=2.6,<3"]\n', path="pyproject.toml"),
         Example("# torch==1.13\n", path="requirements.txt"),
+        # what a CUDA machine installs stays the project's choice
+        Example("numpy\ntorch>=1.10  # any recent torch\n", path="requirements.txt"),
+        Example('Torch >= 2.0, < 3 ; python_version >= "3.9"\n', path="requirements.txt"),
+        Example('[project]\ndependencies = [\n    "torch~=2.1",\n]\n', path="pyproject.toml"),
     ]
     invalid = [
-        Example("numpy\ntorch>=1.10  # any recent torch\n", "numpy\ntorch>=2.5  # any recent torch\n",
-                path="requirements.txt"),
-        Example('Torch >= 1.13, < 3 ; python_version >= "3.9"\n', 'Torch >= 2.5, < 3 ; python_version >= "3.9"\n',
-                path="requirements.txt"),
-        Example('[project]\ndependencies = [\n    "torch~=2.1",\n]\n', '[project]\ndependencies = [\n    "torch~=2.5",\n]\n',
-                path="pyproject.toml"),
-        Example("torch==1.13.1\n", path="requirements.txt"),
-        Example('[project.optional-dependencies]\nold = ["torch>=1.10,<2.0"]\n', path="pyproject.toml"),
+        Example("torch==1.13.1\n", path="requirements.txt", line=1, message="allows no torch 2.5 or newer"),
+        Example('[project.optional-dependencies]\nold = ["torch>=1.10,<2.0"]\n', path="pyproject.toml",
+                line=2, message="allows no torch 2.5 or newer"),
+        Example("numpy\ntorch~=2.1.0\n", path="requirements.txt", line=2),
     ]
 
     def check(self, text: str) -> str:
         sites = pyproject_sites(text) if _basename(self.path) == "pyproject.toml" else requirements_sites(text)
-        edits = []
         for site in sites:
             req = parse(text[site.start:site.end])
             if req is None or req.key != "torch" or req.spec is None:
                 continue
-            verdict, new_spec = torch_bound(req.specifier)
-            start, end = site.start + req.spec[0], site.start + req.spec[1]
-            if verdict == "raise":
-                edits.append((start, end, new_spec))
-                self.changed(site.line, req.text, req.text[:req.spec[0]] + new_spec + req.text[req.spec[1]:],
-                             f"porter_runtime needs torch {TORCH_MINIMUM_TEXT} or newer: lower bound raised")
-            elif verdict == "pinned":
+            if torch_bound(req.specifier)[0] == "pinned":
                 self.flag(site.line, f"torch{req.specifier.strip()} allows no torch {TORCH_MINIMUM_TEXT} or newer, "
-                          "which porter_runtime needs", column=site.column(text), before=req.text,
-                          suggestion=f"torch>={TORCH_MINIMUM_TEXT}")
-        return apply_edits(text, edits)
+                          "which porter_runtime needs on a Mac (MPS autocast and memory queries)",
+                          column=site.column(text), before=req.text, suggestion=f"torch>={TORCH_MINIMUM_TEXT}")
+        return text

@@ -52,7 +52,7 @@ from ._data import (  # noqa: E402
     pin_tensor,
     to_device,
 )
-from ._device import device, device_type, is_accelerator_available  # noqa: E402
+from ._device import device, device_str, device_type, is_accelerator_available  # noqa: E402
 from ._dist import (  # noqa: E402
     barrier_device_ids,
     ddp_device_ids,
@@ -106,7 +106,7 @@ def _reset() -> None:
 __all__ = [
     "__version__", "MPS_FALLBACK_SET",
     # device
-    "device", "device_type", "is_accelerator_available", "to_device", "map_location",
+    "device", "device_str", "device_type", "is_accelerator_available", "to_device", "map_location",
     # torch.cuda twins
     "synchronize", "empty_cache", "manual_seed", "manual_seed_all", "device_count",
     "current_device", "set_device", "device_name", "get_device_properties",

@@ -54,13 +54,19 @@ def _probe() -> Resolution:
     return Resolution(torch.device("cpu"), "no CUDA, MPS or XPU device is available")
 
 
-def resolve() -> Resolution:
-    """The cached resolution; the first call prints one info line (PORTER_QUIET=1 mutes)."""
+def resolve(announce: bool = True) -> Resolution:
+    """The cached resolution. The first announcing call prints one info line
+    (PORTER_QUIET=1 mutes); ``announce=False`` resolves without a word, for values
+    computed while a module is imported (see :func:`device_str`)."""
     global _resolution
     if _resolution is None:
         override = os.environ.get("PORTER_DEVICE", "").strip()
         _resolution = _from_env(override) if override else _probe()
+    if announce:
         _log.info_once("device", f"using {_resolution.device} ({_resolution.reason})")
+        if _resolution.device.type == "mps" and not _compat.at_least(2, 5):
+            _log.warn_once("device:old-torch", f"torch {torch.__version__} on MPS: porter_runtime needs torch 2.5 "
+                           "or newer there (autocast and memory queries on MPS); `pip install -U torch`")
     return _resolution
 
 
@@ -71,9 +77,9 @@ def _reset() -> None:
     _log.reset()
 
 
-def _cuda_request(index: Optional[int]) -> torch.device:
+def _cuda_request(index: Optional[int], announce: bool = True) -> torch.device:
     """Map a request for CUDA (optionally indexed) to the resolved device."""
-    resolved = resolve().device
+    resolved = resolve(announce).device
     if resolved.type == "cuda":
         return resolved if index is None else torch.device("cuda", index)
     if resolved.type == "xpu" and index is not None:
@@ -92,14 +98,34 @@ def device(index: DeviceLike = None) -> torch.device:
     on every machine. PORTER_DEVICE overrides the resolution of CUDA requests;
     an explicit index in the request is kept when the override is CUDA.
     """
+    return _device(index, announce=True)
+
+
+def _device(index: DeviceLike, announce: bool) -> torch.device:
     if index is None:
-        return _cuda_request(None)
+        return _cuda_request(None, announce)
     if isinstance(index, int) and not isinstance(index, bool):
-        return _cuda_request(index)
+        return _cuda_request(index, announce)
     requested = torch.device(index)
     if requested.type != "cuda":
         return requested
-    return _cuda_request(requested.index)
+    return _cuda_request(requested.index, announce)
+
+
+def device_str(index: DeviceLike = None) -> str:
+    """``str(device(index))``, quietly: for a setting that said ``"cuda"`` and is
+    evaluated when its module is imported (a parameter default, a module constant,
+    an argparse default, a dataclass field).
+
+    On CUDA it is ``"cuda"`` (``"cuda:1"`` for index 1): the original string, so
+    comparisons, argparse defaults and f-strings behave as before. Elsewhere it
+    names the resolved device (``"mps"``, ``"cpu"``). The value has to exist when
+    the default is evaluated, so the device is resolved then (the cached check of
+    each backend, as ``torch.cuda.is_available()`` does; PORTER_DEVICE is read
+    then); but importing prints nothing: the info line waits for the first
+    :func:`device` call.
+    """
+    return str(_device(index, announce=False))
 
 
 def device_type() -> str:

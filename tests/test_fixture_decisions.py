@@ -26,7 +26,8 @@ import torch.distributed.fsdp.sharded_grad_scaler
 import porter_runtime
 from porter_test_utils import FIXTURES, run_porter
 
-REPOS = ["multipkg", "chat_lm", "cifar_cnn", "llm_scratch", "act_probe", "hrm_reasoning", "paper_repro"]
+REPOS = ["multipkg", "chat_lm", "cifar_cnn", "llm_scratch", "act_probe", "hrm_reasoning", "mps_ready",
+         "paper_repro"]
 _ENV = ("PORTER_DEVICE", "PORTER_COMPILE", "DISABLE_COMPILE", "PORTER_QUIET", "WORLD_SIZE")
 
 
@@ -124,6 +125,7 @@ def _cuda_device(*args: Any) -> torch.device:
 #: Runtime functions that return a value -> the value the original used on CUDA.
 VALUES: dict[str, Callable[..., Any]] = {
     "device": _cuda_device,
+    "device_str": lambda *args: str(_cuda_device(*args)),
     "pin_memory": lambda requested=True: requested,
     "pin_memory_device": lambda requested="cuda": requested,
     "map_location": lambda requested=None: requested,

@@ -33,6 +33,9 @@ def test_invalid_example_gives_its_output_and_a_finding(rule, index, example):
     expected = example.before if example.after is None else example.after
     assert result.new.decode() == expected
     assert any(f.code == rule.code for f in result.findings)
+    if example.line is not None or example.message:
+        assert any(f.code == rule.code and example.line in (None, f.line) and example.message in f.message
+                   for f in result.findings), [(f.line, f.message) for f in result.findings]
     if example.path.endswith(".py"):
         compile(result.new, "example.py", "exec")
     again = migrate(rule, expected, example.path)

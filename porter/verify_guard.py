@@ -1,0 +1,134 @@
+"""The guard of ``porter verify``'s child processes, installed as their ``sitecustomize``.
+
+It runs in the *target's* interpreter (which may not have porter installed), so it uses
+the standard library only and never imports porter, torch or the target's code.
+
+What it does, when ``PORTER_VERIFY_GUARD`` (JSON) is set:
+
+* CUDA-only packages installed here (flash_attn, xformers, apex, triton, ...) become
+  "not installed": every import finder's answer for them is dropped unless the module
+  lives inside the verified tree, so ``importlib.util.find_spec`` returns None and
+  ``import flash_attn`` raises the plain ``ModuleNotFoundError`` a Mac would raise. A
+  machine with those packages can't hide a CUDA-only import from the check.
+* ``porter_runtime`` is found only inside the tree: the ported code must use the runtime
+  that ``porter migrate --write`` vendored, not the copy installed with porter.
+
+The environment (set by porter verify, not here) hides the GPUs themselves:
+``CUDA_VISIBLE_DEVICES=""`` (and the ROCm twins), so ``torch.cuda.is_available()`` is
+False even on a CUDA machine.
+"""
+
+import json
+import os
+import sys
+
+CONFIG_VARIABLE = "PORTER_VERIFY_GUARD"
+
+#: Top-level modules that exist only where CUDA does: the packages and the compiled
+#: extension modules they build. A module named ``*_cuda`` is hidden too.
+CUDA_ONLY_MODULES = frozenset({
+    "flash_attn", "flash_attn_interface", "flash_attn_2_cuda", "flash_attn_3", "flashinfer",
+    "xformers", "apex", "amp_C", "fused_layer_norm_cuda", "fused_adam_cuda", "syncbn",
+    "fused_dense_cuda", "fast_layer_norm", "bitsandbytes", "triton", "deepspeed",
+    "mamba_ssm", "causal_conv1d", "causal_conv1d_cuda", "selective_scan_cuda",
+    "rotary_emb", "dropout_layer_norm", "fused_dense_lib", "fused_softmax_lib",
+    "xentropy_cuda_lib", "ft_attention", "transformer_engine", "liger_kernel", "vllm",
+    "auto_gptq", "exllamav2", "cupy", "cupyx", "pycuda", "tensorrt", "tensorrt_llm",
+    "torch_tensorrt", "cuml", "cudf", "cugraph", "cuspatial", "rmm", "pynvml",
+})
+CUDA_ONLY_SUFFIXES = ("_cuda",)
+RUNTIME = "porter_runtime"
+
+#: Names this process hid (the child runner reads it to explain a ModuleNotFoundError).
+HIDDEN: set = set()
+
+
+def _real(path):
+    try:
+        return os.path.realpath(path)
+    except (OSError, ValueError):
+        return None
+
+
+def _inside(path, roots):
+    real = _real(path) if isinstance(path, str) else None
+    if not real:
+        return False
+    for root in roots:
+        if real == root or real.startswith(root.rstrip(os.sep) + os.sep):
+            return True
+    return False
+
+
+class _Filter:
+    """A meta path finder that answers like ``finder`` but never with a hidden module."""
+
+    def __init__(self, finder, roots, allowed):
+        self._finder = finder
+        self._roots = roots
+        self._allowed = allowed
+
+    def find_spec(self, name, path=None, target=None):
+        spec = self._finder.find_spec(name, path, target)
+        if spec is not None and self._hides(name, spec):
+            HIDDEN.add(name.partition(".")[0])
+            return None
+        return spec
+
+    def _hides(self, name, spec):
+        top = name.partition(".")[0]
+        if top in self._allowed:
+            return False
+        if top != RUNTIME and top not in CUDA_ONLY_MODULES and not top.endswith(CUDA_ONLY_SUFFIXES):
+            return False
+        places = [spec.origin] if spec.origin else []
+        places += list(spec.submodule_search_locations or [])
+        return not any(_inside(p, self._roots) for p in places)
+
+    def __getattr__(self, attr):  # invalidate_caches, find_distributions, ...
+        return getattr(self._finder, attr)
+
+    def __repr__(self):
+        return f"<porter verify filter over {self._finder!r}>"
+
+
+def install(config):
+    roots = [r for r in (_real(p) for p in config.get("roots", [])) if r]
+    allowed = frozenset(config.get("allow", []))
+    if any(isinstance(f, _Filter) for f in sys.meta_path):
+        return
+    sys.meta_path[:] = [
+        f if not hasattr(f, "find_spec") or getattr(f, "__name__", "") in ("BuiltinImporter", "FrozenImporter")
+        else _Filter(f, roots, allowed)
+        for f in sys.meta_path
+    ]
+
+
+def _chain():
+    """Run the sitecustomize this one shadows, if the interpreter has one."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    me = sys.modules.pop("sitecustomize", None)
+    # the guard's folder leaves sys.path: the target must not import from it
+    sys.path[:] = [p for p in sys.path if _real(p or ".") != _real(here)]
+    try:
+        import sitecustomize  # noqa: F401
+    except ImportError:
+        if me is not None:
+            sys.modules["sitecustomize"] = me
+    except Exception:  # another site's hook failing is not porter's business
+        pass
+
+
+def _main():
+    sys.modules.setdefault("_porter_verify_guard", sys.modules[__name__])
+    raw = os.environ.get(CONFIG_VARIABLE)
+    if raw:
+        try:
+            install(json.loads(raw))
+        except ValueError:
+            pass
+    if __name__ == "sitecustomize":
+        _chain()
+
+
+_main()
