@@ -29,7 +29,7 @@ _BYTE_PATTERN = (
     re.compile(rb"set_device"),
     re.compile(rb"device(?<=\bdevice)" + BYTES_GAP + rb"\(" + BYTES_GAP + rb"(?:[(\-]" + BYTES_GAP + rb")*[0-9]"),
     re.compile(rb"device(?<=\bdevice)\s+as\b"),
-    re.compile(rb"current_device|device_count"),
+    re.compile(rb"current_device|device_count|LOCAL_RANK"),
 )
 
 #: Calls whose result is a CUDA index: the current device, and (as `rank % n`) the count.
@@ -134,17 +134,22 @@ class IntegerDeviceTo(Rule):
         if "torch.device" in facts.called and any("int" in kinds for kinds in facts.first_args.values()):
             return True
         # `device=` of a torch call, or an index from `current_device()` / `% device_count()`
-        return cls._moves_to_index(facts, facts) or "device" in facts.keywords or bool(facts.called & _SOURCES)
+        return (cls._moves_to_index(facts, facts) or "device" in facts.keywords or cls._has_sources(facts))
 
     @classmethod
     def unit_filter(cls, unit, file) -> bool:
         # A unit that names a CUDA index holds evidence `_indices` must see.
         facts = unit.facts
-        if facts.device_indices or facts.called & _SOURCES or "device" in facts.keywords:
+        if facts.device_indices or cls._has_sources(facts) or "device" in facts.keywords:
             return True
-        if file.called & _SOURCES and "to" in facts.first_args:
+        if cls._has_sources(file) and "to" in facts.first_args:
             return True  # `.to(name)`, the name assigned an index in another unit
         return "torch.device" in facts.called or cls._moves_to_index(facts, file)
+
+    @staticmethod
+    def _has_sources(facts) -> bool:
+        """What `index_source` may find: a call of its functions, a LOCAL_RANK string."""
+        return bool(facts.called & _SOURCES) or any(_LOCAL_RANK.search(s) for s in facts.strings)
 
     @staticmethod
     def _moves_to_index(facts, file) -> bool:

@@ -136,3 +136,17 @@ def test_ported_together_with_no_finding(name, segments):
     assert [f for f in result.findings if f.action == "review"] == []
     again = migrate_source(result.new, OPTIONS, path="train.py", segments=segments)
     assert again.new == result.new and again.findings == []
+
+
+@pytest.mark.parametrize("segments", [True, False], ids=["units", "whole"])
+def test_index_assigned_in_another_unit(segments):
+    before = dedent("""\
+        import os
+
+        dev = int(os.environ["LOCAL_RANK"])
+
+        def step(x):
+            return x.to(dev)
+        """)
+    result = migrate_source(before.encode(), OPTIONS, path="train.py", segments=segments)
+    assert "x.to(porter_runtime.device(dev))" in result.new.decode()
