@@ -125,7 +125,8 @@ def remove_unused(new_module: cst.Module, ctx: "FileContext") -> cst.Module:
 #: Packages that do not install without CUDA. A plain ``import`` of one of them that a
 #: rewrite left without a use would still fail on the port, so it goes too; other
 #: plain imports (``import torch``) stay even when unused, as the user wrote them.
-CUDA_ONLY_PACKAGES = frozenset({"flash_attn", "xformers", "apex", "bitsandbytes", "adam_atan2"})
+CUDA_ONLY_PACKAGES = frozenset({"flash_attn", "flash_attn_interface", "xformers", "apex", "bitsandbytes",
+                                "adam_atan2"})
 
 
 def _not_used_in_stubs(ctx: "FileContext", name: str) -> None:

@@ -6,11 +6,18 @@ into the rules that report every use of a package they cannot rewrite.
 """
 from __future__ import annotations
 
+import textwrap
 from typing import Iterable, Optional
 
 import libcst as cst
 
-from porter.matching import Ambiguous
+from porter.imports import CUDA_ONLY_PACKAGES
+from porter.matching import Ambiguous, dotted_name
+
+
+def example_code(text: str) -> str:
+    """An example written as an indented triple-quoted string, as the file would hold it."""
+    return textwrap.dedent(text).lstrip("\n")
 
 
 def under(name: Optional[str], prefixes: Iterable[str]) -> bool:
@@ -88,9 +95,163 @@ def _catches_import_error(handler: cst.ExceptHandler) -> bool:
     return False
 
 
+def _only_raises(body: cst.BaseSuite) -> bool:
+    """A handler body that ends by raising (``raise ImportError("xFormers is required")``)
+    after at most some imports or calls (logging): no fallback, so no guard."""
+    stmts = body.body if isinstance(body, cst.IndentedBlock) else [body]
+    small = [s for line in stmts if isinstance(line, cst.SimpleStatementLine) for s in line.body]
+    if len(small) != len(stmts) or not small or not isinstance(small[-1], cst.Raise):
+        return False
+    return all(isinstance(s, (cst.Expr, cst.Import, cst.ImportFrom)) for s in small[:-1])
+
+
+def _imports(body: cst.BaseSuite) -> Optional[list[tuple[str, str]]]:
+    """(bound name, qualified name) of each import when ``body`` only imports (absolute
+    imports, no ``*``), else None."""
+    found: list[tuple[str, str]] = []
+    for line in body.body if isinstance(body, cst.IndentedBlock) else [body]:
+        if not isinstance(line, cst.SimpleStatementLine):
+            return None
+        for small in line.body:
+            if isinstance(small, cst.Import):
+                for alias in small.names:
+                    full = dotted_name(alias.name) or ""
+                    bound = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) \
+                        else full.split(".")[0]
+                    found.append((bound, full if alias.asname else bound))
+            elif isinstance(small, cst.ImportFrom) and not small.relative and small.module is not None \
+                    and not isinstance(small.names, cst.ImportStar):
+                module = dotted_name(small.module) or ""
+                for alias in small.names:
+                    name = dotted_name(alias.name) or ""
+                    bound = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) \
+                        else name
+                    found.append((bound, f"{module}.{name}"))
+            else:
+                return None
+    return found
+
+
+def import_chain(node: cst.Try, roots: Iterable[str]) -> Optional[dict[str, list[str]]]:
+    """For a ``try`` that is no guard: its body only imports modules under ``roots`` and
+    every handler catches ImportError and only imports under ``roots`` too (FlashAttention-3,
+    then FlashAttention-2) or raises. Each bound name → what it is bound to, in order.
+    None for anything else (a handler with a fallback, ``else``/``finally``)."""
+    if not node.handlers or node.orelse is not None or node.finalbody is not None:
+        return None
+    roots = tuple(roots)
+    bodies = [node.body]
+    for handler in node.handlers:
+        if not _catches_import_error(handler):
+            return None
+        if not _only_raises(handler.body):
+            bodies.append(handler.body)
+    chain: dict[str, list[str]] = {}
+    for body in bodies:
+        inner = body.body[0] if isinstance(body, cst.IndentedBlock) and len(body.body) == 1 else None
+        if isinstance(inner, cst.Try):  # ``except ImportError:`` holding the next try
+            nested = import_chain(inner, roots)
+            if nested is None:
+                return None
+            for bound, quals in nested.items():
+                chain.setdefault(bound, []).extend(quals)
+            continue
+        found = _imports(body)
+        if not found or not all(under(q, roots) for _, q in found):
+            return None
+        for bound, qual in found:
+            chain.setdefault(bound, []).append(qual)
+    return chain
+
+
+def module_chains(module: cst.Module, roots: Iterable[str]) -> dict[str, list[str]]:
+    """The bindings of every top-level import chain (see :func:`import_chain`)."""
+    found: dict[str, list[str]] = {}
+    for stmt in module.body:
+        if isinstance(stmt, cst.Try):
+            found.update(import_chain(stmt, roots) or {})
+    return found
+
+
+def chain_alternatives(rule, node: cst.BaseExpression, chains: dict[str, list[str]]) -> Optional[list[str]]:
+    """What ``node`` (a name or ``a.b`` chain) may mean, in the order the file tries it:
+    one qualified name, or, for a name bound by an import chain, one per branch."""
+    name = rule.qualname(node)
+    if name is None or not isinstance(name, Ambiguous):
+        return None if name is None else [name]
+    base, rest = node, []
+    while isinstance(base, cst.Attribute):
+        rest.insert(0, base.attr.value)
+        base = base.value
+    if not isinstance(base, cst.Name) or base.value not in chains:
+        return None
+    options = [".".join([q, *rest]) for q in chains[base.value]]
+    return options if sorted(options)[0] == str(name) else None  # bound by the chain alone
+
+
+class _Uses(cst.CSTVisitor):
+    """Counts the Names in ``names`` used outside imports and attribute/keyword names."""
+
+    def __init__(self, names: set[str], skip: cst.CSTNode) -> None:
+        self.names, self.skip, self.count = names, skip, 0
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if node is self.skip or isinstance(node, (cst.Import, cst.ImportFrom)):
+            return False
+        if isinstance(node, cst.Attribute):
+            node.value.visit(self)
+            return False
+        if isinstance(node, cst.Arg):
+            node.value.visit(self)
+            return False
+        if isinstance(node, cst.Name) and node.value in self.names:
+            self.count += 1
+        return True
+
+
+def uses(module: cst.CSTNode, names: Iterable[str], skip: cst.CSTNode) -> int:
+    visitor = _Uses(set(names), skip)
+    module.visit(visitor)
+    return visitor.count
+
+
+def drop_dead_chains(rule, original: cst.Module, updated: cst.Module, roots: Iterable[str],
+                     advice: str) -> cst.Module:
+    """Remove each top-level import chain under ``roots`` whose names the rules' rewrites
+    left unused (as a plain import goes away); report one whose names are still used:
+    every branch needs CUDA, so it is no guard. Call from ``leave_Module``."""
+    originals = [s for s in original.body if isinstance(s, cst.Try) and import_chain(s, roots)]
+    body, changed = [], False
+    for stmt in updated.body:
+        match = next((o for o in originals if isinstance(stmt, cst.Try) and o.deep_equals(stmt)), None)
+        if match is None:
+            body.append(stmt)
+            continue
+        originals.remove(match)
+        chain = import_chain(match, roots) or {}
+        modules = " / ".join(dict.fromkeys(q.rsplit(".", 1)[0] if q not in chain else q
+                                           for qs in chain.values() for q in qs))
+        if uses(updated, chain, stmt) == 0 and uses(original, chain, match) > 0 \
+                and not rule.ctx.suppressed(match, rule.code):
+            rule.ctx.record(rule, match, "rewrite", f"this try/except imports only CUDA-only modules "
+                            f"({modules}); every use was ported, so it goes like a plain import")
+            changed = True
+            continue
+        rule.flag(match, f"this try/except is no guard: every branch imports a CUDA-only module "
+                  f"({modules}) or raises, so off CUDA it fails with ModuleNotFoundError", suggestion=advice)
+        body.append(stmt)
+    return updated.with_changes(body=body) if changed else updated
+
+
 class GuardTracker:
-    """Mixin: ``self.guarded()`` is True inside a ``try`` whose handlers catch ImportError,
-    ``self.flag_test()`` the test of the innermost enclosing ``if`` (or None)."""
+    """Mixin: ``self.guarded()`` is True inside the body of a ``try`` that guards an
+    import: a handler catches ImportError and has a fallback (it neither re-raises nor
+    only imports another CUDA-only module); ``self.flag_test()`` the test of the
+    innermost enclosing ``if`` (or None). Handlers, ``else`` and ``finally`` are no
+    longer guarded by their own ``try``."""
+
+    #: Packages whose import in a handler is no fallback (another CUDA-only import).
+    chain_roots: frozenset[str] = CUDA_ONLY_PACKAGES
 
     def _stacks(self) -> tuple[list[bool], list[cst.If]]:
         if not hasattr(self, "_try_stack"):
@@ -99,7 +260,11 @@ class GuardTracker:
         return self._try_stack, self._if_stack
 
     def visit_Try(self, node: cst.Try) -> None:
-        self._stacks()[0].append(any(_catches_import_error(h) for h in node.handlers))
+        guards = any(_catches_import_error(h) and not _only_raises(h.body) for h in node.handlers)
+        self._stacks()[0].append(guards and import_chain(node, self.chain_roots) is None)
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        self._stacks()[0][-1] = False  # the handlers (and else/finally after them) run unguarded
 
     def leave_Try(self, original: cst.Try, updated: cst.Try) -> cst.Try:
         self._stacks()[0].pop()
