@@ -95,7 +95,7 @@ def _catches_import_error(handler: cst.ExceptHandler) -> bool:
     return False
 
 
-def _only_raises(body: cst.BaseSuite) -> bool:
+def only_raises(body: cst.BaseSuite) -> bool:
     """A handler body that ends by raising (``raise ImportError("xFormers is required")``)
     after at most some imports or calls (logging): no fallback, so no guard."""
     stmts = body.body if isinstance(body, cst.IndentedBlock) else [body]
@@ -103,6 +103,36 @@ def _only_raises(body: cst.BaseSuite) -> bool:
     if len(small) != len(stmts) or not small or not isinstance(small[-1], cst.Raise):
         return False
     return all(isinstance(s, (cst.Expr, cst.Import, cst.ImportFrom)) for s in small[:-1])
+
+
+def flags_set_false(module: cst.Module, roots: Iterable[str]) -> set[str]:
+    """Availability flags: names a top-level ``try`` importing under ``roots`` sets to
+    False in its ``except ImportError:`` (``XFORMERS_AVAILABLE = False``)."""
+    found: set[str] = set()
+    roots = tuple(roots)
+    for stmt in module.body:
+        if not isinstance(stmt, cst.Try) or not any(under(q, roots) for _, q in _some_imports(stmt.body)):
+            continue
+        for handler in stmt.handlers:
+            if not _catches_import_error(handler) or not isinstance(handler.body, cst.IndentedBlock):
+                continue
+            for line in handler.body.body:
+                for small in line.body if isinstance(line, cst.SimpleStatementLine) else ():
+                    if isinstance(small, cst.Assign) and isinstance(small.value, cst.Name) \
+                            and small.value.value == "False":
+                        found.update(t.target.value for t in small.targets if isinstance(t.target, cst.Name))
+    return found
+
+
+def _some_imports(body: cst.BaseSuite) -> list[tuple[str, str]]:
+    """The imports among a block's simple statements."""
+    found = []
+    for line in body.body if isinstance(body, cst.IndentedBlock) else [body]:
+        if isinstance(line, cst.SimpleStatementLine):
+            for small in line.body:
+                if isinstance(small, (cst.Import, cst.ImportFrom)):
+                    found += _imports(cst.SimpleStatementLine(body=[small])) or []
+    return found
 
 
 def _imports(body: cst.BaseSuite) -> Optional[list[tuple[str, str]]]:
@@ -144,7 +174,7 @@ def import_chain(node: cst.Try, roots: Iterable[str]) -> Optional[dict[str, list
     for handler in node.handlers:
         if not _catches_import_error(handler):
             return None
-        if not _only_raises(handler.body):
+        if not only_raises(handler.body):
             bodies.append(handler.body)
     chain: dict[str, list[str]] = {}
     for body in bodies:
@@ -215,17 +245,30 @@ def uses(module: cst.CSTNode, names: Iterable[str], skip: cst.CSTNode) -> int:
     return visitor.count
 
 
+def without(body: list, dropped: list) -> list:
+    """``body`` without the statements in ``dropped``; a statement that moves up to the
+    top of the block takes the leading lines (docstring spacing) of the first one dropped."""
+    kept, top = [], None
+    for stmt in body:
+        if any(stmt is d for d in dropped):
+            top = stmt.leading_lines if not kept and top is None else top
+            continue
+        if not kept and top is not None:
+            stmt = stmt.with_changes(leading_lines=top)
+        kept.append(stmt)
+    return kept
+
+
 def drop_dead_chains(rule, original: cst.Module, updated: cst.Module, roots: Iterable[str],
                      advice: str) -> cst.Module:
     """Remove each top-level import chain under ``roots`` whose names the rules' rewrites
     left unused (as a plain import goes away); report one whose names are still used:
     every branch needs CUDA, so it is no guard. Call from ``leave_Module``."""
     originals = [s for s in original.body if isinstance(s, cst.Try) and import_chain(s, roots)]
-    body, changed = [], False
+    dropped = []
     for stmt in updated.body:
         match = next((o for o in originals if isinstance(stmt, cst.Try) and o.deep_equals(stmt)), None)
         if match is None:
-            body.append(stmt)
             continue
         originals.remove(match)
         chain = import_chain(match, roots) or {}
@@ -235,12 +278,11 @@ def drop_dead_chains(rule, original: cst.Module, updated: cst.Module, roots: Ite
                 and not rule.ctx.suppressed(match, rule.code):
             rule.ctx.record(rule, match, "rewrite", f"this try/except imports only CUDA-only modules "
                             f"({modules}); every use was ported, so it goes like a plain import")
-            changed = True
+            dropped.append(stmt)
             continue
         rule.flag(match, f"this try/except is no guard: every branch imports a CUDA-only module "
                   f"({modules}) or raises, so off CUDA it fails with ModuleNotFoundError", suggestion=advice)
-        body.append(stmt)
-    return updated.with_changes(body=body) if changed else updated
+    return updated.with_changes(body=without(list(updated.body), dropped)) if dropped else updated
 
 
 class GuardTracker:
@@ -260,7 +302,7 @@ class GuardTracker:
         return self._try_stack, self._if_stack
 
     def visit_Try(self, node: cst.Try) -> None:
-        guards = any(_catches_import_error(h) and not _only_raises(h.body) for h in node.handlers)
+        guards = any(_catches_import_error(h) and not only_raises(h.body) for h in node.handlers)
         self._stacks()[0].append(guards and import_chain(node, self.chain_roots) is None)
 
     def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:

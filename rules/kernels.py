@@ -622,11 +622,10 @@ class CudaExtensionOptional(Rule):
             self._builds = optional_builds(self)
         if original not in self._builds:
             return updated
-        args = [cst.Arg(updated.func), *updated.args]
-        new = updated.with_changes(func=self.runtime("build_cuda_extension"),
-                                   args=[a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in args[:1]]
-                                   + list(args[1:]))
-        new = new.with_changes(args=[new.args[0].with_changes(
-            comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))] + list(new.args[1:]))
+        first = updated.args[0] if updated.args else None
+        comma = first.comma if first is not None and isinstance(first.comma, cst.Comma) \
+            else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        builder = cst.Arg(updated.func, comma=comma if first is not None else cst.MaybeSentinel.DEFAULT)
+        new = updated.with_changes(func=self.runtime("build_cuda_extension"), args=[builder, *updated.args])
         return self.rewrite(original, new, "the CUDA extension is built only where CUDA is; the "
                             "module's PyTorch path runs elsewhere")
