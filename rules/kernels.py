@@ -8,7 +8,8 @@ import libcst as cst
 
 from porter.matching import dotted_name
 from porter.rule import Example, Rule, Safety, keyword, positional, string_value
-from porter.rules._thirdparty_common import GuardTracker, example_code, under
+from porter.imports import CUDA_ONLY_PACKAGES
+from porter.rules._thirdparty_common import GuardTracker, example_code, under, uses
 
 _TRITON_DECORATORS = frozenset({"triton.jit", "triton.autotune", "triton.heuristics"})
 
@@ -383,6 +384,24 @@ _PACKAGES = {
     "fused_layer_norm_cuda": "torch.nn.functional.layer_norm / rms_norm",
     "amp_C": "torch._foreach_* ops, or the plain optimizer step",
     "causal_conv1d_cuda": "causal_conv1d's PyTorch reference (F.conv1d with left padding)",
+    # CUDA-only packages beyond deep-learning kernels, with their CPU counterparts
+    "cuml": "scikit-learn (the same estimator names: cuml.cluster.KMeans -> sklearn.cluster.KMeans, ...)",
+    "cudf": "pandas (cudf mirrors the pandas API: cudf.read_csv -> pandas.read_csv, ...)",
+    "cugraph": "networkx (cugraph mirrors its algorithms)",
+    "cupy": "numpy (cupy mirrors it: cupy.asarray -> numpy.asarray; cupyx.scipy -> scipy)",
+    "cupyx": "scipy / numpy (cupyx.scipy mirrors scipy)",
+    "pycuda": "a PyTorch op (torch tensors on porter_runtime.device()) instead of a hand-written kernel",
+    "cuda": "cuda-python (from cuda import cudart) drives the CUDA driver; use torch / porter_runtime",
+    "tensorrt": "run the PyTorch model itself (or torch.compile / ONNX Runtime on CPU / Core ML)",
+    "torch_tensorrt": "run the PyTorch model itself, or torch.compile(model) without the TensorRT backend",
+    "tensorrt_llm": "run the Hugging Face / PyTorch model itself off CUDA",
+    "numba.cuda": "numba.njit / numba.prange on the CPU, or a vectorised numpy / torch op",
+    "flashinfer": "porter_runtime.attention / torch.nn.functional.scaled_dot_product_attention",
+    "vllm": "transformers' generate() off CUDA (vLLM serves on CUDA GPUs)",
+    "auto_gptq": "load the unquantised model off CUDA (GPTQ kernels are CUDA-only)",
+    "exllamav2": "load the unquantised model with transformers off CUDA",
+    "nvidia": "nvidia-* packages (DALI, cuDNN, NCCL wheels) exist only for CUDA; use torch's own "
+              "data loading / ops off CUDA",
 }
 #: Compiled CUDA extension modules, imported by their module name (`import rotary_emb`).
 _COMPILED = frozenset({"selective_scan_cuda", "fused_dense_lib", "xentropy_cuda_lib",
@@ -412,15 +431,33 @@ def optional_import(module: cst.Module, stmt: cst.CSTNode) -> Optional[str]:
     return found[1] if only_cuda_uses(module, found[1]) else None
 
 
+def _bound_names(node: cst.CSTNode) -> list[str]:
+    """The names an import statement binds (``import a.b`` binds ``a``)."""
+    if not isinstance(node, (cst.Import, cst.ImportFrom)) or isinstance(node.names, cst.ImportStar):
+        return []
+    found = []
+    for alias in node.names:
+        if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+            found.append(alias.asname.name.value)
+        else:
+            name = dotted_name(alias.name) or ""
+            found.append(name.split(".")[0] if isinstance(node, cst.Import) else name)
+    return found
+
+
 class CudaOnlyPackage(GuardTracker, Rule):
     """Unguarded imports of CUDA-only packages (deepspeed, mamba-ssm, causal-conv1d, ...) are reported.
 
     What:
     Reports `import` / `from ... import` of triton, deepspeed, mamba_ssm,
-    causal_conv1d, liger_kernel, transformer_engine and raw CUDA extension modules
-    (`selective_scan_cuda`, `fused_dense_lib`, ...) that are not inside a `try`
-    catching ImportError, with the PyTorch path to use instead; when the import sits
-    under an `if`, that flag is named.
+    causal_conv1d, liger_kernel, transformer_engine, flashinfer, vllm, raw CUDA
+    extension modules (`selective_scan_cuda`, `fused_dense_lib`, `rotary_emb`, ...)
+    and CUDA-only packages beyond deep learning (RAPIDS `cuml` / `cudf` / `cugraph`,
+    `cupy`, `pycuda`, `tensorrt`, `numba.cuda`) that are not inside a `try` catching
+    ImportError with a fallback, with the PyTorch (or CPU library: scikit-learn,
+    pandas, numpy) path to use instead; when the import sits under an `if`, that flag
+    is named. An `except ImportError:` that re-raises, or only imports another
+    CUDA-only module, is no guard.
 
     Why:
     These packages have no macOS build (or need CUDA at import), so the import fails
@@ -437,8 +474,8 @@ class CudaOnlyPackage(GuardTracker, Rule):
     whole_file = True  # an extension whose uses all sit in CUDA branches is TP604's
     name = "cuda-only-package"
     safety = Safety.REVIEW
-    targets = frozenset(_PACKAGES)
-    chain_roots = frozenset(_PACKAGES)
+    targets = frozenset({*_PACKAGES, *CUDA_ONLY_PACKAGES})
+    chain_roots = frozenset({*_PACKAGES, *CUDA_ONLY_PACKAGES})
 
     valid = [
         "try:\n    import deepspeed\nexcept ImportError:\n    deepspeed = None\n",
@@ -447,6 +484,8 @@ class CudaOnlyPackage(GuardTracker, Rule):
         "    return torch_rotate(x, c, s)\n",
         "import mylib.deepspeed as deepspeed\n",
         "from .mamba_ssm import Mamba\n",
+        "from numba import njit, prange\n",  # numba's CPU target
+        "try:\n    import cupy as xp\nexcept ImportError:\n    import numpy as xp\n",
     ]
     invalid = [
         Example("import deepspeed\nengine, opt, _, _ = deepspeed.initialize(model=model, config=cfg)\n"),
@@ -458,6 +497,11 @@ class CudaOnlyPackage(GuardTracker, Rule):
                 "    raise ImportError('DeepSpeed is required: pip install deepspeed') from e\n"),
         # a compiled extension used outside a CUDA branch (line 1)
         Example("import fused_dense_lib\ny = fused_dense_lib.linear_bias_forward(x, w, b)\n"),
+        # flash_attn & co. have rules for their uses; one imported for nothing (line 1)
+        Example("import xformers  # registers the ops\nimport torch\n"),
+        # beyond deep learning: RAPIDS, CuPy, numba's CUDA target (lines 1-3)
+        Example("import cudf\nfrom cuml.cluster import KMeans\nfrom numba import cuda, njit\n"
+                "import cupy as cp\n"),
     ]
 
     def visit_Import(self, node: cst.Import) -> None:
@@ -467,17 +511,26 @@ class CudaOnlyPackage(GuardTracker, Rule):
                 return
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        if not node.relative and node.module is not None:
-            self._report(node, dotted_name(node.module) or "")
+        if node.relative or node.module is None:
+            return
+        module = dotted_name(node.module) or ""
+        names = [] if isinstance(node.names, cst.ImportStar) else [dotted_name(a.name) for a in node.names]
+        for name in [module, *(f"{module}.{n}" for n in names if n)]:  # `from numba import cuda`
+            if self._report(node, name):
+                return
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._seen: set[cst.CSTNode] = set()
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
         if optional_import(self.ctx.module, node) is not None:
             self._optional = node.body[0]  # TP604 makes it optional
 
     def _report(self, node: cst.CSTNode, module: str) -> bool:
-        root = module.split(".")[0]
-        if root not in _PACKAGES or self.guarded() or not under(module, [root]):
-            return False
+        root = next((p for p in _PACKAGES if under(module, [p])), None)
+        if root is None or self.guarded():
+            return self._unused(node, module)
         if node is getattr(self, "_optional", None):
             return False
         flag = self.flag_test()
@@ -485,6 +538,19 @@ class CudaOnlyPackage(GuardTracker, Rule):
             if flag is not None else ""
         self.flag(node, f"`{module}` is CUDA-only and does not install on a Mac{behind}",
                   suggestion=_PACKAGES[root])
+        return True
+
+    def _unused(self, node: cst.CSTNode, module: str) -> bool:
+        """flash_attn, xformers, apex, ... have rules of their own for every use; an import
+        of one that nothing uses (imported for its side effects) fails all the same."""
+        if module.split(".")[0] not in CUDA_ONLY_PACKAGES or self.guarded() or node in self._seen:
+            return False
+        bound = _bound_names(node)
+        if not bound or uses(self.ctx.module, bound, node) > 0:
+            return False
+        self._seen.add(node)
+        self.flag(node, f"`{module}` is imported but not used here; the import alone fails without "
+                  "CUDA", suggestion="guard it with try/except ImportError, or drop it")
         return True
 
 
@@ -629,3 +695,63 @@ class CudaExtensionOptional(Rule):
         new = updated.with_changes(func=self.runtime("build_cuda_extension"), args=[builder, *updated.args])
         return self.rewrite(original, new, "the CUDA extension is built only where CUDA is; the "
                             "module's PyTorch path runs elsewhere")
+
+
+_NVML_INIT = frozenset({"pynvml.nvmlInit", "pynvml.smi.nvidia_smi.getInstance", "nvidia_smi.nvmlInit"})
+
+
+class NvmlInit(GuardTracker, Rule):
+    """`pynvml.nvmlInit()` outside a `try` is reported: it fails where there is no NVIDIA driver.
+
+    What:
+    Reports calls of `pynvml.nvmlInit()` (however imported; also the `nvidia_smi`
+    module of nvidia-ml-py3) that no `try` around them catches.
+
+    Why:
+    pynvml / nvidia-ml-py are pure Python and install anywhere, so the requirement
+    is fine on a Mac; the call then raises `NVMLError_LibraryNotFound` because there
+    is no NVIDIA driver. GPU monitoring code (memory, utilisation, temperature logs)
+    stops the program with it.
+
+    Fix safety:
+    Review only: the monitoring must be skipped off CUDA, or read from
+    `porter_runtime.memory_allocated()` / `mem_get_info()`.
+
+    Known limits:
+    The other NVML calls are not reported: they only run after `nvmlInit()`.
+    """
+
+    code = "TP606"
+    name = "nvml-init"
+    safety = Safety.REVIEW
+    calls_only = True
+    targets = _NVML_INIT
+
+    valid = [
+        "import pynvml\ntry:\n    pynvml.nvmlInit()\nexcept pynvml.NVMLError:\n    pynvml = None\n",
+        "def f(pynvml):\n    pynvml.nvmlInit()\n",
+        "from mylib import nvmlInit\nnvmlInit()\n",
+    ]
+    invalid = [
+        Example(example_code("""
+            import pynvml
+
+            def gpu_memory_gb(index=0):
+                pynvml.nvmlInit()
+                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                return pynvml.nvmlDeviceGetMemoryInfo(handle).used / 2**30
+            """)),
+        Example("from pynvml import nvmlInit as init\ninit()\n"),
+    ]
+
+    def visit_Try(self, node: cst.Try) -> None:
+        self._stacks()[0].append(bool(node.handlers))  # any handler: NVMLError is no ImportError
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        if self.matches(original.func) is None or self.guarded():
+            return updated
+        self.flag(original, "NVML needs the NVIDIA driver: nvmlInit() raises NVMLError_LibraryNotFound "
+                  "off CUDA (the pynvml package itself installs everywhere)",
+                  suggestion="wrap the GPU monitoring in `if porter_runtime.device_type() == \"cuda\":` "
+                  "(or try/except pynvml.NVMLError), or use porter_runtime.memory_allocated()")
+        return updated
