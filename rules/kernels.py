@@ -375,6 +375,7 @@ _PACKAGES = {
     "liger_kernel": "skip apply_liger_kernel_to_*() off CUDA: the Hugging Face modules it patches "
                     "are the PyTorch reference",
     "transformer_engine": "torch.nn.Linear / LayerNorm in bfloat16 off CUDA (no FP8 there)",
+    "transformer_engine_torch": "torch.nn.Linear / LayerNorm in bfloat16 off CUDA (no FP8 there)",
     "fused_dense_lib": "torch.nn.Linear (+ activation)",
     "xentropy_cuda_lib": "torch.nn.functional.cross_entropy",
     "flash_attn_2_cuda": "porter_runtime.attention (flash_attn's Python API) instead of the raw extension",
