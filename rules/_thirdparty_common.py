@@ -157,9 +157,31 @@ def _imports(body: cst.BaseSuite) -> Optional[list[tuple[str, str]]]:
                     bound = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) \
                         else name
                     found.append((bound, f"{module}.{name}"))
-            else:
+            elif not _flag_assign(small):
                 return None
     return found
+
+
+def _flag_assign(small: cst.BaseSmallStatement) -> bool:
+    """``FA3 = True`` / ``FLASH_VERSION = 3``: a constant that records which branch ran."""
+    return isinstance(small, cst.Assign) and all(isinstance(t.target, cst.Name) for t in small.targets) \
+        and isinstance(small.value, (cst.Integer, cst.Float, cst.SimpleString, cst.Name)) \
+        and (not isinstance(small.value, cst.Name) or small.value.value in ("True", "False", "None"))
+
+
+class _Assigns(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        if isinstance(node.target, cst.Name):
+            self.names.append(node.target.value)
+
+
+def _chain_flags(node: cst.Try) -> list[str]:
+    found = _Assigns()
+    node.visit(found)
+    return list(dict.fromkeys(found.names))
 
 
 def import_chain(node: cst.Try, roots: Iterable[str]) -> Optional[dict[str, list[str]]]:
@@ -274,6 +296,13 @@ def drop_dead_chains(rule, original: cst.Module, updated: cst.Module, roots: Ite
         chain = import_chain(match, roots) or {}
         modules = " / ".join(dict.fromkeys(q.rsplit(".", 1)[0] if q not in chain else q
                                            for qs in chain.values() for q in qs))
+        flags = _chain_flags(match)
+        if flags and uses(updated, chain, stmt) == 0:
+            rule.flag(match, f"this try/except is no guard: every branch imports a CUDA-only module "
+                      f"({modules}), so off CUDA it fails; its uses were ported, but it also sets "
+                      f"{', '.join(f'`{f}`' for f in flags)}", suggestion="delete the imports and set "
+                      + ", ".join(f"`{f}`" for f in flags) + " to the value that means \"neither library\"")
+            continue
         if uses(updated, chain, stmt) == 0 and uses(original, chain, match) > 0 \
                 and not rule.ctx.suppressed(match, rule.code):
             rule.ctx.record(rule, match, "rewrite", f"this try/except imports only CUDA-only modules "

@@ -210,6 +210,31 @@ class FlashAttnFunc(Rule):
         # a chain whose names stay in use is reported (line 1): it is no guard
         Example("try:\n    from flash_attn_interface import flash_attn_func\nexcept ImportError:\n"
                 "    from flash_attn import flash_attn_func\nATTN = {'flash': flash_attn_func}\n"),
+        # the chain also records which branch ran: the calls are ported, the chain
+        # (which still fails off CUDA) is reported at line 2
+        Example(
+            example_code("""
+            import torch
+            try:
+                from flash_attn_interface import flash_attn_func
+                FA_VERSION = 3
+            except ImportError:
+                from flash_attn import flash_attn_func
+                FA_VERSION = 2
+            out = flash_attn_func(q, k, v, causal=True)
+            """),
+            example_code("""
+            import porter_runtime
+            import torch
+            try:
+                from flash_attn_interface import flash_attn_func
+                FA_VERSION = 3
+            except ImportError:
+                from flash_attn import flash_attn_func
+                FA_VERSION = 2
+            out = porter_runtime.fa3_attention(q, k, v, causal=True)
+            """),
+        ),
         # only flash_attn's kernels return the softmax statistics: a finding
         Example("from flash_attn import flash_attn_func\n"
                 "out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True)\n"),
