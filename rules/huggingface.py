@@ -128,6 +128,18 @@ def _device_value(rule: Rule, node: cst.BaseExpression) -> Optional[cst.BaseExpr
     return None
 
 
+_INDEX_WORDS = ("rank", "index", "gpu", "device_id", "cuda")
+
+
+def _index_like(node: cst.BaseExpression) -> bool:
+    """A value whose name says it is a GPU index (``local_rank``, ``args.gpu``,
+    ``state.process_index``, ``torch.cuda.current_device()``), not a device object."""
+    if isinstance(node, cst.Call):
+        node = node.func
+    name = node.value if isinstance(node, cst.Name) else node.attr.value if isinstance(node, cst.Attribute) else ""
+    return any(word in name.lower() for word in _INDEX_WORDS)
+
+
 class HfDeviceMap(Rule):
     """`device_map="cuda"` / `device_map={"": 0}` name the runtime's device.
 
@@ -136,7 +148,8 @@ class HfDeviceMap(Rule):
     CUDA device: `device_map="cuda"` / `"cuda:1"` → `str(porter_runtime.device())` /
     `str(porter_runtime.device(1))`, `device_map=0` → `porter_runtime.device(0)`, and
     the same values inside a dict (`{"": 0}` → `{"": porter_runtime.device(0)}`).
-    A dict entry holding a variable (`{"": local_rank}`) is reported.
+    A dict entry holding an index by name (`{"": local_rank}`, `{"": state.process_index}`)
+    is reported.
 
     Why:
     A CUDA device in the map makes accelerate move the weights to CUDA: `Torch not
@@ -161,6 +174,7 @@ class HfDeviceMap(Rule):
         "model = AutoModel.from_pretrained(name, device_map='auto')\n",
         "model = AutoModel.from_pretrained(name, device_map={'': 'cpu'})\n",
         "model = load(name, device_map='cuda')\n",  # not a loader
+        "model = AutoModel.from_pretrained(name, device_map={'': self.device})\n",  # a device object
     ]
     invalid = [
         Example(
@@ -177,6 +191,7 @@ class HfDeviceMap(Rule):
         ),
         # an index held in a variable: reported (line 1)
         Example("model = AutoModel.from_pretrained(name, device_map={'': local_rank})\n"),
+        Example("state = PartialState()\nm = AutoModel.from_pretrained(name, device_map={'': state.process_index})\n"),
     ]
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
@@ -202,7 +217,7 @@ class HfDeviceMap(Rule):
         if not isinstance(element, cst.DictElement) or string_value(element.key) != "":
             return None
         device = _device_value(self, element.value)
-        if device is None and isinstance(element.value, (cst.Name, cst.Attribute, cst.Call)):
+        if device is None and _index_like(element.value):
             self.flag(element.value, "the whole model goes to this device index, which means a CUDA "
                       "device; off CUDA there is none",
                       suggestion="{\"\": porter_runtime.device(index)} (the same device on CUDA)")
