@@ -7,7 +7,7 @@ into the rules that report every use of a package they cannot rewrite.
 from __future__ import annotations
 
 import textwrap
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Sequence
 
 import libcst as cst
 
@@ -354,3 +354,49 @@ class GuardTracker:
     def flag_test(self) -> Optional[cst.If]:
         stack = self._stacks()[1]
         return stack[-1] if stack else None
+
+
+def _flag_test(test: cst.BaseExpression, flags: set[str]) -> Optional[str]:
+    """The flag of ``not FLAG`` / ``FLAG is False`` / ``FLAG == False``."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) \
+            and isinstance(test.expression, cst.Name) and test.expression.value in flags:
+        return test.expression.value
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and isinstance(test.left, cst.Name) \
+            and test.left.value in flags and isinstance(test.comparisons[0].operator, (cst.Is, cst.Equal)):
+        value = test.comparisons[0].comparator
+        return test.left.value if isinstance(value, cst.Name) and value.value == "False" else None
+    return None
+
+
+def _flag_raise(stmt: cst.CSTNode, flags: set[str]) -> Optional[str]:
+    """The flag when ``stmt`` stops the program without xformers: ``if not FLAG: raise ...``
+    or ``assert FLAG``."""
+    if isinstance(stmt, cst.If) and stmt.orelse is None and only_raises(stmt.body):
+        return _flag_test(stmt.test, flags)
+    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assert):
+        test = stmt.body[0].test
+        return test.value if isinstance(test, cst.Name) and test.value in flags else None
+    return None
+
+
+def without_stops(rule, original: Sequence[cst.CSTNode], updated: Sequence[cst.CSTNode], flags: set[str],
+                  ported: bool, package: str) -> Sequence[cst.CSTNode]:
+    """``updated`` (a block's statements) without those that stop the program on the
+    module's own availability flag (``if not FLAG: raise``, ``assert FLAG``), when every
+    use of ``package`` in the file was ported; otherwise each stop is reported."""
+    if not flags or len(original) != len(updated):
+        return updated
+    dropped = []
+    for old, new in zip(original, updated):
+        flag = _flag_raise(old, flags)
+        if flag is None:
+            continue
+        if not ported or len(original) == 1 or rule.ctx.suppressed(old, rule.code):
+            rule.flag(old, f"stops when `{flag}` is False, which it is wherever {package} does not "
+                      f"import (off CUDA); the ported {package} calls run there",
+                      suggestion=f"drop this check once the remaining {package} uses are ported")
+        else:
+            rule.ctx.record(rule, old, "rewrite", f"`{flag}` is False off CUDA, but every {package} "
+                            "call here now runs there (porter_runtime): the stop goes")
+            dropped.append(new)
+    return without(list(updated), dropped) if dropped else updated

@@ -8,7 +8,8 @@ import libcst as cst
 
 from porter.rule import Example, Rule, Safety, keyword
 from porter.rules._thirdparty_common import (
-    UseFinder, arguments_fit, chain_alternatives, example_code, drop_dead_chains, literal_is, module_chains, under,
+    UseFinder, arguments_fit, chain_alternatives, drop_dead_chains, example_code, flags_set_false, literal_is,
+    module_chains, under, without_stops,
 )
 
 _OPTIONS = ("dropout_p", "softmax_scale", "causal", "window_size", "softcap", "alibi_slopes",
@@ -67,6 +68,9 @@ class FlashAttnFunc(Rule):
     FlashAttention-2, becomes `porter_runtime.fa3_attention`, which tries them in the same
     order. A chain whose every branch imports flash_attn (or raises) is no guard: once
     its names have no use left it goes like a plain import; otherwise it is reported.
+    A stop on the module's own flag (`HAS_FLASH = False` in `except ImportError:`,
+    then `if not HAS_FLASH: raise ...` / `assert HAS_FLASH`) goes once every flash_attn
+    use in the file is ported, and is reported otherwise.
 
     Why:
     flash-attn does not build without CUDA (`pip install flash-attn` fails on a Mac), so
@@ -235,6 +239,33 @@ class FlashAttnFunc(Rule):
             out = porter_runtime.fa3_attention(q, k, v, causal=True)
             """),
         ),
+        # the module's own flag stops the ported path off CUDA: the stop goes
+        Example(
+            example_code("""
+            try:
+                from flash_attn import flash_attn_func
+                HAS_FLASH = True
+            except ImportError:
+                HAS_FLASH = False
+
+
+            def attend(q, k, v):
+                assert HAS_FLASH, "pip install flash-attn"
+                return flash_attn_func(q, k, v, causal=True)
+            """),
+            example_code("""
+            import porter_runtime
+            try:
+                from flash_attn import flash_attn_func
+                HAS_FLASH = True
+            except ImportError:
+                HAS_FLASH = False
+
+
+            def attend(q, k, v):
+                return porter_runtime.attention(q, k, v, causal=True)
+            """),
+        ),
         # only flash_attn's kernels return the softmax statistics: a finding
         Example("from flash_attn import flash_attn_func\n"
                 "out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True)\n"),
@@ -252,13 +283,10 @@ class FlashAttnFunc(Rule):
         self._unpacked: set[cst.Call] = set()
 
     def visit_Assign(self, node: cst.Assign) -> None:
-        if isinstance(node.value, cst.Call) and any(
-                isinstance(t.target, (cst.Tuple, cst.List)) for t in node.targets):
-            self._unpacked.add(node.value)
+        self._unpacked.update(_unpacked_call(node))
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
-        if isinstance(node.value, cst.Call):
-            self._unpacked.add(node.value)
+        self._unpacked.update(_unpacked_call(node))
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         if self._chains is None:
@@ -274,43 +302,111 @@ class FlashAttnFunc(Rule):
         return self._fa2(original, updated, functions.pop())
 
     def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
-        return drop_dead_chains(self, original, updated, _ROOTS, _CHAIN_ADVICE)
+        flags, ported = self._scan()
+        body = without_stops(self, original.body, updated.body, flags, ported, "flash_attn")
+        return drop_dead_chains(self, original, updated.with_changes(body=body), _ROOTS, _CHAIN_ADVICE)
 
     def _fa3(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        if not arguments_fit(original, 3, _FA3_OPTIONS) or keyword(original, "return_attn_probs"):
-            self.flag(original, "FlashAttention-3's `flash_attn_func` with these arguments can't be "
-                      "mapped exactly: FA3 has no dropout and its 4th positional is softmax_scale",
-                      suggestion="porter_runtime.fa3_attention(q, k, v, softmax_scale=..., causal=...)")
-            return updated
-        if original in self._unpacked:
-            self.flag(original, "FlashAttention-3's `flash_attn_func` result is unpacked or indexed "
-                      "(`out, lse = ...`): its softmax_lse exists only in FA3's CUDA kernel",
-                      suggestion="take `out = porter_runtime.fa3_attention(q, k, v, ...)` and then "
-                      "`if isinstance(out, tuple): out = out[0]`; compute lse with torch.logsumexp "
-                      "where it is needed")
+        problem = _fa3_problem(original, original in self._unpacked)
+        if problem is not None:
+            self.flag(original, problem[0], suggestion=problem[1])
             return updated
         new = updated.with_changes(func=self.runtime("fa3_attention"))
         return self.rewrite(original, new, "FlashAttention-3's `flash_attn_func` now runs FA3, then "
                             "FA2, where CUDA has them and exact SDPA elsewhere")
 
     def _fa2(self, original: cst.Call, updated: cst.Call, function: str) -> cst.BaseExpression:
-        twin, leading = _FUNCTIONS[function]
-        allowed = frozenset(leading + _OPTIONS + ("block_table",))
-        if not arguments_fit(original, len(leading) + 3, allowed):
-            self.flag(original, f"`{function}` with these arguments can't be mapped exactly; "
-                      f"positional arguments after `causal`, `*args` and unknown keywords "
-                      f"differ between flash_attn releases",
-                      suggestion=f"porter_runtime.{twin}(...) with keyword arguments")
+        problem = _fa2_problem(original, function)
+        if problem is not None:
+            self.flag(original, problem[0], suggestion=problem[1])
             return updated
-        needs = _needs_flash(original)
-        if needs is not None:
-            self.flag(original, f"`{function}(..., {needs}=...)` needs flash_attn's CUDA kernels; "
-                      f"porter_runtime.{twin} raises NotImplementedError for it off CUDA",
-                      suggestion=_SUGGEST_NEEDS[needs])
-            return updated
-        new = updated.with_changes(func=self.runtime(twin))
+        new = updated.with_changes(func=self.runtime(_FUNCTIONS[function][0]))
         return self.rewrite(original, new, f"`{function}` now runs flash-attn where it can and "
                             "exact SDPA elsewhere")
+
+    def _scan(self) -> tuple[set[str], bool]:
+        """(the module's availability flags, whether every flash_attn use gets ported)."""
+        if not hasattr(self, "_scanned"):
+            uses = _Uses(self)
+            self.ctx.module.visit(uses)
+            self._scanned = (flags_set_false(self.ctx.module, _ROOTS), uses.all_ported)
+        return self._scanned
+
+    def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
+        flags, ported = self._scan()
+        body = without_stops(self, original.body, updated.body, flags, ported, "flash_attn")
+        return updated if body is updated.body else updated.with_changes(body=body)
+
+
+def _unpacked_call(node: cst.CSTNode) -> list[cst.Call]:
+    """The call whose result ``out, lse = f(...)`` unpacks or ``f(...)[0]`` indexes."""
+    if isinstance(node, cst.Assign) and isinstance(node.value, cst.Call) \
+            and any(isinstance(t.target, (cst.Tuple, cst.List)) for t in node.targets):
+        return [node.value]
+    if isinstance(node, cst.Subscript) and isinstance(node.value, cst.Call):
+        return [node.value]
+    return []
+
+
+def _fa3_problem(call: cst.Call, unpacked: bool) -> Optional[tuple[str, str]]:
+    """Why an FA3 call can't become fa3_attention (message, suggestion), or None."""
+    if not arguments_fit(call, 3, _FA3_OPTIONS) or keyword(call, "return_attn_probs"):
+        return ("FlashAttention-3's `flash_attn_func` with these arguments can't be mapped exactly: "
+                "FA3 has no dropout and its 4th positional is softmax_scale",
+                "porter_runtime.fa3_attention(q, k, v, softmax_scale=..., causal=...)")
+    if unpacked:
+        return ("FlashAttention-3's `flash_attn_func` result is unpacked or indexed (`out, lse = ...`): "
+                "its softmax_lse exists only in FA3's CUDA kernel",
+                "take `out = porter_runtime.fa3_attention(q, k, v, ...)` and then `if isinstance(out, "
+                "tuple): out = out[0]`; compute lse with torch.logsumexp where it is needed")
+    return None
+
+
+def _fa2_problem(call: cst.Call, function: str) -> Optional[tuple[str, str]]:
+    """Why a flash_attn call can't become its twin (message, suggestion), or None."""
+    twin, leading = _FUNCTIONS[function]
+    allowed = frozenset(leading + _OPTIONS + ("block_table",))
+    if not arguments_fit(call, len(leading) + 3, allowed):
+        return (f"`{function}` with these arguments can't be mapped exactly; positional arguments "
+                "after `causal`, `*args` and unknown keywords differ between flash_attn releases",
+                f"porter_runtime.{twin}(...) with keyword arguments")
+    needs = _needs_flash(call)
+    if needs is not None:
+        return (f"`{function}(..., {needs}=...)` needs flash_attn's CUDA kernels; porter_runtime.{twin} "
+                "raises NotImplementedError for it off CUDA", _SUGGEST_NEEDS[needs])
+    return None
+
+
+class _Uses(UseFinder, cst.CSTVisitor):
+    """Whether every use of a flash_attn name in a module is a call TP101 rewrites."""
+
+    prefixes = _ROOTS
+
+    def __init__(self, rule: Rule) -> None:
+        super().__init__()
+        self.qualname = rule.qualname
+        self.all_ported = True
+        self._unpacked: set[cst.Call] = set()
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        self._unpacked.update(_unpacked_call(node))
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        self._unpacked.update(_unpacked_call(node))
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def on_use(self, node: cst.BaseExpression, name: str, call: Optional[cst.Call]) -> None:
+        if call is None or name not in _TARGETS and name != _FA3:
+            self.all_ported = False
+        elif name == _FA3:
+            self.all_ported &= _fa3_problem(call, call in self._unpacked) is None
+        else:
+            self.all_ported &= _fa2_problem(call, _TARGETS[name]) is None
 
 
 _SUGGEST_NEEDS = {

@@ -9,7 +9,7 @@ import libcst as cst
 from porter.matching import Ambiguous
 from porter.rule import Example, Rule, Safety
 from porter.rules._thirdparty_common import (
-    UseFinder, arguments_fit, drop_dead_chains, example_code, flags_set_false, only_raises, without,
+    UseFinder, arguments_fit, drop_dead_chains, example_code, flags_set_false, without_stops,
 )
 
 _MODULES = ("xformers.ops", "xformers.ops.fmha")
@@ -64,29 +64,6 @@ class _Uses(UseFinder, cst.CSTVisitor):
         ported = call is not None and (
             (name in _ATTENTION and arguments_fit(call, 6, _KEYWORDS)) or _bias_callee(self.rule, call))
         self.all_ported = self.all_ported and bool(ported)
-
-
-def _flag_test(test: cst.BaseExpression, flags: set[str]) -> Optional[str]:
-    """The flag of ``not FLAG`` / ``FLAG is False`` / ``FLAG == False``."""
-    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) \
-            and isinstance(test.expression, cst.Name) and test.expression.value in flags:
-        return test.expression.value
-    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and isinstance(test.left, cst.Name) \
-            and test.left.value in flags and isinstance(test.comparisons[0].operator, (cst.Is, cst.Equal)):
-        value = test.comparisons[0].comparator
-        return test.left.value if isinstance(value, cst.Name) and value.value == "False" else None
-    return None
-
-
-def _flag_raise(stmt: cst.CSTNode, flags: set[str]) -> Optional[str]:
-    """The flag when ``stmt`` stops the program without xformers: ``if not FLAG: raise ...``
-    or ``assert FLAG``."""
-    if isinstance(stmt, cst.If) and stmt.orelse is None and only_raises(stmt.body):
-        return _flag_test(stmt.test, flags)
-    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assert):
-        test = stmt.body[0].test
-        return test.value if isinstance(test, cst.Name) and test.value in flags else None
-    return None
 
 
 class XformersAttention(Rule):
@@ -214,31 +191,16 @@ class XformersAttention(Rule):
         return self._scanned
 
     def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
-        return updated.with_changes(body=self._without_stops(original.body, updated.body))
+        body = self._without_stops(original.body, updated.body)
+        return updated if body is updated.body else updated.with_changes(body=body)
 
     def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
         updated = updated.with_changes(body=self._without_stops(original.body, updated.body))
         return drop_dead_chains(self, original, updated, ["xformers"], _CHAIN_ADVICE)
 
     def _without_stops(self, original, updated):
-        """``updated`` without the statements that stop on the flag (when all is ported)."""
         flags, ported = self._scan()
-        if not flags or len(original) != len(updated):
-            return updated
-        dropped = []
-        for old, new in zip(original, updated):
-            flag = _flag_raise(old, flags)
-            if flag is None:
-                continue
-            if not ported or len(original) == 1 or self.ctx.suppressed(old, self.code):
-                self.flag(old, f"stops when `{flag}` is False, which it is wherever xformers does "
-                          "not import (off CUDA); the ported xformers calls run there",
-                          suggestion="drop this check once the remaining xformers uses are ported")
-            else:
-                self.ctx.record(self, old, "rewrite", f"`{flag}` is False off CUDA, but every xformers "
-                                "call here now runs there (porter_runtime): the stop goes")
-                dropped.append(new)
-        return without(list(updated), dropped) if dropped else updated
+        return without_stops(self, original, updated, flags, ported, "xformers")
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         if _resolved(self, original.func) not in _ATTENTION:
