@@ -22,6 +22,9 @@ import torch
 
 from . import _attention, _thirdparty_libs
 
+_DEFAULTS = {"softmax_scale": None, "causal": False, "window_size": (-1, -1), "softcap": 0.0,
+             "deterministic": False}
+
 
 def fa3_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   softmax_scale: Optional[float] = None, causal: bool = False,
@@ -34,5 +37,6 @@ def fa3_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                "softcap": softcap, "deterministic": deterministic}
     fa3 = _thirdparty_libs.cuda_attr("flash_attn_interface", "flash_attn_func")
     if fa3 is not None:
-        return fa3(q, k, v, **_attention._changed(options))
+        # only what the caller changed: FA3 releases differ in the keywords they know
+        return fa3(q, k, v, **{name: value for name, value in options.items() if value != _DEFAULTS[name]})
     return _attention.attention(q, k, v, **options)
