@@ -127,3 +127,6 @@ __all__ = [
     # research-code idioms
     "require_device", "set_default_tensor_type", "load_state_dict",
 ]
+
+from . import _peak  # noqa: E402
+_peak.install()  # does nothing unless PORTER_PEAK_MEMORY_FILE is set (porter fit)
