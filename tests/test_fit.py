@@ -262,3 +262,14 @@ def test_search_with_accumulation_tries_only_divisors_of_the_global_batch():
 def test_search_stops_at_the_trial_limit_with_the_best_so_far():
     outcome = search(Space(768), _fake(100), max_trials=5)
     assert len(outcome.trials) == 5 and outcome.best.value == 96 and "max-trials 5" in outcome.stopped
+
+
+def test_readme_documents_every_option():
+    from porter.fit import fit as command
+    from porter_test_utils import ROOT
+
+    section = (ROOT / "README.md").read_text().split("## Fit the batch size")[1].split("\n## ")[0]
+    for option in command.params:
+        for name in option.opts:
+            if name.startswith("--") and name != "--help":
+                assert f"`{name}" in section, name
