@@ -71,3 +71,19 @@ def test_porter_device_decides_what_is_measured(simulate, monkeypatch):
     simulate("mps")
     monkeypatch.setenv("PORTER_DEVICE", "cpu")
     assert _peak.Recorder("unused").record()["device"] == "cpu"
+
+
+def test_mps_sampler_keeps_the_high_water_mark(simulate):
+    machine = simulate("mps")
+    readings = iter([1 << 30, 6 << 30, 2 << 30])
+    machine.record(torch.mps, "driver_allocated_memory", lambda: next(readings, 2 << 30))
+    recorder = _peak.Recorder("unused")
+    sampler = threading.Thread(target=recorder.sample_mps)
+    sampler.start()
+    for _ in range(500):  # at most 5 s
+        if recorder.mps_samples >= 6 << 30 or not sampler.is_alive():
+            break
+        threading.Event().wait(0.01)
+    recorder._stop.set()
+    sampler.join(5)
+    assert not sampler.is_alive() and recorder.mps_samples == 6 << 30  # the peak, not the last reading
