@@ -215,9 +215,13 @@ def _render(console, data: dict, param: Param, accum: Optional[Param], outcome: 
     if outcome.stopped:
         console.print(f"porter fit: {outcome.stopped}", markup=False)
     if data["recommended"] is None:
-        smallest = outcome.trials[-1] if outcome.trials else None
-        console.print(f"nothing fits: even {param.name}={smallest.value if smallest else '?'} does not"
-                      f" ({smallest.status if smallest else '?'})", markup=False, soft_wrap=True)
+        last = outcome.trials[-1]
+        if outcome.stopped:
+            console.print(f"no run fit before the search stopped (the last, {param.name}={last.value}: "
+                          f"{last.status})", markup=False, soft_wrap=True)
+        else:
+            console.print(f"nothing fits: even {param.name}={last.value} does not ({last.status})",
+                          markup=False, soft_wrap=True)
         return
     console.print(_verdict(data, param, accum), markup=False, soft_wrap=True)
     if any(k in data["env"] for k in GLIBC_ALLOCATOR):

@@ -168,6 +168,14 @@ def test_a_crash_that_is_not_memory_stops_the_search(repo, budget):
     assert "trying batch_size=4" in err and "trying batch_size=1" not in err and "trying batch_size=3" not in err
 
 
+def test_nothing_fits_exits_1(repo):
+    proc = fit(repo, "--budget", "1MiB", "--format", "json", args=["--batch_size=1", "--max_iters=1"])
+    assert proc.returncode == 1, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["recommended"] is None and data["command_line"] is None
+    assert [(t["value"], t["status"]) for t in data["trials"]] == [(1, OVER)]
+
+
 def test_a_command_without_the_runtime_is_refused(repo):
     proc = subprocess.run([sys.executable, "-m", "porter", "fit", "--format", "json", "--",
                            sys.executable, "-c", "print('trained')", "--batch_size=8"],
