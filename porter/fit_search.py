@@ -183,8 +183,8 @@ class Runner:
         elif record is None:
             trial.output_tail = (
                 "the run finished but recorded no peak memory: the command must import porter_runtime "
-                f"(a repository ported with `porter migrate --write` does), which writes it when {PEAK_ENV} "
-                "is set. Its last output:\n" + (_tail(output, 10) or "(none)"))
+                f"(a repository ported with `porter migrate --write` does), which writes it at exit when "
+                f"{PEAK_ENV} is set, and must end normally, not by os._exit. Its last output:\n" + (_tail(output, 10) or "(none)"))
         elif self.budget_bytes is None:
             trial.output_tail = f"the run reported no memory capacity for {record.device}; give --budget SIZE"
         else:
