@@ -132,3 +132,6 @@ __all__ = [
     # FlashAttention-3, compiled extensions, Hugging Face options
     "fa3_attention", "build_cuda_extension", "attn_implementation", "cuda_option",
 ]
+
+from . import _peak  # noqa: E402
+_peak.install()  # does nothing unless PORTER_PEAK_MEMORY_FILE is set (porter fit)
