@@ -422,6 +422,10 @@ def verify(path, command, timeout, run_timeout, jobs, include_tests, exclude, al
 
 cli.add_command(doctor)  # its probing imports torch only when the command runs
 
+from porter.fit import fit  # noqa: E402
+
+cli.add_command(fit)  # runs the target's code; migrate never does
+
 
 def main(argv: Optional[list[str]] = None) -> None:
     cli.main(args=argv, prog_name="porter")

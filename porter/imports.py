@@ -128,7 +128,7 @@ def remove_unused(new_module: cst.Module, ctx: "FileContext") -> cst.Module:
 #: standard-library module (``import sys`` once ``sys.exit`` became
 #: ``porter_runtime.require_device``). Other plain imports (``import torch``) stay even
 #: when unused: importing a library may register backends or ops.
-CUDA_ONLY_PACKAGES = frozenset({"flash_attn", "xformers", "apex", "bitsandbytes", "adam_atan2"})
+CUDA_ONLY_PACKAGES = frozenset({"flash_attn", "flash_attn_interface", "xformers", "apex", "bitsandbytes", "adam_atan2"})
 
 
 def _not_used_in_stubs(ctx: "FileContext", name: str) -> None:

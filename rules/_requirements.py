@@ -27,8 +27,10 @@ CUDA_ONLY = frozenset({
     "adam-atan2", "triton", "deepspeed", "mamba-ssm", "causal-conv1d", "liger-kernel",
     "transformer-engine", "transformer-engine-torch", "pycuda", "cuda-python", "torch-tensorrt",
     "tensorrt", "tensorrt-llm", "onnxruntime-gpu", "vllm", "auto-gptq", "exllamav2",
+    "cupy", "cudf", "cuml", "cugraph", "numba-cuda", "nvidia-dali-cuda120",
 })
-CUDA_ONLY_PREFIXES = ("nvidia-", "cupy-cuda")
+CUDA_ONLY_PREFIXES = ("nvidia-", "cupy-cuda", "cudf-cu", "cuml-cu", "cugraph-cu", "rmm-cu", "dask-cudf-cu",
+                      "pylibraft-cu", "raft-dask-cu", "cucim-cu")
 #: nvidia-* packages that are pure Python and install anywhere (NVML bindings).
 NOT_CUDA_ONLY = frozenset({"nvidia-ml-py", "nvidia-ml-py3"})
 

@@ -184,6 +184,70 @@ class ShellCudaVisibleDevices(TextRule):
         return text
 
 
+_HF_FLAGS = re.compile(
+    r"(?P<flag>--tf32)[= ]+(?P<tf32>True|true|1)\b"
+    r"|(?P<ds>--deepspeed)(?:[= ]+(?P<config>[^\s\\-]\S*))?"
+    r"|(?P<optim>--optim)[= ]+(?P<name>paged_\S+|\S*8bit\S*|\S*bnb\S*)"
+    r"|^\s*(?:\w+=\S*\s+)*(?P<launcher>deepspeed)\s"
+)
+_HF_ADVICE = {
+    "flag": ("--tf32 True stops TrainingArguments without an Ampere CUDA GPU",
+             "drop --tf32 on a Mac (keep it in the cluster's launch line)"),
+    "ds": ("--deepspeed needs DeepSpeed, which does not install without CUDA",
+           "drop --deepspeed on a Mac: Trainer then trains without it"),
+    "optim": ("this --optim is a bitsandbytes optimizer (CUDA kernels)",
+              "--optim adamw_torch on a Mac (same AdamW update, 32-bit state)"),
+    "launcher": ("the deepspeed launcher does not install without CUDA",
+                 "launch with python (or torchrun --nproc_per_node=1) on a Mac"),
+}
+
+
+class ShellHfCudaOptions(TextRule):
+    """A launch script passes Trainer options that need CUDA (`--tf32 True`, `--deepspeed`).
+
+    What:
+    Reports, in shell scripts, the Hugging Face Trainer command-line options that
+    only work with CUDA: `--tf32 True`, `--deepspeed ds_config.json`, bitsandbytes
+    optimizers (`--optim paged_adamw_32bit`, `--optim adamw_bnb_8bit`), and commands
+    started by the `deepspeed` launcher.
+
+    Why:
+    `HfArgumentParser` turns them into `TrainingArguments`, which stops without an
+    Ampere GPU for tf32, or fails importing DeepSpeed / bitsandbytes.
+
+    Fix safety:
+    Not rewritten: the script is also how the code runs on the cluster. Keep a launch
+    line for a Mac without these options (`--optim adamw_torch` for a paged AdamW).
+
+    Known limits:
+    Options built in variables (`$DS_ARGS`) are not seen.
+    """
+
+    code = "TP706"
+    name = "shell-hf-cuda-options"
+    safety = Safety.REVIEW
+    patterns = SHELL_PATTERNS
+    words = frozenset()
+
+    valid = [
+        Example("python train.py --tf32 False --optim adamw_torch\n", path="run.sh"),
+        Example("# python train.py --deepspeed ds.json\n", path="run.sh"),
+    ]
+    invalid = [
+        Example("#!/bin/bash\npython finetune.py \\\n    --bf16 True \\\n    --tf32 True \\\n"
+                "    --optim paged_adamw_32bit\n", path="finetune.sh"),
+        Example("deepspeed --num_gpus 1 train.py --deepspeed configs/zero2.json\n", path="run.sh"),
+    ]
+
+    def check(self, text: str) -> str:
+        for number, line in _lines(text):
+            for match in _HF_FLAGS.finditer(_uncommented(line)):
+                kind = next(k for k in ("flag", "ds", "optim", "launcher") if match.group(k))
+                message, suggestion = _HF_ADVICE[kind]
+                self.flag(number, message, column=match.start(kind) + 1, before=line, suggestion=suggestion)
+        return text
+
+
 class EnvCudaVisibleDevices(Rule):
     """Code sets `CUDA_VISIBLE_DEVICES` through `os.environ`.
 

@@ -6,9 +6,11 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.matching import Ambiguous
 from porter.rule import Example, Rule, Safety, keyword
-from porter.rules._thirdparty_common import UseFinder, arguments_fit, literal_is, under
+from porter.rules._thirdparty_common import (
+    UseFinder, arguments_fit, chain_alternatives, drop_dead_chains, example_code, flags_set_false, literal_is,
+    module_chains, under, without_stops,
+)
 
 _OPTIONS = ("dropout_p", "softmax_scale", "causal", "window_size", "softcap", "alibi_slopes",
             "deterministic", "return_attn_probs")
@@ -28,6 +30,15 @@ _FUNCTIONS = {
 }
 _MODULES = ("flash_attn", "flash_attn.flash_attn_interface")
 _TARGETS = {f"{m}.{f}": f for m in _MODULES for f in _FUNCTIONS}
+#: FlashAttention-3 (``pip install`` from flash-attention/hopper): its own module.
+_FA3 = "flash_attn_interface.flash_attn_func"
+#: FA3's options that FA2 shares (FA3 has no dropout); q, k, v are the only positionals
+#: accepted, because FA3's fourth is softmax_scale and FA2's dropout_p.
+_FA3_OPTIONS = frozenset({"q", "k", "v", "softmax_scale", "causal", "window_size", "softcap",
+                          "deterministic"})
+_ROOTS = ("flash_attn", "flash_attn_interface")
+_CHAIN_ADVICE = ("give the last `except ImportError:` a fallback (`flash_attn_func = None` and a "
+                 "PyTorch path), or call porter_runtime.attention / porter_runtime.fa3_attention")
 
 
 def _needs_flash(call: cst.Call) -> Optional[str]:
@@ -52,7 +63,14 @@ class FlashAttnFunc(Rule):
     imports, aliases), into `porter_runtime.attention`, `attention_qkvpacked`,
     `attention_kvpacked`, `attention_varlen`, `attention_varlen_qkvpacked` and
     `attention_varlen_kvpacked`, keeping every argument as written. The import that
-    only served those calls goes away.
+    only served those calls goes away. FlashAttention-3's `flash_attn_interface.flash_attn_func`,
+    alone or tried first in a `try: ... except ImportError:` chain that falls back to
+    FlashAttention-2, becomes `porter_runtime.fa3_attention`, which tries them in the same
+    order. A chain whose every branch imports flash_attn (or raises) is no guard: once
+    its names have no use left it goes like a plain import; otherwise it is reported.
+    A stop on the module's own flag (`HAS_FLASH = False` in `except ImportError:`,
+    then `if not HAS_FLASH: raise ...` / `assert HAS_FLASH`) goes once every flash_attn
+    use in the file is ported, and is reported otherwise.
 
     Why:
     flash-attn does not build without CUDA (`pip install flash-attn` fails on a Mac), so
@@ -67,6 +85,11 @@ class FlashAttnFunc(Rule):
     (other than `False`) or a paged `block_table` need flash_attn's own kernels and
     are reported instead, as are calls with `*args`/`**kwargs`, unknown keywords, or
     positional arguments after `causal` (their meaning changed between releases).
+    `fa3_attention` calls FA3's own function on CUDA where `flash_attn_interface`
+    imports and returns what it returns (`(out, lse)` in some releases, so
+    `isinstance(out, tuple)` checks keep working); elsewhere it returns the tensor.
+    An FA3 call whose result is unpacked or indexed (`out, lse = ...`, `...[0]`) is
+    reported: off CUDA there is no `lse` to return.
 
     Known limits:
     A name bound both by the flash_attn import and by a fallback (`try: from flash_attn
@@ -76,10 +99,11 @@ class FlashAttnFunc(Rule):
     """
 
     code = "TP101"
-    calls_only = True
+    calls_only = False  # an import chain is reported even where its names are only values
+    whole_file = True  # an import chain is removed once no use is left in the file
     name = "flash-attn-func"
     safety = Safety.SAFE
-    targets = frozenset(_TARGETS)
+    targets = frozenset({*_TARGETS, _FA3})
 
     valid = [
         # shadowed: a parameter named like the function
@@ -138,6 +162,110 @@ class FlashAttnFunc(Rule):
             "def attend(q, k, v):\n    if HAS_FLASH:\n        return porter_runtime.attention(q, k, v)\n"
             "    return sdpa(q, k, v)\n",
         ),
+        # FlashAttention-3 first, FlashAttention-2 as the fallback: no guard, ported
+        Example(
+            example_code("""
+            import torch
+
+            try:
+                from flash_attn_interface import flash_attn_func  # FlashAttention-3
+            except ImportError:
+                from flash_attn import flash_attn_func
+
+
+            def attend(q, k, v):
+                out = flash_attn_func(q, k, v, causal=True)
+                if isinstance(out, tuple):  # FA3 returns (out, lse)
+                    out = out[0]
+                return out
+            """),
+            example_code("""
+            import porter_runtime
+            import torch
+
+
+            def attend(q, k, v):
+                out = porter_runtime.fa3_attention(q, k, v, causal=True)
+                if isinstance(out, tuple):  # FA3 returns (out, lse)
+                    out = out[0]
+                return out
+            """),
+        ),
+        # the same chain through module aliases, re-raising at the end
+        Example(
+            example_code("""
+            try:
+                import flash_attn_interface as fa
+            except ImportError:
+                try:
+                    import flash_attn as fa
+                except ImportError:
+                    raise ImportError("flash-attn is required")
+            out = fa.flash_attn_func(q, k, v, softmax_scale=0.125)
+            """),
+            example_code("""
+            import porter_runtime
+            out = porter_runtime.fa3_attention(q, k, v, softmax_scale=0.125)
+            """),
+        ),
+        # FA3's (out, lse) unpacked: off CUDA there is no lse (line 2)
+        Example("from flash_attn_interface import flash_attn_func\n"
+                "out, lse = flash_attn_func(q, k, v, causal=True)\n"),
+        # a chain whose names stay in use is reported (line 1): it is no guard
+        Example("try:\n    from flash_attn_interface import flash_attn_func\nexcept ImportError:\n"
+                "    from flash_attn import flash_attn_func\nATTN = {'flash': flash_attn_func}\n"),
+        # the chain also records which branch ran: the calls are ported, the chain
+        # (which still fails off CUDA) is reported at line 2
+        Example(
+            example_code("""
+            import torch
+            try:
+                from flash_attn_interface import flash_attn_func
+                FA_VERSION = 3
+            except ImportError:
+                from flash_attn import flash_attn_func
+                FA_VERSION = 2
+            out = flash_attn_func(q, k, v, causal=True)
+            """),
+            example_code("""
+            import porter_runtime
+            import torch
+            try:
+                from flash_attn_interface import flash_attn_func
+                FA_VERSION = 3
+            except ImportError:
+                from flash_attn import flash_attn_func
+                FA_VERSION = 2
+            out = porter_runtime.fa3_attention(q, k, v, causal=True)
+            """),
+        ),
+        # the module's own flag stops the ported path off CUDA: the stop goes
+        Example(
+            example_code("""
+            try:
+                from flash_attn import flash_attn_func
+                HAS_FLASH = True
+            except ImportError:
+                HAS_FLASH = False
+
+
+            def attend(q, k, v):
+                assert HAS_FLASH, "pip install flash-attn"
+                return flash_attn_func(q, k, v, causal=True)
+            """),
+            example_code("""
+            import porter_runtime
+            try:
+                from flash_attn import flash_attn_func
+                HAS_FLASH = True
+            except ImportError:
+                HAS_FLASH = False
+
+
+            def attend(q, k, v):
+                return porter_runtime.attention(q, k, v, causal=True)
+            """),
+        ),
         # only flash_attn's kernels return the softmax statistics: a finding
         Example("from flash_attn import flash_attn_func\n"
                 "out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True)\n"),
@@ -149,30 +277,136 @@ class FlashAttnFunc(Rule):
         Example("from flash_attn import flash_attn_func\nout = flash_attn_func(*qkv, **opts)\n"),
     ]
 
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._chains = None
+        self._unpacked: set[cst.Call] = set()
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        self._unpacked.update(_unpacked_call(node))
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        self._unpacked.update(_unpacked_call(node))
+
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        name = self.qualname(original.func)
-        if name is None or isinstance(name, Ambiguous):
-            return updated  # two imports bind the name: the file has its own fallback
-        function = _TARGETS.get(name)
-        if function is None:
+        if self._chains is None:
+            self._chains = module_chains(self.ctx.module, _ROOTS)
+        options = chain_alternatives(self, original.func, self._chains)
+        if not options:
             return updated
-        twin, leading = _FUNCTIONS[function]
-        allowed = frozenset(leading + _OPTIONS + ("block_table",))
-        if not arguments_fit(original, len(leading) + 3, allowed):
-            self.flag(original, f"`{function}` with these arguments can't be mapped exactly; "
-                      f"positional arguments after `causal`, `*args` and unknown keywords "
-                      f"differ between flash_attn releases",
-                      suggestion=f"porter_runtime.{twin}(...) with keyword arguments")
+        if options[0] == _FA3 and all(_TARGETS.get(o) == "flash_attn_func" for o in options[1:]):
+            return self._fa3(original, updated)
+        functions = {_TARGETS.get(o) for o in options}
+        if len(functions) != 1 or None in functions:
+            return updated  # two different imports bind the name: the file has its own fallback
+        return self._fa2(original, updated, functions.pop())
+
+    def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
+        flags, ported = self._scan()
+        body = without_stops(self, original.body, updated.body, flags, ported, "flash_attn")
+        return drop_dead_chains(self, original, updated.with_changes(body=body), _ROOTS, _CHAIN_ADVICE)
+
+    def _fa3(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        problem = _fa3_problem(original, original in self._unpacked)
+        if problem is not None:
+            self.flag(original, problem[0], suggestion=problem[1])
             return updated
-        needs = _needs_flash(original)
-        if needs is not None:
-            self.flag(original, f"`{function}(..., {needs}=...)` needs flash_attn's CUDA kernels; "
-                      f"porter_runtime.{twin} raises NotImplementedError for it off CUDA",
-                      suggestion=_SUGGEST_NEEDS[needs])
+        new = updated.with_changes(func=self.runtime("fa3_attention"))
+        return self.rewrite(original, new, "FlashAttention-3's `flash_attn_func` now runs FA3, then "
+                            "FA2, where CUDA has them and exact SDPA elsewhere")
+
+    def _fa2(self, original: cst.Call, updated: cst.Call, function: str) -> cst.BaseExpression:
+        problem = _fa2_problem(original, function)
+        if problem is not None:
+            self.flag(original, problem[0], suggestion=problem[1])
             return updated
-        new = updated.with_changes(func=self.runtime(twin))
+        new = updated.with_changes(func=self.runtime(_FUNCTIONS[function][0]))
         return self.rewrite(original, new, f"`{function}` now runs flash-attn where it can and "
                             "exact SDPA elsewhere")
+
+    def _scan(self) -> tuple[set[str], bool]:
+        """(the module's availability flags, whether every flash_attn use gets ported)."""
+        if not hasattr(self, "_scanned"):
+            uses = _Uses(self)
+            self.ctx.module.visit(uses)
+            self._scanned = (flags_set_false(self.ctx.module, _ROOTS), uses.all_ported)
+        return self._scanned
+
+    def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
+        flags, ported = self._scan()
+        body = without_stops(self, original.body, updated.body, flags, ported, "flash_attn")
+        return updated if body is updated.body else updated.with_changes(body=body)
+
+
+def _unpacked_call(node: cst.CSTNode) -> list[cst.Call]:
+    """The call whose result ``out, lse = f(...)`` unpacks or ``f(...)[0]`` indexes."""
+    if isinstance(node, cst.Assign) and isinstance(node.value, cst.Call) \
+            and any(isinstance(t.target, (cst.Tuple, cst.List)) for t in node.targets):
+        return [node.value]
+    if isinstance(node, cst.Subscript) and isinstance(node.value, cst.Call):
+        return [node.value]
+    return []
+
+
+def _fa3_problem(call: cst.Call, unpacked: bool) -> Optional[tuple[str, str]]:
+    """Why an FA3 call can't become fa3_attention (message, suggestion), or None."""
+    if not arguments_fit(call, 3, _FA3_OPTIONS) or keyword(call, "return_attn_probs"):
+        return ("FlashAttention-3's `flash_attn_func` with these arguments can't be mapped exactly: "
+                "FA3 has no dropout and its 4th positional is softmax_scale",
+                "porter_runtime.fa3_attention(q, k, v, softmax_scale=..., causal=...)")
+    if unpacked:
+        return ("FlashAttention-3's `flash_attn_func` result is unpacked or indexed (`out, lse = ...`): "
+                "its softmax_lse exists only in FA3's CUDA kernel",
+                "take `out = porter_runtime.fa3_attention(q, k, v, ...)` and then `if isinstance(out, "
+                "tuple): out = out[0]`; compute lse with torch.logsumexp where it is needed")
+    return None
+
+
+def _fa2_problem(call: cst.Call, function: str) -> Optional[tuple[str, str]]:
+    """Why a flash_attn call can't become its twin (message, suggestion), or None."""
+    twin, leading = _FUNCTIONS[function]
+    allowed = frozenset(leading + _OPTIONS + ("block_table",))
+    if not arguments_fit(call, len(leading) + 3, allowed):
+        return (f"`{function}` with these arguments can't be mapped exactly; positional arguments "
+                "after `causal`, `*args` and unknown keywords differ between flash_attn releases",
+                f"porter_runtime.{twin}(...) with keyword arguments")
+    needs = _needs_flash(call)
+    if needs is not None:
+        return (f"`{function}(..., {needs}=...)` needs flash_attn's CUDA kernels; porter_runtime.{twin} "
+                "raises NotImplementedError for it off CUDA", _SUGGEST_NEEDS[needs])
+    return None
+
+
+class _Uses(UseFinder, cst.CSTVisitor):
+    """Whether every use of a flash_attn name in a module is a call TP101 rewrites."""
+
+    prefixes = _ROOTS
+
+    def __init__(self, rule: Rule) -> None:
+        super().__init__()
+        self.qualname = rule.qualname
+        self.all_ported = True
+        self._unpacked: set[cst.Call] = set()
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        self._unpacked.update(_unpacked_call(node))
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        self._unpacked.update(_unpacked_call(node))
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def on_use(self, node: cst.BaseExpression, name: str, call: Optional[cst.Call]) -> None:
+        if call is None or name not in _TARGETS and name != _FA3:
+            self.all_ported = False
+        elif name == _FA3:
+            self.all_ported &= _fa3_problem(call, call in self._unpacked) is None
+        else:
+            self.all_ported &= _fa2_problem(call, _TARGETS[name]) is None
 
 
 _SUGGEST_NEEDS = {
@@ -207,13 +441,15 @@ _ADVICE = [
     ("flash_attn.modules.mha", "the model's own attention module with porter_runtime.attention, "
      "or torch.nn.MultiheadAttention"),
 ]
-_FUNCTION_NAMES = frozenset(_TARGETS)
+_FUNCTION_NAMES = frozenset({*_TARGETS, _FA3})
 
 
 def _advice(name: str) -> str:
     for prefix, text in _ADVICE:
         if under(name, [prefix]):
             return text
+    if name == _FA3:
+        return "call porter_runtime.fa3_attention (FA3's signature) where this value is used"
     if name in _FUNCTION_NAMES:
         twin = _FUNCTIONS[_TARGETS[name]][0]
         return f"call porter_runtime.{twin} (same signature) where this value is used"
@@ -261,7 +497,7 @@ class FlashAttnUnsupported(UseFinder, Rule):
         Example("from flash_attn.ops.rms_norm import RMSNorm\nnorm = RMSNorm(512)\n"),
         Example("from flash_attn import flash_attn_func as fa\nATTENTION = {'flash': fa}\n"),
         Example("from flash_attn.bert_padding import unpad_input\nx, idx, cu, m, _ = unpad_input(h, mask)\n"),
-        Example("from flash_attn_interface import flash_attn_func\nout, lse = flash_attn_func(q, k, v)\n"),
+        Example("from flash_attn_interface import flash_attn_func as fa3\nATTENTION = {'fa3': fa3}\n"),
     ]
 
     def on_use(self, node: cst.BaseExpression, name: str, call: Optional[cst.Call]) -> None:

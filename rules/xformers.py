@@ -8,7 +8,9 @@ import libcst as cst
 
 from porter.matching import Ambiguous
 from porter.rule import Example, Rule, Safety
-from porter.rules._thirdparty_common import UseFinder, arguments_fit
+from porter.rules._thirdparty_common import (
+    UseFinder, arguments_fit, drop_dead_chains, example_code, flags_set_false, without_stops,
+)
 
 _MODULES = ("xformers.ops", "xformers.ops.fmha")
 _ATTENTION = frozenset(f"{m}.memory_efficient_attention" for m in _MODULES)
@@ -18,6 +20,8 @@ _BIAS_NAMES = ("LowerTriangularMask", "LowerTriangularMaskWithTensorBias",
 _BIASES = {f"{m}.{n}": n for m in (*_MODULES, "xformers.ops.fmha.attn_bias") for n in _BIAS_NAMES}
 _CONSTRUCTORS = frozenset({"from_seqlens", "from_tensor_list"})
 _KEYWORDS = frozenset({"query", "key", "value", "attn_bias", "p", "scale", "op", "output_dtype"})
+_CHAIN_ADVICE = ("give `except ImportError:` a fallback (a flag and a PyTorch path), or call "
+                 "porter_runtime.memory_efficient_attention")
 
 
 def _resolved(rule: Rule, node: cst.BaseExpression) -> Optional[str]:
@@ -37,6 +41,29 @@ def _bias_callee(rule: Rule, call: cst.Call) -> Optional[tuple[cst.BaseExpressio
         if found is not None:
             return func.value, found
     return None
+
+
+class _Uses(UseFinder, cst.CSTVisitor):
+    """Whether every use of an xformers name in a module is one TP201/TP202 rewrite."""
+
+    prefixes = ("xformers",)
+
+    def __init__(self, rule: Rule) -> None:
+        super().__init__()
+        self.qualname = rule.qualname
+        self.rule = rule
+        self.all_ported = True
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def on_use(self, node: cst.BaseExpression, name: str, call: Optional[cst.Call]) -> None:
+        ported = call is not None and (
+            (name in _ATTENTION and arguments_fit(call, 6, _KEYWORDS)) or _bias_callee(self.rule, call))
+        self.all_ported = self.all_ported and bool(ported)
 
 
 class XformersAttention(Rule):
@@ -59,12 +86,23 @@ class XformersAttention(Rule):
     bottom-right, `BlockDiagonal*Mask` one attention per packed sequence, tensors
     and other bias objects added to the scores.
 
+    A `try` whose every branch imports xformers or re-raises ("xFormers is
+    required") is no guard: once every use in the file is ported it goes like a plain
+    import, otherwise it is reported. Where the module keeps its own availability flag
+    (`XFORMERS_AVAILABLE = False` in `except ImportError:`) and stops on it (`if not
+    XFORMERS_AVAILABLE: raise ...`, `assert XFORMERS_AVAILABLE`) before the ported
+    path, that stop is removed once every xformers use in the file is ported, and
+    reported otherwise.
+
     Known limits:
     `op=` (the choice of xformers kernel) has no meaning off CUDA and is ignored
-    there. Calls with `*args`/`**kwargs` or unknown keywords are reported.
+    there. Calls with `*args`/`**kwargs` or unknown keywords are reported. On CUDA
+    without xformers installed the ported code runs SDPA where the original raised,
+    as with any import porter removes.
     """
 
     code = "TP201"
+    whole_file = True  # chains, flags and every xformers use of the module decide
     name = "xformers-attention"
     safety = Safety.SAFE
     targets = _ATTENTION
@@ -92,7 +130,77 @@ class XformersAttention(Rule):
             "import porter_runtime\nout = porter_runtime.memory_efficient_attention(q, k, v, op=OP)\n",
         ),
         Example("from xformers.ops import memory_efficient_attention as mea\nout = mea(*qkv)\n"),
+        # a "guard" that re-raises is no guard: it goes with the import's last use
+        Example(
+            example_code("""
+            try:
+                import xformers.ops as xops
+            except ImportError as e:
+                raise ImportError("xFormers is required: pip install xformers") from e
+
+            out = xops.memory_efficient_attention(q, k, v, p=0.0)
+            """),
+            example_code("""
+            import porter_runtime
+            out = porter_runtime.memory_efficient_attention(q, k, v, p=0.0)
+            """),
+        ),
+        # the module's own flag stops the ported path off CUDA: the stop goes
+        Example(
+            example_code("""
+            try:
+                from xformers.ops import memory_efficient_attention
+                XFORMERS_AVAILABLE = True
+            except ImportError:
+                XFORMERS_AVAILABLE = False
+
+
+            def attend(q, k, v):
+                if not XFORMERS_AVAILABLE:
+                    raise ImportError("xFormers is required for this model")
+                return memory_efficient_attention(q, k, v)
+            """),
+            example_code("""
+            import porter_runtime
+            try:
+                from xformers.ops import memory_efficient_attention
+                XFORMERS_AVAILABLE = True
+            except ImportError:
+                XFORMERS_AVAILABLE = False
+
+
+            def attend(q, k, v):
+                return porter_runtime.memory_efficient_attention(q, k, v)
+            """),
+        ),
+        # a use that stays (SwiGLU): the stop is reported (line 7), not removed
+        Example("import torch\ntry:\n    import xformers.ops as xops\n    HAS_XFORMERS = True\n"
+                "except ImportError:\n    HAS_XFORMERS = False\nassert HAS_XFORMERS, 'install xformers'\n"
+                "mlp = xops.SwiGLU(8, 16)\nout = xops.memory_efficient_attention(q, k, v)\n",
+                "import porter_runtime\nimport torch\ntry:\n    import xformers.ops as xops\n    HAS_XFORMERS = True\n"
+                "except ImportError:\n    HAS_XFORMERS = False\nassert HAS_XFORMERS, 'install xformers'\n"
+                "mlp = xops.SwiGLU(8, 16)\nout = porter_runtime.memory_efficient_attention(q, k, v)\n"),
     ]
+
+    def _scan(self) -> tuple[set[str], bool]:
+        """(the module's availability flags, whether every xformers use gets ported)."""
+        if not hasattr(self, "_scanned"):
+            uses = _Uses(self)
+            self.ctx.module.visit(uses)
+            self._scanned = (flags_set_false(self.ctx.module, ["xformers"]), uses.all_ported)
+        return self._scanned
+
+    def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
+        body = self._without_stops(original.body, updated.body)
+        return updated if body is updated.body else updated.with_changes(body=body)
+
+    def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
+        updated = updated.with_changes(body=self._without_stops(original.body, updated.body))
+        return drop_dead_chains(self, original, updated, ["xformers"], _CHAIN_ADVICE)
+
+    def _without_stops(self, original, updated):
+        flags, ported = self._scan()
+        return without_stops(self, original, updated, flags, ported, "xformers")
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         if _resolved(self, original.func) not in _ATTENTION:

@@ -62,6 +62,9 @@ from ._dist import (  # noqa: E402
 )
 from ._dist import ShardedGradScaler, fsdp_sync_module_states, is_multiprocess_launch  # noqa: E402
 from ._dtypes import is_bf16_supported, supported_dtype  # noqa: E402
+from ._extensions import build_cuda_extension  # noqa: E402
+from ._fa3 import fa3_attention  # noqa: E402
+from ._huggingface import attn_implementation, cuda_option  # noqa: E402
 from ._idioms import load_state_dict, require_device, set_default_tensor_type  # noqa: E402
 from ._memory import (  # noqa: E402
     max_memory_allocated,
@@ -129,4 +132,9 @@ __all__ = [
     "dataloader_kwargs",
     # research-code idioms
     "require_device", "set_default_tensor_type", "load_state_dict",
+    # FlashAttention-3, compiled extensions, Hugging Face options
+    "fa3_attention", "build_cuda_extension", "attn_implementation", "cuda_option",
 ]
+
+from . import _peak  # noqa: E402
+_peak.install()  # does nothing unless PORTER_PEAK_MEMORY_FILE is set (porter fit)

@@ -1,0 +1,391 @@
+"""Hugging Face transformers options that assume CUDA: flash attention, device maps,
+bitsandbytes quantisation, Trainer's tf32 / paged optimizers / DeepSpeed."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+import libcst as cst
+
+from porter.rule import Example, Rule, Safety, cuda_spec, keyword, string_value
+from porter.rules._thirdparty_common import example_code
+
+#: The loaders whose keywords these rules read (``AutoModelForCausalLM.from_pretrained``).
+_LOADERS = frozenset({"from_pretrained", "from_config"})
+_FLASH = frozenset({"flash_attention_2", "flash_attention_3"})
+_TRAINING_ARGS = frozenset({
+    "transformers.TrainingArguments", "transformers.Seq2SeqTrainingArguments",
+    "transformers.training_args.TrainingArguments", "trl.SFTConfig", "trl.DPOConfig",
+    "trl.GRPOConfig", "trl.RewardConfig", "trl.ORPOConfig", "trl.KTOConfig",
+})
+
+
+def _loader(call: cst.Call) -> bool:
+    """``X.from_pretrained(...)`` / ``X.from_config(...)`` on any receiver."""
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value in _LOADERS
+
+
+def _is_true(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Name) and node.value == "True"
+
+
+class HfFlashAttention(Rule):
+    """`attn_implementation="flash_attention_2"` asks `porter_runtime.attn_implementation`.
+
+    What:
+    In `from_pretrained(...)` / `from_config(...)` calls, rewrites
+    `attn_implementation="flash_attention_2"` (or `"flash_attention_3"`) into
+    `attn_implementation=porter_runtime.attn_implementation("flash_attention_2")`, and
+    the older `use_flash_attention_2=True` into the same keyword.
+
+    Why:
+    transformers refuses to load the model where flash-attn is missing
+    (`ImportError: FlashAttention2 has been toggled on, but it cannot be used ...`),
+    which is every Mac.
+
+    Fix safety:
+    Safe. On CUDA with flash_attn importable the helper returns the name unchanged,
+    so the same attention kernel runs (`use_flash_attention_2=True` is transformers'
+    deprecated spelling of exactly that). Elsewhere it returns `"sdpa"`, PyTorch's
+    scaled_dot_product_attention, which computes the same attention.
+
+    Known limits:
+    Names held in variables or configs (`attn_implementation=args.attn`) are not
+    followed. A call passing both keywords is left alone.
+    """
+
+    code = "TP701"
+    name = "hf-flash-attention"
+    safety = Safety.SAFE
+    methods = _LOADERS
+
+    valid = [
+        "model = AutoModel.from_pretrained(name, attn_implementation='sdpa')\n",
+        "model = AutoModel.from_pretrained(name, attn_implementation=args.attn)\n",
+        "model = build(name, attn_implementation='flash_attention_2')\n",  # not a loader
+        "model = AutoModel.from_pretrained(name, use_flash_attention_2=False)\n",
+    ]
+    invalid = [
+        Example(
+            example_code("""
+            from transformers import AutoModelForCausalLM
+
+            model = AutoModelForCausalLM.from_pretrained(
+                "meta-llama/Llama-3.2-1B",
+                torch_dtype=torch.bfloat16,
+                attn_implementation="flash_attention_2",
+            )
+            """),
+            example_code("""
+            import porter_runtime
+            from transformers import AutoModelForCausalLM
+
+            model = AutoModelForCausalLM.from_pretrained(
+                "meta-llama/Llama-3.2-1B",
+                torch_dtype=torch.bfloat16,
+                attn_implementation=porter_runtime.attn_implementation("flash_attention_2"),
+            )
+            """),
+        ),
+        Example(
+            "import transformers as tf\nm = tf.AutoModel.from_pretrained(path, use_flash_attention_2=True)\n",
+            "import porter_runtime\nimport transformers as tf\n"
+            "m = tf.AutoModel.from_pretrained(path, attn_implementation=porter_runtime.attn_implementation("
+            "\"flash_attention_2\"))\n",
+        ),
+    ]
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        if not _loader(original):
+            return updated
+        attn, legacy = keyword(original, "attn_implementation"), keyword(original, "use_flash_attention_2")
+        if attn is not None and legacy is not None:
+            return updated
+        if attn is not None and string_value(attn.value) in _FLASH:
+            name = string_value(attn.value)
+        elif legacy is not None and _is_true(legacy.value):
+            name = "flash_attention_2"
+        else:
+            return updated
+        index = original.args.index(attn or legacy)
+        value = self.runtime_call("attn_implementation", cst.SimpleString(f'"{name}"'))
+        args = list(updated.args)
+        args[index] = args[index].with_changes(keyword=cst.Name("attn_implementation"), value=value)
+        new = updated.with_changes(args=args)
+        return self.rewrite(original, new, f"`{name}` where CUDA has flash-attn, \"sdpa\" elsewhere")
+
+
+def _device_value(rule: Rule, node: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    """The ported value of one device of a device map: ``"cuda[:i]"`` → ``str(device(i))``,
+    an integer index ``i`` → ``device(i)``; None for anything else."""
+    spec = cuda_spec(node)
+    if spec is not None:
+        args = [] if spec[0] is None else [cst.Integer(str(spec[0]))]
+        return cst.Call(cst.Name("str"), args=[cst.Arg(rule.runtime_call("device", *args))])
+    if isinstance(node, cst.Integer):
+        return rule.runtime_call("device", node)
+    return None
+
+
+_INDEX_WORDS = ("rank", "index", "gpu", "device_id", "cuda")
+
+
+def _index_like(node: cst.BaseExpression) -> bool:
+    """A value whose name says it is a GPU index (``local_rank``, ``args.gpu``,
+    ``state.process_index``, ``torch.cuda.current_device()``), not a device object."""
+    if isinstance(node, cst.Call):
+        node = node.func
+    name = node.value if isinstance(node, cst.Name) else node.attr.value if isinstance(node, cst.Attribute) else ""
+    return any(word in name.lower() for word in _INDEX_WORDS)
+
+
+class HfDeviceMap(Rule):
+    """`device_map="cuda"` / `device_map={"": 0}` name the runtime's device.
+
+    What:
+    In `from_pretrained(...)` calls, rewrites a device map that puts the model on one
+    CUDA device: `device_map="cuda"` / `"cuda:1"` → `str(porter_runtime.device())` /
+    `str(porter_runtime.device(1))`, `device_map=0` → `porter_runtime.device(0)`, and
+    the same values inside a dict (`{"": 0}` → `{"": porter_runtime.device(0)}`).
+    A dict entry holding an index by name (`{"": local_rank}`, `{"": state.process_index}`)
+    is reported.
+
+    Why:
+    A CUDA device in the map makes accelerate move the weights to CUDA: `Torch not
+    compiled with CUDA enabled` on a Mac.
+
+    Fix safety:
+    Safe. On CUDA the runtime returns `cuda` / `cuda:i`, which transformers and
+    accelerate treat exactly like the string or the index `i`. Elsewhere the weights
+    go to MPS or the CPU.
+
+    Known limits:
+    `"auto"`, `"balanced"` and per-layer maps are left alone (accelerate plans them for
+    the devices it finds). Maps built elsewhere and passed by name are not followed.
+    """
+
+    code = "TP702"
+    name = "hf-device-map"
+    safety = Safety.SAFE
+    methods = frozenset({"from_pretrained"})
+
+    valid = [
+        "model = AutoModel.from_pretrained(name, device_map='auto')\n",
+        "model = AutoModel.from_pretrained(name, device_map={'': 'cpu'})\n",
+        "model = load(name, device_map='cuda')\n",  # not a loader
+        "model = AutoModel.from_pretrained(name, device_map={'': self.device})\n",  # a device object
+    ]
+    invalid = [
+        Example(
+            "from transformers import AutoModelForCausalLM\n"
+            "model = AutoModelForCausalLM.from_pretrained(name, device_map={\"\": 0}, torch_dtype='auto')\n",
+            "import porter_runtime\nfrom transformers import AutoModelForCausalLM\n"
+            "model = AutoModelForCausalLM.from_pretrained(name, device_map={\"\": porter_runtime.device(0)}, "
+            "torch_dtype='auto')\n",
+        ),
+        Example(
+            "import transformers\nref = transformers.AutoModel.from_pretrained(name, device_map='cuda')\n",
+            "import porter_runtime\nimport transformers\n"
+            "ref = transformers.AutoModel.from_pretrained(name, device_map=str(porter_runtime.device()))\n",
+        ),
+        # an index held in a variable: reported (line 1)
+        Example("model = AutoModel.from_pretrained(name, device_map={'': local_rank})\n"),
+        Example("state = PartialState()\nm = AutoModel.from_pretrained(name, device_map={'': state.process_index})\n"),
+    ]
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        if not (isinstance(original.func, cst.Attribute) and original.func.attr.value == "from_pretrained"):
+            return updated
+        arg = keyword(original, "device_map")
+        if arg is None:
+            return updated
+        index = original.args.index(arg)
+        new_value = self._ported(arg.value)
+        if new_value is None:
+            return updated
+        args = list(updated.args)
+        args[index] = args[index].with_changes(value=new_value)
+        return self.rewrite(original, updated.with_changes(args=args),
+                            "the model goes to the runtime's device: the same CUDA device on CUDA")
+
+    def _ported(self, value: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+        single = _device_value(self, value)
+        if single is not None or not isinstance(value, cst.Dict) or len(value.elements) != 1:
+            return single
+        element = value.elements[0]
+        if not isinstance(element, cst.DictElement) or string_value(element.key) != "":
+            return None
+        device = _device_value(self, element.value)
+        if device is None and _index_like(element.value):
+            self.flag(element.value, "the whole model goes to this device index, which means a CUDA "
+                      "device; off CUDA there is none",
+                      suggestion="{\"\": porter_runtime.device(index)} (the same device on CUDA)")
+        return None if device is None else value.with_changes(
+            elements=[element.with_changes(value=device)])
+
+
+class HfQuantization(Rule):
+    """bitsandbytes quantisation in transformers (`load_in_4bit`, `BitsAndBytesConfig`) is reported.
+
+    What:
+    Reports `BitsAndBytesConfig(...)` and `from_pretrained(..., load_in_4bit=True)` /
+    `load_in_8bit=True`.
+
+    Why:
+    4-bit and 8-bit loading runs bitsandbytes' CUDA kernels; without them
+    transformers stops (`Using bitsandbytes 4-bit quantization requires ... a GPU`).
+
+    Fix safety:
+    Review only: no exact equivalent exists. Off CUDA load the model unquantised in
+    bfloat16 (it needs 2-4 times the memory), or use a quantisation that supports the
+    device (e.g. torchao, or MLX on a Mac).
+
+    Known limits:
+    Quantisation configs read from files (`config.json`'s `quantization_config`) are
+    not seen.
+    """
+
+    code = "TP703"
+    name = "hf-quantization"
+    safety = Safety.REVIEW
+    methods = _LOADERS
+    targets = frozenset({"transformers.BitsAndBytesConfig"})
+
+    valid = [
+        "model = AutoModel.from_pretrained(name, load_in_8bit=False)\n",
+        "from mylib import BitsAndBytesConfig\ncfg = BitsAndBytesConfig(bits=4)\n",
+    ]
+    invalid = [
+        Example("from transformers import BitsAndBytesConfig\n"
+                "quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type='nf4')\n"),
+        Example("model = AutoModelForCausalLM.from_pretrained(name, load_in_8bit=True, device_map='auto')\n"),
+    ]
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        if self.matches(original.func, "transformers.BitsAndBytesConfig"):
+            self.flag(original, "BitsAndBytesConfig quantises with bitsandbytes' CUDA kernels",
+                      suggestion=_UNQUANTISED)
+        elif _loader(original):
+            for name in ("load_in_4bit", "load_in_8bit"):
+                arg = keyword(original, name)
+                if arg is not None and not (isinstance(arg.value, cst.Name) and arg.value.value == "False"):
+                    self.flag(arg, f"`{name}` loads the weights with bitsandbytes' CUDA kernels",
+                              suggestion=_UNQUANTISED)
+        return updated
+
+
+_UNQUANTISED = ("off CUDA load unquantised (torch_dtype=torch.bfloat16, no quantization_config); "
+                "keep the quantised load where porter_runtime.device_type() == \"cuda\"")
+
+
+class HfTf32(Rule):
+    """`TrainingArguments(tf32=True)` becomes `tf32=porter_runtime.cuda_option(True)`.
+
+    What:
+    Rewrites `tf32=True` in `TrainingArguments` (and `Seq2SeqTrainingArguments`,
+    TRL's `SFTConfig`, `DPOConfig`, ...) into `tf32=porter_runtime.cuda_option(True)`.
+
+    Why:
+    TF32 is an Ampere GPU mode; without CUDA transformers stops in
+    `TrainingArguments.__post_init__` ("--tf32 requires Ampere or a newer GPU arch").
+
+    Fix safety:
+    Safe. On CUDA the value is True as before. Elsewhere it is None, the option's
+    default ("leave matmul precision alone"), which is all TF32 could mean there.
+
+    Known limits:
+    `--tf32 True` on a command line is reported by TP706 in shell scripts; values
+    from variables or config files are not followed.
+    """
+
+    code = "TP704"
+    name = "hf-tf32"
+    safety = Safety.SAFE
+    targets = _TRAINING_ARGS
+    calls_only = True
+
+    valid = [
+        "from transformers import TrainingArguments\nargs = TrainingArguments('out', tf32=False)\n",
+        "from mylib import TrainingArguments\nargs = TrainingArguments('out', tf32=True)\n",
+    ]
+    invalid = [
+        Example(
+            "from transformers import TrainingArguments\n"
+            "args = TrainingArguments(output_dir='out', bf16=True, tf32=True)\n",
+            "import porter_runtime\nfrom transformers import TrainingArguments\n"
+            "args = TrainingArguments(output_dir='out', bf16=True, tf32=porter_runtime.cuda_option(True))\n",
+        ),
+        Example(
+            "import trl\ncfg = trl.SFTConfig(output_dir=out, tf32=True)\n",
+            "import porter_runtime\nimport trl\ncfg = trl.SFTConfig(output_dir=out, tf32=porter_runtime.cuda_option(True))\n",
+        ),
+    ]
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        arg = keyword(original, "tf32")
+        if arg is None or not _is_true(arg.value) or not self.matches(original.func):
+            return updated
+        index = original.args.index(arg)
+        args = list(updated.args)
+        args[index] = args[index].with_changes(value=self.runtime_call("cuda_option", cst.Name("True")))
+        return self.rewrite(original, updated.with_changes(args=args), "TF32 stays on on CUDA; elsewhere "
+                            "the option is left at its default")
+
+
+_PAGED = re.compile(r"^(?:paged_|adamw_bnb|adamw_8bit|lion_8bit|.*_8bit$|.*bnb)")
+
+
+class HfTrainerCudaOptions(Rule):
+    """Trainer options that need CUDA-only packages (paged optimizers, DeepSpeed) are reported.
+
+    What:
+    Reports, in `TrainingArguments` (and TRL's configs), `optim="paged_adamw_32bit"`
+    and the other bitsandbytes optimizers (`paged_*`, `adamw_bnb_8bit`, `*_8bit`), and
+    `deepspeed=...` (a config path or dict).
+
+    Why:
+    The paged and 8-bit optimizers are bitsandbytes' CUDA kernels; DeepSpeed does not
+    install on a Mac. Trainer fails when it builds the optimizer or the engine.
+
+    Fix safety:
+    Review only. `optim="adamw_torch"` is the same AdamW update with 32-bit state
+    (paged_adamw_32bit only pages that state to CPU memory); the 8-bit ones differ by
+    their quantisation. Off CUDA drop `deepspeed=` (plain Trainer) or pass None.
+
+    Known limits:
+    Values from variables, `HfArgumentParser` command lines (see the shell rule
+    TP706) and config files are not followed.
+    """
+
+    code = "TP705"
+    name = "hf-trainer-cuda-options"
+    safety = Safety.REVIEW
+    targets = _TRAINING_ARGS
+    calls_only = True
+
+    valid = [
+        "from transformers import TrainingArguments\na = TrainingArguments('o', optim='adamw_torch')\n",
+        "from transformers import TrainingArguments\na = TrainingArguments('o', deepspeed=None)\n",
+        "from mylib import TrainingArguments\na = TrainingArguments('o', optim='paged_adamw_32bit')\n",
+    ]
+    invalid = [
+        Example("from transformers import TrainingArguments\n"
+                "args = TrainingArguments('out', optim='paged_adamw_32bit', deepspeed='ds_zero2.json')\n"),
+        Example("import transformers\n"
+                "args = transformers.TrainingArguments('out', optim='adamw_bnb_8bit')\n"),
+    ]
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        if not self.matches(original.func):
+            return updated
+        optim = keyword(original, "optim")
+        value = string_value(optim.value) if optim is not None else None
+        if value is not None and _PAGED.match(value):
+            self.flag(optim, f"optim=\"{value}\" is a bitsandbytes optimizer (CUDA kernels)",
+                      suggestion="optim=\"adamw_torch\" off CUDA (same AdamW update, 32-bit state)")
+        ds = keyword(original, "deepspeed")
+        if ds is not None and not (isinstance(ds.value, cst.Name) and ds.value.value == "None"):
+            self.flag(ds, "DeepSpeed does not install without CUDA; Trainer fails building its engine",
+                      suggestion="pass deepspeed=None off CUDA (plain Trainer)")
+        return updated

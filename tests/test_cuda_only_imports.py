@@ -1,0 +1,91 @@
+"""Nothing CUDA-only passes in silence across a manifest and its code: for every
+distribution DEP101 makes platform-conditional (`; sys_platform != "darwin"`), an
+unguarded import of it in the code gets a finding (or a rewrite) of its own, through
+the real CLI. pynvml installs everywhere: its requirement stays, its nvmlInit() is
+reported.
+"""
+
+import json
+import re
+from pathlib import Path
+
+from porter.rules._requirements import CUDA_ONLY
+
+from porter_test_utils import run_porter
+
+#: Distribution → the module its users import (one import per line of code below).
+IMPORTS = {
+    "flash-attn": "import flash_attn  # noqa: F401",
+    "flash-attn-3": "from flash_attn_interface import flash_attn_func",
+    "flashinfer-python": "import flashinfer",
+    "xformers": "import xformers.ops as xops",
+    "apex": "from apex.optimizers import FusedAdam",
+    "bitsandbytes": "import bitsandbytes as bnb",
+    "adam-atan2": "from adam_atan2 import AdamATan2",
+    "triton": "import triton",
+    "deepspeed": "import deepspeed",
+    "mamba-ssm": "from mamba_ssm import Mamba",
+    "causal-conv1d": "from causal_conv1d import causal_conv1d_fn",
+    "liger-kernel": "from liger_kernel.transformers import apply_liger_kernel_to_llama",
+    "transformer-engine": "import transformer_engine.pytorch as te",
+    "transformer-engine-torch": "import transformer_engine_torch",
+    "pycuda": "import pycuda.autoinit",
+    "cuda-python": "from cuda import cudart",
+    "torch-tensorrt": "import torch_tensorrt",
+    "tensorrt": "import tensorrt as trt",
+    "tensorrt-llm": "import tensorrt_llm",
+    "vllm": "from vllm import LLM",
+    "auto-gptq": "from auto_gptq import AutoGPTQForCausalLM",
+    "exllamav2": "import exllamav2",
+    "cupy": "import cupy as cp",
+    "cudf": "import cudf",
+    "cuml": "from cuml.cluster import KMeans",
+    "cugraph": "import cugraph",
+    "numba-cuda": "from numba import cuda",
+    "cudf-cu12": "import cudf as gdf",
+    "cupy-cuda12x": "import cupyx.scipy.sparse",
+    "nvidia-dali-cuda120": "from nvidia.dali import pipeline_def",
+}
+#: Distributions whose code needs no import of its own name to fail (a runtime
+#: backend of another package) or whose import exists off CUDA under another wheel.
+NO_IMPORT = {"onnxruntime-gpu": "onnxruntime also installs on a Mac (CPU / CoreML)"}
+USES = "\n".join([
+    "xops.memory_efficient_attention(q, k, v, p=0.1, op=OP, bogus=1)",
+    "opt = FusedAdam(params)",
+    "opt8 = bnb.optim.Lion8bit(params)",
+    "opt2 = AdamATan2(params)",
+    "out, lse = flash_attn_func(q, k, v)",
+])
+
+
+def test_every_conditional_requirement_has_its_import_reported(tmp_path):
+    assert set(CUDA_ONLY) <= set(IMPORTS) | set(NO_IMPORT), set(CUDA_ONLY) - set(IMPORTS) - set(NO_IMPORT)
+    (tmp_path / "requirements.txt").write_text("\n".join(["torch>=2.5", *IMPORTS, "pynvml"]) + "\n")
+    lines = list(IMPORTS.values())
+    code = "\n".join(["import pynvml", *lines, USES, "pynvml.nvmlInit()"]) + "\n"
+    (tmp_path / "train.py").write_text(code)
+    report = tmp_path / "report.json"
+    run_porter("migrate", tmp_path, "--write", "--report", report)
+    data = {f["path"]: f for f in json.loads(report.read_text())["files"]}
+
+    requirements = (tmp_path / "requirements.txt").read_text().splitlines()
+    for line in requirements[1:-1]:
+        assert line.endswith("; sys_platform != \"darwin\""), line
+    assert requirements[-1] == "pynvml"
+
+    items = data["train.py"]["findings"] + data["train.py"]["rewrites"]
+    named = {item["line"] for item in items}
+    source = code.splitlines()
+    for number, line in enumerate(source, 1):
+        if line in lines:
+            name = re.compile(rf"\b{re.escape(_bound(line))}\b")
+            uses = {n for n, other in enumerate(source, 1) if n > number and name.search(other)}
+            assert number in named or uses & named, f"line {number} `{line}` is not named by the report"
+    nvml = [i for i in data["train.py"]["findings"] if i["code"] == "TP606"]
+    assert [i["line"] for i in nvml] == [len(source)]
+
+
+def _bound(line: str) -> str:
+    """The name an import line binds (``xops``, ``FusedAdam``, ``pycuda``)."""
+    words = line.split("#")[0].split()
+    return words[-1] if words[0] == "from" or "as" in words else words[1].split(".")[0]
