@@ -31,10 +31,16 @@ MANUAL = {
         ("act_probe/capture.py", "PT605", "torch.from_numpy(tokens[start:start + args.batch_size])"): 1,
         ("act_probe/infer.py", "PT605", "torch.from_numpy(tokens)"): 1,
     },
-    # One process per GPU; the 2-process gloo run on this CPU is an entry point.
+    # One process per GPU (the 2-process gloo run on this CPU is an entry point); 4-/8-bit
+    # quantisation, paged optimizers and DeepSpeed have no exact equivalent off CUDA.
     "paper_repro": {
         ("scripts/launch.sh", "PT702",
          'torchrun --standalone --nproc_per_node="$NGPUS" train.py --config configs/tiny.json "$@"'): 1,
+        ("hf_finetune.py", "TP703", 'BitsAndBytesConfig( load_in_4bit=True, bnb_4bit_quant_type="nf4", '
+                                    'bnb_4bit_compute_dtype=torch.bfloat16, )'): 1,
+        ("hf_finetune.py", "TP703", "load_in_8bit=True,"): 1,
+        ("hf_finetune.py", "TP705", 'optim="paged_adamw_32bit",'): 1,
+        ("hf_finetune.py", "TP705", "deepspeed=args.deepspeed,"): 1,
     },
 }
 
