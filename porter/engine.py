@@ -153,14 +153,17 @@ class FileContext:
         Rules leave inner nodes first: when an outer rewrite is built from the original
         node (not from the already rewritten children), the inner rewrites are not in
         the output and must not be reported. One that survives keeps its record. A
-        second rule rewriting the very same node replaces the first one's record: its
-        result is what the output shows, and one change is reported once.
+        second rule rewriting the very same node keeps the first one's record only
+        where the first one's new parts are still in the output (two rules each
+        changing one keyword of a call); otherwise one change is reported once.
         """
         inside = _subtree(node)
         kept = _subtree(after)
         self._records = [
             r for r in self._records
-            if not (r.action == "rewrite" and (r.node is node or (r.node in inside and r.after not in kept)))
+            if not (r.action == "rewrite" and (
+                (r.node is node and not _survives(r, after)) or
+                (r.node is not node and r.node in inside and r.after not in kept)))
         ]
 
     def positions(self):
@@ -208,6 +211,32 @@ class FileContext:
             )
         out.sort(key=lambda f: (f.line, f.column, f.code))
         return out
+
+
+def _survives(record: _Record, later: cst.CSTNode) -> bool:
+    """Whether every part ``record``'s rewrite changed is still in the code of the
+    ``later`` rewrite of the same node (two rules each porting one keyword of a call)."""
+    if record.after is None:
+        return False
+    parts = _changed_parts(record.node, record.after)
+    if not parts or record.after in parts:
+        return False
+    code = _EMPTY.code_for_node(later)
+    return all(_EMPTY.code_for_node(part) in code for part in parts)
+
+
+_EMPTY = cst.Module(body=[])
+
+
+def _changed_parts(before: cst.CSTNode, after: cst.CSTNode) -> list[cst.CSTNode]:
+    """The smallest subtrees of ``after`` that differ from ``before``, matched child
+    by child while the two have the same shape."""
+    if after is before or after.deep_equals(before):
+        return []
+    old, new = before.children, after.children
+    if type(before) is not type(after) or len(old) != len(new):
+        return [after]
+    return [part for o, n in zip(old, new) for part in _changed_parts(o, n)]
 
 
 def _subtree(node: cst.CSTNode) -> set[cst.CSTNode]:

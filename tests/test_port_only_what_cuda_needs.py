@@ -145,3 +145,17 @@ def test_importing_a_ported_module_prints_nothing(tmp_path):
     ran = subprocess.run(python_without_porter("main.py"), cwd=tmp_path, env=env, capture_output=True, text=True)
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout == "cpu cpu\n"
+
+
+def test_two_rules_changing_different_parts_of_one_call_are_both_reported():
+    """TP701 ports the attention keyword and TP702 the device map of the same call:
+    both changes are in the output, so both are reported."""
+    result = port("""\
+        from transformers import AutoModelForCausalLM
+
+        m = AutoModelForCausalLM.from_pretrained(name, device_map="cuda", attn_implementation="flash_attention_2")
+        """)
+    text = result.new.decode()
+    assert 'attn_implementation=porter_runtime.attn_implementation("flash_attention_2")' in text
+    assert "device_map=str(porter_runtime.device())" in text
+    assert sorted(f.code for f in result.findings) == ["TP701", "TP702"]
