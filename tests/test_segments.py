@@ -121,21 +121,21 @@ def test_definitions_that_rebind_globals_are_kept_whole():
 
 
 def test_an_import_still_used_inside_a_stub_makes_the_whole_file_decide():
-    # TP101 rewrites the call, the last use it sees; `other` only refers to the
+    # PT101 rewrites the call, the last use it sees; `other` only refers to the
     # function (no call, so no rule wants it and it is stubbed). Only the whole
     # file shows that the import is still used.
     code = (
-        "from flash_attn import flash_attn_func\n\n"
-        "def attend(q, k, v):\n    return flash_attn_func(q, k, v, causal=True)\n\n"
-        "def other():\n    return flash_attn_func\n"
+        "from torch.cuda import synchronize\n\n"
+        "def step():\n    synchronize()\n\n"
+        "def other():\n    return synchronize\n"
     )
-    options = Options(rules=[r for r in SOURCE_RULES if r.code == "TP101"])
+    options = Options(rules=[r for r in SOURCE_RULES if r.code == "PT101"])
     rules, facts = candidate_rules(code.encode(), options.source_rules)
     reduced = reduce(code.encode(), facts, rules)
-    assert reduced is not None and "flash_attn_func" in reduced.stub_names
+    assert reduced is not None and "synchronize" in reduced.stub_names
     new, findings = _run(code, options, True)
     assert (new, findings) == _run(code, options, False)
-    assert b"from flash_attn import flash_attn_func" in new and b"porter_runtime.attention(" in new
+    assert b"from torch.cuda import synchronize" in new and b"porter_runtime.synchronize()" in new
 
 
 @pytest.mark.parametrize("code", [
