@@ -25,6 +25,8 @@ class Change:
     path: str  # relative to the root, "/" separators
     old: Optional[bytes]
     new: bytes
+    #: a file of the vendored runtime (or the manifest line that ships it), not the user's code
+    runtime: bool = False
 
 
 # -- atomic writes -------------------------------------------------------------
@@ -86,8 +88,9 @@ def vendored_version(folder: Path) -> Optional[str]:
     return match.group(1) if match else None
 
 
-def vendor_changes(target: Path, root: Path) -> tuple[list[Change], str]:
-    """The file changes that bring ``target`` to porter's runtime, and a note.
+def vendor_changes(target: Path, root: Path, write: bool = True) -> tuple[list[Change], str]:
+    """The file changes that bring ``target`` to porter's runtime, and a note (in the
+    future tense, "would vendor", when the run writes nothing).
 
     Nothing changes when the vendored copy is as new as porter's or newer; a copy of the
     same version that differs (edited by hand) is left alone and the note says so.
@@ -108,9 +111,13 @@ def vendor_changes(target: Path, root: Path) -> tuple[list[Change], str]:
     for name, data in wanted.items():
         old = _read(target / name)
         if old != data:
-            changes.append(Change(f"{rel}/{name}", old, data))
-    verb = "updated from " + theirs if theirs else "vendored"
-    return changes, f"porter_runtime {ours} {verb} at {rel}/"
+            changes.append(Change(f"{rel}/{name}", old, data, runtime=True))
+    if theirs and theirs != ours:
+        note = (f"porter_runtime updated from {theirs} to {ours} at {rel}/" if write
+                else f"would update porter_runtime from {theirs} to {ours} at {rel}/")
+    else:
+        note = f"porter_runtime {ours} vendored at {rel}/" if write else f"would vendor porter_runtime {ours} at {rel}/"
+    return changes, note
 
 
 def runtime_files() -> dict[str, bytes]:
@@ -121,12 +128,39 @@ def runtime_files() -> dict[str, bytes]:
         for p in sorted(source.rglob("*"))
         if p.is_file() and "__pycache__" not in p.parts and (p.suffix == ".py" or p.name == "README.md")
     }
+    version = runtime_version()
     files["VENDORED.txt"] = (
-        f"porter_runtime {runtime_version()}, vendored by porter.\n"
+        f"porter_runtime {version}, vendored by porter.\n"
         "Do not edit: `porter migrate --write` refreshes this folder when porter's copy is newer.\n"
         "It needs nothing but torch.\n"
     ).encode()
+    files["pyproject.toml"] = _PYPROJECT.format(version=version).encode()
     return files
+
+
+#: Makes a vendored copy installable on its own (``pip install ./porter_runtime``: the
+#: folder is the package) and keeps the repository's ruff off porter's code.
+_PYPROJECT = """\
+# porter_runtime, vendored by porter. `pip install ./porter_runtime` installs this folder
+# as the porter_runtime package, for scripts that run from outside the repository root.
+[build-system]
+requires = ["setuptools>=61"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "porter-runtime"
+version = "{version}"
+description = "The device shim that code ported by porter calls"
+requires-python = ">=3.9"
+dependencies = ["torch"]
+
+[tool.setuptools]
+package-dir = {{"porter_runtime" = "."}}
+packages = ["porter_runtime"]
+
+[tool.ruff]
+exclude = ["*"]  # porter's own code, checked where porter is developed
+"""
 
 
 def _read(path: Path) -> Optional[bytes]:

@@ -97,6 +97,7 @@ def migrate(paths, show_diff, write, check, fail_on, interactive, out_dir, repor
         paths, root, runtime_dir = _prepare_copy(paths, root, out_dir, runtime_dir or settings.runtime_dir)
         write = True
     config = _run_config(paths, root, settings, select, ignore, exclude, runtime_dir, unsafe_fixes, jobs)
+    config.write = write or interactive
     quiet = quiet or output_format == "json"
     if interactive:
         result, write_failed = _interactive(config, console, show=not no_progress and not quiet)
@@ -188,10 +189,16 @@ def _stream(config: RunConfig, console, show_diff: bool, write: bool, show: bool
     write_failed: list[tuple[str, str]] = []
     colour = show_diff and sys.stdout.isatty()
 
+    runtime_diffs: list[bytes] = []  # the user's own files first, the runtime's last
+
     def sink(change: Change) -> Optional[str]:
         if show_diff:
             out = _diff(change)
-            sys.stdout.buffer.write(colourise(out) if colour else out)
+            out = colourise(out) if colour else out
+            if change.runtime:
+                runtime_diffs.append(out)
+            else:
+                sys.stdout.buffer.write(out)
         if write:
             failed = apply_changes(config.root, [change])
             if failed:
@@ -200,6 +207,8 @@ def _stream(config: RunConfig, console, show_diff: bool, write: bool, show: bool
         return None
 
     result = _run_with_progress(config, console, sink, show=show)
+    for out in runtime_diffs:
+        sys.stdout.buffer.write(out)
     sys.stdout.flush()
     # Failed source writes are file errors in the result; only the runtime's are left.
     reported = {f.path for f in result.errors}
@@ -226,10 +235,10 @@ def _interactive(config: RunConfig, console, show: bool):
     plans = [interactive.plan(c, findings[c.path], interactive.whole_file_display) for c in sources]
     answers = interactive.review(plans)
     accepted: list[Change] = []
-    runtime_parent = config.runtime_target.parent
+    layout = config.layout()
     for file, chosen in zip(plans, answers):
         data, note = interactive.assemble(file, chosen, interactive.bootstrap_for(config.root, file.change.path,
-                                                                              runtime_parent))
+                                                                              layout))
         if note:
             console.print(f"porter: {note}", markup=False, soft_wrap=True)
         if data is not None:

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
+from porter.runtime_home import is_vendored
+
 SKIP_DIRS = frozenset({
     ".git", ".hg", ".svn", ".venv", "venv", ".env", "env", ".tox", ".nox", ".eggs",
     "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".hypothesis",
@@ -169,8 +171,8 @@ def _walk_dir(folder: Path, root, excludes, skip_resolved, found, ignores, patte
         if is_dir:
             if entry.name in SKIP_DIRS or entry.name.endswith(".egg-info") or _is_venv(path):
                 continue
-            if path.resolve() in skip_resolved:
-                continue
+            if path.resolve() in skip_resolved or is_vendored(path):
+                continue  # porter's own runtime, wherever it was vendored: never ported
             yield from _walk_dir(path, root, excludes, skip_resolved, found, ignores, patterns)
         elif entry.is_file(follow_symlinks=False) and any(fnmatch.fnmatch(entry.name, p) for p in patterns):
             yield path

@@ -17,7 +17,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, NamedTuple, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Iterable, NamedTuple, Optional, Sequence, Union
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -29,6 +29,9 @@ from porter.prefilter import SyntaxFacts, candidate_rules
 from porter.segments import Reduced, WholeFile, reduce
 from porter.rule import BaseRule, Finding, Rule, TextRule
 from porter.sources import decode_error, describe_syntax_error, python_syntax_error
+
+if TYPE_CHECKING:  # pragma: no cover
+    from porter.runtime_home import Home, Layout
 
 
 @dataclass
@@ -90,6 +93,13 @@ class FileResult:
     new: Optional[bytes] = None
     #: The file (after migration) imports porter_runtime, so the run must vendor it.
     uses_runtime: bool = False
+    #: The copy it imports: its folder (relative to the root) and package, when porter
+    #: added the import; ``runtime_from`` is the package of an import the file already had.
+    runtime_folder: str = ""
+    runtime_package: str = ""
+    runtime_from: str = ""
+    #: Why the file finds that copy only under conditions (porter.runtime_home).
+    runtime_note: str = ""
 
     @property
     def rewrites(self) -> list[Finding]:
@@ -305,8 +315,9 @@ def migrate_source(
 ) -> SourceResult:
     """Apply the rules to one file's bytes. Raises libcst/encoding errors to the caller.
 
-    ``runtime_bootstrap``: the path from the file's folder to the folder holding the
-    vendored runtime, when the file can't rely on that folder being on ``sys.path``.
+    ``runtime_bootstrap``: a :class:`LazyBootstrap` that knows the repository, so that
+    the runtime import goes where the file's import style puts it and names the copy the
+    file finds; None puts ``import porter_runtime`` right after the docstring (examples).
     ``candidates``: what ``candidate_rules`` said of ``data``, when already known.
     ``segments``: parse only the definitions a rule wants (default: unless the
     ``PORTER_SEGMENTS`` environment variable is "0").
@@ -343,7 +354,7 @@ def _migrate(
     if not any(f.action == "rewrite" for f in findings):
         return SourceResult(code, findings)  # rules change code only through rewrite()
     if ctx.needs_runtime and not ctx.resolver.imports_of("porter_runtime"):
-        new_module = imports.add_runtime_import(new_module, resolve_bootstrap(runtime_bootstrap))
+        new_module = imports.add_runtime_import(new_module, runtime_bootstrap)
     new_module = imports.remove_unused(new_module, ctx)
     return SourceResult(new_module.bytes, findings, ctx.needs_runtime)
 
@@ -385,7 +396,7 @@ def process_file(path: Path, rel: str, options: Options, bootstrap: Union[None, 
     if rel.endswith(".ipynb"):  # code cells one by one (porter.notebook)
         from porter.notebook import process_notebook
 
-        return process_notebook(path, data, rel, options, resolve_bootstrap(bootstrap))
+        return process_notebook(path, data, rel, options, bootstrap)
     if not rel.endswith(".py"):
         return _process_text(data, rel, options)
     # Undecodable bytes are reported for every file: a binary or mis-encoded file
@@ -394,10 +405,12 @@ def process_file(path: Path, rel: str, options: Options, bootstrap: Union[None, 
     problem = decode_error(data)
     if problem:
         return FileResult(rel, "error", error=problem)
-    uses_runtime = _RUNTIME_IMPORT.search(data) is not None
+    existing = _RUNTIME_IMPORT.search(data)
+    uses_runtime = existing is not None
+    runtime_from = (existing.group(1) or b"").decode("ascii", "replace") if existing else ""
     rules, facts = candidate_rules(data, options.source_rules)
     if not rules:
-        return FileResult(rel, "unchanged", uses_runtime=uses_runtime)
+        return FileResult(rel, "unchanged", uses_runtime=uses_runtime, runtime_from=runtime_from)
     if len(data) > MAX_PARSE_BYTES:
         return FileResult(rel, "error", error=(
             f"{len(data) / 1e6:.1f} MB: larger than the {MAX_PARSE_BYTES / 1e6:.0f} MB porter parses "
@@ -415,12 +428,18 @@ def process_file(path: Path, rel: str, options: Options, bootstrap: Union[None, 
     except Exception as exc:  # a bug in porter: report it for this file, go on
         return FileResult(rel, "error", error=f"internal error: {type(exc).__name__}: {exc}")
     if result.new == data:
-        return FileResult(rel, "unchanged", findings=result.findings, uses_runtime=uses_runtime)
+        return FileResult(rel, "unchanged", findings=result.findings, uses_runtime=uses_runtime,
+                          runtime_from=runtime_from)
+    folder, package, note = _runtime_home(bootstrap, rel)
     return FileResult(rel, "changed", findings=result.findings, old=data, new=result.new,
-                      uses_runtime=uses_runtime or result.needs_runtime)
+                      uses_runtime=uses_runtime or result.needs_runtime, runtime_from=runtime_from,
+                      runtime_folder=folder, runtime_package=package, runtime_note=note)
 
 
-_RUNTIME_IMPORT = re.compile(rb"^\s*(?:import|from)\s+porter_runtime\b", re.M)
+#: ``import porter_runtime``, ``from porter_runtime import x`` or ``from pkg import porter_runtime``
+_RUNTIME_IMPORT = re.compile(
+    rb"^[ \t]*(?:import[ \t]+porter_runtime\b|from[ \t]+porter_runtime\b|from[ \t]+([\w.]+)[ \t]+import[ \t]*"
+    rb"(?:\([^)]*|[^#\n]*)\bporter_runtime\b)", re.M)
 
 
 def _process_text(data: bytes, rel: str, options: Options) -> FileResult:
@@ -436,33 +455,29 @@ def _process_text(data: bytes, rel: str, options: Options) -> FileResult:
 
 
 class LazyBootstrap:
-    """:func:`bootstrap_path` of one file, worked out only if the file needs the
-    runtime import (a few files of a large tree; each answer costs a stat per folder)."""
+    """How one file imports the runtime (porter.runtime_home), worked out only if the
+    file needs the import (a few files of a large tree). No ``sys.path`` code: the name
+    is kept for the engine's callers."""
 
-    def __init__(self, file: Path, runtime_parent: Path) -> None:
+    def __init__(self, file: Path, layout: "Layout") -> None:
         self.file = file
-        self.runtime_parent = runtime_parent
+        self.layout = layout
+        self.home: Optional["Home"] = None
+        self.note = ""
 
-    def __call__(self) -> Optional[str]:
-        return bootstrap_path(self.file, self.runtime_parent)
+    @property
+    def first_party(self) -> frozenset:
+        return self.layout.first_party
+
+    def __call__(self, imported: Iterable[str] = ()) -> "Home":
+        self.home, self.note = self.layout.home_for(self.file, imported)
+        return self.home
 
 
-def resolve_bootstrap(bootstrap: Union[None, str, LazyBootstrap]) -> Optional[str]:
-    return bootstrap() if isinstance(bootstrap, LazyBootstrap) else bootstrap
-
-
-def bootstrap_path(file: Path, runtime_parent: Path) -> Optional[str]:
-    """The relative path a file needs to reach the runtime's folder, or None.
-
-    A file whose import root (the folder above its topmost package) is the folder that
-    holds the vendored runtime finds it already: ``python train.py`` and
-    ``python -m pkg.train`` both put that folder on ``sys.path``. Any other file (a
-    script in ``scripts/``, a ``src/`` layout) gets a small bootstrap.
-    """
-    folder = file.parent
-    while (folder / "__init__.py").exists() and folder != runtime_parent:
-        folder = folder.parent
-    if folder.resolve() == runtime_parent.resolve():
-        return None
-    return Path(os.path.relpath(runtime_parent, file.parent)).as_posix()
-
+def _runtime_home(bootstrap: Union[None, str, LazyBootstrap], rel: str) -> tuple[str, str, str]:
+    """(home folder relative to the root, its package, note) of the copy a file now imports."""
+    if not isinstance(bootstrap, LazyBootstrap) or bootstrap.home is None:
+        return "", "", ""
+    home = bootstrap.home
+    folder = os.path.relpath(home.folder, bootstrap.layout.root).replace(os.sep, "/")
+    return folder, home.package, bootstrap.note

@@ -136,12 +136,12 @@ def _without_runtime_import(new: bytes, old: str) -> tuple[bytes, bool]:
 
 def _is_runtime_import(code: str) -> bool:
     first = code.strip().splitlines()[0] if code.strip() else ""
-    return first == "import porter_runtime" or (first == "try:" and "import porter_runtime" in code.splitlines()[1])
+    return first == "import porter_runtime" or (first.startswith("from ") and first.endswith(" import porter_runtime"))
 
 
 # -- putting together ----------------------------------------------------------------
 
-def assemble(file: FilePlan, accepted: set[int], bootstrap: Optional[str]) -> tuple[Optional[bytes], str]:
+def assemble(file: FilePlan, accepted: set[int], bootstrap=None) -> tuple[Optional[bytes], str]:
     """The file's bytes with the accepted hunks only (None: leave the file), and a note."""
     if not file.opcodes:  # a whole-file hunk
         return (file.change.new if accepted else None), ""
@@ -224,7 +224,8 @@ def whole_file_display(change: Change) -> str:
     return unified_diff(change).decode("utf-8", errors="replace")
 
 
-def bootstrap_for(root: Path, rel: str, runtime_parent: Path) -> Optional[str]:
-    from porter.engine import bootstrap_path
+def bootstrap_for(root: Path, rel: str, layout):
+    """How the file imports the runtime (porter.runtime_home), for the accepted hunks."""
+    from porter.engine import LazyBootstrap
 
-    return bootstrap_path(root / rel, runtime_parent)
+    return LazyBootstrap(root / rel, layout)

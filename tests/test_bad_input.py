@@ -17,7 +17,7 @@ import pytest
 from porter_test_utils import run_porter, snapshot
 
 CUDA = b"import torch\nx = torch.ones(1).cuda()\n"
-MIGRATED = b"import porter_runtime\nimport torch\nx = torch.ones(1).to(porter_runtime.device())\n"
+MIGRATED = b"import torch\n\nimport porter_runtime\nx = torch.ones(1).to(porter_runtime.device())\n"
 
 
 def make(root: Path, files: dict) -> Path:
@@ -93,7 +93,7 @@ def test_latin1_declaration_keeps_encoding(tmp_path):
     proc, errors, _ = migrate(root)
     assert proc.returncode == 0 and not errors, proc.stderr
     out = (root / "latin.py").read_bytes()
-    assert out.startswith(b"# -*- coding: latin-1 -*-\nimport porter_runtime\n")
+    assert out.startswith(b"# -*- coding: latin-1 -*-\nimport torch\n\nimport porter_runtime\n")
     assert b"name = 'caf\xe9'  # \xe0 la carte\n" in out and b"porter_runtime.device()" in out
     compile(out, "latin.py", "exec")
 
@@ -116,7 +116,7 @@ def test_mixed_line_endings_keep_every_untouched_line(tmp_path):
     root = make(tmp_path / "repo", {"mixed.py": data})
     assert migrate(root)[0].returncode == 0
     out = (root / "mixed.py").read_bytes().splitlines(keepends=True)
-    assert out == [b"import porter_runtime\r\n", b"import torch\r\n", b"y = 1\n",
+    assert out == [b"import torch\r\n", b"\r\n", b"import porter_runtime\r\n", b"y = 1\n",
                    b"x = torch.ones(1).to(porter_runtime.device())\r\n", b"z = 2\n", b"# end\r\n"]
 
 
@@ -245,7 +245,7 @@ def test_folder_named_like_a_python_file(tmp_path):
     proc, errors, _ = migrate(root)
     assert proc.returncode == 0 and not errors, proc.stderr
     out = (root / "models.py" / "net.py").read_bytes()
-    assert b"x = torch.ones(1).to(porter_runtime.device())" in out  # with the script bootstrap
+    assert b"x = torch.ones(1).to(porter_runtime.device())" in out  # no sys.path code: a plain import
     compile(out, "net.py", "exec")
     proc = run_porter("migrate", root / "models.py", "--check", "-j", "1")
     assert proc.returncode == 0, proc.stderr  # named directly: walked as a folder

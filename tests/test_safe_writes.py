@@ -56,7 +56,7 @@ def test_write_keeps_mode_bom_crlf_and_encoding(tmp_path):
     (root / "b.py").chmod(0o600)
     assert run_porter("migrate", root, "--write", "-j", "1").returncode == 0
     a, b = (root / "a.py").read_bytes(), (root / "b.py").read_bytes()
-    assert a.startswith(b"\xef\xbb\xbf# -*- coding: utf-8 -*-\r\nimport porter_runtime\r\n")
+    assert a.startswith(b"\xef\xbb\xbf# -*- coding: utf-8 -*-\r\nimport torch\r\n\r\nimport porter_runtime\r\n")
     assert a.count(b"\r\n") == a.count(b"\n") and "café".encode() in a
     assert b"name = 'caf\xe9'\n" in b and b"porter_runtime.device()" in b
     assert stat.S_IMODE((root / "a.py").stat().st_mode) == 0o755
