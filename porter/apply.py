@@ -177,18 +177,36 @@ def _decode(data: bytes) -> tuple[str, str]:
         encoding = source_encoding(data)
     except SyntaxError:
         encoding = "utf-8"
-    return data.decode(encoding, errors="surrogateescape"), encoding
+    try:
+        return data.decode(encoding, errors="surrogateescape"), encoding
+    except UnicodeError:  # a codec without surrogateescape (UTF-16): bytes as latin-1
+        return data.decode("latin-1"), "latin-1"
+
+
+_GIT_ESCAPES = {0x07: "\\a", 0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0B: "\\v", 0x0C: "\\f", 0x0D: "\\r",
+                0x22: '\\"', 0x5C: "\\\\"}
+
+
+def git_quote(name: str) -> str:
+    """A path as git writes it in a diff header: as is, or in double quotes with C escapes
+    and octal bytes when it holds a control character, a quote, a backslash or a byte
+    outside ASCII (``core.quotePath``); ``git apply`` reads both."""
+    data = os.fsencode(name)
+    if not any(b < 0x20 or b >= 0x7F or b in (0x22, 0x5C) for b in data):
+        return name
+    return '"' + "".join(_GIT_ESCAPES.get(b) or (chr(b) if 0x20 <= b < 0x7F else f"\\{b:03o}") for b in data) + '"'
 
 
 def unified_diff(change: Change) -> bytes:
     """A ``git apply``-able diff of one file, in the file's own encoding."""
     new_text, encoding = _decode(change.new)
     old_text = _decode(change.old)[0] if change.old is not None else ""
-    old_name = f"a/{change.path}" if change.old is not None else "/dev/null"
-    header = f"diff --git a/{change.path} b/{change.path}\n"
+    a, b = git_quote(f"a/{change.path}"), git_quote(f"b/{change.path}")
+    old_name = a if change.old is not None else "/dev/null"
+    header = f"diff --git {a} {b}\n"
     if change.old is None:
         header += "new file mode 100644\n"
-    header += f"--- {old_name}\n+++ b/{change.path}\n"
+    header += f"--- {old_name}\n+++ {b}\n"
     body = []
     lines = difflib.unified_diff(
         old_text.splitlines(keepends=True), new_text.splitlines(keepends=True), lineterm="", n=3

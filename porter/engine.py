@@ -25,7 +25,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from porter import imports
 from porter.matching import ImportFacts, Resolver
 from porter.positions import locate
-from porter.prefilter import SyntaxFacts, candidate_rules
+from porter.prefilter import SyntaxFacts, byte_candidates, candidate_rules
 from porter.segments import Reduced, WholeFile, reduce
 from porter.rule import BaseRule, Finding, Rule, TextRule
 from porter.sources import decode_error, describe_syntax_error, python_syntax_error
@@ -408,13 +408,15 @@ def process_file(path: Path, rel: str, options: Options, bootstrap: Union[None, 
     existing = _RUNTIME_IMPORT.search(data)
     uses_runtime = existing is not None
     runtime_from = (existing.group(1) or b"").decode("ascii", "replace") if existing else ""
-    rules, facts = candidate_rules(data, options.source_rules)
-    if not rules:
-        return FileResult(rel, "unchanged", uses_runtime=uses_runtime, runtime_from=runtime_from)
-    if len(data) > MAX_PARSE_BYTES:
+    if len(data) > MAX_PARSE_BYTES:  # before any parse: a 50 MB file costs nothing
+        if not byte_candidates(data, options.source_rules):
+            return FileResult(rel, "unchanged", uses_runtime=uses_runtime, runtime_from=runtime_from)
         return FileResult(rel, "error", error=(
             f"{len(data) / 1e6:.1f} MB: larger than the {MAX_PARSE_BYTES / 1e6:.0f} MB porter parses "
             "(a generated file?); port it by hand or split it"))
+    rules, facts = candidate_rules(data, options.source_rules)
+    if not rules:
+        return FileResult(rel, "unchanged", uses_runtime=uses_runtime, runtime_from=runtime_from)
     if facts is None:  # LibCST accepts some code this Python rejects: never rewrite that
         problem = python_syntax_error(data)
         if problem:
@@ -427,13 +429,90 @@ def process_file(path: Path, rel: str, options: Options, bootstrap: Union[None, 
         return FileResult(rel, "error", error="too deeply nested for the parser; left untouched")
     except Exception as exc:  # a bug in porter: report it for this file, go on
         return FileResult(rel, "error", error=f"internal error: {type(exc).__name__}: {exc}")
+    if data.endswith(b"\r") and not result.new.endswith((b"\r", b"\n")):
+        result.new += b"\r"  # LibCST drops the last newline of a CR-only file
     if result.new == data:
         return FileResult(rel, "unchanged", findings=result.findings, uses_runtime=uses_runtime,
                           runtime_from=runtime_from)
+    if result.needs_runtime:
+        line = binds_runtime_name(data)
+        if line:  # its own porter_runtime would shadow the import: report, don't rewrite
+            return FileResult(rel, "unchanged", findings=_not_rewritten(result.findings, line),
+                              uses_runtime=uses_runtime, runtime_from=runtime_from)
+    problem = compile_error(result.new, data, rel)
+    if problem:
+        return FileResult(rel, "error", error=problem)
     folder, package, note = _runtime_home(bootstrap, rel)
     return FileResult(rel, "changed", findings=result.findings, old=data, new=result.new,
                       uses_runtime=uses_runtime or result.needs_runtime, runtime_from=runtime_from,
                       runtime_folder=folder, runtime_package=package, runtime_note=note)
+
+
+def binds_runtime_name(data: bytes) -> int:
+    """The line where the module binds ``porter_runtime`` itself (a variable, an import
+    under that name, a parameter, a ``global``, a def), or 0."""
+    if b"porter_runtime" not in data:
+        return 0
+    import ast
+
+    try:
+        tree = ast.parse(data)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return 0
+    name = "porter_runtime"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id == name and not isinstance(node.ctx, ast.Load):
+            return node.lineno
+        if isinstance(node, ast.arg) and node.arg == name:
+            return node.lineno
+        if isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
+            return node.lineno
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            return node.lineno
+        if isinstance(node, ast.ExceptHandler) and node.name == name:
+            return node.lineno
+        if isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name == name:
+            return node.lineno
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                if alias.asname == name or (alias.asname is None and alias.name.split(".")[0] == name
+                                            and isinstance(node, ast.ImportFrom) and node.module is None):
+                    return node.lineno
+    return 0
+
+
+def _not_rewritten(findings: list[Finding], line: int) -> list[Finding]:
+    import dataclasses
+
+    why = (f"not rewritten: this file binds the name porter_runtime itself (line {line}), which would shadow "
+           "the runtime import; rename it and run porter again")
+    return [dataclasses.replace(f, action="review", message=f"{why}. {f.message}",
+                                suggestion=f.suggestion or (f"{f.before} -> {f.after}" if f.after else ""))
+            if f.action == "rewrite" else f for f in findings]
+
+
+def compile_error(new: bytes, old: bytes, rel: str) -> str:
+    """Why the ported bytes don't compile (porter never writes such a file), or ""."""
+    import warnings
+
+    def error(data: bytes) -> str:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                compile(data, rel, "exec", dont_inherit=True)
+        except SyntaxError as exc:
+            return f"{exc.msg} (line {exc.lineno})"
+        except (ValueError, RecursionError, MemoryError) as exc:
+            return str(exc) or type(exc).__name__
+        return ""
+
+    problem = error(new)
+    if not problem:
+        return ""
+    original = error(old)
+    if original:
+        return f"does not compile: {original}; left untouched"
+    return f"internal error: the ported file would not compile ({problem}); left untouched"
 
 
 #: ``import porter_runtime``, ``from porter_runtime import x`` or ``from pkg import porter_runtime``

@@ -35,7 +35,10 @@ from porter.engine import FileResult, Options, migrate_source
 from porter.rule import Finding
 from porter.sources import describe_syntax_error
 
-_MAGIC = re.compile(r"^\s*(?:[%!]|[\w.,\[\] ]+=\s*[%!])|\?\s*$")
+#: Line magics and shell escapes (``%pip``, ``!ls``, ``files = !ls``) and help lines
+#: (``torch.cuda?``, ``??x``): a ``?`` ends a help line only after a bare name, never
+#: after a comment (``x = 1  # why?``) or a string.
+_MAGIC = re.compile(r"^\s*(?:[%!]|[\w.,\[\] ]+=\s*[%!]|\?{1,2}[\w.]+\s*$|[\w.\[\]()]+\?{1,2}\s*$)")
 _TORCH_IMPORT = re.compile(r"^\s*(?:import\s+torch\b|from\s+torch\b)", re.M)
 _RUNTIME_IMPORT = re.compile(r"^\s*(?:import\s+porter_runtime\b|from\s+[\w.]+\s+import\s*(?:\([^)]*|[^#\n]*)\bporter_runtime\b)", re.M)
 _MARK = "pass  # porter: the cell starts below"
