@@ -11,7 +11,7 @@ from typing import Callable, Iterator, Optional, Sequence
 from porter.apply import Change, vendor_changes
 from porter.discover import Skipped, discover
 from porter.engine import FileResult, LazyBootstrap, Options, process_file
-from porter.runtime_home import Home, Layout, manifest_change, refuse_home
+from porter.runtime_home import Home, Layout, home_of_import, manifest_change, refuse_home
 
 
 @dataclass
@@ -151,9 +151,7 @@ def run(
     def home_of(item: FileResult, path: Path) -> Home:
         if item.runtime_folder:
             return Home(root / item.runtime_folder, item.runtime_package)
-        if layout.fixed is not None:
-            return layout.fixed
-        return layout.home_for(path, [item.runtime_from] if item.runtime_from else [])[0]
+        return home_of_import(layout, path, item.runtime_from)
 
     for done, (item, (path, _, _)) in enumerate(zip(iter_results(config, tasks), tasks), 1):
         if item.runtime_note and item.status == "changed":

@@ -72,7 +72,7 @@ class Layout:
                 name = entry.name[:-3] if entry.name.endswith(".py") else entry.name
                 if name.isidentifier():
                     names.add(name)
-                    if (entry / "__init__.py").is_file() and entry.name != RUNTIME:
+                    if _is_file(entry / "__init__.py") and entry.name != RUNTIME:
                         packages.setdefault(name, entry)
         layout = cls(root, _installable(root), frozenset(names), packages)
         if runtime_dir is not None:
@@ -127,6 +127,27 @@ class Layout:
             f"is installed (pip install ./{RUNTIME})")
 
 
+def home_of_import(layout: "Layout", file: Path, package: str) -> Home:
+    """The copy an existing ``from package import porter_runtime`` (or, with no package,
+    ``import porter_runtime``) in ``file`` refers to."""
+    if not package:
+        return layout.fixed if layout.fixed is not None and not layout.fixed.package else layout.root_home
+    top = _top_package(file.absolute())
+    bases = [layout.root, layout.root / "src"] + ([top.parent] if top is not None else [])
+    for base in bases:
+        folder = base.joinpath(*package.split("."))
+        if _is_file(folder / "__init__.py"):
+            return Home(folder / RUNTIME, package)
+    return Home(layout.root.joinpath(*package.split(".")) / RUNTIME, package)
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:  # an unreadable folder: the walk reports it
+        return False
+
+
 def _entries(base: Path) -> list[Path]:
     try:
         return [Path(e.path) for e in os.scandir(base) if e.is_dir(follow_symlinks=False) or e.name.endswith(".py")]
@@ -135,7 +156,7 @@ def _entries(base: Path) -> list[Path]:
 
 
 def _installable(root: Path) -> bool:
-    if any((root / name).is_file() for name in _BUILD_FILES):
+    if any(_is_file(root / name) for name in _BUILD_FILES):
         return True
     try:
         text = (root / "pyproject.toml").read_text(encoding="utf-8", errors="replace")
@@ -148,18 +169,18 @@ def _top_package(file: Path) -> Optional[Path]:
     """The topmost package folder holding ``file`` (None for a file outside packages)."""
     top = None
     folder = file.parent
-    while (folder / "__init__.py").is_file():
+    while _is_file(folder / "__init__.py"):
         top = folder
         folder = folder.parent
     return top
 
 
 def _package_name(folder: Path) -> Optional[str]:
-    if not (folder / "__init__.py").is_file():
+    if not _is_file(folder / "__init__.py"):
         return None
     parts = [folder.name]
     here = folder.parent
-    while (here / "__init__.py").is_file():
+    while _is_file(here / "__init__.py"):
         parts.insert(0, here.name)
         here = here.parent
     return ".".join(parts)
@@ -174,7 +195,7 @@ def _shown(path: Path, root: Path) -> str:
 
 def is_vendored(folder: Path) -> bool:
     """Whether porter vendored ``folder`` (it holds porter's marker file)."""
-    return (folder / MARKER).is_file() and (folder / "__init__.py").is_file()
+    return _is_file(folder / MARKER) and _is_file(folder / "__init__.py")
 
 
 def stdlib_names() -> frozenset:
