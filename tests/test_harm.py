@@ -423,3 +423,53 @@ def test_cuda_only_packages_named_by_url_in_requirements(tmp_path):
     assert "-e git+https://github.com/Dao-AILab/flash-attention.git#egg=flash-attn\n" in text
     reviews = [f for item in json.loads(report.read_text())["files"] for f in item["findings"]]
     assert any(f["line"] == 2 and "editable install of flash-attn" in f["message"] for f in reviews)
+
+
+# -- README: the exit codes and error examples are what the CLI prints ---------------------------
+
+def _readme_examples() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("### Exit codes"):text.index("## Review, settings, CI")]
+    blocks = section.split("```text\n")[1:]
+    return [line for block in blocks for line in block.split("```")[0].splitlines() if line.strip()]
+
+
+def test_readme_exit_codes_and_error_examples_match_the_cli(tmp_path):
+    text = (ROOT / "README.md").read_text()
+    for code in ("| 0 |", "| 1 | only with `--check`", "| 2 |", "| 130 |"):
+        assert code in text
+    home = tmp_path / "home" / "me"
+    repo = make(home / "repo", {"train.py": CUDA, "third_party/README": "x\n"})
+    outputs = []
+
+    def porter(*args, cwd=home, files=None, where=repo):
+        if files:
+            make(where, files)
+        proc = run_porter("migrate", *args, cwd=cwd)
+        outputs.append(proc.stderr.decode("utf-8", "replace").replace(str(tmp_path), ""))
+        return proc
+
+    settings = make(home / "s", {"pyproject.toml": '[tool.porter]\nruntime-dir = "../../elsewhere/pkg"\n'})
+    assert porter(settings).returncode == 2
+    assert porter(repo, "--runtime-dir", "../x/porter_runtime", cwd=repo).returncode == 2
+    assert porter(repo, "--runtime-dir", "third_party", cwd=repo).returncode == 2
+    assert porter(repo, "--select", "XYZ").returncode == 2
+    assert porter(make(home / "t", {"pyproject.toml": "tool = 3\n"})).returncode == 2
+    assert porter(make(home / "u", {"pyproject.toml": "[tool.porter]\n".encode("utf-16")})).returncode == 2
+    assert porter(repo, "--report", "no/such/r.json").returncode == 2
+    (home / "link").symlink_to(repo, target_is_directory=True)
+    assert porter("link").returncode == 2
+    make(tmp_path / "tmp" / "out", {"x.txt": "x\n"})
+    assert porter(repo, "--out", tmp_path / "tmp" / "out").returncode == 2
+    files = make(home / "files", {
+        "latin.py": b"import torch\nname = 'caf\xe9'\nx = torch.ones(1).cuda()\n",
+        "old.py": b"import torch\nprint 'hello'\nx = torch.ones(1).cuda()\n",
+        "big.py": CUDA + b"y = 1\n" * 400_000,
+        "porter_runtime/__init__.py": b"MINE = 1\n", "train.py": CUDA,
+    })
+    assert porter(files, "--write", cwd=files).returncode == 2
+    everything = "\n".join(outputs)
+    for line in _readme_examples():
+        if line.startswith("secret:"):  # needs an unreadable folder: test_unreadable_subfolder_...
+            continue
+        assert line in everything, f"README example not printed by the CLI: {line}\n---\n{everything}"
