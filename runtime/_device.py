@@ -61,6 +61,11 @@ def resolve() -> Resolution:
         override = os.environ.get("PORTER_DEVICE", "").strip()
         _resolution = _from_env(override) if override else _probe()
         _log.info_once("device", f"using {_resolution.device} ({_resolution.reason})")
+        if _resolution.device.type == "mps" and os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK") is None:
+            # torch was imported before porter_runtime (the usual import order), so the
+            # runtime could not set the variable: torch reads it once, at import.
+            _log.info_once("mps-fallback", "PYTORCH_ENABLE_MPS_FALLBACK is not set, so ops MPS lacks raise "
+                           "NotImplementedError; export PYTORCH_ENABLE_MPS_FALLBACK=1 to run them on the CPU")
     return _resolution
 
 
