@@ -546,7 +546,8 @@ class LazyBootstrap:
 
     @property
     def first_party(self) -> frozenset:
-        return self.layout.first_party
+        """isort's first-party names, once the copy this file imports exists."""
+        return self.layout.first_party_for(self.home) if self.home is not None else self.layout.first_party
 
     def __call__(self, imported: Iterable[str] = ()) -> "Home":
         self.home, self.note = self.layout.home_for(self.file, imported)

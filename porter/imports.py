@@ -162,32 +162,35 @@ def place_import(module: cst.Module, statement: str, package: str, first_party: 
     def sections(block):
         return [_section(body[k].body[0], first_party) for k in range(*block)]
 
+    new = runtime_import(statement)
+    kind = _section(new.body[0], first_party)
     # The block holding the repository's own imports (after a sys.path line, if any);
     # else the first block (the usual one block at the top).
     block = next((b for b in blocks if _FIRST in sections(b)), blocks[0])
     i, j = block
     kinds = sections(block)
-    new = runtime_import(statement)
-    firsts = [k for k, kind in zip(range(i, j), kinds) if kind == _FIRST]
-    if firsts:
+    same = [k for k, other in zip(range(i, j), kinds) if other == kind]
+    if same:
         if package:
-            for k in firsts:
+            for k in same:
                 merged = _merge_into(body[k], package)
                 if merged is not None:
                     body[k] = merged
                     return module.with_changes(body=body)
         key = _sort_key(new.body[0])
-        for k in firsts:
+        for k in same:
             if _sort_key(body[k].body[0]) > key:
-                return _insert_before(module, body, k, new, first_of_section=k == firsts[0])
-        return _insert_before(module, body, firsts[-1] + 1, new, first_of_section=False)
-    # A new first-party section: after stdlib and third-party, before relative imports.
-    at = next((k for k, kind in zip(range(i, j), kinds) if kind == _LOCAL), j)
-    new = new.with_changes(leading_lines=[cst.EmptyLine()])
-    if at < len(body) and at < j:
-        following = body[at]
-        if not any(line.comment is None for line in following.leading_lines):
-            body[at] = following.with_changes(leading_lines=[cst.EmptyLine(), *following.leading_lines])
+                return _insert_before(module, body, k, new, first_of_section=k == same[0])
+        return _insert_before(module, body, same[-1] + 1, new, first_of_section=False)
+    # A group of its own, between the groups isort puts before and after it.
+    at = next((k for k, other in zip(range(i, j), kinds) if other > kind), j)
+    if at == i:  # the first group of the block: it takes the block's leading lines
+        new = new.with_changes(leading_lines=body[i].leading_lines)
+        body[i] = body[i].with_changes(leading_lines=[cst.EmptyLine()])
+    else:
+        new = new.with_changes(leading_lines=[cst.EmptyLine()])
+        if at < j and not any(line.comment is None for line in body[at].leading_lines):
+            body[at] = body[at].with_changes(leading_lines=[cst.EmptyLine(), *body[at].leading_lines])
     body.insert(at, new)
     return module.with_changes(body=body)
 

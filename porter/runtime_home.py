@@ -8,11 +8,11 @@ the runtime"):
   setup.cfg) or under ``src/``: a copy inside its top-level package, like pip's own
   ``_vendor`` (``from mypkg import porter_runtime``), shipped by the package's build;
 - a script or notebook that imports such a package: the same copy, through the package;
+- a script or notebook in a subfolder that imports nothing of the repository: a copy
+  beside it (Python puts the script's own folder first on ``sys.path``);
 - any other file: the copy at the root (``import porter_runtime``). Scripts at the root,
   packages at the root (``python -m pkg.train``) and scripts that import the repository's
-  own root modules find it the way they find those. A script that imports nothing of the
-  repository finds it only when it runs from the root folder or when the runtime is
-  installed (``pip install ./porter_runtime``): the run says so in a note.
+  own root modules find it the way they find those.
 
 A folder porter vendored holds ``VENDORED.txt``: porter refreshes only folders with
 that marker, never ports a file inside one, and refuses to write into a folder of the
@@ -120,11 +120,18 @@ class Layout:
                 return Home(self.packages[name] / RUNTIME, name), ""
         if file.parent == self.root or any(n in self.first_party and n != RUNTIME for n in imported):
             return self.root_home, ""
-        rel = _shown(file, self.root)
-        return self.root_home, (
-            f"{rel} imports nothing of the repository, so it finds {RUNTIME}/ only when run from the root "
-            f"(python -m {Path(rel).with_suffix('').as_posix().replace('/', '.')}) or once the runtime "
-            f"is installed (pip install ./{RUNTIME})")
+        # A script or notebook in a subfolder that imports nothing of the repository:
+        # Python puts only its own folder on sys.path (``python scripts/plot.py`` from the
+        # root, or from scripts/), so its copy sits beside it.
+        return Home(file.parent / RUNTIME), ""
+
+    def first_party_for(self, home: Home) -> frozenset:
+        """What isort (ruff's ``src = [".", "src"]``) will call first-party once ``home``
+        exists: a copy at the root or inside a package is the repository's own code; one
+        beside a script in a subfolder is not, unless a root copy exists too."""
+        if home.package or home.folder.parent in (self.root, self.root / "src"):
+            return self.first_party | {RUNTIME}
+        return self.first_party
 
 
 def home_of_import(layout: "Layout", file: Path, package: str) -> Home:

@@ -208,37 +208,40 @@ def test_readme_lists_every_rule_and_ci_runs_its_commands():
     assert 'python -m pip install -e ".[test]"' in readme and "python -m pytest" in readme
 
 
-def test_standalone_script_finds_runtime_from_root_or_once_installed(tree, tmp_path):
+def test_scripts_find_the_runtime_from_any_folder_without_sys_path_code(tree, tmp_path):
     """No ported file touches sys.path. A script in a subfolder that imports nothing of the
-    repository finds the root's copy when run from the root with -m, or from anywhere once
-    the vendored copy is installed (it carries its own pyproject.toml); the run says so."""
+    repository gets a copy beside it (its own folder is first on sys.path), so it runs from
+    the root, from its folder and from anywhere else; a package finds the root's copy."""
     proc = run_porter("migrate", tree, "--write")
     assert proc.returncode == 0, proc.stderr
-    assert b"pip install ./porter_runtime" in proc.stderr and b"python -m scripts.run" in proc.stderr
     for path in tree.rglob("*.py"):
         if "porter_runtime" not in path.parts:
             assert "sys.path" not in path.read_text(), path
+    # porter_runtime beside the script is not first-party for isort: sorted before torch
     assert (tree / "scripts" / "run.py").read_text() == (
-        '"""Run it."""\nimport torch as t\n\nimport porter_runtime\nprint(t.ones(1).to(porter_runtime.device()))\n')
-    proc = subprocess.run(python_without_porter("-m", "scripts.run"), cwd=tree, capture_output=True, text=True)
-    assert proc.returncode == 0 and "tensor([1.])" in proc.stdout, proc.stderr
+        '"""Run it."""\nimport porter_runtime\nimport torch as t\nprint(t.ones(1).to(porter_runtime.device()))\n')
+    assert (tree / "scripts" / "porter_runtime" / "VENDORED.txt").is_file()
+    for cwd in (tree, tmp_path, tree / "scripts"):
+        proc = subprocess.run(python_without_porter(str(tree / "scripts" / "run.py")), cwd=cwd,
+                              capture_output=True, text=True)
+        assert proc.returncode == 0 and "tensor([1.])" in proc.stdout, proc.stderr
     (tree / "pkg" / "show.py").write_text("from pkg.model import DEV\nprint(DEV.type)\n")
     proc = subprocess.run(python_without_porter("-m", "pkg.show"), cwd=tree, capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.strip() == "cpu", proc.stderr
-    # From another folder, not installed: the documented limit, and the test can tell.
-    proc = subprocess.run(python_without_porter(str(tree / "scripts" / "run.py")), cwd=tmp_path,
-                          capture_output=True, text=True)
-    assert proc.returncode != 0 and "No module named 'porter_runtime'" in proc.stderr
+    # Every copy is installable on its own (it carries a pyproject.toml).
     site = tmp_path / "site"
     install = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                              "--no-index", "--target", str(site), str(tree / "porter_runtime")],
+                              "--no-index", "--target", str(site), str(tree / "scripts" / "porter_runtime")],
                              capture_output=True, text=True)
     assert install.returncode == 0, install.stderr
+    shutil.rmtree(tree / "scripts" / "porter_runtime")
+    proc = subprocess.run(python_without_porter(str(tree / "scripts" / "run.py")), cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert proc.returncode != 0 and "No module named 'porter_runtime'" in proc.stderr  # the test can tell
     env = {**os.environ, "PYTHONPATH": str(site), "PORTER_TEST_KEEP": str(site)}
-    for cwd in (tree, tmp_path, tree / "scripts"):
-        proc = subprocess.run(python_without_porter(str(tree / "scripts" / "run.py")), cwd=cwd,
-                              capture_output=True, text=True, env=env)
-        assert proc.returncode == 0 and "tensor([1.])" in proc.stdout, proc.stderr
+    proc = subprocess.run(python_without_porter(str(tree / "scripts" / "run.py")), cwd=tmp_path,
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 0 and "tensor([1.])" in proc.stdout, proc.stderr
 
 
 @pytest.mark.parametrize("comment,changed", [
