@@ -128,10 +128,21 @@ def _without_runtime_import(new: bytes, old: str) -> tuple[bytes, bool]:
     for i, stmt in enumerate(body):
         if _is_runtime_import(module.code_for_node(stmt)):
             removed = body.pop(i)
-            if i < len(body):  # hand the blank lines back to the statement that had them
-                body[i] = body[i].with_changes(leading_lines=[*removed.leading_lines, *body[i].leading_lines])
+            if i < len(body):  # the next statement gets back the blank lines it had
+                original = _original_body(old)
+                if original is not None and len(original) == len(body):
+                    body[i] = body[i].with_changes(leading_lines=original[i].leading_lines)
+                elif not body[i].leading_lines:
+                    body[i] = body[i].with_changes(leading_lines=removed.leading_lines)
             return module.with_changes(body=body).bytes, True
     return new, False
+
+
+def _original_body(old: str):
+    try:
+        return list(cst.parse_module(old).body)
+    except cst.ParserSyntaxError:
+        return None
 
 
 def _is_runtime_import(code: str) -> bool:
