@@ -19,13 +19,13 @@ from typing import Iterator, Optional, Sequence
 from porter.runtime_home import is_vendored
 
 SKIP_DIRS = frozenset({
-    ".git", ".hg", ".svn", ".tox", ".nox", ".eggs",
+    ".git", ".hg", ".svn", ".venv", "venv", ".env", ".tox", ".nox", ".eggs",
     "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".hypothesis",
     "node_modules", "site-packages", ".ipynb_checkpoints",
 })
-#: Skipped only when they are what the name says (a virtual environment): ``env/`` in
+#: Skipped only when it is what the name says (a virtual environment): ``env/`` in
 #: research code is as often a package of RL environments.
-VENV_NAMES = frozenset({".venv", "venv", ".env", "env"})
+VENV_NAMES = frozenset({"env"})
 #: Build output by name: skipped, and said so when they hold Python files (name one on
 #: the command line to port it).
 OUTPUT_DIRS = frozenset({"build", "dist"})

@@ -33,6 +33,8 @@ _COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=]", re.M)
 
 def has_coding_cookie(data: bytes) -> bool:
     """Whether line 1 or 2 declares an encoding (PEP 263)."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
     return any(_COOKIE.match(line) for line in data.split(b"\n", 2)[:2])
 
 

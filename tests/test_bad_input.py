@@ -190,14 +190,14 @@ def test_symlinks_are_reported_not_followed(tmp_path):
         assert (root / link).is_symlink()
 
 
-def test_symlink_named_on_the_command_line_is_skipped(tmp_path):
+def test_symlink_named_on_the_command_line_is_an_error(tmp_path):
     outside = make(tmp_path / "outside", {"ext.py": CUDA})
     root = tmp_path / "repo"
     root.mkdir()
     (root / "link.py").symlink_to(outside / "ext.py")
     proc = run_porter("migrate", root / "link.py", "--write", "-j", "1")
-    assert proc.returncode == 0
-    assert b"symbolic link, not followed" in proc.stderr
+    assert proc.returncode == 2  # never a silent no-op that passes
+    assert b"link.py: a symbolic link; porter never follows links" in proc.stderr
     assert (outside / "ext.py").read_bytes() == CUDA
 
 
@@ -271,7 +271,7 @@ def test_missing_path_beside_a_real_one(tmp_path):
     root = make(tmp_path / "repo", {"good.py": CUDA})
     proc = run_porter("migrate", root, tmp_path / "nope", "--write", "-j", "1")
     assert proc.returncode == 2 and b"no such file or folder" in proc.stderr
-    assert (root / "good.py").read_bytes() == MIGRATED  # the rest still ran
+    assert (root / "good.py").read_bytes() == CUDA  # inputs are checked before anything is written
 
 
 def test_non_python_files_named_on_the_command_line(tmp_path):

@@ -168,12 +168,13 @@ def test_rules_and_explain():
     for heading in ("## What", "## Why", "## Fix safety", "## Known limits", "## Examples"):
         assert heading in text
     assert "porter_runtime.device(1)" in text
-    assert run_porter("explain", "NOPE").returncode != 0
+    assert run_porter("explain", "NOPE").returncode == 2
 
 
 def test_help_documents_exit_codes():
     proc = run_porter("migrate", "--help")
-    assert b"Exit codes" in proc.stdout and b"2  porter could not process" in proc.stdout
+    assert b"Exit codes" in proc.stdout and b"2  bad input or a failure" in proc.stdout
+    assert b"1  with --check" in proc.stdout and b"130  interrupted" in proc.stdout
 
 
 def test_version():
