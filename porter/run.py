@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +68,9 @@ _worker_options: Optional[Options] = None
 def _init_worker(options: Options) -> None:
     global _worker_options
     _worker_options = options
+    # Ctrl-C is the parent's to handle (it stops the run and exits 130); a worker that
+    # took it too would print a traceback of its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _work(task: Task) -> FileResult:
@@ -85,8 +89,11 @@ def iter_results(config: RunConfig, tasks: Sequence[Task]) -> Iterator[FileResul
     # Small chunks: a few files (trainer.py and its neighbours in transformers) take
     # seconds each; in one large chunk at the end of the run they leave a worker idle.
     chunk = max(1, min(4, len(tasks) // (jobs * 8)))
-    with ProcessPoolExecutor(jobs, initializer=_init_worker, initargs=(config.options,)) as pool:
+    pool = ProcessPoolExecutor(jobs, initializer=_init_worker, initargs=(config.options,))
+    try:
         yield from pool.map(_work, tasks, chunksize=chunk)
+    finally:  # on Ctrl-C, files not started yet are dropped, not processed first
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def default_jobs() -> int:

@@ -288,7 +288,7 @@ def test_non_utf8_file_name_in_diff_and_json(tmp_path):
 
 def test_ctrl_c_exits_130_with_every_file_original_or_ported(tmp_path):
     repo = make(tmp_path / "repo", {f"m{i:04d}.py": CUDA + f"y{i} = {i}\n".encode() for i in range(1500)})
-    proc = subprocess.Popen([sys.executable, "-m", "porter", "migrate", str(repo), "--write", "-j", "1",
+    proc = subprocess.Popen([sys.executable, "-m", "porter", "migrate", str(repo), "--write", "-j", "2",
                              "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env={**os.environ, "NO_COLOR": "1"})
     deadline = time.time() + 60
