@@ -247,7 +247,7 @@ def test_unusable_pyproject_is_one_line_exit_2(tmp_path, data, reason):
     proc = run_porter("migrate", repo, "--write")
     assert proc.returncode == 2
     err = one_line_error(proc)
-    assert f"porter: error: pyproject.toml: " in err and reason in err
+    assert "porter: error: pyproject.toml: " in err and reason in err
     assert (repo / "train.py").read_bytes() == CUDA
 
 
