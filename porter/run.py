@@ -126,6 +126,8 @@ def run(
     tasks = [(path, _rel(path, root), layout) for path in files]
     #: each copy's folder -> why it could not be vendored ("" once it is)
     homes: dict[Path, str] = {}
+    shipped: list[Home] = []  # copies inside packages, which the build must ship
+    pyproject: list[bytes] = []  # pyproject.toml as a rule of this run left it
 
     def vendor(home: Home, needed: bool = True) -> str:
         """Vendor one copy (once); why it could not be, or ""."""
@@ -139,11 +141,8 @@ def run(
         if not problem:
             changes, note = vendor_changes(home.folder, root, write=config.write)
             notes += [note] if note else []
-            manifest = manifest_change(root, home, write=config.write)
-            if manifest is not None:
-                change, note = manifest
-                changes += [change] if change is not None else []
-                notes.append(note)
+            if home.package:
+                shipped.append(home)  # the build config is edited at the end (porter.runtime_home)
             for change in changes:
                 if sink is not None and not problem:
                     problem = sink(change) or ""
@@ -163,6 +162,8 @@ def run(
     for done, (item, (path, _, _)) in enumerate(zip(iter_results(config, tasks), tasks), 1):
         if item.runtime_note and item.status == "changed":
             result.notes.append(item.runtime_note)
+        if item.status == "changed" and item.path == "pyproject.toml" and item.new is not None:
+            pyproject.append(item.new)
         if item.status == "changed":
             problem = vendor(home_of(item, path)) if item.uses_runtime else ""
             if problem:  # never a source that imports a runtime that isn't there
@@ -178,7 +179,28 @@ def run(
         result.files.append(item)
         if progress is not None:
             progress(done, len(tasks))
+    _ship(config, result, shipped, pyproject[-1] if pyproject else None, sink)
     return result
+
+
+def _ship(config: RunConfig, result: RunResult, shipped: list[Home], edited: Optional[bytes], sink) -> None:
+    """Add the package copies to a hand-written package list in pyproject.toml. Done last,
+    on top of what a manifest rule of this run made of the file (written, or in the diff)."""
+    base = None if config.write else edited
+    for home in shipped:
+        manifest = manifest_change(config.root, home, write=config.write, base=base)
+        if manifest is None:
+            continue
+        change, note = manifest
+        result.notes.append(note)
+        if change is None:
+            continue
+        error = sink(change) if sink is not None else None
+        if error:
+            result.notes.append(f"pyproject.toml: not written: {error}")
+            continue
+        result.runtime_changes.append(change)
+        base = None if config.write else change.new
 
 
 def _rel(path: Path, root: Path) -> str:

@@ -235,7 +235,7 @@ def refuse_home(home: Home, root: Path) -> str:
     return ""
 
 
-def manifest_change(root: Path, home: Home, write: bool = True):
+def manifest_change(root: Path, home: Home, write: bool = True, base: Optional[bytes] = None):
     """For a copy inside a package that pyproject.toml lists by hand
     (``[tool.setuptools] packages = ["mypkg"]``): the change that ships it too, and a
     note; a list in setup.py or setup.cfg gets a note only. None when nothing is needed."""
@@ -246,7 +246,7 @@ def manifest_change(root: Path, home: Home, write: bool = True):
     wanted = f"{home.package}.{RUNTIME}"
     pyproject = root / "pyproject.toml"
     try:
-        data = pyproject.read_bytes()
+        data = base if base is not None else pyproject.read_bytes()
     except OSError:
         data = b""
     text = data.decode("utf-8", errors="surrogateescape")

@@ -165,3 +165,27 @@ def test_src_layout_package_installs_with_pip_and_its_console_script_runs(tmp_pa
     where = subprocess.run([str(vpython), "-c", "from tinyclf import porter_runtime; print(porter_runtime.__file__)"],
                            cwd=elsewhere, capture_output=True, text=True, env=env)
     assert where.stdout.startswith(site), where.stdout + where.stderr  # the installed copy, not porter's
+
+
+def test_src_layout_diff_applied_with_git_equals_write(tmp_path):
+    """The package copy, and the package list in pyproject.toml that a manifest rule of the
+    same run may also edit: ``--diff | git apply`` gives exactly what ``--write`` gives,
+    and the runtime's files come after the repository's own in the diff."""
+    from porter_test_utils import snapshot
+
+    written, applied = tmp_path / "written", tmp_path / "applied"
+    for folder in (written, applied):
+        shutil.copytree(FIXTURES / "repos" / "src_layout", folder, ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run(["git", "init", "-q"], cwd=applied, check=True)
+    diff = run_porter("migrate", applied, "--diff", "-j", "1")
+    assert diff.returncode == 0, diff.stderr
+    assert b"would vendor porter_runtime" in diff.stderr and b"would add tinyclf.porter_runtime" in diff.stderr
+    heads = [line for line in diff.stdout.splitlines() if line.startswith(b"diff --git")]
+    runtime = [i for i, h in enumerate(heads) if b"/porter_runtime/" in h]
+    assert runtime and min(runtime) > max(i for i, h in enumerate(heads) if b"porter_runtime/" not in h
+                                          and b"pyproject.toml" not in h)
+    done = subprocess.run(["git", "apply", "-"], cwd=applied, input=diff.stdout, capture_output=True)
+    assert done.returncode == 0, done.stderr
+    assert run_porter("migrate", written, "--write", "-j", "1").returncode == 0
+    strip = {".git"}
+    assert {k: v for k, v in snapshot(applied).items() if k.split("/")[0] not in strip} == snapshot(written)
