@@ -31,7 +31,7 @@ from porter.sources import python_syntax_error, source_encoding
 
 _IMPORT = re.compile(r"^\s*(?:from\s+[\w.]+\s+)?import\s")
 _IMPORT_TAIL = re.compile(r"^\s*[\w, ]+\)?\s*$")  # the lines of a parenthesised from-import
-_RUNTIME = re.compile(r"^\s*import porter_runtime\b", re.M)
+_RUNTIME = re.compile(r"^\s*(?:import porter_runtime\b|from\s+[\w.]+\s+import\s*(?:\([^)]*|[^#\n]*)\bporter_runtime\b)", re.M)
 
 
 @dataclass
@@ -135,7 +135,26 @@ def _without_runtime_import(new: bytes, old: str) -> tuple[bytes, bool]:
                 elif not body[i].leading_lines:
                     body[i] = body[i].with_changes(leading_lines=removed.leading_lines)
             return module.with_changes(body=body).bytes, True
+        original = _without_runtime_name(stmt)
+        if original is not None:  # ``from mypkg import a, porter_runtime``: the name alone goes
+            body[i] = original
+            return module.with_changes(body=body).bytes, True
     return new, False
+
+
+def _without_runtime_name(stmt) -> Optional["cst.SimpleStatementLine"]:
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+            and isinstance(stmt.body[0], cst.ImportFrom) and isinstance(stmt.body[0].names, (list, tuple))):
+        return None
+    names = list(stmt.body[0].names)
+    at = next((n for n, a in enumerate(names) if isinstance(a.name, cst.Name) and a.name.value == "porter_runtime"
+               and a.asname is None), None)
+    if at is None or len(names) < 2:
+        return None
+    removed = names.pop(at)
+    if at == len(names):  # it was last: the new last name takes its (trailing) comma
+        names[-1] = names[-1].with_changes(comma=removed.comma)
+    return stmt.with_changes(body=[stmt.body[0].with_changes(names=names)])
 
 
 def _original_body(old: str):
