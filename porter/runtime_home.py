@@ -138,7 +138,12 @@ def home_of_import(layout: "Layout", file: Path, package: str) -> Home:
     """The copy an existing ``from package import porter_runtime`` (or, with no package,
     ``import porter_runtime``) in ``file`` refers to."""
     if not package:
-        return layout.fixed if layout.fixed is not None and not layout.fixed.package else layout.root_home
+        if layout.fixed is not None and not layout.fixed.package:
+            return layout.fixed
+        beside = file.absolute().parent / RUNTIME
+        if beside.parent != layout.root and is_vendored(beside):
+            return Home(beside)  # a standalone script's own copy (first on its sys.path)
+        return layout.root_home
     top = _top_package(file.absolute())
     bases = [layout.root, layout.root / "src"] + ([top.parent] if top is not None else [])
     for base in bases:

@@ -162,7 +162,9 @@ def _own(path: Path) -> None:
 
 
 def test_read_only_root_writes_no_source_that_needs_the_runtime(shared_tmp):
-    repo = make(shared_tmp / "repo", {"sub/train.py": CUDA, "sub/clean.py": "x = 1\n"})
+    # sub/train.py imports the repository's own models/, so it uses the root's copy
+    repo = make(shared_tmp / "repo", {"sub/train.py": b"import torch\n\nimport models\n\nx = torch.ones(1).cuda()\n",
+                                      "models/__init__.py": "", "sub/clean.py": "x = 1\n"})
     _own(repo)
     repo.chmod(0o555)  # the root can't take porter_runtime/, sub/ could take the source
     before = snapshot(repo)
