@@ -174,8 +174,8 @@ def runtime_import_literals() -> set[str]:
     from porter import imports
 
     out: set[str] = set()
-    for bootstrap in (None, ".."):
-        code = cst.Module(body=[imports.runtime_import(bootstrap)]).code.encode()
+    for statement in ("import porter_runtime", "from pkg import porter_runtime"):
+        code = cst.Module(body=[imports.runtime_import(statement)]).code.encode()
         out |= {text for _, text in literal_tokens(code)}
     return out
 

@@ -25,6 +25,8 @@ class Change:
     path: str  # relative to the root, "/" separators
     old: Optional[bytes]
     new: bytes
+    #: a file of the vendored runtime (or the manifest line that ships it), not the user's code
+    runtime: bool = False
 
 
 # -- atomic writes -------------------------------------------------------------
@@ -86,8 +88,9 @@ def vendored_version(folder: Path) -> Optional[str]:
     return match.group(1) if match else None
 
 
-def vendor_changes(target: Path, root: Path) -> tuple[list[Change], str]:
-    """The file changes that bring ``target`` to porter's runtime, and a note.
+def vendor_changes(target: Path, root: Path, write: bool = True) -> tuple[list[Change], str]:
+    """The file changes that bring ``target`` to porter's runtime, and a note (in the
+    future tense, "would vendor", when the run writes nothing).
 
     Nothing changes when the vendored copy is as new as porter's or newer; a copy of the
     same version that differs (edited by hand) is left alone and the note says so.
@@ -108,9 +111,13 @@ def vendor_changes(target: Path, root: Path) -> tuple[list[Change], str]:
     for name, data in wanted.items():
         old = _read(target / name)
         if old != data:
-            changes.append(Change(f"{rel}/{name}", old, data))
-    verb = "updated from " + theirs if theirs else "vendored"
-    return changes, f"porter_runtime {ours} {verb} at {rel}/"
+            changes.append(Change(f"{rel}/{name}", old, data, runtime=True))
+    if theirs and theirs != ours:
+        note = (f"porter_runtime updated from {theirs} to {ours} at {rel}/" if write
+                else f"would update porter_runtime from {theirs} to {ours} at {rel}/")
+    else:
+        note = f"porter_runtime {ours} vendored at {rel}/" if write else f"would vendor porter_runtime {ours} at {rel}/"
+    return changes, note
 
 
 def runtime_files() -> dict[str, bytes]:
@@ -121,12 +128,39 @@ def runtime_files() -> dict[str, bytes]:
         for p in sorted(source.rglob("*"))
         if p.is_file() and "__pycache__" not in p.parts and (p.suffix == ".py" or p.name == "README.md")
     }
+    version = runtime_version()
     files["VENDORED.txt"] = (
-        f"porter_runtime {runtime_version()}, vendored by porter.\n"
+        f"porter_runtime {version}, vendored by porter.\n"
         "Do not edit: `porter migrate --write` refreshes this folder when porter's copy is newer.\n"
         "It needs nothing but torch.\n"
     ).encode()
+    files["pyproject.toml"] = _PYPROJECT.format(version=version).encode()
     return files
+
+
+#: Makes a vendored copy installable on its own (``pip install ./porter_runtime``: the
+#: folder is the package) and keeps the repository's ruff off porter's code.
+_PYPROJECT = """\
+# porter_runtime, vendored by porter. `pip install ./porter_runtime` installs this folder
+# as the porter_runtime package, for scripts that run from outside the repository root.
+[build-system]
+requires = ["setuptools>=61"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "porter-runtime"
+version = "{version}"
+description = "The device shim that code ported by porter calls"
+requires-python = ">=3.9"
+dependencies = ["torch"]
+
+[tool.setuptools]
+package-dir = {{"porter_runtime" = "."}}
+packages = ["porter_runtime"]
+
+[tool.ruff]
+exclude = ["*"]  # porter's own code, checked where porter is developed
+"""
 
 
 def _read(path: Path) -> Optional[bytes]:
@@ -143,18 +177,36 @@ def _decode(data: bytes) -> tuple[str, str]:
         encoding = source_encoding(data)
     except SyntaxError:
         encoding = "utf-8"
-    return data.decode(encoding, errors="surrogateescape"), encoding
+    try:
+        return data.decode(encoding, errors="surrogateescape"), encoding
+    except UnicodeError:  # a codec without surrogateescape (UTF-16): bytes as latin-1
+        return data.decode("latin-1"), "latin-1"
+
+
+_GIT_ESCAPES = {0x07: "\\a", 0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0B: "\\v", 0x0C: "\\f", 0x0D: "\\r",
+                0x22: '\\"', 0x5C: "\\\\"}
+
+
+def git_quote(name: str) -> str:
+    """A path as git writes it in a diff header: as is, or in double quotes with C escapes
+    and octal bytes when it holds a control character, a quote, a backslash or a byte
+    outside ASCII (``core.quotePath``); ``git apply`` reads both."""
+    data = os.fsencode(name)
+    if not any(b < 0x20 or b >= 0x7F or b in (0x22, 0x5C) for b in data):
+        return name
+    return '"' + "".join(_GIT_ESCAPES.get(b) or (chr(b) if 0x20 <= b < 0x7F else f"\\{b:03o}") for b in data) + '"'
 
 
 def unified_diff(change: Change) -> bytes:
     """A ``git apply``-able diff of one file, in the file's own encoding."""
     new_text, encoding = _decode(change.new)
     old_text = _decode(change.old)[0] if change.old is not None else ""
-    old_name = f"a/{change.path}" if change.old is not None else "/dev/null"
-    header = f"diff --git a/{change.path} b/{change.path}\n"
+    a, b = git_quote(f"a/{change.path}"), git_quote(f"b/{change.path}")
+    old_name = a if change.old is not None else "/dev/null"
+    header = f"diff --git {a} {b}\n"
     if change.old is None:
         header += "new file mode 100644\n"
-    header += f"--- {old_name}\n+++ b/{change.path}\n"
+    header += f"--- {old_name}\n+++ {b}\n"
     body = []
     lines = difflib.unified_diff(
         old_text.splitlines(keepends=True), new_text.splitlines(keepends=True), lineterm="", n=3

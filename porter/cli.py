@@ -6,6 +6,7 @@ progress) goes to stderr, so ``porter migrate . --diff | git apply`` just works.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -26,8 +27,9 @@ EXIT_CODES = """\b
 Exit codes:
   0  clean, or changes applied / shown
   1  with --check: files would change or findings need a human
-  2  porter could not process something (a file it could not read,
-     decode or parse, a write that failed, an internal error)"""
+  2  bad input or a failure: a flag or setting porter can't use, a file it
+     could not read, decode or parse, a write that failed, an internal error
+130  interrupted (Ctrl-C); every file is untouched or fully written"""
 
 
 def _stderr_console(no_color: bool = False):
@@ -84,19 +86,39 @@ def migrate(paths, show_diff, write, check, fail_on, interactive, out_dir, repor
     Settings come from porter.toml or [tool.porter] in pyproject.toml at the root;
     flags win over them."""
     console = _stderr_console()
-    missing = [p for p in paths if not p.exists() and not p.is_symlink()]
-    for p in missing:
-        console.print(f"porter: error: {p}: no such file or folder", markup=False, soft_wrap=True)
-    paths = [p for p in paths if p not in missing]
-    if not paths:
+    try:
+        _migrate(console, paths, show_diff, write, check, fail_on, interactive, out_dir, reports, output_format,
+                 select, ignore, exclude, runtime_dir, root, config_file, unsafe_fixes, jobs, no_progress, quiet)
+    except KeyboardInterrupt:
+        # Writes are atomic: every file is as it was or fully ported, no temporary file left.
+        console.print("porter: interrupted; every file is either untouched or fully written", markup=False)
+        sys.exit(130)
+
+
+def _migrate(console, paths, show_diff, write, check, fail_on, interactive, out_dir, reports, output_format, select,
+             ignore, exclude, runtime_dir, root, config_file, unsafe_fixes, jobs, no_progress, quiet) -> None:
+    # Every input is checked before anything is written: a bad one stops the run whole.
+    bad = False
+    for p in paths:
+        if p.is_symlink():
+            console.print(f"porter: error: {shown(str(p))}: a symbolic link; porter never follows links: name the "
+                          f"folder or file it points to ({shown(str(p.resolve()))})", markup=False, soft_wrap=True)
+            bad = True
+        elif not p.exists():
+            console.print(f"porter: error: {shown(str(p))}: no such file or folder", markup=False, soft_wrap=True)
+            bad = True
+    if bad:
         sys.exit(2)
     _check_combinations(reports, output_format, show_diff, interactive, check, out_dir)
     root = (root or find_root(paths)).absolute()
     settings = _settings(root, config_file)
+    config = _run_config(paths, root, settings, select, ignore, exclude, runtime_dir, unsafe_fixes, jobs)
+    _check_layout(config)
     if out_dir is not None:
         paths, root, runtime_dir = _prepare_copy(paths, root, out_dir, runtime_dir or settings.runtime_dir)
         write = True
-    config = _run_config(paths, root, settings, select, ignore, exclude, runtime_dir, unsafe_fixes, jobs)
+        config = _run_config(paths, root, settings, select, ignore, exclude, runtime_dir, unsafe_fixes, jobs)
+    config.write = write or interactive
     quiet = quiet or output_format == "json"
     if interactive:
         result, write_failed = _interactive(config, console, show=not no_progress and not quiet)
@@ -106,19 +128,19 @@ def migrate(paths, show_diff, write, check, fail_on, interactive, out_dir, repor
         mode = "write" if write else "check" if check else "diff" if show_diff else "dry-run"
     data = reporting.build(result, mode)
     _write_reports(data, reports)
-    if output_format == "json":
-        sys.stdout.write(reporting.to_json(data))
+    if output_format == "json":  # valid UTF-8 whatever the file names: \\udcxx escapes
+        sys.stdout.buffer.write(reporting.to_json(data).encode("utf-8", errors="backslashreplace"))
         sys.stdout.flush()
     if not quiet:
-        reporting.render_summary(data, console)
+        reporting.render_summary(_for_terminal(data), console)
     elif output_format == "json":
         _print_errors(data, console)
     for path, error in write_failed:
-        console.print(f"porter: error: {path}: {error}", markup=False, soft_wrap=True)
+        console.print(f"porter: error: {shown(path)}: {shown(error)}", markup=False, soft_wrap=True)
     if out_dir is not None and not quiet:
-        console.print(f"ported copy written to {out_dir}", markup=False, soft_wrap=True)
+        console.print(f"ported copy written to {shown(str(out_dir))}", markup=False, soft_wrap=True)
 
-    if result.errors or write_failed or missing or any(s.error for s in result.skipped):
+    if result.errors or write_failed or any(s.error for s in result.skipped):
         sys.exit(2)
     if check and (result.changed or (fail_on == "any" and result.reviews)):
         sys.exit(1)
@@ -128,6 +150,13 @@ def _check_combinations(reports, output_format, show_diff, interactive, check, o
     for report_path in reports:
         if report_path.suffix not in (".md", ".json", ".sarif"):
             raise click.BadParameter(f"{report_path}: use a .md, .json or .sarif file", param_hint="--report")
+        folder = report_path.absolute().parent
+        if not folder.is_dir():
+            raise InputError(f"--report {shown(str(report_path))}: the folder {shown(str(folder))} does not exist")
+        if report_path.is_dir() or report_path.is_symlink():
+            raise InputError(f"--report {shown(str(report_path))}: is a folder or a symbolic link, not a file")
+        if not os.access(folder, os.W_OK):
+            raise InputError(f"--report {shown(str(report_path))}: cannot write into {shown(str(folder))}")
     if output_format == "json" and (show_diff or interactive):
         raise click.UsageError("--format json prints the report on stdout; it can't be combined with "
                                + ("--diff" if show_diff else "--interactive"))
@@ -135,8 +164,51 @@ def _check_combinations(reports, output_format, show_diff, interactive, check, o
         raise click.UsageError("--interactive can't be combined with " + ("--check" if check else "--out"))
 
 
-class SettingsError(click.ClickException):
-    exit_code = 2  # like every input porter can't use
+class InputError(click.ClickException):
+    """An input porter can't use (flag, settings file, target folder): one line, exit 2."""
+
+    exit_code = 2
+
+    def show(self, file=None) -> None:
+        click.echo(f"porter: error: {self.format_message()}", err=True)
+
+
+SettingsError = InputError
+
+
+def shown(text: str) -> str:
+    """A name from the repository as it is safe to print: control characters and bytes
+    that are not UTF-8 escaped (``\\x1b``, ``\\xe9``), never sent to the terminal raw."""
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if 0xDC80 <= code <= 0xDCFF:  # a byte os.fsdecode could not decode
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif code < 0x20 or code == 0x7F or 0x80 <= code < 0xA0 or 0xD800 <= code <= 0xDFFF:
+            out.append(ch.encode("unicode_escape").decode("ascii") if code < 0xD800 else f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _for_terminal(value):
+    """The report with every string made safe to print (``shown``)."""
+    if isinstance(value, str):
+        return shown(value)
+    if isinstance(value, dict):
+        return {k: _for_terminal(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_for_terminal(v) for v in value]
+    return value
+
+
+def _check_layout(config: RunConfig) -> None:
+    from porter.runtime_home import LayoutError
+
+    try:
+        config.layout()
+    except LayoutError as exc:
+        raise InputError(f"runtime folder {exc}") from None
 
 
 def _settings(root: Path, config_file: Optional[Path]) -> Config:
@@ -148,8 +220,16 @@ def _settings(root: Path, config_file: Optional[Path]) -> Config:
 
 def _run_config(paths, root, settings: Config, select, ignore, exclude, runtime_dir, unsafe_fixes, jobs) -> RunConfig:
     """The run's settings: each flag given wins over the settings file's value."""
-    rules = select_rules(_split(select) or settings.select or (),
-                         _split(ignore) or settings.ignore or ())
+    from porter.config import check_codes
+
+    try:
+        select_codes = check_codes(_split(select), "--select") if select else None
+        ignore_codes = check_codes(_split(ignore), "--ignore") if ignore else None
+    except ConfigError as exc:
+        raise InputError(str(exc)) from None
+    if select and not select_codes:
+        raise InputError("--select: no rule code given")
+    rules = select_rules(select_codes or settings.select or (), ignore_codes or settings.ignore or ())
     runtime_dir = runtime_dir or settings.runtime_dir
     options = Options(
         rules=rules,
@@ -178,7 +258,7 @@ def _prepare_copy(paths, root: Path, out_dir: Path, runtime_dir: Optional[Path])
         if runtime_dir is not None:
             runtime_dir = map_paths([runtime_dir], root, out)[0]
     except OutError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise InputError(str(exc)) from None
     out.mkdir(parents=True, exist_ok=True)
     copy_tree(root, out)
     return mapped, out, runtime_dir
@@ -188,10 +268,16 @@ def _stream(config: RunConfig, console, show_diff: bool, write: bool, show: bool
     write_failed: list[tuple[str, str]] = []
     colour = show_diff and sys.stdout.isatty()
 
+    runtime_diffs: list[bytes] = []  # the user's own files first, the runtime's last
+
     def sink(change: Change) -> Optional[str]:
         if show_diff:
             out = _diff(change)
-            sys.stdout.buffer.write(colourise(out) if colour else out)
+            out = colourise(out) if colour else out
+            if change.runtime:
+                runtime_diffs.append(out)
+            else:
+                sys.stdout.buffer.write(out)
         if write:
             failed = apply_changes(config.root, [change])
             if failed:
@@ -200,6 +286,8 @@ def _stream(config: RunConfig, console, show_diff: bool, write: bool, show: bool
         return None
 
     result = _run_with_progress(config, console, sink, show=show)
+    for out in runtime_diffs:
+        sys.stdout.buffer.write(out)
     sys.stdout.flush()
     # Failed source writes are file errors in the result; only the runtime's are left.
     reported = {f.path for f in result.errors}
@@ -211,7 +299,7 @@ def _diff(change: Change) -> bytes:
     if change.path.endswith(".ipynb") and change.old is not None:
         from porter.notebook import cell_diff
 
-        return cell_diff(change.path, change.old, change.new).encode("utf-8")
+        return cell_diff(change.path, change.old, change.new).encode("utf-8", errors="surrogateescape")
     return unified_diff(change)
 
 
@@ -226,10 +314,10 @@ def _interactive(config: RunConfig, console, show: bool):
     plans = [interactive.plan(c, findings[c.path], interactive.whole_file_display) for c in sources]
     answers = interactive.review(plans)
     accepted: list[Change] = []
-    runtime_parent = config.runtime_target.parent
+    layout = config.layout()
     for file, chosen in zip(plans, answers):
         data, note = interactive.assemble(file, chosen, interactive.bootstrap_for(config.root, file.change.path,
-                                                                              runtime_parent))
+                                                                              layout))
         if note:
             console.print(f"porter: {note}", markup=False, soft_wrap=True)
         if data is not None:
@@ -291,7 +379,7 @@ def explain(code: str) -> None:
 
     rule = by_code(code)
     if rule is None:
-        raise click.ClickException(f"no rule {code!r}; `porter rules` lists them")
+        raise InputError(f"no rule {code!r}; `porter rules` lists them")
     click.echo(render(rule))
 
 
@@ -305,14 +393,14 @@ def _write_reports(data: dict, reports) -> None:
             text = reporting.to_json(data)
         else:
             text = reporting.to_markdown(data)
-        report_path.write_text(text, encoding="utf-8")
+        report_path.write_bytes(text.encode("utf-8", errors="backslashreplace"))
 
 
 def _print_errors(data: dict, console) -> None:
     """What must reach a person even when stdout is for a script: files that failed."""
     for f in data["files"]:
         if f["status"] == "error":
-            console.print(f"porter: error: {f['path']}: {f['error']}", markup=False, soft_wrap=True)
+            console.print(f"porter: error: {shown(f['path'])}: {shown(f['error'])}", markup=False, soft_wrap=True)
 
 
 @cli.command()

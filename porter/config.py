@@ -19,6 +19,7 @@ that names the file and the key: a typo must never silently switch a rule back o
 from __future__ import annotations
 
 import fnmatch
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,13 +77,21 @@ def _read(path: Path) -> dict[str, Any]:
             return tomllib.load(handle)
     except OSError as exc:
         raise ConfigError(f"{path.name}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path.name}: cannot decode as utf-8: byte 0x{exc.object[exc.start]:02x} "
+                          "(TOML files are UTF-8)") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path.name}: not valid TOML: {exc}") from None
 
 
 def _porter_table(path: Path, data: dict[str, Any]) -> Optional[dict[str, Any]]:
-    if path.name == "pyproject.toml" or "tool" in data and "porter" in data.get("tool", {}):
-        table = data.get("tool", {}).get("porter")
+    tool = data.get("tool", {})
+    if not isinstance(tool, dict):
+        if path.name == "pyproject.toml":
+            raise ConfigError(f"{path.name}: 'tool' must be a table, not {type(tool).__name__}")
+        tool = {}
+    if path.name == "pyproject.toml" or "porter" in tool:
+        table = tool.get("porter")
         if table is not None and not isinstance(table, dict):
             raise ConfigError(f"{path.name}: [tool.porter] must be a table")
         return table
@@ -102,11 +111,17 @@ def _parse(path: Path, table: dict[str, Any]) -> Config:
 
 
 def _codes(value: Any, where: str) -> list[str]:
-    from porter.registry import all_rules
-
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{where}: expected a list of rule codes, like [\"PT001\", \"TP\"]")
-    codes = [v.strip().upper() for v in value]
+    return check_codes(value, where)
+
+
+def check_codes(values: list[str], where: str) -> list[str]:
+    """The codes, upper-cased; ConfigError for one that selects no rule (flags and
+    settings alike: a typo must never run nothing and pass)."""
+    from porter.registry import all_rules
+
+    codes = [v.strip().upper() for v in values]
     known = [rule.code for rule in all_rules()]
     for code in codes:
         if not any(k.startswith(code) for k in known):
@@ -135,7 +150,13 @@ def _set_exclude(config: Config, value: Any, where: str, base: Path) -> None:
 def _set_runtime_dir(config: Config, value: Any, where: str, base: Path) -> None:
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(f"{where}: expected a folder path (a string)")
-    config.runtime_dir = base / value  # relative to the settings file, like every path in it
+    # Relative to the settings file, like every path in it, and inside its folder: a
+    # repository's settings never make porter write elsewhere.
+    folder = Path(os.path.normpath(base.absolute() / value))
+    if Path(value).is_absolute() or not folder.is_relative_to(base.absolute()):
+        raise ConfigError(f"{where}: {value!r} is outside the folder of {where.split(':')[0]}; "
+                          "a settings file names only paths inside its own folder")
+    config.runtime_dir = folder
 
 
 def _set_unsafe(config: Config, value: Any, where: str, base: Path) -> None:

@@ -16,11 +16,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
+from porter.runtime_home import is_vendored
+
 SKIP_DIRS = frozenset({
-    ".git", ".hg", ".svn", ".venv", "venv", ".env", "env", ".tox", ".nox", ".eggs",
+    ".git", ".hg", ".svn", ".venv", "venv", ".env", ".tox", ".nox", ".eggs",
     "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".hypothesis",
-    "build", "dist", "node_modules", "site-packages", ".ipynb_checkpoints",
+    "node_modules", "site-packages", ".ipynb_checkpoints",
 })
+#: Skipped only when it is what the name says (a virtual environment): ``env/`` in
+#: research code is as often a package of RL environments.
+VENV_NAMES = frozenset({"env"})
+#: Build output by name: skipped, and said so when they hold Python files (name one on
+#: the command line to port it).
+OUTPUT_DIRS = frozenset({"build", "dist"})
 
 
 @dataclass
@@ -104,7 +112,22 @@ def _excluded(rel: str, excludes: Sequence[str]) -> bool:
 
 
 def _is_venv(folder: Path) -> bool:
-    return (folder / "pyvenv.cfg").exists() or (folder / "conda-meta").is_dir()
+    try:
+        return (folder / "pyvenv.cfg").exists() or (folder / "conda-meta").is_dir() or (
+            folder.name in VENV_NAMES and ((folder / "bin" / "python").exists()
+                                           or (folder / "Scripts" / "python.exe").exists()))
+    except OSError:  # an unreadable folder: the walk reports it
+        return False
+
+
+def _holds_python(folder: Path) -> bool:
+    try:
+        for _, _, names in os.walk(folder):
+            if any(n.endswith((".py", ".ipynb")) for n in names):
+                return True
+    except OSError:
+        pass
+    return False
 
 
 def discover(
@@ -169,8 +192,13 @@ def _walk_dir(folder: Path, root, excludes, skip_resolved, found, ignores, patte
         if is_dir:
             if entry.name in SKIP_DIRS or entry.name.endswith(".egg-info") or _is_venv(path):
                 continue
-            if path.resolve() in skip_resolved:
+            if entry.name in OUTPUT_DIRS:
+                if _holds_python(path):
+                    found.skipped.append(Skipped(rel, f"skipped: a folder named {entry.name}/ is taken for build "
+                                                      "output; name it on the command line to port it"))
                 continue
+            if path.resolve() in skip_resolved or is_vendored(path):
+                continue  # porter's own runtime, wherever it was vendored: never ported
             yield from _walk_dir(path, root, excludes, skip_resolved, found, ignores, patterns)
         elif entry.is_file(follow_symlinks=False) and any(fnmatch.fnmatch(entry.name, p) for p in patterns):
             yield path

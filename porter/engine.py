@@ -17,7 +17,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, NamedTuple, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Iterable, NamedTuple, Optional, Sequence, Union
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -25,10 +25,13 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from porter import imports
 from porter.matching import ImportFacts, Resolver
 from porter.positions import locate
-from porter.prefilter import SyntaxFacts, candidate_rules
+from porter.prefilter import SyntaxFacts, byte_candidates, candidate_rules
 from porter.segments import Reduced, WholeFile, reduce
 from porter.rule import BaseRule, Finding, Rule, TextRule
 from porter.sources import decode_error, describe_syntax_error, python_syntax_error
+
+if TYPE_CHECKING:  # pragma: no cover
+    from porter.runtime_home import Home, Layout
 
 
 @dataclass
@@ -90,6 +93,13 @@ class FileResult:
     new: Optional[bytes] = None
     #: The file (after migration) imports porter_runtime, so the run must vendor it.
     uses_runtime: bool = False
+    #: The copy it imports: its folder (relative to the root) and package, when porter
+    #: added the import; ``runtime_from`` is the package of an import the file already had.
+    runtime_folder: str = ""
+    runtime_package: str = ""
+    runtime_from: str = ""
+    #: Why the file finds that copy only under conditions (porter.runtime_home).
+    runtime_note: str = ""
 
     @property
     def rewrites(self) -> list[Finding]:
@@ -336,8 +346,9 @@ def migrate_source(
 ) -> SourceResult:
     """Apply the rules to one file's bytes. Raises libcst/encoding errors to the caller.
 
-    ``runtime_bootstrap``: the path from the file's folder to the folder holding the
-    vendored runtime, when the file can't rely on that folder being on ``sys.path``.
+    ``runtime_bootstrap``: a :class:`LazyBootstrap` that knows the repository, so that
+    the runtime import goes where the file's import style puts it and names the copy the
+    file finds; None puts ``import porter_runtime`` right after the docstring (examples).
     ``candidates``: what ``candidate_rules`` said of ``data``, when already known.
     ``segments``: parse only the definitions a rule wants (default: unless the
     ``PORTER_SEGMENTS`` environment variable is "0").
@@ -374,7 +385,7 @@ def _migrate(
     if not any(f.action == "rewrite" for f in findings):
         return SourceResult(code, findings)  # rules change code only through rewrite()
     if ctx.needs_runtime and not ctx.resolver.imports_of("porter_runtime"):
-        new_module = imports.add_runtime_import(new_module, resolve_bootstrap(runtime_bootstrap))
+        new_module = imports.add_runtime_import(new_module, runtime_bootstrap)
     new_module = imports.remove_unused(new_module, ctx)
     return SourceResult(new_module.bytes, findings, ctx.needs_runtime)
 
@@ -416,7 +427,7 @@ def process_file(path: Path, rel: str, options: Options, bootstrap: Union[None, 
     if rel.endswith(".ipynb"):  # code cells one by one (porter.notebook)
         from porter.notebook import process_notebook
 
-        return process_notebook(path, data, rel, options, resolve_bootstrap(bootstrap))
+        return process_notebook(path, data, rel, options, bootstrap)
     if not rel.endswith(".py"):
         return _process_text(data, rel, options)
     # Undecodable bytes are reported for every file: a binary or mis-encoded file
@@ -425,14 +436,18 @@ def process_file(path: Path, rel: str, options: Options, bootstrap: Union[None, 
     problem = decode_error(data)
     if problem:
         return FileResult(rel, "error", error=problem)
-    uses_runtime = _RUNTIME_IMPORT.search(data) is not None
-    rules, facts = candidate_rules(data, options.source_rules)
-    if not rules:
-        return FileResult(rel, "unchanged", uses_runtime=uses_runtime)
-    if len(data) > MAX_PARSE_BYTES:
+    existing = _RUNTIME_IMPORT.search(data)
+    uses_runtime = existing is not None
+    runtime_from = (existing.group(1) or b"").decode("ascii", "replace") if existing else ""
+    if len(data) > MAX_PARSE_BYTES:  # before any parse: a 50 MB file costs nothing
+        if not byte_candidates(data, options.source_rules):
+            return FileResult(rel, "unchanged", uses_runtime=uses_runtime, runtime_from=runtime_from)
         return FileResult(rel, "error", error=(
             f"{len(data) / 1e6:.1f} MB: larger than the {MAX_PARSE_BYTES / 1e6:.0f} MB porter parses "
             "(a generated file?); port it by hand or split it"))
+    rules, facts = candidate_rules(data, options.source_rules)
+    if not rules:
+        return FileResult(rel, "unchanged", uses_runtime=uses_runtime, runtime_from=runtime_from)
     if facts is None:  # LibCST accepts some code this Python rejects: never rewrite that
         problem = python_syntax_error(data)
         if problem:
@@ -445,13 +460,96 @@ def process_file(path: Path, rel: str, options: Options, bootstrap: Union[None, 
         return FileResult(rel, "error", error="too deeply nested for the parser; left untouched")
     except Exception as exc:  # a bug in porter: report it for this file, go on
         return FileResult(rel, "error", error=f"internal error: {type(exc).__name__}: {exc}")
+    if data.endswith(b"\r") and not result.new.endswith((b"\r", b"\n")):
+        result.new += b"\r"  # LibCST drops the last newline of a CR-only file
     if result.new == data:
-        return FileResult(rel, "unchanged", findings=result.findings, uses_runtime=uses_runtime)
+        return FileResult(rel, "unchanged", findings=result.findings, uses_runtime=uses_runtime,
+                          runtime_from=runtime_from)
+    if result.needs_runtime:
+        line = binds_runtime_name(data)
+        if line:  # its own porter_runtime would shadow the import: report, don't rewrite
+            return FileResult(rel, "unchanged", findings=_not_rewritten(result.findings, line),
+                              uses_runtime=uses_runtime, runtime_from=runtime_from)
+    problem = compile_error(result.new, data, rel)
+    if problem:
+        return FileResult(rel, "error", error=problem)
+    folder, package, note = _runtime_home(bootstrap, rel)
     return FileResult(rel, "changed", findings=result.findings, old=data, new=result.new,
-                      uses_runtime=uses_runtime or result.needs_runtime)
+                      uses_runtime=uses_runtime or result.needs_runtime, runtime_from=runtime_from,
+                      runtime_folder=folder, runtime_package=package, runtime_note=note)
 
 
-_RUNTIME_IMPORT = re.compile(rb"^\s*(?:import|from)\s+porter_runtime\b", re.M)
+def binds_runtime_name(data: bytes) -> int:
+    """The line where the module binds ``porter_runtime`` itself (a variable, an import
+    under that name, a parameter, a ``global``, a def), or 0."""
+    if b"porter_runtime" not in data:
+        return 0
+    import ast
+
+    try:
+        tree = ast.parse(data)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return 0
+    name = "porter_runtime"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id == name and not isinstance(node.ctx, ast.Load):
+            return node.lineno
+        if isinstance(node, ast.arg) and node.arg == name:
+            return node.lineno
+        if isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
+            return node.lineno
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            return node.lineno
+        if isinstance(node, ast.ExceptHandler) and node.name == name:
+            return node.lineno
+        if isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name == name:
+            return node.lineno
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                if alias.asname == name or (alias.asname is None and alias.name.split(".")[0] == name
+                                            and isinstance(node, ast.ImportFrom) and node.module is None):
+                    return node.lineno
+    return 0
+
+
+def _not_rewritten(findings: list[Finding], line: int) -> list[Finding]:
+    import dataclasses
+
+    why = (f"not rewritten: this file binds the name porter_runtime itself (line {line}), which would shadow "
+           "the runtime import; rename it and run porter again")
+    return [dataclasses.replace(f, action="review", message=f"{why}. {f.message}",
+                                suggestion=f.suggestion or (f"{f.before} -> {f.after}" if f.after else ""))
+            if f.action == "rewrite" else f for f in findings]
+
+
+def compile_error(new: bytes, old: bytes, rel: str) -> str:
+    """Why the ported bytes don't compile (porter never writes such a file), or ""."""
+    import warnings
+
+    def error(data: bytes) -> str:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                compile(data, rel, "exec", dont_inherit=True)
+        except SyntaxError as exc:
+            return f"{exc.msg} (line {exc.lineno})"
+        except (ValueError, RecursionError, MemoryError) as exc:
+            return str(exc) or type(exc).__name__
+        return ""
+
+    problem = error(new)
+    if not problem:
+        return ""
+    original = error(old)
+    if original:
+        return f"does not compile: {original}; left untouched"
+    return f"internal error: the ported file would not compile ({problem}); left untouched"
+
+
+#: ``import porter_runtime``, ``from porter_runtime import x`` or ``from pkg import porter_runtime``
+_RUNTIME_IMPORT = re.compile(
+    rb"^[ \t]*(?:import[ \t]+porter_runtime\b|from[ \t]+porter_runtime\b|from[ \t]+([\w.]+)[ \t]+import[ \t]*"
+    rb"(?:\([^)]*|[^#\n]*)\bporter_runtime\b)", re.M)
 
 
 def _process_text(data: bytes, rel: str, options: Options) -> FileResult:
@@ -467,33 +565,30 @@ def _process_text(data: bytes, rel: str, options: Options) -> FileResult:
 
 
 class LazyBootstrap:
-    """:func:`bootstrap_path` of one file, worked out only if the file needs the
-    runtime import (a few files of a large tree; each answer costs a stat per folder)."""
+    """How one file imports the runtime (porter.runtime_home), worked out only if the
+    file needs the import (a few files of a large tree). No ``sys.path`` code: the name
+    is kept for the engine's callers."""
 
-    def __init__(self, file: Path, runtime_parent: Path) -> None:
+    def __init__(self, file: Path, layout: "Layout") -> None:
         self.file = file
-        self.runtime_parent = runtime_parent
+        self.layout = layout
+        self.home: Optional["Home"] = None
+        self.note = ""
 
-    def __call__(self) -> Optional[str]:
-        return bootstrap_path(self.file, self.runtime_parent)
+    @property
+    def first_party(self) -> frozenset:
+        """isort's first-party names, once the copy this file imports exists."""
+        return self.layout.first_party_for(self.home) if self.home is not None else self.layout.first_party
+
+    def __call__(self, imported: Iterable[str] = ()) -> "Home":
+        self.home, self.note = self.layout.home_for(self.file, imported)
+        return self.home
 
 
-def resolve_bootstrap(bootstrap: Union[None, str, LazyBootstrap]) -> Optional[str]:
-    return bootstrap() if isinstance(bootstrap, LazyBootstrap) else bootstrap
-
-
-def bootstrap_path(file: Path, runtime_parent: Path) -> Optional[str]:
-    """The relative path a file needs to reach the runtime's folder, or None.
-
-    A file whose import root (the folder above its topmost package) is the folder that
-    holds the vendored runtime finds it already: ``python train.py`` and
-    ``python -m pkg.train`` both put that folder on ``sys.path``. Any other file (a
-    script in ``scripts/``, a ``src/`` layout) gets a small bootstrap.
-    """
-    folder = file.parent
-    while (folder / "__init__.py").exists() and folder != runtime_parent:
-        folder = folder.parent
-    if folder.resolve() == runtime_parent.resolve():
-        return None
-    return Path(os.path.relpath(runtime_parent, file.parent)).as_posix()
-
+def _runtime_home(bootstrap: Union[None, str, LazyBootstrap], rel: str) -> tuple[str, str, str]:
+    """(home folder relative to the root, its package, note) of the copy a file now imports."""
+    if not isinstance(bootstrap, LazyBootstrap) or bootstrap.home is None:
+        return "", "", ""
+    home = bootstrap.home
+    folder = os.path.relpath(home.folder, bootstrap.layout.root).replace(os.sep, "/")
+    return folder, home.package, bootstrap.note

@@ -31,7 +31,7 @@ from porter.sources import python_syntax_error, source_encoding
 
 _IMPORT = re.compile(r"^\s*(?:from\s+[\w.]+\s+)?import\s")
 _IMPORT_TAIL = re.compile(r"^\s*[\w, ]+\)?\s*$")  # the lines of a parenthesised from-import
-_RUNTIME = re.compile(r"^\s*import porter_runtime\b", re.M)
+_RUNTIME = re.compile(r"^\s*(?:import porter_runtime\b|from\s+[\w.]+\s+import\s*(?:\([^)]*|[^#\n]*)\bporter_runtime\b)", re.M)
 
 
 @dataclass
@@ -128,20 +128,50 @@ def _without_runtime_import(new: bytes, old: str) -> tuple[bytes, bool]:
     for i, stmt in enumerate(body):
         if _is_runtime_import(module.code_for_node(stmt)):
             removed = body.pop(i)
-            if i < len(body):  # hand the blank lines back to the statement that had them
-                body[i] = body[i].with_changes(leading_lines=[*removed.leading_lines, *body[i].leading_lines])
+            if i < len(body):  # the next statement gets back the blank lines it had
+                original = _original_body(old)
+                if original is not None and len(original) == len(body):
+                    body[i] = body[i].with_changes(leading_lines=original[i].leading_lines)
+                elif not body[i].leading_lines:
+                    body[i] = body[i].with_changes(leading_lines=removed.leading_lines)
+            return module.with_changes(body=body).bytes, True
+        original = _without_runtime_name(stmt)
+        if original is not None:  # ``from mypkg import a, porter_runtime``: the name alone goes
+            body[i] = original
             return module.with_changes(body=body).bytes, True
     return new, False
 
 
+def _without_runtime_name(stmt) -> Optional["cst.SimpleStatementLine"]:
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+            and isinstance(stmt.body[0], cst.ImportFrom) and isinstance(stmt.body[0].names, (list, tuple))):
+        return None
+    names = list(stmt.body[0].names)
+    at = next((n for n, a in enumerate(names) if isinstance(a.name, cst.Name) and a.name.value == "porter_runtime"
+               and a.asname is None), None)
+    if at is None or len(names) < 2:
+        return None
+    removed = names.pop(at)
+    if at == len(names):  # it was last: the new last name takes its (trailing) comma
+        names[-1] = names[-1].with_changes(comma=removed.comma)
+    return stmt.with_changes(body=[stmt.body[0].with_changes(names=names)])
+
+
+def _original_body(old: str):
+    try:
+        return list(cst.parse_module(old).body)
+    except cst.ParserSyntaxError:
+        return None
+
+
 def _is_runtime_import(code: str) -> bool:
     first = code.strip().splitlines()[0] if code.strip() else ""
-    return first == "import porter_runtime" or (first == "try:" and "import porter_runtime" in code.splitlines()[1])
+    return first == "import porter_runtime" or (first.startswith("from ") and first.endswith(" import porter_runtime"))
 
 
 # -- putting together ----------------------------------------------------------------
 
-def assemble(file: FilePlan, accepted: set[int], bootstrap: Optional[str]) -> tuple[Optional[bytes], str]:
+def assemble(file: FilePlan, accepted: set[int], bootstrap=None) -> tuple[Optional[bytes], str]:
     """The file's bytes with the accepted hunks only (None: leave the file), and a note."""
     if not file.opcodes:  # a whole-file hunk
         return (file.change.new if accepted else None), ""
@@ -224,7 +254,8 @@ def whole_file_display(change: Change) -> str:
     return unified_diff(change).decode("utf-8", errors="replace")
 
 
-def bootstrap_for(root: Path, rel: str, runtime_parent: Path) -> Optional[str]:
-    from porter.engine import bootstrap_path
+def bootstrap_for(root: Path, rel: str, layout):
+    """How the file imports the runtime (porter.runtime_home), for the accepted hunks."""
+    from porter.engine import LazyBootstrap
 
-    return bootstrap_path(root / rel, runtime_parent)
+    return LazyBootstrap(root / rel, layout)

@@ -11,9 +11,11 @@ whole cell alone, and line magics, shell escapes (``%pip``, ``!nvidia-smi``,
 and put back unchanged.
 
 The runtime import goes once into the notebook: into the first code cell that imports
-torch or, if none comes before it, the first cell that changed. A notebook has no
-``__file__`` and runs with its own folder as the working directory, so the import carries
-a bootstrap that finds the vendored runtime from ``os.getcwd()``.
+torch or, if none comes before it, the first cell that changed, where that cell's import
+style puts it. A notebook runs with its own folder first on ``sys.path``: one at the root
+finds the root's copy; one elsewhere imports the copy of a package it imports, or finds
+the root's copy once the runtime is installed (porter.runtime_home; the run says so).
+No ``sys.path`` code is added.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import difflib
 import json
 import re
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import libcst as cst
 
@@ -33,9 +35,12 @@ from porter.engine import FileResult, Options, migrate_source
 from porter.rule import Finding
 from porter.sources import describe_syntax_error
 
-_MAGIC = re.compile(r"^\s*(?:[%!]|[\w.,\[\] ]+=\s*[%!])|\?\s*$")
+#: Line magics and shell escapes (``%pip``, ``!ls``, ``files = !ls``) and help lines
+#: (``torch.cuda?``, ``??x``): a ``?`` ends a help line only after a bare name, never
+#: after a comment (``x = 1  # why?``) or a string.
+_MAGIC = re.compile(r"^\s*(?:[%!]|[\w.,\[\] ]+=\s*[%!]|\?{1,2}[\w.]+\s*$|[\w.\[\]()]+\?{1,2}\s*$)")
 _TORCH_IMPORT = re.compile(r"^\s*(?:import\s+torch\b|from\s+torch\b)", re.M)
-_RUNTIME_IMPORT = re.compile(r"^\s*import\s+porter_runtime\b", re.M)
+_RUNTIME_IMPORT = re.compile(r"^\s*(?:import\s+porter_runtime\b|from\s+[\w.]+\s+import\s*(?:\([^)]*|[^#\n]*)\bporter_runtime\b)", re.M)
 _MARK = "pass  # porter: the cell starts below"
 
 
@@ -119,7 +124,7 @@ def unmask(text: str, saved: dict[str, str]) -> str:
 
 # -- migration ---------------------------------------------------------------------
 
-def migrate_notebook(data: bytes, options: Options, *, path: str, bootstrap: str) -> tuple[bytes, list[Finding]]:
+def migrate_notebook(data: bytes, options: Options, *, path: str, bootstrap=None) -> tuple[bytes, list[Finding]]:
     """The notebook's new bytes and the findings (messages start with the cell number)."""
     notebook, style = load(data)
     cells = code_cells(notebook)
@@ -148,7 +153,7 @@ def migrate_notebook(data: bytes, options: Options, *, path: str, bootstrap: str
             changed.append(number)
             needs_runtime |= result.needs_runtime
     if needs_runtime and not any(_RUNTIME_IMPORT.search(cell_text(c)) for _, c in cells):
-        _import_runtime(cells, changed[0], bootstrap)
+        _import_runtime(cells, changed[0], bootstrap, [name for line in context[1:] for name in _top_names(line)])
     return (dump(notebook, style) if changed else data), findings
 
 
@@ -166,41 +171,44 @@ def _in_cell(finding: Finding, number: int, offset: int) -> Finding:
     return dataclasses.replace(finding, line=finding.line - offset, message=f"cell {number}: {finding.message}")
 
 
-def _import_runtime(cells: list[tuple[int, dict[str, Any]]], first_changed: int, bootstrap: str) -> None:
+def _top_names(line: str) -> list[str]:
+    words = line.replace(",", " ").split()
+    if words[:1] == ["from"] and len(words) > 1 and not words[1].startswith("."):
+        return [words[1].split(".")[0]]
+    if words[:1] == ["import"]:
+        return [w.split(".")[0] for w in words[1:] if w != "as"]
+    return []
+
+
+def _import_runtime(cells: list[tuple[int, dict[str, Any]]], first_changed: int, bootstrap, imported: list[str]) -> None:
     """Add the runtime import to the first cell importing torch, else the first changed one."""
     target = next(c for n, c in cells if n == first_changed or _TORCH_IMPORT.search(cell_text(c)))
     masked, saved = mask(cell_text(target))
-    module = imports.add_runtime_import(cst.parse_module(masked), bootstrap)
-    code = module.code.replace("_os.path.dirname(_os.path.abspath(__file__))", "_os.getcwd()").replace(
-        "# run as a script:", "# a notebook runs in its own folder:")
-    _set_text(target, unmask(code, saved))
+    module = cst.parse_module(masked)
+    if bootstrap is None:
+        module = imports.add_runtime_import(module, None)
+    else:
+        home = bootstrap(imported)
+        module = imports.place_import(module, home.statement, home.package, bootstrap.first_party)
+    _set_text(target, unmask(module.code, saved))
 
 
-def notebook_bootstrap(file: Path, bootstrap: Optional[str]) -> str:
-    """The path from the notebook's folder (its working directory) to the runtime's folder.
-
-    ``bootstrap`` is the engine's answer for a script; None means the file's import root
-    holds the runtime, which for a notebook inside a package is not its own folder.
-    """
-    if bootstrap is not None:
-        return bootstrap
-    folder = file.parent
-    while (folder / "__init__.py").exists():
-        folder = folder.parent
-    return Path(*([".."] * len(file.parent.relative_to(folder).parts))).as_posix() if folder != file.parent else "."
-
-
-def process_notebook(path: Path, data: bytes, rel: str, options: Options, bootstrap: Optional[str]) -> FileResult:
+def process_notebook(path: Path, data: bytes, rel: str, options: Options, bootstrap=None) -> FileResult:
     """``engine.process_file`` for a ``.ipynb``: every failure is a per-file error."""
+    from porter.engine import _runtime_home
+
     try:
-        new, findings = migrate_notebook(data, options, path=rel, bootstrap=notebook_bootstrap(path, bootstrap))
+        new, findings = migrate_notebook(data, options, path=rel, bootstrap=bootstrap)
     except NotebookError as exc:
         return FileResult(rel, "error", error=str(exc))
     except Exception as exc:  # a bug in porter: report it for this file, go on
         return FileResult(rel, "error", error=f"internal error: {type(exc).__name__}: {exc}")
     result = (FileResult(rel, "unchanged", findings=findings) if new == data
               else FileResult(rel, "changed", findings=findings, old=data, new=new))
-    result.uses_runtime = b"import porter_runtime" in new  # the run vendors the runtime for it
+    result.uses_runtime = any(_RUNTIME_IMPORT.search(cell_text(c)) for c in load(new)[0]["cells"]
+                              if c.get("cell_type") == "code")  # the run vendors the runtime for it
+    if result.status == "changed":
+        result.runtime_folder, result.runtime_package, result.runtime_note = _runtime_home(bootstrap, rel)
     return result
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Callable, Iterator, Optional, Sequence
 from porter.apply import Change, vendor_changes
 from porter.discover import Skipped, discover
 from porter.engine import FileResult, LazyBootstrap, Options, process_file
+from porter.runtime_home import Home, Layout, home_of_import, manifest_change, refuse_home
 
 
 @dataclass
@@ -19,12 +21,18 @@ class RunConfig:
     root: Path
     options: Options
     excludes: Sequence[str] = ()
-    runtime_dir: Optional[Path] = None  # default: <root>/porter_runtime
+    runtime_dir: Optional[Path] = None  # default: per file, porter.runtime_home
     jobs: int = 1
+    #: the run writes what it finds (notes say "vendored", not "would vendor")
+    write: bool = False
 
     @property
     def runtime_target(self) -> Path:
         return self.runtime_dir if self.runtime_dir is not None else self.root / "porter_runtime"
+
+    def layout(self) -> Layout:
+        """The repository's layout; LayoutError for a runtime folder porter must not use."""
+        return Layout.of(self.root, self.runtime_dir)
 
 
 @dataclass
@@ -53,33 +61,39 @@ class RunResult:
         return self.runtime_changes + own
 
 
-Task = tuple[Path, str, Path]  # the file, its path in the report, the runtime's folder
+Task = tuple[Path, str, Layout]  # the file, its path in the report, the repository's layout
 _worker_options: Optional[Options] = None
 
 
 def _init_worker(options: Options) -> None:
     global _worker_options
     _worker_options = options
+    # Ctrl-C is the parent's to handle (it stops the run and exits 130); a worker that
+    # took it too would print a traceback of its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _work(task: Task) -> FileResult:
     assert _worker_options is not None
-    path, rel, runtime_parent = task
-    return process_file(path, rel, _worker_options, LazyBootstrap(path, runtime_parent))
+    path, rel, layout = task
+    return process_file(path, rel, _worker_options, LazyBootstrap(path, layout))
 
 
 def iter_results(config: RunConfig, tasks: Sequence[Task]) -> Iterator[FileResult]:
     """Results in the order of ``tasks``, whatever the number of worker processes."""
     jobs = max(1, min(config.jobs, len(tasks)))
     if jobs == 1:
-        for path, rel, runtime_parent in tasks:
-            yield process_file(path, rel, config.options, LazyBootstrap(path, runtime_parent))
+        for path, rel, layout in tasks:
+            yield process_file(path, rel, config.options, LazyBootstrap(path, layout))
         return
     # Small chunks: a few files (trainer.py and its neighbours in transformers) take
     # seconds each; in one large chunk at the end of the run they leave a worker idle.
     chunk = max(1, min(4, len(tasks) // (jobs * 8)))
-    with ProcessPoolExecutor(jobs, initializer=_init_worker, initargs=(config.options,)) as pool:
+    pool = ProcessPoolExecutor(jobs, initializer=_init_worker, initargs=(config.options,))
+    try:
         yield from pool.map(_work, tasks, chunksize=chunk)
+    finally:  # on Ctrl-C, files not started yet are dropped, not processed first
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def default_jobs() -> int:
@@ -103,39 +117,90 @@ def run(
     text when it could not apply a change; the file is then reported as failed.
     """
     root = config.root
-    target = config.runtime_target
+    layout = config.layout()
     patterns = ["*.py", "*.ipynb", *sorted({p for rule in config.options.text_rules for p in rule.patterns})]
-    found = discover(config.paths, root, config.excludes, skip=[target], patterns=patterns)
+    skip = [layout.fixed.folder] if layout.fixed is not None else []
+    found = discover(config.paths, root, config.excludes, skip=skip, patterns=patterns)
     result = RunResult(root=root, skipped=found.skipped)
     files = sorted(found.files, key=lambda p: _rel(p, root))
-    tasks = [(path, _rel(path, root), target.parent) for path in files]
-    vendored = False
+    tasks = [(path, _rel(path, root), layout) for path in files]
+    #: each copy's folder -> why it could not be vendored ("" once it is)
+    homes: dict[Path, str] = {}
+    shipped: list[Home] = []  # copies inside packages, which the build must ship
+    pyproject: list[bytes] = []  # pyproject.toml as a rule of this run left it
 
-    def vendor() -> None:
-        nonlocal vendored
-        vendored = True
-        result.runtime_changes, note = vendor_changes(target, root)
-        if note:
-            result.notes.append(note)
-        for change in result.runtime_changes:
-            if sink is not None:
-                sink(change)
+    def vendor(home: Home, needed: bool = True) -> str:
+        """Vendor one copy (once); why it could not be, or ""."""
+        if home.folder in homes:
+            return homes[home.folder]
+        problem = refuse_home(home, root)
+        if problem and not needed:
+            return problem  # a file already imports a folder porter does not own: the user's
+        changes: list[Change] = []
+        notes: list[str] = []
+        if not problem:
+            changes, note = vendor_changes(home.folder, root, write=config.write)
+            notes += [note] if note else []
+            if home.package:
+                shipped.append(home)  # the build config is edited at the end (porter.runtime_home)
+            for change in changes:
+                if sink is not None and not problem:
+                    problem = sink(change) or ""
+        homes[home.folder] = problem
+        if problem:
+            result.notes.append(f"porter_runtime not vendored at {_rel(home.folder, root)}/: {problem}")
+        else:
+            result.runtime_changes += changes
+            result.notes += notes
+        return problem
 
-    for done, item in enumerate(iter_results(config, tasks), 1):
+    def home_of(item: FileResult, path: Path) -> Home:
+        if item.runtime_folder:
+            return Home(root / item.runtime_folder, item.runtime_package)
+        return home_of_import(layout, path, item.runtime_from)
+
+    for done, (item, (path, _, _)) in enumerate(zip(iter_results(config, tasks), tasks), 1):
+        if item.runtime_note and item.status == "changed":
+            result.notes.append(item.runtime_note)
+        if item.status == "changed" and item.path == "pyproject.toml" and item.new is not None:
+            pyproject.append(item.new)
         if item.status == "changed":
-            if not vendored and item.uses_runtime:
-                vendor()
-            if sink is not None:
+            problem = vendor(home_of(item, path)) if item.uses_runtime else ""
+            if problem:  # never a source that imports a runtime that isn't there
+                item.status, item.error = "error", f"not written: it needs porter_runtime, which could not be vendored ({problem})"
+                item.old = item.new = None
+            elif sink is not None:
                 error = sink(Change(item.path, item.old, item.new))  # type: ignore[arg-type]
                 item.old = item.new = None
                 if error:
                     item.status, item.error = "error", error
+        elif item.uses_runtime and item.status == "unchanged":
+            vendor(home_of(item, path), needed=False)  # the code already imports the runtime: make sure it is there and current
         result.files.append(item)
         if progress is not None:
             progress(done, len(tasks))
-    if not vendored and any(f.uses_runtime for f in result.files):
-        vendor()  # the code already imports the runtime: make sure it is there and current
+    _ship(config, result, shipped, pyproject[-1] if pyproject else None, sink)
     return result
+
+
+def _ship(config: RunConfig, result: RunResult, shipped: list[Home], edited: Optional[bytes], sink) -> None:
+    """Add the package copies to a hand-written package list in pyproject.toml. Done last,
+    on top of what a manifest rule of this run made of the file (written, or in the diff)."""
+    base = None if config.write else edited
+    for home in shipped:
+        manifest = manifest_change(config.root, home, write=config.write, base=base)
+        if manifest is None:
+            continue
+        change, note = manifest
+        result.notes.append(note)
+        if change is None:
+            continue
+        error = sink(change) if sink is not None else None
+        if error:
+            result.notes.append(f"pyproject.toml: not written: {error}")
+            continue
+        result.runtime_changes.append(change)
+        base = None if config.write else change.new
 
 
 def _rel(path: Path, root: Path) -> str:

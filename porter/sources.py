@@ -28,6 +28,16 @@ def source_encoding(data: bytes) -> str:
     return encoding
 
 
+_COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=]", re.M)
+
+
+def has_coding_cookie(data: bytes) -> bool:
+    """Whether line 1 or 2 declares an encoding (PEP 263)."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    return any(_COOKIE.match(line) for line in data.split(b"\n", 2)[:2])
+
+
 def decode_error(data: bytes) -> Optional[str]:
     """Why these bytes are not Python source text, or None if they are."""
     if b"\x00" in data:
@@ -35,7 +45,9 @@ def decode_error(data: bytes) -> Optional[str]:
     try:
         encoding = source_encoding(data)
     except SyntaxError as exc:
-        return f"bad encoding declaration: {exc.msg if hasattr(exc, 'msg') else exc}"
+        if has_coding_cookie(data):
+            return f"bad encoding declaration: {exc.msg if hasattr(exc, 'msg') else exc}"
+        encoding = "utf-8"  # a bad byte on line 1 or 2, no declaration: say which byte
     try:
         data.decode(encoding)
     except (UnicodeDecodeError, LookupError) as exc:

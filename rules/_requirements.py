@@ -186,6 +186,30 @@ def requirement_part(line: str) -> str:
     return part[:option.start()] if option else part
 
 
+_EDITABLE = re.compile(r"^\s*(?:-e|--editable)(?:\s+|=)(?P<url>\S+)")
+_URL_LINE = re.compile(r"^\s*(?P<url>(?:[\w+.-]+://|\.{0,2}/)\S+|\S+\.whl)(?P<rest>.*)$")
+_EGG = re.compile(r"[#&]egg=(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)")
+
+
+def url_requirement(part: str) -> Optional[tuple[str, bool, str]]:
+    """(package name, editable, text after the URL) of a requirements line that names its
+    package only through a URL: ``-e git+...#egg=flash-attn``, ``git+...#egg=NAME``, or a
+    direct wheel URL or path (``.../flash_attn-2.5.8+cu122-cp311-linux_x86_64.whl``)."""
+    editable = _EDITABLE.match(part)
+    match = editable or _URL_LINE.match(part)
+    if match is None:
+        return None
+    url = match.group("url")
+    egg = _EGG.search(url)
+    if egg:
+        name = egg.group("name")
+    elif url.split("#")[0].split("?")[0].endswith(".whl"):
+        name = url.split("#")[0].split("?")[0].rsplit("/", 1)[-1].split("-")[0]
+    else:
+        return None
+    return name, editable is not None, "" if editable else match.group("rest")
+
+
 def requirements_sites(text: str) -> Iterator[Site]:
     """Requirement lines of a pip requirements file (options, includes, URLs, paths
     and editable installs are not requirements by name and are skipped)."""

@@ -14,8 +14,8 @@ import libcst as cst
 
 from porter.rule import Example, Rule, Safety, TextRule
 from porter.rules._requirements import (
-    PLATFORM_MARKER, TORCH_MINIMUM_TEXT, Site, apply_edits, is_cuda_only, parse,
-    pyproject_sites, requirement_part, requirements_sites, torch_bound, with_platform_marker,
+    PLATFORM_MARKER, TORCH_MINIMUM_TEXT, Site, apply_edits, is_cuda_only, normalise, parse,
+    pyproject_sites, requirement_part, requirements_sites, torch_bound, url_requirement, with_platform_marker,
 )
 
 REQUIREMENTS_PATTERNS = ("*requirements*.txt", "*requirements*.in")
@@ -96,9 +96,13 @@ class RequirementsCudaOnly(_CudaOnlyMarker):
     (a file named with cuda, gpu or cuNNN is left alone), or use the `cuda` extra of
     pyproject.toml (DEP102). The rewrite message says so.
 
+    A requirement named only by its URL (a wheel file name, `#egg=flash-attn`) gets the
+    marker too (`URL ; marker`, which pip reads); an editable install of one
+    (`-e git+...#egg=flash-attn`) can't carry a marker and is reported.
+
     Known limits:
-    Requirements given as a URL or path with no name (`git+https://...`, `./wheels/x.whl`),
-    editable installs and requirements split over continuation lines are not changed.
+    A URL or path that does not name its package, and requirements split over
+    continuation lines, are not changed.
     A marker that already names `sys_platform`, `platform_system` or `os_name` is kept
     as it is. Files in a `requirements/` folder match only if their name does.
     """
@@ -132,6 +136,9 @@ class RequirementsCudaOnly(_CudaOnlyMarker):
         Example("deepspeed==0.14.0 \\\n    --hash=sha256:0123\n",
                 'deepspeed==0.14.0; sys_platform != "darwin" \\\n    --hash=sha256:0123\n',
                 path="requirements.txt"),
+        Example("torch\nhttps://example.com/flash_attn-2.5.8-cp311-cp311-linux_x86_64.whl\n",
+                'torch\nhttps://example.com/flash_attn-2.5.8-cp311-cp311-linux_x86_64.whl ; sys_platform != "darwin"\n',
+                path="requirements.txt"),
         Example("triton\r\nbitsandbytes[cuda]\r\n",
                 'triton; sys_platform != "darwin"\r\nbitsandbytes[cuda]; sys_platform != "darwin"\r\n',
                 path="requirements.txt"),
@@ -139,6 +146,40 @@ class RequirementsCudaOnly(_CudaOnlyMarker):
 
     def sites(self, text: str) -> Iterator[Site]:
         return requirements_sites(text)
+
+    def check(self, text: str) -> str:
+        text = super().check(text)
+        return text if _CUDA_NAMED.search(_basename(self.path)) else self._url_lines(text)
+
+    def _url_lines(self, text: str) -> str:
+        """Lines that name a CUDA-only package only through a URL: a direct URL gets the
+        marker (pip reads ``URL ; marker``); an editable install can't carry one: reported."""
+        out = []
+        for number, line in enumerate(text.splitlines(keepends=True), 1):
+            body = line.rstrip("\r\n")
+            found = url_requirement(requirement_part(body)) if body.strip() and not body.lstrip().startswith("#") \
+                else None
+            if found is None or not is_cuda_only(found[0]):
+                out.append(line)
+                continue
+            name, editable, rest = found
+            if editable:
+                self.flag(number, f"editable install of {name}, a CUDA-only package: pip cannot build it on a Mac, "
+                          "and an editable line takes no environment marker", before=body,
+                          suggestion="move this line to a requirements-cuda.txt, or name the package with a marker: "
+                                     f'{normalise(name)} @ git+... ; sys_platform != "darwin"')
+            elif re.search(r"\b(?:sys_platform|platform_system|os_name)\b", rest):
+                pass  # someone decided already
+            elif ";" in rest:
+                self.flag(number, f"{name} (CUDA-only) is installed from a URL with its own marker; check that it "
+                          "excludes macOS", before=body)
+            else:
+                part = requirement_part(body).rstrip()
+                new = part + " ; " + PLATFORM_MARKER.format(q='"')
+                self.changed(number, part, new, _marker_message(name, PLATFORM_MARKER.format(q='"'), self.cpu_linux()))
+                line = new + body[len(part):] + line[len(body):]
+            out.append(line)
+        return "".join(out)
 
 
 class PyprojectCudaOnly(_CudaOnlyMarker):

@@ -67,6 +67,11 @@ def resolve(announce: bool = True) -> Resolution:
         if _resolution.device.type == "mps" and not _compat.at_least(2, 5):
             _log.warn_once("device:old-torch", f"torch {torch.__version__} on MPS: porter_runtime needs torch 2.5 "
                            "or newer there (autocast and memory queries on MPS); `pip install -U torch`")
+        if _resolution.device.type == "mps" and os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK") is None:
+            # torch was imported before porter_runtime (the usual import order), so the
+            # runtime could not set the variable: torch reads it once, at import.
+            _log.info_once("mps-fallback", "PYTORCH_ENABLE_MPS_FALLBACK is not set, so ops MPS lacks raise "
+                           "NotImplementedError; export PYTORCH_ENABLE_MPS_FALLBACK=1 to run them on the CPU")
     return _resolution
 
 

@@ -17,7 +17,7 @@ import pytest
 from porter_test_utils import run_porter, snapshot
 
 CUDA = b"import torch\nx = torch.ones(1).cuda()\n"
-MIGRATED = b"import porter_runtime\nimport torch\nx = torch.ones(1).to(porter_runtime.device())\n"
+MIGRATED = b"import torch\n\nimport porter_runtime\nx = torch.ones(1).to(porter_runtime.device())\n"
 
 
 def make(root: Path, files: dict) -> Path:
@@ -93,7 +93,7 @@ def test_latin1_declaration_keeps_encoding(tmp_path):
     proc, errors, _ = migrate(root)
     assert proc.returncode == 0 and not errors, proc.stderr
     out = (root / "latin.py").read_bytes()
-    assert out.startswith(b"# -*- coding: latin-1 -*-\nimport porter_runtime\n")
+    assert out.startswith(b"# -*- coding: latin-1 -*-\nimport torch\n\nimport porter_runtime\n")
     assert b"name = 'caf\xe9'  # \xe0 la carte\n" in out and b"porter_runtime.device()" in out
     compile(out, "latin.py", "exec")
 
@@ -116,7 +116,7 @@ def test_mixed_line_endings_keep_every_untouched_line(tmp_path):
     root = make(tmp_path / "repo", {"mixed.py": data})
     assert migrate(root)[0].returncode == 0
     out = (root / "mixed.py").read_bytes().splitlines(keepends=True)
-    assert out == [b"import porter_runtime\r\n", b"import torch\r\n", b"y = 1\n",
+    assert out == [b"import torch\r\n", b"\r\n", b"import porter_runtime\r\n", b"y = 1\n",
                    b"x = torch.ones(1).to(porter_runtime.device())\r\n", b"z = 2\n", b"# end\r\n"]
 
 
@@ -190,14 +190,14 @@ def test_symlinks_are_reported_not_followed(tmp_path):
         assert (root / link).is_symlink()
 
 
-def test_symlink_named_on_the_command_line_is_skipped(tmp_path):
+def test_symlink_named_on_the_command_line_is_an_error(tmp_path):
     outside = make(tmp_path / "outside", {"ext.py": CUDA})
     root = tmp_path / "repo"
     root.mkdir()
     (root / "link.py").symlink_to(outside / "ext.py")
     proc = run_porter("migrate", root / "link.py", "--write", "-j", "1")
-    assert proc.returncode == 0
-    assert b"symbolic link, not followed" in proc.stderr
+    assert proc.returncode == 2  # never a silent no-op that passes
+    assert b"link.py: a symbolic link; porter never follows links" in proc.stderr
     assert (outside / "ext.py").read_bytes() == CUDA
 
 
@@ -245,7 +245,7 @@ def test_folder_named_like_a_python_file(tmp_path):
     proc, errors, _ = migrate(root)
     assert proc.returncode == 0 and not errors, proc.stderr
     out = (root / "models.py" / "net.py").read_bytes()
-    assert b"x = torch.ones(1).to(porter_runtime.device())" in out  # with the script bootstrap
+    assert b"x = torch.ones(1).to(porter_runtime.device())" in out  # no sys.path code: a plain import
     compile(out, "net.py", "exec")
     proc = run_porter("migrate", root / "models.py", "--check", "-j", "1")
     assert proc.returncode == 0, proc.stderr  # named directly: walked as a folder
@@ -271,7 +271,7 @@ def test_missing_path_beside_a_real_one(tmp_path):
     root = make(tmp_path / "repo", {"good.py": CUDA})
     proc = run_porter("migrate", root, tmp_path / "nope", "--write", "-j", "1")
     assert proc.returncode == 2 and b"no such file or folder" in proc.stderr
-    assert (root / "good.py").read_bytes() == MIGRATED  # the rest still ran
+    assert (root / "good.py").read_bytes() == CUDA  # inputs are checked before anything is written
 
 
 def test_non_python_files_named_on_the_command_line(tmp_path):

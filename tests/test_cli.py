@@ -1,8 +1,10 @@
 """The real CLI on real files: modes, exit codes, reports, selection, bad input."""
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -166,12 +168,13 @@ def test_rules_and_explain():
     for heading in ("## What", "## Why", "## Fix safety", "## Known limits", "## Examples"):
         assert heading in text
     assert "porter_runtime.device(1)" in text
-    assert run_porter("explain", "NOPE").returncode != 0
+    assert run_porter("explain", "NOPE").returncode == 2
 
 
 def test_help_documents_exit_codes():
     proc = run_porter("migrate", "--help")
-    assert b"Exit codes" in proc.stdout and b"2  porter could not process" in proc.stdout
+    assert b"Exit codes" in proc.stdout and b"2  bad input or a failure" in proc.stdout
+    assert b"1  with --check" in proc.stdout and b"130  interrupted" in proc.stdout
 
 
 def test_version():
@@ -206,21 +209,40 @@ def test_readme_lists_every_rule_and_ci_runs_its_commands():
     assert 'python -m pip install -e ".[test]"' in readme and "python -m pytest" in readme
 
 
-def test_migrated_script_finds_runtime_from_any_folder(tree, tmp_path):
-    assert run_porter("migrate", tree, "--write").returncode == 0
+def test_scripts_find_the_runtime_from_any_folder_without_sys_path_code(tree, tmp_path):
+    """No ported file touches sys.path. A script in a subfolder that imports nothing of the
+    repository gets a copy beside it (its own folder is first on sys.path), so it runs from
+    the root, from its folder and from anywhere else; a package finds the root's copy."""
+    proc = run_porter("migrate", tree, "--write")
+    assert proc.returncode == 0, proc.stderr
+    for path in tree.rglob("*.py"):
+        if "porter_runtime" not in path.parts:
+            assert "sys.path" not in path.read_text(), path
+    # porter_runtime beside the script is not first-party for isort: sorted before torch
+    assert (tree / "scripts" / "run.py").read_text() == (
+        '"""Run it."""\nimport porter_runtime\nimport torch as t\nprint(t.ones(1).to(porter_runtime.device()))\n')
+    assert (tree / "scripts" / "porter_runtime" / "VENDORED.txt").is_file()
     for cwd in (tree, tmp_path, tree / "scripts"):
         proc = subprocess.run(python_without_porter(str(tree / "scripts" / "run.py")), cwd=cwd,
                               capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stderr
-        assert "tensor([1.])" in proc.stdout
+        assert proc.returncode == 0 and "tensor([1.])" in proc.stdout, proc.stderr
     (tree / "pkg" / "show.py").write_text("from pkg.model import DEV\nprint(DEV.type)\n")
     proc = subprocess.run(python_without_porter("-m", "pkg.show"), cwd=tree, capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.strip() == "cpu", proc.stderr
-    # Without the vendored copy the same script fails: the test can tell.
-    shutil.rmtree(tree / "porter_runtime")
+    # Every copy is installable on its own (it carries a pyproject.toml).
+    site = tmp_path / "site"
+    install = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                              "--no-index", "--target", str(site), str(tree / "scripts" / "porter_runtime")],
+                             capture_output=True, text=True)
+    assert install.returncode == 0, install.stderr
+    shutil.rmtree(tree / "scripts" / "porter_runtime")
     proc = subprocess.run(python_without_porter(str(tree / "scripts" / "run.py")), cwd=tmp_path,
                           capture_output=True, text=True)
-    assert proc.returncode != 0 and "No module named 'porter_runtime'" in proc.stderr
+    assert proc.returncode != 0 and "No module named 'porter_runtime'" in proc.stderr  # the test can tell
+    env = {**os.environ, "PYTHONPATH": str(site), "PORTER_TEST_KEEP": str(site)}
+    proc = subprocess.run(python_without_porter(str(tree / "scripts" / "run.py")), cwd=tmp_path,
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 0 and "tensor([1.])" in proc.stdout, proc.stderr
 
 
 @pytest.mark.parametrize("comment,changed", [

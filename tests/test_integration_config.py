@@ -41,12 +41,13 @@ def test_porter_toml_wins_and_sets_the_runtime_folder(tmp_path):
         **SAMPLE,
         "pyproject.toml": '[tool.porter]\nselect = ["PT002"]\n',
         "porter.toml": 'select = ["PT001"]\nruntime-dir = "vendor/porter_runtime"\n',
+        "vendor/__init__.py": "",  # a package: the ported code imports the copy through it
     })
     proc = run_porter("migrate", root, "--write")
     assert proc.returncode == 0, proc.stderr
     assert (root / "vendor" / "porter_runtime" / "__init__.py").exists()
     assert not (root / "porter_runtime").exists()
-    assert "porter_runtime" in (root / "train.py").read_text()
+    assert "from vendor import porter_runtime\n" in (root / "train.py").read_text()
     assert (root / "pkg" / "model.py").read_text() == SAMPLE["pkg/model.py"]
 
 
@@ -93,6 +94,7 @@ def test_ignore_comments_through_the_cli(tmp_path):
     })
     assert run_porter("migrate", root, "--write").returncode == 0
     lines = (root / "a.py").read_text().splitlines()
-    assert lines[2] == "x = torch.ones(1).cuda()  # porter: ignore"
-    assert lines[3] == "y = torch.ones(1).cuda()  # porter: ignore[PT001]"
-    assert lines[4] == "z = torch.ones(1).to(porter_runtime.device())  # porter: ignore[PT002]"
+    assert lines[:3] == ["import torch", "", "import porter_runtime"]
+    assert lines[3] == "x = torch.ones(1).cuda()  # porter: ignore"
+    assert lines[4] == "y = torch.ones(1).cuda()  # porter: ignore[PT001]"
+    assert lines[5] == "z = torch.ones(1).to(porter_runtime.device())  # porter: ignore[PT002]"

@@ -62,7 +62,7 @@ def test_some_hunks_accepted(tmp_path):
     assert 'DEV = porter_runtime.device()' in text
     assert "from torch import device" in text  # still imported: a skipped hunk may need it
     assert ".cuda()" in text and "torch.cuda.synchronize()" in text
-    assert text.startswith('"""Train."""\nimport porter_runtime\nimport torch\n')
+    assert text.startswith('"""Train."""\nimport torch\nfrom torch import device\n\nimport porter_runtime\n')
     assert (root / "porter_runtime" / "__init__.py").exists()
 
 

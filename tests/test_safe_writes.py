@@ -56,7 +56,7 @@ def test_write_keeps_mode_bom_crlf_and_encoding(tmp_path):
     (root / "b.py").chmod(0o600)
     assert run_porter("migrate", root, "--write", "-j", "1").returncode == 0
     a, b = (root / "a.py").read_bytes(), (root / "b.py").read_bytes()
-    assert a.startswith(b"\xef\xbb\xbf# -*- coding: utf-8 -*-\r\nimport porter_runtime\r\n")
+    assert a.startswith(b"\xef\xbb\xbf# -*- coding: utf-8 -*-\r\nimport torch\r\n\r\nimport porter_runtime\r\n")
     assert a.count(b"\r\n") == a.count(b"\n") and "café".encode() in a
     assert b"name = 'caf\xe9'\n" in b and b"porter_runtime.device()" in b
     assert stat.S_IMODE((root / "a.py").stat().st_mode) == 0o755
@@ -74,7 +74,7 @@ def test_never_writes_through_a_link_out_of_the_root(tmp_path):
     # Named explicitly through the link: porter reads it but must not write through it.
     proc = run_porter("migrate", root / "linked" / "mod.py", "--root", root, "--write", "-j", "1")
     assert proc.returncode == 2
-    assert b"not written: linked is a symbolic link" in proc.stderr
+    assert b"not written: it needs porter_runtime, which could not be vendored (linked is a symbolic link" in proc.stderr
     assert (outside / "mod.py").read_bytes() == CUDA
     assert sorted(p.name for p in outside.iterdir()) == ["mod.py"]
     # Walked: the link is skipped, not followed.

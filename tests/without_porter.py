@@ -15,8 +15,9 @@ def hide_porter() -> None:
         module = finder.__module__ if isinstance(finder, type) else type(finder).__module__
         if module.startswith("__editable__") and "porter" in module:
             sys.meta_path.remove(finder)
+    keep = [os.path.abspath(p) for p in os.environ.get("PORTER_TEST_KEEP", "").split(os.pathsep) if p]
     sys.path[:] = [p for p in sys.path if not os.path.exists(os.path.join(p, "porter_runtime", "__init__.py"))
-                   or os.path.abspath(p) == os.getcwd()]
+                   or os.path.abspath(p) in (os.getcwd(), *keep)]
 
 
 def main() -> None:

@@ -182,3 +182,24 @@ def test_import_is_cheap_and_self_contained():
 
 def test_version_is_kept():
     assert porter_runtime.__version__ == "0.1.0"
+
+
+def test_on_mps_without_the_fallback_variable_the_runtime_says_how_to_set_it(simulate, monkeypatch, capsys):
+    """Ported files import torch before porter_runtime (isort order), too late for the
+    runtime to set PYTORCH_ENABLE_MPS_FALLBACK: it says so once, on MPS only."""
+    monkeypatch.delenv("PORTER_QUIET", raising=False)
+    monkeypatch.delenv("PYTORCH_ENABLE_MPS_FALLBACK", raising=False)
+    simulate("mps")
+    porter_runtime.device()
+    porter_runtime.device()
+    err = capsys.readouterr().err
+    assert err.count("export PYTORCH_ENABLE_MPS_FALLBACK=1") == 1
+    porter_runtime._reset()
+    monkeypatch.setenv("PYTORCH_ENABLE_MPS_FALLBACK", "1")
+    porter_runtime.device()
+    assert "PYTORCH_ENABLE_MPS_FALLBACK" not in capsys.readouterr().err
+    porter_runtime._reset()
+    monkeypatch.delenv("PYTORCH_ENABLE_MPS_FALLBACK")
+    simulate("cpu")
+    porter_runtime.device()
+    assert "PYTORCH_ENABLE_MPS_FALLBACK" not in capsys.readouterr().err
