@@ -25,14 +25,31 @@ _SAMPLE_SECONDS = 0.02
 
 
 def host_peak_rss() -> int:
-    """This process's peak resident set size in bytes (getrusage's ru_maxrss:
-    KiB on Linux, bytes on macOS)."""
+    """This process's peak resident set size in bytes.
+
+    On Linux, ``VmHWM`` of ``/proc/self/status``: getrusage's ``ru_maxrss`` keeps the
+    size the parent had when it forked this process (it survives ``exec``), so a run
+    started by a large process would report that process's memory. Elsewhere
+    ``ru_maxrss`` (bytes on macOS)."""
+    if sys.platform.startswith("linux"):
+        try:
+            with open("/proc/self/status", encoding="ascii") as status:
+                for line in status:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) * 1024  # kB
+        except (OSError, ValueError, IndexError):
+            pass
     try:
         import resource
     except ImportError:  # Windows
         return 0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak) if sys.platform == "darwin" else int(peak) * 1024
+
+
+def _rss_method() -> str:
+    return "peak resident set size (VmHWM)" if sys.platform.startswith("linux") else \
+        "peak resident set size (getrusage ru_maxrss)"
 
 
 def available_ram() -> tuple[int, str]:
@@ -152,7 +169,7 @@ def _device_peak(kind: str, recorder: Recorder) -> tuple[int, str]:
             reserved = 0
         return (max(recorder.mps_samples, now, reserved),
                 "high-water mark of torch.mps.driver_allocated_memory()")
-    return host_peak_rss(), "peak resident set size (getrusage ru_maxrss)"
+    return host_peak_rss(), _rss_method()
 
 
 def _capacity(kind: str, recorder: Recorder) -> tuple[int, str]:

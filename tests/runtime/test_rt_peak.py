@@ -3,8 +3,12 @@ from __future__ import annotations
 
 import json
 import resource
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
+import pytest
 import torch
 import torch.optim.optimizer as optimizer_module
 
@@ -20,13 +24,31 @@ def test_unset_means_nothing_happens():
     assert _peak.install({_peak.ENV: "  "}) is None
 
 
-def test_cpu_peak_is_ru_maxrss_in_bytes(simulate, monkeypatch):
+def test_cpu_peak_is_this_process_image_peak_in_bytes(simulate, monkeypatch):
     simulate("cpu")
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    monkeypatch.setattr(_peak.sys, "platform", "linux")
-    assert _peak.host_peak_rss() == usage.ru_maxrss * 1024  # Linux counts KiB
+    if sys.platform.startswith("linux"):
+        status = Path("/proc/self/status").read_text()
+        hwm = int(next(line for line in status.splitlines() if line.startswith("VmHWM:")).split()[1]) * 1024
+        assert abs(_peak.host_peak_rss() - hwm) < 64 << 20  # the same counter, read a moment later
     monkeypatch.setattr(_peak.sys, "platform", "darwin")
     assert _peak.host_peak_rss() == resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # macOS counts bytes
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="VmHWM and ru_maxrss's fork inheritance are Linux's")
+def test_a_child_of_a_large_process_reports_its_own_peak(tmp_path):
+    """ru_maxrss survives fork + exec: a child started by a 600 MiB process reports at
+    least 600 MiB although it never used that much. VmHWM is the child's own."""
+    code = (
+        "import subprocess, sys\n"
+        "ballast = bytearray(600 << 20)\n"
+        "child = 'import resource; from porter_runtime import _peak; "
+        "print(_peak.host_peak_rss(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)'\n"
+        "print(subprocess.run([sys.executable, '-c', child], capture_output=True, text=True, check=True).stdout)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    own, maxrss = map(int, out.split())
+    assert own < 400 << 20, own
+    assert maxrss >= 600 << 20  # the inherited figure that fooled the measurement
 
 
 def test_cpu_record_and_step_timing(simulate, tmp_path):
