@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Optional
 
 import libcst as cst
 
+from porter.cuda_packages import IMPORT_ROOTS
 from porter.matching import Resolver, dotted_name
 from porter.rule import RUNTIME
 
@@ -122,10 +123,10 @@ def remove_unused(new_module: cst.Module, ctx: "FileContext") -> cst.Module:
     return RemoveImportsVisitor(context).transform_module(new_module)
 
 
-#: Packages that do not install without CUDA. A plain ``import`` of one of them that a
-#: rewrite left without a use would still fail on the port, so it goes too; other
-#: plain imports (``import torch``) stay even when unused, as the user wrote them.
-CUDA_ONLY_PACKAGES = frozenset({"flash_attn", "xformers", "apex", "bitsandbytes", "adam_atan2"})
+#: Packages that do not install without CUDA (porter.cuda_packages). A plain ``import``
+#: of one of them that a rewrite left without a use would still fail on the port, so it
+#: goes too; other plain imports (``import torch``) stay even when unused, as the user wrote them.
+CUDA_ONLY_PACKAGES = IMPORT_ROOTS
 
 
 def _not_used_in_stubs(ctx: "FileContext", name: str) -> None:

@@ -7,6 +7,7 @@ from typing import Optional, Union
 
 import libcst as cst
 
+from porter.cuda_packages import is_cuda_only_module
 from porter.rule import Example, Rule, Safety, cuda_spec, string_value
 
 IS_AVAILABLE = "torch.cuda.is_available"
@@ -301,13 +302,6 @@ class CudaAvailableDevice(Rule):
         return cst.Call(cst.Name("str"), args=[cst.Arg(call)]) if choice[0] == "str" else call
 
 
-# Packages whose code only runs with CUDA: a guard around them must keep a Mac out.
-_CUDA_ONLY = frozenset({
-    "apex", "flash_attn", "xformers", "triton", "bitsandbytes", "deepspeed", "cupy", "pycuda",
-    "tensorrt", "torch_tensorrt", "nvidia", "pynvml", "numba", "transformer_engine", "vllm",
-})
-
-
 class _Residue(cst.CSTVisitor):
     """Finds what still ties code to CUDA after porter's other rules ran."""
 
@@ -343,7 +337,7 @@ class _CudaOnlyNames(cst.CSTVisitor):
 
     def visit_Name(self, node: cst.Name) -> None:
         name = self.rule.qualname(node)
-        if name is not None and name.split(".")[0] in _CUDA_ONLY:
+        if name is not None and is_cuda_only_module(name):
             self.found = self.found or name
 
 

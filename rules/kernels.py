@@ -6,6 +6,7 @@ from typing import Optional
 
 import libcst as cst
 
+from porter.cuda_packages import advice_for
 from porter.matching import dotted_name
 from porter.rule import Example, Rule, Safety, keyword, positional, string_value
 from porter.rules._thirdparty_common import GuardTracker, under
@@ -202,23 +203,10 @@ class CudaExtension(Rule):
         return updated
 
 
-_PACKAGES = {
-    "triton": "guard `import triton` with try/except ImportError and use a PyTorch path off CUDA",
-    "deepspeed": "run the plain PyTorch loop off CUDA (torch.optim optimizer, loss.backward(), "
-                 "optimizer.step()) instead of deepspeed.initialize / the engine",
-    "mamba_ssm": "mamba_ssm's own reference path is PyTorch: selective_scan_ref / "
-                 "mamba_inner_ref (mamba_ssm.ops.selective_scan_interface) and Mamba(..., "
-                 "use_fast_path=False); copy them into the repository",
-    "selective_scan_cuda": "mamba_ssm.ops.selective_scan_interface.selective_scan_ref (PyTorch)",
-    "causal_conv1d": "causal_conv1d_fn(x, w, b, activation) == act(F.conv1d(x, w.unsqueeze(1), b, "
-                     "padding=w.shape[-1] - 1, groups=x.shape[1])[..., :x.shape[-1]])",
-    "liger_kernel": "skip apply_liger_kernel_to_*() off CUDA: the Hugging Face modules it patches "
-                    "are the PyTorch reference",
-    "transformer_engine": "torch.nn.Linear / LayerNorm in bfloat16 off CUDA (no FP8 there)",
-    "fused_dense_lib": "torch.nn.Linear (+ activation)",
-    "xentropy_cuda_lib": "torch.nn.functional.cross_entropy",
-    "flash_attn_2_cuda": "porter_runtime.attention (flash_attn's Python API) instead of the raw extension",
-}
+#: The CUDA-only packages no other rule ports, with their advice (porter.cuda_packages).
+_PACKAGES = {name: advice_for(name) for name in (
+    "triton", "deepspeed", "mamba_ssm", "selective_scan_cuda", "causal_conv1d", "liger_kernel",
+    "transformer_engine", "fused_dense_lib", "xentropy_cuda_lib", "flash_attn_2_cuda")}
 
 
 class CudaOnlyPackage(GuardTracker, Rule):
