@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
+from porter import known_modules
 from porter.apply import Change, vendor_changes
 from porter.discover import Skipped, discover
 from porter.engine import FileResult, LazyBootstrap, Options, process_file
+from porter.ledger import TreeContext
 
 
 @dataclass
@@ -108,6 +110,7 @@ def run(
     found = discover(config.paths, root, config.excludes, skip=[target], patterns=patterns)
     result = RunResult(root=root, skipped=found.skipped)
     files = sorted(found.files, key=lambda p: _rel(p, root))
+    config = with_tree_context(config, [_rel(p, root) for p in files])
     tasks = [(path, _rel(path, root), target.parent) for path in files]
     vendored = False
 
@@ -136,6 +139,15 @@ def run(
     if not vendored and any(f.uses_runtime for f in result.files):
         vendor()  # the code already imports the runtime: make sure it is there and current
     return result
+
+
+def with_tree_context(config: RunConfig, rels: Sequence[str]) -> RunConfig:
+    """``config`` with what the tree tells the ledger about imports: its own modules
+    and its declared dependencies (porter.ledger, porter.known_modules)."""
+    if config.options.ledger is not None:
+        return config
+    context = TreeContext(local=known_modules.local(rels), declared=known_modules.declared(config.root))
+    return replace(config, options=replace(config.options, ledger=context))
 
 
 def _rel(path: Path, root: Path) -> str:
