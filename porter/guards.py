@@ -269,8 +269,9 @@ class GuardFinder:
         return any(_catches_import_error(h) and self._falls_back(h.body) for h in node.handlers)
 
     def _falls_back(self, body: Sequence[ast.stmt]) -> bool:
-        if _exits(body, self.names, loops=False):
-            return False
+        if body and (isinstance(body[-1], ast.Raise) or (_exits(body, self.names, loops=False)
+                                                      and not isinstance(body[-1], ast.Return))):
+            return False  # re-raises or exits: a guard that raises is no guard
         if all(isinstance(s, (ast.Import, ast.ImportFrom, ast.Pass)) for s in body) and self.imports_cuda(body):
             return False  # FlashAttention-3, else FlashAttention-2: needs CUDA either way
         nested = [s for s in body if isinstance(s, ast.Try)]

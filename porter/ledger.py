@@ -333,6 +333,8 @@ class _Scanner:
                 return "message text"
             if last in _COMPARING:
                 return "compared with: a comparison can't fail off CUDA"
+            if (self.names.qualname(func) or "").startswith("porter_runtime."):
+                return f"handed to `{self.names.qualname(func)}`, which maps it off CUDA"
             if self._lookalike(func):
                 return f"`{dotted(func)}` here is `{self.names.qualname(func)}`, not PyTorch"
         if isinstance(parent, ast.Call) and child is parent.func and isinstance(parent.func, ast.Attribute):
