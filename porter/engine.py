@@ -446,7 +446,7 @@ def add_ledger(result: FileResult, path: Path, options: Options) -> None:
     context = options.ledger if options.ledger is not None else ledger.TreeContext()
     try:
         data = result.old if result.old is not None else path.read_bytes()
-        result.ledger = ledger.account(data, result.path, result.findings, context, _ignore_comments(data))
+        result.ledger = ledger.account(data, result.path, result.findings, context, _ignore_comments(data), result.new)
     except Exception as exc:  # a bug in porter: say so for this file, go on
         result.findings = result.findings + [ledger.scan_failure(result.path, exc)]
         return

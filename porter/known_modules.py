@@ -40,8 +40,11 @@ KNOWN = frozenset("""
     bs4 lxml html5lib markdown jinja2 flask fastapi uvicorn starlette gradio streamlit
     openai anthropic httpx aiohttp websockets grpc google protobuf boto3 botocore s3fs fsspec gcsfs
     shapely pyproj rasterio geopandas trimesh open3d pytorch3d plyfile imgaug
-    deepdiff pyparsing six future certifi charset_normalizer idna
-""".split())
+    deepdiff pyparsing six future certifi charset_normalizer idna _pytest
+""".split()) | frozenset("""
+    torch_xla torch_npu torch_mlu torch_musa torch_neuronx neuronx_distributed habana_frameworks
+    intel_extension_for_pytorch oneccl_bindings_for_pytorch mlx
+""".split())  # other accelerators' backends: code that imports them never runs on CUDA either
 
 #: Distribution names (PEP 503) whose import name is not the name with "-" as "_".
 DIST_IMPORTS = {

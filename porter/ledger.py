@@ -25,9 +25,11 @@ that can hold a touchpoint.
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 import warnings
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from typing import Iterable, Iterator, Optional, Sequence
 
 from porter.cuda_packages import advice_for, is_cuda_only_module, looks_compiled
@@ -80,23 +82,61 @@ def counts(touchpoints: Iterable[Touchpoint]) -> dict[str, int]:
 
 # -- which files can hold a touchpoint --------------------------------------
 
-_TRIGGER = re.compile(rb"(?i:cuda|nccl)|device_ids|output_device")
-_IMPORT_LINE = re.compile(rb"^[ \t]*(?:from[ \t]+(\.*)([A-Za-z_]\w*)|import[ \t]+([^\n#;]+))", re.M)
+#: What a touchpoint looks like in bytes: the ledger parses only files with one of these
+#: (or an import that may not resolve), and looks only at the statements on their lines.
+_WORDS = re.compile(rb"cuda|CUDA|nccl|NCCL|device_ids|output_device")
+_TRIGGER = re.compile(rb"\.cuda\b|\bcuda\.|[\"']cuda\b|[\"']nccl\b|(?:CUDA|NCCL)_[A-Z_]+|is_cuda|CUDAExtension"
+                      rb"|device_ids|output_device")
+#: Names imported from torch.cuda or cpp_extension are used on lines that don't say so:
+#: then every statement of the file is looked at.
+_WHOLE_FILE = re.compile(rb"from[ \t]+torch\.(?:cuda|utils\.cpp_extension)\b|import[ \t]+torch\.(?:cuda|utils\.cpp_extension)"
+                         rb"[ \t]+as\b|from[ \t]+torch(?:\.utils)?[ \t]+import[^\n]*\b(?:cuda|cpp_extension)\b")
+#: Import statements: ``from X import`` (X may be relative) or ``import a.b as c, d``.
+_IMPORTS = re.compile(rb"\b(?:from[ \t]+(\.*[\w.]*)[ \t]+import\b|import[ \t]+([^\n#;]+))")
 
 
-def may_touch(data: bytes, context: TreeContext) -> bool:
-    """Whether ``data`` can hold a touchpoint (cheap: a byte search, and the top-level
-    names of its import lines against the modules known to resolve)."""
-    if _TRIGGER.search(data):
-        return True
-    for match in _IMPORT_LINE.finditer(data):
-        if match.group(1):
-            continue  # relative import
-        roots = [match.group(2)] if match.group(2) else [
-            p.split()[0].split(b".")[0] for p in match.group(3).strip(b"()\\ \t\r").split(b",") if p.split()]
-        if any(not context.resolves(r.decode("ascii", "replace")) for r in roots if r):
-            return True
-    return False
+@lru_cache(maxsize=8192)
+def _touches(context: TreeContext, root: bytes) -> bool:
+    """Whether an import of ``root`` may be a touchpoint (CUDA-only, or resolving nowhere)."""
+    name = root.decode("ascii", "replace")
+    return bool(name) and not context.is_local(name) and (is_cuda_only_module(name) or not context.resolves(name))
+
+
+def _import_roots(data: bytes) -> set[bytes]:
+    roots = set()
+    for module, names in _IMPORTS.findall(data):
+        if module:
+            roots.add(module.split(b".")[0])
+        else:
+            for part in names.strip(b"()\\ \t\r").split(b","):
+                words = part.split()
+                if words:
+                    roots.add(words[0].split(b".")[0])
+    return roots
+
+
+def trigger_lines(data: bytes, context: TreeContext) -> list[int]:
+    """The lines where ``data`` may hold a touchpoint, all of them when names from
+    torch.cuda are imported (cheap: substring and regex searches in the bytes)."""
+    offsets = []
+    for hit in _WORDS.finditer(data):
+        start, end = data.rfind(b"\n", 0, hit.start()) + 1, data.find(b"\n", hit.end())
+        if _TRIGGER.search(data, max(start, hit.start() - 2), end if end >= 0 else len(data)):
+            offsets.append(hit.start())
+    if offsets and _WHOLE_FILE.search(data):
+        return list(range(1, data.count(b"\n") + 2))
+    wanted = [r for r in _import_roots(data) if _touches(context, r)]
+    if wanted:
+        pattern = re.compile(rb"\b(?:from|import)[ \t]+(?:[^\n#;]*[ \t,])?(?:" + b"|".join(
+            re.escape(r) for r in wanted) + rb")\b")
+        offsets += [m.start() for m in pattern.finditer(data)]
+    if not offsets:
+        return []
+    newlines = [m.start() for m in _NEWLINE.finditer(data)]
+    return sorted({bisect.bisect_left(newlines, o) + 1 for o in offsets})
+
+
+_NEWLINE = re.compile(rb"\n")
 
 
 # -- finding them ------------------------------------------------------------
@@ -107,7 +147,7 @@ class _Seen(dict):
 
 _CUDA_WORD = re.compile(r"cuda|nccl", re.I)
 #: A device or backend spelled in a string: "cuda", "cuda:1", "cuda:{}", "nccl".
-_DEVICE_SPEC = re.compile(r"^\s*(cuda(:(\d+|\{\w*\}|%[ds]))?|nccl)\s*$", re.I)
+_DEVICE_SPEC = re.compile(r"^\s*(cuda(:(\d+|\{\w*\}|%[ds]))?|nccl)\s*$")
 _ENV = re.compile(r"^(CUDA_\w+|NCCL_\w+|PYTORCH_CUDA_ALLOC_CONF|PYTORCH_NO_CUDA_MEMORY_CACHING|TORCH_CUDA_ARCH_LIST)$")
 #: torch.cuda functions that answer without CUDA (checked on a CPU build of torch 2.13)
 _SAFE_CUDA = frozenset({
@@ -143,21 +183,56 @@ class _Scanner:
     def _add(self, node: ast.AST, kind: str, what: str, why: str, inert: Optional[str] = None) -> None:
         self.found.append((node, kind, what, why, inert))
 
-    def scan(self) -> None:
-        for node in ast.walk(self.tree):
+    def scan(self, lines: Sequence[int]) -> None:
+        """Look at the statements that span one of ``lines`` (where the bytes show a
+        trigger), and at every node inside them."""
+        self._statements(self.tree, self.tree.body, sorted(lines))
+
+    def _statements(self, parent: ast.AST, body: Sequence[ast.AST], lines: Sequence[int]) -> None:
+        for stmt in body:
+            first = bisect.bisect_left(lines, stmt.lineno)  # type: ignore[attr-defined]
+            if first == len(lines) or lines[first] > stmt.end_lineno:  # type: ignore[attr-defined]
+                continue
+            self.parents[stmt] = parent
+            for child in ast.iter_child_nodes(stmt):
+                self.parents[child] = stmt
+                if isinstance(child, ast.stmt):
+                    continue
+                if isinstance(child, (ast.ExceptHandler, ast.match_case)):
+                    self._handler(child, lines)
+                else:
+                    self._walk(child)
+            for block in _blocks(stmt):
+                self._statements(stmt, block, lines)
+            self._node(stmt)
+
+    def _handler(self, handler: ast.AST, lines: Sequence[int]) -> None:
+        for child in ast.iter_child_nodes(handler):
+            self.parents[child] = handler
+            if not isinstance(child, ast.stmt):
+                self._walk(child)
+        self._statements(handler, handler.body, lines)  # type: ignore[attr-defined]
+
+    def _walk(self, top: ast.AST) -> None:
+        """Every node under an expression (no statements there)."""
+        self._node(top)
+        for node in ast.walk(top):
             for child in ast.iter_child_nodes(node):
                 self.parents[child] = node
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                self._import(node)
-            elif isinstance(node, (ast.Attribute, ast.Name)):
-                self._reference(node)
-            elif isinstance(node, ast.Call):
-                self._call(node)
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _CUDA_WORD.search(node.value):
-                self._string(node)
-            elif isinstance(node, ast.JoinedStr) and node.values and _is_cuda_prefix(node.values[0]):
-                self._add(node, "string", "f'cuda:{...}'", "names a CUDA device: CUDA-only where it is used",
-                          self._string_use(node, ""))
+                self._node(child)
+
+    def _node(self, node: ast.AST) -> None:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            self._import(node)
+        elif isinstance(node, (ast.Attribute, ast.Name)):
+            self._reference(node)
+        elif isinstance(node, ast.Call):
+            self._call(node)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _CUDA_WORD.search(node.value):
+            self._string(node)
+        elif isinstance(node, ast.JoinedStr) and node.values and _is_cuda_prefix(node.values[0]):
+            self._add(node, "string", "f'cuda:{...}'", "names a CUDA device: CUDA-only where it is used",
+                      self._string_use(node, ""))
 
     # -- imports
     def _import(self, node: ast.AST) -> None:
@@ -182,8 +257,17 @@ class _Scanner:
                     "often a compiled CUDA extension built by a setup script"
                 self._add(node, "unresolved-import", f"import {module}",
                           f"resolves to no module of the tree, the standard library or the declared "
-                          f"dependencies ({likely}): ModuleNotFoundError off CUDA", self._type_checking(node))
+                          f"dependencies ({likely}): ModuleNotFoundError off CUDA",
+                          self._type_checking(node) or self._optional(node))
                 return
+
+    def _optional(self, node: ast.AST) -> Optional[str]:
+        """An optional dependency imported behind its own availability test
+        (``if is_torchcodec_available():``, ``if _APEX_AVAILABLE:``)."""
+        for parent in self._ancestors(node):
+            if isinstance(parent, ast.If) and _AVAILABILITY.search(ast.unparse(parent.test)):
+                return f"an optional dependency, imported behind `if {_short(ast.unparse(parent.test))}:`"
+        return None
 
     def _type_checking(self, node: ast.AST) -> Optional[str]:
         for parent in self._ancestors(node):
@@ -218,7 +302,22 @@ class _Scanner:
             inert = "answers without CUDA (checked on a CPU build of torch)"
         elif not called and self._type_test(node):
             inert = "a type or exception test"
+        elif not called and self._annotation(node):
+            inert = "a type annotation: the name exists without CUDA"
+        what = what.rstrip(".")
         self._add(node, "torch.cuda", what, why, inert)
+
+    def _annotation(self, node: ast.AST) -> bool:
+        child = node
+        for parent in self._ancestors(node):
+            if isinstance(parent, (ast.arg, ast.AnnAssign)) and parent.annotation is child:
+                return True
+            if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)) and parent.returns is child:
+                return True
+            if isinstance(parent, ast.stmt):
+                return False
+            child = parent
+        return False
 
     def _type_test(self, node: ast.AST) -> bool:
         for parent in self._ancestors(node):
@@ -326,6 +425,15 @@ class _Scanner:
             return "one of the choices offered"
         if isinstance(parent, ast.Dict) and child in parent.keys:
             return "a dictionary key"
+        if isinstance(parent, ast.Dict) and any(isinstance(k, ast.Constant) and isinstance(k.value, str)
+                                                for k in parent.keys):
+            return "a value in a table keyed by name"
+        if isinstance(parent, (ast.List, ast.Tuple, ast.Set)) and sum(
+                isinstance(e, ast.Constant) and isinstance(e.value, str) for e in parent.elts) > 1:
+            return "one of several names listed"
+        if isinstance(parent, ast.Call) and getattr(parent.func, "id", None) in ("getattr", "hasattr", "setattr") \
+                and len(parent.args) > 1 and parent.args[1] is child:
+            return "an attribute name"
         if isinstance(parent, ast.Call) and child is not parent.func:
             func = parent.func
             last = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
@@ -343,6 +451,20 @@ class _Scanner:
 
 
 # -- accounting --------------------------------------------------------------
+
+_AVAILABILITY = re.compile(r"available|installed|has_\w+", re.I)
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _blocks(stmt: ast.stmt) -> Iterator[list[ast.stmt]]:
+    for name in ("body", "orelse", "finalbody"):
+        block = getattr(stmt, name, None)
+        if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+            yield block
+
 
 def _is_cuda_prefix(part: ast.AST) -> bool:
     return isinstance(part, ast.Constant) and isinstance(part.value, str) and part.value.lower() in ("cuda:", "cuda")
@@ -363,18 +485,25 @@ def account(
     findings: Sequence[Finding],
     context: TreeContext = TreeContext(),
     ignores: Optional[dict[int, frozenset[str]]] = None,
+    new: Optional[bytes] = None,
 ) -> list[Touchpoint]:
-    """Every touchpoint of one Python file, each in exactly one state."""
-    if not may_touch(data, context):
+    """Every touchpoint of one Python file, each in exactly one state. ``new``: the
+    migrated bytes, when they differ (an import whose every use a rule rewrote is gone
+    from them: the port removed it)."""
+    lines = trigger_lines(data, context)
+    if not lines:
         return []
     tree = _parse(data)
     if tree is None:
         return []
     scanner = _Scanner(tree, data, context)
-    scanner.scan()
+    scanner.scan(lines)
     if not scanner.found:
         return []
-    regions = scanner.finder.find()
+    regions = scanner.finder.find(expressions=False)
+    for node, *_ in scanner.found:
+        for parent in scanner._ancestors(node):
+            scanner.finder.expression(parent)
     rewrites = [(f.line, f.column - 1) for f in findings if f.action == "rewrite"]
     open_regions = [r for r in regions if not (r.kind == "device" and guard_ported(r, rewrites))]
     by_start: dict[tuple[int, int], list[Finding]] = {}
@@ -385,6 +514,8 @@ def account(
     for node, kind, what, why, inert in scanner.found:
         start, end = scanner.finder.start(node), scanner.finder.end(node)
         state, detail = _state(scanner, node, (start, end), by_start, findings, open_regions, inert, ignores)
+        if state == "unaccounted" and new is not None and kind.endswith("import"):
+            state, detail = _removed(node, what.split()[-1], new, findings) or (state, detail)
         out.append(Touchpoint(start[0], start[1] + 1, kind, what, state, detail if state != "unaccounted" else why))
     out.sort(key=lambda t: (t.line, t.column, t.kind))
     return out
@@ -406,6 +537,17 @@ def _state(scanner, node, span, by_start, findings, regions: Sequence[Region], i
     if codes is not None and (not codes or any(CODE.startswith(c) for c in codes)):
         return "inert", "silenced by a `# porter: ignore` comment"
     return "unaccounted", ""
+
+
+def _removed(node: ast.AST, module: str, new: bytes, findings: Sequence[Finding]) -> Optional[tuple[str, str]]:
+    """("rewritten", the code of a rewrite of its names) when the port removed the import."""
+    if re.search(rb"\b(?:import|from)[ \t]+" + re.escape(module.encode()) + rb"\b", new):
+        return None
+    names = [a.asname or a.name.split(".")[0] for a in node.names]  # type: ignore[attr-defined]
+    rewrites = [f for f in findings if f.action == "rewrite"]
+    by_name = [f for f in rewrites if any(n in f.before for n in names)]
+    chosen = (by_name or rewrites)[:1]
+    return ("rewritten", chosen[0].code) if chosen else None
 
 
 def _covering(scanner: _Scanner, node: ast.AST, span, by_start, findings: Sequence[Finding]) -> list[Finding]:
