@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus import PINNED, fetch  # noqa: E402  (the one downloader of pinned corpora)
 
-from porter import ledger  # noqa: E402
+from porter import known_modules, ledger  # noqa: E402
 from porter.engine import Options  # noqa: E402
 from porter.registry import all_rules  # noqa: E402
 from porter.run import RunConfig, run  # noqa: E402
@@ -40,6 +40,16 @@ def check(files) -> list[str]:
     return problems
 
 
+def ledger_seconds(src: Path, result) -> float:
+    """CPU time of the ledger alone over the run's Python files (gate, parse, accounting)."""
+    items = [(item, (src / item.path).read_bytes()) for item in result.files if item.path.endswith(".py")]
+    context = ledger.TreeContext(known_modules.local([f.path for f in result.files]), known_modules.declared(src))
+    started = time.process_time()
+    for item, data in items:
+        ledger.account(data, item.path, item.findings, context)
+    return time.process_time() - started
+
+
 def measure(name: str, version: str, jobs: int, show: int) -> bool:
     src = fetch(name, version)
     package = next(p for p in src.iterdir() if p.is_dir() and not p.name.endswith((".dist-info", ".data")))
@@ -54,6 +64,7 @@ def measure(name: str, version: str, jobs: int, show: int) -> bool:
           f"{sum(1 for f in result.files if f.ledger)} files ({seconds:.1f} s): "
           + ", ".join(f"{counts[s]} {s}" for s in ledger.STATES)
           + ("; adds up" if not problems else f"; {len(problems)} PROBLEMS"))
+    print(f"  the ledger's own cost: {ledger_seconds(src, result):.2f} s CPU of the {seconds:.1f} s run")
     kinds = Counter(t.kind for _, t in unaccounted)
     if kinds:
         print("  unaccounted by kind: " + ", ".join(f"{k} {n}" for k, n in kinds.most_common()))

@@ -140,6 +140,8 @@ class FileContext:
         self.rewritten: list[cst.CSTNode] = []
         #: nodes whose rewrite is dropped: they lie in code that only runs on CUDA
         self.frozen: frozenset[cst.CSTNode] = frozenset()
+        #: positions already worked out (by porter.guards' check), shared by the passes
+        self.located: dict = {}
 
     def record(
         self,
@@ -201,7 +203,10 @@ class FileContext:
         """Resolve positions (one metadata pass, only when something was recorded)."""
         if not self._records:
             return []
-        positions = locate(self.module, {r.node for r in self._records})
+        wanted = {r.node for r in self._records}
+        positions = {n: self.located[n] for n in wanted if n in self.located}
+        if len(positions) < len(wanted):
+            positions.update(locate(self.module, wanted - positions.keys()))
         out = []
         for rule, node, action, message, after, suggestion in self._records:
             start = positions[node].start
@@ -354,9 +359,10 @@ def _migrate(
     again, keeping more nodes as written, while rewrites lie in CUDA-only code."""
     module = cst.parse_module(code)
     frozen: frozenset[cst.CSTNode] = frozenset()
+    located: dict = {}
     for _ in range(3):
         ctx = FileContext(module, data, path, options, facts.imports if facts is not None else None, reduced)
-        ctx.frozen = frozen
+        ctx.frozen, ctx.located = frozen, located
         new_module = module.visit(RuleRunner((rule(ctx) for rule in rules), ctx.resolver))
         more = cuda_only_rewrites(ctx, data)
         if not more:
@@ -385,7 +391,10 @@ def cuda_only_rewrites(ctx: FileContext, data: bytes) -> frozenset[cst.CSTNode]:
     regions = [r for r in cuda_regions(tree, data) if r.kind == "device"] if tree is not None else []
     if not regions:
         return frozenset()
-    ranges = locate(ctx.module, nodes)
+    missing = [n for n in nodes if n not in ctx.located]
+    if missing:
+        ctx.located.update(locate(ctx.module, missing))
+    ranges = ctx.located
     line = ctx.reduced.original_line if ctx.reduced is not None else (lambda n: n)
     where = {n: ((line(ranges[n].start.line), ranges[n].start.column), (line(ranges[n].end.line), ranges[n].end.column))
              for n in nodes if n in ranges}
