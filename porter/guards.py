@@ -53,11 +53,11 @@ def within(spans: Iterable[Span], position: Position) -> bool:
 
 def statements(tree: ast.AST) -> Iterator[ast.stmt]:
     """Every statement of a tree, at any depth (a tenth of the nodes: cheaper than ``ast.walk``)."""
-    stack = list(_child_blocks(tree)) if not isinstance(tree, ast.stmt) else [[tree]]
+    stack = list(child_blocks(tree)) if not isinstance(tree, ast.stmt) else [[tree]]
     while stack:
         for stmt in stack.pop():
             yield stmt
-            stack.extend(_child_blocks(stmt))
+            stack.extend(child_blocks(stmt))
 
 
 class Names:
@@ -237,7 +237,7 @@ class GuardFinder:
                 found = self.polarity(stmt.test)
                 if found is not None and found[0] and index + 1 < len(body):
                     self._add(body[index + 1], body[-1], stmt.test, found)
-            for child in _child_blocks(stmt):
+            for child in child_blocks(stmt):
                 self._block(child)
 
     def _if(self, stmt: ast.If, rest: Sequence[ast.stmt]) -> None:
@@ -331,11 +331,15 @@ class GuardFinder:
                     self.flags[key] = (found[0], found[1], self.span(nodes[0].value))
 
 
-def _child_blocks(stmt: ast.AST) -> Iterator[list[ast.stmt]]:
+def child_blocks(stmt: ast.AST, nested: bool = True) -> Iterator[list[ast.stmt]]:
+    """The statement lists of a statement; with ``nested``, those of its ``except``
+    handlers and ``case`` clauses too."""
     for name in ("body", "orelse", "finalbody"):
         block = getattr(stmt, name, None)
         if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
             yield block
+    if not nested:
+        return
     for handler in getattr(stmt, "handlers", ()):
         yield handler.body
     for case in getattr(stmt, "cases", ()):

@@ -33,7 +33,7 @@ from functools import lru_cache
 from typing import Iterable, Iterator, Optional, Sequence
 
 from porter.cuda_packages import advice_for, is_cuda_only_module, looks_compiled
-from porter.guards import GuardFinder, Region, dotted, guard_ported
+from porter.guards import GuardFinder, Region, child_blocks, dotted, guard_ported
 from porter.known_modules import KNOWN, is_standard
 from porter.rule import Finding
 
@@ -141,10 +141,6 @@ _NEWLINE = re.compile(rb"\n")
 
 # -- finding them ------------------------------------------------------------
 
-class _Seen(dict):
-    """node → (kind, what, why it may fail, inert reason or None)"""
-
-
 _CUDA_WORD = re.compile(r"cuda|nccl", re.I)
 #: A device or backend spelled in a string: "cuda", "cuda:1", "cuda:{}", "nccl".
 _DEVICE_SPEC = re.compile(r"^\s*(cuda(:(\d+|\{\w*\}|%[ds]))?|nccl)\s*$")
@@ -202,7 +198,7 @@ class _Scanner:
                     self._handler(child, lines)
                 else:
                     self._walk(child)
-            for block in _blocks(stmt):
+            for block in child_blocks(stmt, nested=False):
                 self._statements(stmt, block, lines)
             self._node(stmt)
 
@@ -457,13 +453,6 @@ _AVAILABILITY = re.compile(r"available|installed|has_\w+", re.I)
 
 def _short(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _blocks(stmt: ast.stmt) -> Iterator[list[ast.stmt]]:
-    for name in ("body", "orelse", "finalbody"):
-        block = getattr(stmt, name, None)
-        if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
-            yield block
 
 
 def _is_cuda_prefix(part: ast.AST) -> bool:

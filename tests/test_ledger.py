@@ -8,13 +8,13 @@ from pathlib import Path
 from textwrap import dedent
 
 import pytest
+from porter.rules import _requirements, kernels
 
 from porter import cuda_packages, imports, ledger
 from porter.engine import Options, process_file
 from porter.registry import all_rules
 from porter.report import build, ledger_line, to_markdown
 from porter.run import RunConfig, run
-from porter.rules import _requirements, kernels
 
 REPOS = Path(__file__).resolve().parent.parent / "fixtures" / "repos"
 
