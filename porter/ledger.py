@@ -260,10 +260,27 @@ class _Scanner:
     def _optional(self, node: ast.AST) -> Optional[str]:
         """An optional dependency imported behind its own availability test
         (``if is_torchcodec_available():``, ``if _APEX_AVAILABLE:``)."""
+        child = node
         for parent in self._ancestors(node):
             if isinstance(parent, ast.If) and _AVAILABILITY.search(ast.unparse(parent.test)):
                 return f"an optional dependency, imported behind `if {_short(ast.unparse(parent.test))}:`"
+            for block in child_blocks(parent):
+                if child in block:
+                    check = next((s for s in block[:block.index(child)] if self._requires(s)), None)
+                    if check is not None:
+                        return f"an optional dependency, checked first at line {check.lineno}"
+            child = parent
         return None
+
+    def _requires(self, stmt: ast.stmt) -> bool:
+        """``if not is_x_available(): raise ...`` or ``requires_backends(...)``: a check
+        that stops with a clear message where an optional dependency is missing."""
+        if isinstance(stmt, ast.If) and stmt.body and isinstance(stmt.body[-1], ast.Raise):
+            return bool(_AVAILABILITY.search(ast.unparse(stmt.test)))
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+            name = dotted(stmt.value.func) or ""
+            return "require" in name.rsplit(".", 1)[-1]
+        return False
 
     def _type_checking(self, node: ast.AST) -> Optional[str]:
         for parent in self._ancestors(node):
@@ -300,6 +317,9 @@ class _Scanner:
             inert = "a type or exception test"
         elif not called and self._annotation(node):
             inert = "a type annotation: the name exists without CUDA"
+        elif not called and isinstance(parent, ast.Dict) and node in parent.values and any(
+                isinstance(k, ast.Constant) and isinstance(k.value, str) for k in parent.keys):
+            inert = "a value in a table keyed by name (called where that name applies)"
         what = what.rstrip(".")
         self._add(node, "torch.cuda", what, why, inert)
 
@@ -448,7 +468,7 @@ class _Scanner:
 
 # -- accounting --------------------------------------------------------------
 
-_AVAILABILITY = re.compile(r"available|installed|has_\w+", re.I)
+_AVAILABILITY = re.compile(r"available|installed|enabled|has_\w+", re.I)
 
 
 def _short(text: str, limit: int = 60) -> str:

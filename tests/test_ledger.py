@@ -107,6 +107,10 @@ def test_a_local_module_shadows_the_table(tmp_path):
     ("def f(d):\n    return d == 'cuda'\n", "inert", "compar"),
     ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import flash_attn\n", "inert", "type checking"),
     ("import torch\nif torch.cuda.is_available():\n    name = torch.cuda.get_device_name()\n", "guarded", "line 2"),
+    ("if is_pointops_available():\n    import pointops\n", "inert", "optional dependency"),
+    ("def f():\n    if not has_pointops():\n        raise ImportError('pip install pointops')\n    import pointops\n",
+     "inert", "checked first at line 2"),
+    ("def f():\n    import pointops\n", "unaccounted", "ModuleNotFoundError"),
     ("m = DDP(model, device_ids=None)\n", "inert", "None"),
     ("m = DDP(model, device_ids=ids)\n", "unaccounted", "device_ids"),
 ])
