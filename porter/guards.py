@@ -225,8 +225,15 @@ class GuardFinder:
         elif isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
             self._and(node)
 
-    def _add(self, first: ast.AST, last: ast.AST, guard: ast.AST, found: tuple[bool, str, tuple]) -> None:
+    def _add(self, first: ast.AST, last: ast.AST, guard: ast.AST, found: tuple[bool, str, tuple],
+             statement: Optional[ast.stmt] = None) -> None:
+        """A region from ``first`` to ``last``; ``statement``: the ``if`` / ``assert`` whose
+        test ``guard`` is (a rewrite of the whole statement, such as PT903's
+        ``porter_runtime.require_device(...)``, ports the guard too)."""
         spans = (self.span(guard),) + tuple(found[2])
+        if statement is not None:
+            line, column = self.start(statement)
+            spans += (((line, column), (line, column + 1)),)
         self.regions.append(Region(self.span(first, last), guard.lineno, found[1], spans))  # type: ignore[attr-defined]
 
     def _block(self, body: Sequence[ast.stmt]) -> None:
@@ -236,7 +243,7 @@ class GuardFinder:
             elif isinstance(stmt, ast.Assert):
                 found = self.polarity(stmt.test)
                 if found is not None and found[0] and index + 1 < len(body):
-                    self._add(body[index + 1], body[-1], stmt.test, found)
+                    self._add(body[index + 1], body[-1], stmt.test, found, stmt)
             for child in child_blocks(stmt):
                 self._block(child)
 
@@ -245,11 +252,11 @@ class GuardFinder:
         if found is None:
             return
         if found[0]:
-            self._add(stmt.body[0], stmt.body[-1], stmt.test, found)
+            self._add(stmt.body[0], stmt.body[-1], stmt.test, found, stmt)
         elif stmt.orelse:
-            self._add(stmt.orelse[0], stmt.orelse[-1], stmt.test, found)
+            self._add(stmt.orelse[0], stmt.orelse[-1], stmt.test, found, stmt)
         elif rest and _exits(stmt.body, self.names):
-            self._add(rest[0], rest[-1], stmt.test, found)
+            self._add(rest[0], rest[-1], stmt.test, found, stmt)
 
     def _ternary(self, node: ast.IfExp) -> None:
         found = self.polarity(node.test)

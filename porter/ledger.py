@@ -416,7 +416,7 @@ class _Scanner:
             if reason is not None:
                 return reason
             if isinstance(parent, ast.stmt):
-                if isinstance(parent, ast.Expr) and parent.value is child:
+                if isinstance(parent, ast.Expr) and parent.value is node:
                     return "a docstring or bare string"
                 if isinstance(parent, (ast.Raise, ast.Assert)):
                     return "message text"
@@ -525,6 +525,8 @@ def account(
         state, detail = _state(scanner, node, (start, end), by_start, findings, open_regions, inert, ignores)
         if state == "unaccounted" and new is not None and kind.endswith("import"):
             state, detail = _removed(node, what.split()[-1], new, findings) or (state, detail)
+        if state == "unaccounted" and what == "'nccl'":
+            state, detail = _backend_ported(findings) or (state, detail)
         out.append(Touchpoint(start[0], start[1] + 1, kind, what, state, detail if state != "unaccounted" else why))
     out.sort(key=lambda t: (t.line, t.column, t.kind))
     return out
@@ -546,6 +548,15 @@ def _state(scanner, node, span, by_start, findings, regions: Sequence[Region], i
     if codes is not None and (not codes or any(CODE.startswith(c) for c in codes)):
         return "inert", "silenced by a `# porter: ignore` comment"
     return "unaccounted", ""
+
+
+def _backend_ported(findings: Sequence[Finding]) -> Optional[tuple[str, str]]:
+    """A backend name matters only where the process group starts: when the file's
+    ``init_process_group`` became the runtime's (gloo off CUDA), "nccl" is handled."""
+    for f in findings:
+        if f.action == "rewrite" and "porter_runtime.init_process_group" in f.after:
+            return "rewritten", f.code
+    return None
 
 
 def _removed(node: ast.AST, module: str, new: bytes, findings: Sequence[Finding]) -> Optional[tuple[str, str]]:
