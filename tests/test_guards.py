@@ -158,3 +158,19 @@ def test_rewrites_outside_the_guard_stay():
     """
     new = migrate(code)
     assert "torch.cuda.synchronize()" in new and "x.cuda()" not in new
+
+
+def test_a_requirement_the_port_rewrote_ports_what_follows():
+    """PT903 turns the early exit into porter_runtime.require_device(...): the rest of
+    the function now runs on any device, so it is ported too."""
+    code = """\
+    import sys
+    import torch
+
+    def main():
+        if not torch.cuda.is_available():
+            sys.exit("needs a GPU")
+        torch.cuda.synchronize()
+    """
+    new = migrate(code)
+    assert "porter_runtime.require_device" in new and "porter_runtime.synchronize()" in new
