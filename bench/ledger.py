@@ -53,9 +53,9 @@ def ledger_seconds(src: Path, result) -> float:
 def measure(name: str, version: str, jobs: int, show: int) -> bool:
     src = fetch(name, version)
     package = next(p for p in src.iterdir() if p.is_dir() and not p.name.endswith((".dist-info", ".data")))
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     result = run(RunConfig([package], src, Options(rules=list(all_rules())), jobs=jobs))
-    seconds = time.perf_counter() - started
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     counts = ledger.counts(t for item in result.files for t in item.ledger)
     problems = check(result.files)
     unaccounted = [(item.path, t) for item in result.files for t in item.ledger if t.state == "unaccounted"]
@@ -64,7 +64,8 @@ def measure(name: str, version: str, jobs: int, show: int) -> bool:
           f"{sum(1 for f in result.files if f.ledger)} files ({seconds:.1f} s): "
           + ", ".join(f"{counts[s]} {s}" for s in ledger.STATES)
           + ("; adds up" if not problems else f"; {len(problems)} PROBLEMS"))
-    print(f"  the ledger's own cost: {ledger_seconds(src, result):.2f} s CPU of the {seconds:.1f} s run")
+    own = f"{cpu:.1f} s CPU in this process" if jobs == 1 else f"{seconds:.1f} s"
+    print(f"  the ledger's own cost: {ledger_seconds(src, result):.2f} s CPU of the run's {own}")
     kinds = Counter(t.kind for _, t in unaccounted)
     if kinds:
         print("  unaccounted by kind: " + ", ".join(f"{k} {n}" for k, n in kinds.most_common()))
