@@ -385,9 +385,9 @@ def cuda_only_rewrites(ctx: FileContext, data: bytes) -> frozenset[cst.CSTNode]:
     nodes = [n for n in ctx.rewritten if n not in ctx.frozen]
     if not nodes or b"cuda" not in data:
         return frozenset()
-    from porter.guards import cuda_regions, guard_ported
+    from porter.guards import cuda_regions, guard_ported, parse
 
-    tree = _parse_quietly(data)
+    tree = parse(data)
     regions = [r for r in cuda_regions(tree, data) if r.kind == "device"] if tree is not None else []
     if not regions:
         return frozenset()
@@ -400,18 +400,6 @@ def cuda_only_rewrites(ctx: FileContext, data: bytes) -> frozenset[cst.CSTNode]:
              for n in nodes if n in ranges}
     open_regions = [r for r in regions if not guard_ported(r, (start for start, _ in where.values()))]
     return frozenset(n for n, span in where.items() if any(r.encloses(span) for r in open_regions))
-
-
-def _parse_quietly(data: bytes):
-    import ast
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            return ast.parse(data)
-        except (SyntaxError, ValueError):
-            return None
 
 
 #: LibCST parses at roughly 100 KB/s on a slow machine: a multi-megabyte generated file

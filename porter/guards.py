@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
@@ -403,6 +404,16 @@ def _enclosing_function(tree: ast.AST, target: ast.AST) -> Optional[ast.Function
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and target in node.body:
             return node  # type: ignore[return-value]
     return None
+
+
+def parse(data: bytes) -> Optional[ast.Module]:
+    """The file's ``ast``, or None where this Python can't parse it (no warnings printed)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return ast.parse(data)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
 
 
 def cuda_regions(tree: ast.Module, data: bytes, cuda_module: Callable[[str], bool] = is_cuda_only_module) -> list[Region]:

@@ -27,13 +27,12 @@ from __future__ import annotations
 import ast
 import bisect
 import re
-import warnings
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Iterable, Iterator, Optional, Sequence
 
 from porter.cuda_packages import advice_for, is_cuda_only_module, looks_compiled
-from porter.guards import GuardFinder, Region, child_blocks, dotted, guard_ported
+from porter.guards import GuardFinder, Region, child_blocks, dotted, guard_ported, parse
 from porter.known_modules import KNOWN, is_standard
 from porter.rule import Finding
 
@@ -479,15 +478,6 @@ def _is_cuda_prefix(part: ast.AST) -> bool:
     return isinstance(part, ast.Constant) and isinstance(part.value, str) and part.value.lower() in ("cuda:", "cuda")
 
 
-def _parse(data: bytes) -> Optional[ast.Module]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            return ast.parse(data)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            return None
-
-
 def account(
     data: bytes,
     path: str,
@@ -502,7 +492,7 @@ def account(
     lines = trigger_lines(data, context)
     if not lines:
         return []
-    tree = _parse(data)
+    tree = parse(data)
     if tree is None:
         return []
     scanner = _Scanner(tree, data, context)
