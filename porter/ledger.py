@@ -373,9 +373,11 @@ class _Scanner:
         for kw in node.keywords:
             if kw.arg in ("device_ids", "output_device"):
                 none = isinstance(kw.value, ast.Constant) and kw.value.value is None
+                ported = isinstance(kw.value, ast.Call) and (self.names.qualname(kw.value.func) or "").startswith(
+                    "porter_runtime.")
                 self._add(kw.value, "ddp-device", f"{kw.arg}=",
                           "names CUDA devices: DistributedDataParallel raises with device_ids off CUDA",
-                          "None: no device named" if none else None)
+                          "None: no device named" if none else "porter_runtime picks it per device" if ported else None)
 
     # -- strings
     def _string(self, node: ast.Constant) -> None:

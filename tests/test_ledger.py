@@ -113,6 +113,7 @@ def test_a_local_module_shadows_the_table(tmp_path):
     ("def f():\n    import pointops\n", "unaccounted", "ModuleNotFoundError"),
     ("m = DDP(model, device_ids=None)\n", "inert", "None"),
     ("m = DDP(model, device_ids=ids)\n", "unaccounted", "device_ids"),
+    ("import porter_runtime\nm = DDP(model, device_ids=porter_runtime.ddp_device_ids(r))\n", "inert", "porter_runtime"),
 ])
 def test_states(tmp_path, code, state, detail):
     """The ledger's own judgement: no rule runs."""
