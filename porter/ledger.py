@@ -518,7 +518,7 @@ def account(
         if state == "unaccounted" and new is not None and kind.endswith("import"):
             state, detail = _removed(node, what.split()[-1], new, findings) or (state, detail)
         if state == "unaccounted" and what == "'nccl'":
-            state, detail = _backend_ported(findings) or (state, detail)
+            state, detail = _backend_ported(findings, data) or (state, detail)
         out.append(Touchpoint(start[0], start[1] + 1, kind, what, state, detail if state != "unaccounted" else why))
     out.sort(key=lambda t: (t.line, t.column, t.kind))
     return out
@@ -542,12 +542,14 @@ def _state(scanner, node, span, by_start, findings, regions: Sequence[Region], i
     return "unaccounted", ""
 
 
-def _backend_ported(findings: Sequence[Finding]) -> Optional[tuple[str, str]]:
+def _backend_ported(findings: Sequence[Finding], data: bytes) -> Optional[tuple[str, str]]:
     """A backend name matters only where the process group starts: when the file's
-    ``init_process_group`` became the runtime's (gloo off CUDA), "nccl" is handled."""
+    ``init_process_group`` is (or became) the runtime's (gloo off CUDA), "nccl" is handled."""
     for f in findings:
         if f.action == "rewrite" and "porter_runtime.init_process_group" in f.after:
             return "rewritten", f.code
+    if b"porter_runtime.init_process_group(" in data:
+        return "inert", "the process group starts through porter_runtime.init_process_group (gloo off CUDA)"
     return None
 
 
