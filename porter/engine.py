@@ -15,14 +15,14 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, NamedTuple, Optional, Sequence, Union
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from porter import imports
+from porter import imports, ledger
 from porter.matching import ImportFacts, Resolver
 from porter.positions import locate
 from porter.prefilter import SyntaxFacts, byte_candidates, candidate_rules
@@ -45,6 +45,8 @@ class Options:
     dependencies: str = "marker"
     #: (glob, code prefixes) pairs from ``per-file-ignores``: rules skipped for those paths.
     per_file_ignores: Sequence[tuple[str, Sequence[str]]] = ()
+    #: What the scanned tree tells the ledger about imports (porter.ledger); None: nothing.
+    ledger: Optional["ledger.TreeContext"] = None
 
     def for_path(self, rel: str) -> "Options":
         """These options less the rules that ``per-file-ignores`` turns off for ``rel``."""
@@ -56,7 +58,7 @@ class Options:
         if not codes:
             return self
         rules = [r for r in self.rules if not r.code.startswith(codes)]
-        return Options(rules, self.unsafe_fixes, self.dependencies)
+        return replace(self, rules=rules, per_file_ignores=())
 
     @property
     def source_rules(self) -> list[type[Rule]]:
@@ -100,6 +102,8 @@ class FileResult:
     runtime_from: str = ""
     #: Why the file finds that copy only under conditions (porter.runtime_home).
     runtime_note: str = ""
+    #: Its CUDA touchpoints and how each is accounted for (porter.ledger).
+    ledger: list["ledger.Touchpoint"] = field(default_factory=list)
 
     @property
     def rewrites(self) -> list[Finding]:
@@ -142,6 +146,12 @@ class FileContext:
         self._positions = None
         self._ignores = _ignore_comments(reduced.data if reduced is not None else source)
         self._records: list[_Record] = []
+        #: every node a rule rewrote, kept or not (porter.guards decides which may stay)
+        self.rewritten: list[cst.CSTNode] = []
+        #: nodes whose rewrite is dropped: they lie in code that only runs on CUDA
+        self.frozen: frozenset[cst.CSTNode] = frozenset()
+        #: positions already worked out (by porter.guards' check), shared by the passes
+        self.located: dict = {}
 
     def record(
         self,
@@ -153,6 +163,8 @@ class FileContext:
         after: Optional[cst.CSTNode] = None,
         suggestion: str = "",
     ) -> None:
+        if action == "rewrite":
+            self.rewritten.append(node)
         if action == "rewrite" and after is not None and self._records:
             self._drop_overwritten(node, after)
         self._records.append(_Record(rule, node, action, message, after, suggestion))
@@ -194,6 +206,11 @@ class FileContext:
                 return True
         return False
 
+    def keeps(self, node: cst.CSTNode) -> bool:
+        """Whether ``node`` must stay as written: it only runs where CUDA is (a guard
+        porter did not port), so a rewrite there changes nothing off CUDA."""
+        return node in self.frozen
+
     def code_for(self, node: cst.CSTNode) -> str:
         return self.module.code_for_node(node)
 
@@ -201,7 +218,10 @@ class FileContext:
         """Resolve positions (one metadata pass, only when something was recorded)."""
         if not self._records:
             return []
-        positions = locate(self.module, {r.node for r in self._records})
+        wanted = {r.node for r in self._records}
+        positions = {n: self.located[n] for n in wanted if n in self.located}
+        if len(positions) < len(wanted):
+            positions.update(locate(self.module, wanted - positions.keys()))
         out = []
         for rule, node, action, message, after, suggestion in self._records:
             start = positions[node].start
@@ -377,10 +397,19 @@ def _migrate(
     code: bytes, data: bytes, path: str, options: Options, rules: Sequence[type[Rule]],
     facts: Optional[SyntaxFacts], runtime_bootstrap: Union[None, str, "LazyBootstrap"], reduced: Optional[Reduced],
 ) -> SourceResult:
-    """One LibCST pass of the rules over ``code`` (``data`` itself, or its reduction)."""
+    """One LibCST pass of the rules over ``code`` (``data`` itself, or its reduction);
+    again, keeping more nodes as written, while rewrites lie in CUDA-only code."""
     module = cst.parse_module(code)
-    ctx = FileContext(module, data, path, options, facts.imports if facts is not None else None, reduced)
-    new_module = module.visit(RuleRunner((rule(ctx) for rule in rules), ctx.resolver))
+    frozen: frozenset[cst.CSTNode] = frozenset()
+    located: dict = {}
+    for _ in range(3):
+        ctx = FileContext(module, data, path, options, facts.imports if facts is not None else None, reduced)
+        ctx.frozen, ctx.located = frozen, located
+        new_module = module.visit(RuleRunner((rule(ctx) for rule in rules), ctx.resolver))
+        more = cuda_only_rewrites(ctx, data)
+        if not more:
+            break
+        frozen = frozen | more
     findings = ctx.findings()
     if not any(f.action == "rewrite" for f in findings):
         return SourceResult(code, findings)  # rules change code only through rewrite()
@@ -388,6 +417,31 @@ def _migrate(
         new_module = imports.add_runtime_import(new_module, runtime_bootstrap)
     new_module = imports.remove_unused(new_module, ctx)
     return SourceResult(new_module.bytes, findings, ctx.needs_runtime)
+
+
+def cuda_only_rewrites(ctx: FileContext, data: bytes) -> frozenset[cst.CSTNode]:
+    """The rewritten nodes that lie in code only run where CUDA is (porter.guards), under
+    a guard no rule ported: issue 14's "no rewrite inside code that only runs on CUDA,
+    unless its guard is ported too". Import guards (``try: import flash_attn``) don't
+    count: porting the import is porting the guard."""
+    nodes = [n for n in ctx.rewritten if n not in ctx.frozen]
+    if not nodes or b"cuda" not in data:
+        return frozenset()
+    from porter.guards import cuda_regions, guard_ported, parse
+
+    tree = parse(data)
+    regions = [r for r in cuda_regions(tree, data) if r.kind == "device"] if tree is not None else []
+    if not regions:
+        return frozenset()
+    missing = [n for n in nodes if n not in ctx.located]
+    if missing:
+        ctx.located.update(locate(ctx.module, missing))
+    ranges = ctx.located
+    line = ctx.reduced.original_line if ctx.reduced is not None else (lambda n: n)
+    where = {n: ((line(ranges[n].start.line), ranges[n].start.column), (line(ranges[n].end.line), ranges[n].end.column))
+             for n in nodes if n in ranges}
+    open_regions = [r for r in regions if not guard_ported(r, (start for start, _ in where.values()))]
+    return frozenset(n for n, span in where.items() if any(r.encloses(span) for r in open_regions))
 
 
 #: LibCST parses at roughly 100 KB/s on a slow machine: a multi-megabyte generated file
@@ -418,6 +472,36 @@ def migrate_text(data: bytes, options: Options, *, path: str) -> SourceResult:
 
 
 def process_file(path: Path, rel: str, options: Options, bootstrap: Union[None, str, "LazyBootstrap"]) -> FileResult:
+    """Migrate one file, then account for its CUDA touchpoints (porter.ledger)."""
+    result = _process_file(path, rel, options, bootstrap)
+    if rel.endswith(".py") and result.status != "error":
+        add_ledger(result, path, options.for_path(rel))
+    return result
+
+
+def add_ledger(result: FileResult, path: Path, options: Options) -> None:
+    """Fill ``result.ledger``; with the catch-all rule selected, one finding per
+    touchpoint nothing accounts for."""
+    context = options.ledger if options.ledger is not None else ledger.TreeContext()
+    try:
+        data = result.old if result.old is not None else path.read_bytes()
+        result.ledger = ledger.account(data, result.path, result.findings, context, _ignore_comments(data), result.new)
+    except Exception as exc:  # a bug in porter: say so for this file, go on
+        result.findings = result.findings + [ledger.scan_failure(result.path, exc)]
+        return
+    if any(r.code == ledger.CODE for r in options.rules):
+        extra = ledger.catch_all(result.path, data, result.ledger)
+        if extra:
+            result.findings = sorted(result.findings + extra, key=lambda f: (f.line, f.column, f.code))
+
+
+def ledger_source(data: bytes, path: str = "<string>") -> SourceResult:
+    """The catch-all's findings for one file's bytes, no other rule run (its examples)."""
+    touchpoints = ledger.account(data, path, (), ledger.TreeContext(), _ignore_comments(data))
+    return SourceResult(data, ledger.catch_all(path, data, touchpoints))
+
+
+def _process_file(path: Path, rel: str, options: Options, bootstrap: Union[None, str, "LazyBootstrap"]) -> FileResult:
     """Migrate one file; every failure becomes a per-file error, never an exception."""
     options = options.for_path(rel)
     try:

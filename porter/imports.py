@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import libcst as cst
 
+from porter.cuda_packages import IMPORT_ROOTS
 from porter.matching import Resolver, dotted_name
 from porter.rule import RUNTIME
 
@@ -390,12 +391,13 @@ def _keep_trailing_comma(old: cst.BaseStatement, new: cst.BaseStatement) -> cst.
     return new.with_changes(body=body)  # type: ignore[attr-defined]
 
 
-#: Packages that do not install without CUDA. A plain ``import`` of one of them that a
-#: rewrite left without a use would still fail on the port, so it goes too; so does a
+#: Packages that do not install without CUDA (porter.cuda_packages). A plain ``import``
+#: of one of them that a rewrite left without a use would still fail on the port, so it
+#: goes too; so does a
 #: standard-library module (``import sys`` once ``sys.exit`` became
 #: ``porter_runtime.require_device``). Other plain imports (``import torch``) stay even
 #: when unused: importing a library may register backends or ops.
-CUDA_ONLY_PACKAGES = frozenset({"flash_attn", "flash_attn_interface", "xformers", "apex", "bitsandbytes", "adam_atan2"})
+CUDA_ONLY_PACKAGES = IMPORT_ROOTS
 
 
 def _not_used_in_stubs(ctx: "FileContext", name: str) -> None:

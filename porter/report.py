@@ -7,6 +7,7 @@ from collections import Counter
 from typing import Any
 
 import porter
+from porter import ledger
 from porter.registry import by_code
 from porter.run import RunResult
 
@@ -57,7 +58,18 @@ def build(result: RunResult, mode: str) -> dict[str, Any]:
         "files": files,
         "skipped": [{"path": s.path, "reason": s.reason, "error": s.error} for s in result.skipped],
         "runtime": {"changes": [c.path for c in result.runtime_changes], "notes": result.notes},
+        "ledger": _ledger(result),
     }
+
+
+def _ledger(result: RunResult) -> dict[str, Any]:
+    """Every CUDA touchpoint and its state (porter.ledger): counts for the run and per
+    file, and each file's touchpoints. Added to schema 1 without changing a field:
+    readers of the first schema-1 reports see one key more."""
+    files = [{"path": item.path, "counts": ledger.counts(item.ledger), "touchpoints": [t.to_dict() for t in item.ledger]}
+             for item in result.files if item.ledger]
+    return {"states": list(ledger.STATES), "counts": ledger.counts(t for item in result.files for t in item.ledger),
+            "files": files}
 
 
 def _finding(finding) -> dict[str, Any]:
@@ -119,7 +131,32 @@ def to_markdown(report: dict[str, Any]) -> str:
             lines.append("")
     if report["runtime"]["notes"]:
         lines += ["## Runtime", ""] + [f"- {n}" for n in report["runtime"]["notes"]] + [""]
+    lines += _ledger_markdown(report.get("ledger"))
     return "\n".join(lines)
+
+
+def _ledger_markdown(data) -> list[str]:
+    """The ledger's counts per state and per file; unaccounted touchpoints are PT999
+    findings, listed under "Needs a human"."""
+    if not data or not data["files"]:
+        return []
+    states = data["states"]
+    lines = ["## CUDA touchpoints", "",
+             "Every CUDA touchpoint porter found, and how the port accounts for it "
+             "(unaccounted ones are PT999 findings).", "",
+             "| file | " + " | ".join(states) + " |", "|---|" + "---:|" * len(states)]
+    lines.append("| **all files** | " + " | ".join(f"**{data['counts'][s]}**" for s in states) + " |")
+    lines += [f"| `{f['path']}` | " + " | ".join(str(f["counts"][s]) for s in states) + " |" for f in data["files"]]
+    return lines + [""]
+
+
+def ledger_line(report: dict[str, Any]) -> str:
+    """The ledger in one line, for the terminal."""
+    data = report.get("ledger") or {}
+    counts = data.get("counts") or {}
+    total = sum(counts.values())
+    parts = ", ".join(f"{counts[s]} {s}" for s in data.get("states", ()))
+    return f"ledger: {total} CUDA touchpoint{'s' if total != 1 else ''}" + (f": {parts}" if total else "")
 
 
 def render_summary(report: dict[str, Any], console) -> None:
@@ -157,3 +194,5 @@ def render_summary(report: dict[str, Any], console) -> None:
         line((f"{x['path']}: skipped: {x['reason']}", "dim"))
     for note in report["runtime"]["notes"]:
         line((note, "green"))
+    unaccounted = (report.get("ledger") or {}).get("counts", {}).get("unaccounted", 0)
+    line((ledger_line(report), "yellow" if unaccounted else "dim"))

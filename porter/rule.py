@@ -174,7 +174,7 @@ class Rule(BaseRule):
         suggestion: str = "",
     ) -> cst.CSTNode:
         """Record a rewrite of ``original`` and return ``replacement``."""
-        if self.ctx.suppressed(original, self.code):
+        if self.ctx.suppressed(original, self.code) or self.ctx.keeps(original):
             return original
         if self.safety is Safety.UNSAFE and not self.ctx.unsafe_fixes:
             self.flag(original, message, suggestion=suggestion or self.ctx.code_for(replacement))

@@ -5,14 +5,16 @@ from __future__ import annotations
 import os
 import signal
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
+from porter import known_modules
 from porter.apply import Change, vendor_changes
 from porter.discover import Skipped, discover
 from porter.engine import FileResult, LazyBootstrap, Options, process_file
 from porter.runtime_home import Home, Layout, home_of_import, manifest_change, refuse_home
+from porter.ledger import TreeContext
 
 
 @dataclass
@@ -123,6 +125,7 @@ def run(
     found = discover(config.paths, root, config.excludes, skip=skip, patterns=patterns)
     result = RunResult(root=root, skipped=found.skipped)
     files = sorted(found.files, key=lambda p: _rel(p, root))
+    config = with_tree_context(config, [_rel(p, root) for p in files])
     tasks = [(path, _rel(path, root), layout) for path in files]
     #: each copy's folder -> why it could not be vendored ("" once it is)
     homes: dict[Path, str] = {}
@@ -181,6 +184,15 @@ def run(
             progress(done, len(tasks))
     _ship(config, result, shipped, pyproject[-1] if pyproject else None, sink)
     return result
+
+
+def with_tree_context(config: RunConfig, rels: Sequence[str]) -> RunConfig:
+    """``config`` with what the tree tells the ledger about imports: its own modules
+    and its declared dependencies (porter.ledger, porter.known_modules)."""
+    if config.options.ledger is not None:
+        return config
+    context = TreeContext(local=known_modules.local(rels), declared=known_modules.declared(config.root))
+    return replace(config, options=replace(config.options, ledger=context))
 
 
 def _ship(config: RunConfig, result: RunResult, shipped: list[Home], edited: Optional[bytes], sink) -> None:

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
+from porter.cuda_packages import DISTRIBUTION_PREFIXES, DISTRIBUTIONS, PORTABLE_DISTRIBUTIONS
+
 #: The marker that keeps a requirement off macOS, the one platform with no CUDA.
 #: Linux and Windows, where CUDA exists, are left exactly as before.
 PLATFORM_MARKER = 'sys_platform != {q}darwin{q}'
@@ -21,18 +23,11 @@ PLATFORM_MARKER = 'sys_platform != {q}darwin{q}'
 TORCH_MINIMUM = (2, 5)
 TORCH_MINIMUM_TEXT = "2.5"
 
-#: Packages with no macOS build (or no use there), by PEP 503 normalised name.
-CUDA_ONLY = frozenset({
-    "flash-attn", "flash-attn-3", "flashinfer-python", "xformers", "apex", "bitsandbytes",
-    "adam-atan2", "triton", "deepspeed", "mamba-ssm", "causal-conv1d", "liger-kernel",
-    "transformer-engine", "transformer-engine-torch", "pycuda", "cuda-python", "torch-tensorrt",
-    "tensorrt", "tensorrt-llm", "onnxruntime-gpu", "vllm", "auto-gptq", "exllamav2",
-    "cupy", "cudf", "cuml", "cugraph", "numba-cuda", "nvidia-dali-cuda120",
-})
-CUDA_ONLY_PREFIXES = ("nvidia-", "cupy-cuda", "cudf-cu", "cuml-cu", "cugraph-cu", "rmm-cu", "dask-cudf-cu",
-                      "pylibraft-cu", "raft-dask-cu", "cucim-cu")
+#: Packages with no macOS build, by PEP 503 normalised name (porter.cuda_packages).
+CUDA_ONLY = DISTRIBUTIONS
+CUDA_ONLY_PREFIXES = DISTRIBUTION_PREFIXES
 #: nvidia-* packages that are pure Python and install anywhere (NVML bindings).
-NOT_CUDA_ONLY = frozenset({"nvidia-ml-py", "nvidia-ml-py3"})
+NOT_CUDA_ONLY = PORTABLE_DISTRIBUTIONS
 
 # name [extras] (specifier | @ url) [; marker]
 _REQUIREMENT = re.compile(

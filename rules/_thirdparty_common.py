@@ -11,7 +11,7 @@ from typing import Iterable, Optional, Sequence
 
 import libcst as cst
 
-from porter.imports import CUDA_ONLY_PACKAGES
+from porter.cuda_packages import IMPORT_ROOTS
 from porter.matching import Ambiguous, dotted_name
 
 
@@ -322,7 +322,7 @@ class GuardTracker:
     longer guarded by their own ``try``."""
 
     #: Packages whose import in a handler is no fallback (another CUDA-only import).
-    chain_roots: frozenset[str] = CUDA_ONLY_PACKAGES
+    chain_roots: frozenset[str] = IMPORT_ROOTS
 
     def _stacks(self) -> tuple[list[bool], list[cst.If]]:
         if not hasattr(self, "_try_stack"):

@@ -8,6 +8,7 @@ from typing import Optional, Union
 
 import libcst as cst
 
+from porter.cuda_packages import is_cuda_only_module
 from porter.rule import RUNTIME, Example, Rule, Safety, cuda_spec, string_value
 
 from . import _dist_guard
@@ -353,13 +354,6 @@ class CudaAvailableDevice(Rule):
         return self.runtime_call("device_str" if choice[0] == "str" else "device", *_index_args(choice[1]))
 
 
-# Packages whose code only runs with CUDA: a guard around them must keep a Mac out.
-_CUDA_ONLY = frozenset({
-    "apex", "flash_attn", "xformers", "triton", "bitsandbytes", "deepspeed", "cupy", "pycuda",
-    "tensorrt", "torch_tensorrt", "nvidia", "pynvml", "numba", "transformer_engine", "vllm",
-})
-
-
 class _Residue(cst.CSTVisitor):
     """Finds what still ties code to CUDA after porter's other rules ran."""
 
@@ -402,7 +396,7 @@ class _CudaOnlyNames(cst.CSTVisitor):
 
     def visit_Name(self, node: cst.Name) -> None:
         name = self.rule.qualname(node)
-        if name is not None and name.split(".")[0] in _CUDA_ONLY:
+        if name is not None and is_cuda_only_module(name):
             self.found = self.found or name
 
 

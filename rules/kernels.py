@@ -6,9 +6,9 @@ from typing import Optional
 
 import libcst as cst
 
+from porter.cuda_packages import COMPILED, IMPORT_ROOTS, advice_for
 from porter.matching import dotted_name
 from porter.rule import Example, Rule, Safety, keyword, positional, string_value
-from porter.imports import CUDA_ONLY_PACKAGES
 from porter.rules._thirdparty_common import GuardTracker, example_code, under, uses
 
 _TRITON_DECORATORS = frozenset({"triton.jit", "triton.autotune", "triton.heuristics"})
@@ -362,52 +362,18 @@ class CudaExtension(Rule):
         return updated
 
 
-_PACKAGES = {
-    "triton": "guard `import triton` with try/except ImportError and use a PyTorch path off CUDA",
-    "deepspeed": "run the plain PyTorch loop off CUDA (torch.optim optimizer, loss.backward(), "
-                 "optimizer.step()) instead of deepspeed.initialize / the engine",
-    "mamba_ssm": "mamba_ssm's own reference path is PyTorch: selective_scan_ref / "
-                 "mamba_inner_ref (mamba_ssm.ops.selective_scan_interface) and Mamba(..., "
-                 "use_fast_path=False); copy them into the repository",
-    "selective_scan_cuda": "mamba_ssm.ops.selective_scan_interface.selective_scan_ref (PyTorch)",
-    "causal_conv1d": "causal_conv1d_fn(x, w, b, activation) == act(F.conv1d(x, w.unsqueeze(1), b, "
-                     "padding=w.shape[-1] - 1, groups=x.shape[1])[..., :x.shape[-1]])",
-    "liger_kernel": "skip apply_liger_kernel_to_*() off CUDA: the Hugging Face modules it patches "
-                    "are the PyTorch reference",
-    "transformer_engine": "torch.nn.Linear / LayerNorm in bfloat16 off CUDA (no FP8 there)",
-    "transformer_engine_torch": "torch.nn.Linear / LayerNorm in bfloat16 off CUDA (no FP8 there)",
-    "fused_dense_lib": "torch.nn.Linear (+ activation)",
-    "xentropy_cuda_lib": "torch.nn.functional.cross_entropy",
-    "flash_attn_2_cuda": "porter_runtime.attention (flash_attn's Python API) instead of the raw extension",
-    "rotary_emb": "rotate-half rotary embedding in PyTorch: cat(x1 * cos - x2 * sin, x2 * cos + x1 * sin)",
-    "dropout_layer_norm": "torch.nn.functional.layer_norm(dropout(x) + residual, ...)",
-    "fused_softmax_lib": "torch.softmax(x * scale + mask, dim=-1)",
-    "fused_layer_norm_cuda": "torch.nn.functional.layer_norm / rms_norm",
-    "amp_C": "torch._foreach_* ops, or the plain optimizer step",
-    "causal_conv1d_cuda": "causal_conv1d's PyTorch reference (F.conv1d with left padding)",
-    # CUDA-only packages beyond deep-learning kernels, with their CPU counterparts
-    "cuml": "scikit-learn (the same estimator names: cuml.cluster.KMeans -> sklearn.cluster.KMeans, ...)",
-    "cudf": "pandas (cudf mirrors the pandas API: cudf.read_csv -> pandas.read_csv, ...)",
-    "cugraph": "networkx (cugraph mirrors its algorithms)",
-    "cupy": "numpy (cupy mirrors it: cupy.asarray -> numpy.asarray; cupyx.scipy -> scipy)",
-    "cupyx": "scipy / numpy (cupyx.scipy mirrors scipy)",
-    "pycuda": "a PyTorch op (torch tensors on porter_runtime.device()) instead of a hand-written kernel",
-    "cuda": "cuda-python (from cuda import cudart) drives the CUDA driver; use torch / porter_runtime",
-    "tensorrt": "run the PyTorch model itself (or torch.compile / ONNX Runtime on CPU / Core ML)",
-    "torch_tensorrt": "run the PyTorch model itself, or torch.compile(model) without the TensorRT backend",
-    "tensorrt_llm": "run the Hugging Face / PyTorch model itself off CUDA",
-    "numba.cuda": "numba.njit / numba.prange on the CPU, or a vectorised numpy / torch op",
-    "flashinfer": "porter_runtime.attention / torch.nn.functional.scaled_dot_product_attention",
-    "vllm": "transformers' generate() off CUDA (vLLM serves on CUDA GPUs)",
-    "auto_gptq": "load the unquantised model off CUDA (GPTQ kernels are CUDA-only)",
-    "exllamav2": "load the unquantised model with transformers off CUDA",
-    "nvidia": "nvidia-* packages (DALI, cuDNN, NCCL wheels) exist only for CUDA; use torch's own "
-              "data loading / ops off CUDA",
-}
+#: The CUDA-only packages no other rule ports, with their advice (porter.cuda_packages).
+_PACKAGES = {name: advice_for(name) for name in (
+    "triton", "deepspeed", "mamba_ssm", "selective_scan_cuda", "causal_conv1d", "liger_kernel",
+    "transformer_engine", "transformer_engine_torch", "fused_dense_lib", "xentropy_cuda_lib",
+    "flash_attn_2_cuda", "rotary_emb", "dropout_layer_norm", "fused_softmax_lib",
+    "fused_layer_norm_cuda", "amp_C", "causal_conv1d_cuda",
+    # beyond deep-learning kernels, with their CPU counterparts
+    "cuml", "cudf", "cugraph", "cupy", "cupyx", "pycuda", "cuda", "tensorrt", "torch_tensorrt",
+    "tensorrt_llm", "numba.cuda", "flashinfer", "vllm", "auto_gptq", "exllamav2", "nvidia", "rmm",
+)}
 #: Compiled CUDA extension modules, imported by their module name (`import rotary_emb`).
-_COMPILED = frozenset({"selective_scan_cuda", "fused_dense_lib", "xentropy_cuda_lib",
-                       "flash_attn_2_cuda", "rotary_emb", "dropout_layer_norm", "fused_softmax_lib",
-                       "fused_layer_norm_cuda", "amp_C", "causal_conv1d_cuda"})
+_COMPILED = frozenset(COMPILED)
 
 
 def _lone_import(stmt: cst.CSTNode) -> Optional[tuple[str, str]]:
@@ -475,8 +441,8 @@ class CudaOnlyPackage(GuardTracker, Rule):
     whole_file = True  # an extension whose uses all sit in CUDA branches is TP604's
     name = "cuda-only-package"
     safety = Safety.REVIEW
-    targets = frozenset({*_PACKAGES, *CUDA_ONLY_PACKAGES})
-    chain_roots = frozenset({*_PACKAGES, *CUDA_ONLY_PACKAGES})
+    targets = frozenset({*_PACKAGES, *IMPORT_ROOTS})
+    chain_roots = frozenset({*_PACKAGES, *IMPORT_ROOTS})
 
     valid = [
         "try:\n    import deepspeed\nexcept ImportError:\n    deepspeed = None\n",
@@ -544,7 +510,7 @@ class CudaOnlyPackage(GuardTracker, Rule):
     def _unused(self, node: cst.CSTNode, module: str) -> bool:
         """flash_attn, xformers, apex, ... have rules of their own for every use; an import
         of one that nothing uses (imported for its side effects) fails all the same."""
-        if module.split(".")[0] not in CUDA_ONLY_PACKAGES or self.guarded() or node in self._seen:
+        if module.split(".")[0] not in IMPORT_ROOTS or self.guarded() or node in self._seen:
             return False
         bound = _bound_names(node)
         if not bound or uses(self.ctx.module, bound, node) > 0:

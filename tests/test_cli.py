@@ -134,8 +134,11 @@ def test_select_ignore_and_exclude(tree):
     js = tree.parent / "r.json"
     run_porter("migrate", tree, "--select", "PT001", "--report", js)
     assert {r["code"] for r in json.loads(js.read_text())["rules"]} == {"PT001"}
-    run_porter("migrate", tree, "--ignore", "PT001,PT002", "--report", js)
+    run_porter("migrate", tree, "--ignore", "PT001,PT002,PT999", "--report", js)
     assert {r["code"] for r in json.loads(js.read_text())["rules"]} == {"PT003", "PT004"}
+    # What the ignored rules would have ported is still named, by the ledger's catch-all.
+    run_porter("migrate", tree, "--ignore", "PT001,PT002", "--report", js)
+    assert {r["code"] for r in json.loads(js.read_text())["rules"]} == {"PT003", "PT004", "PT999"}
     run_porter("migrate", tree, "--exclude", "scripts", "--exclude", "pkg/*", "--report", js)
     assert {f["path"] for f in json.loads(js.read_text())["files"]} == {"train.py"}
 

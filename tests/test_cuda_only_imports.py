@@ -45,6 +45,14 @@ IMPORTS = {
     "cudf-cu12": "import cudf as gdf",
     "cupy-cuda12x": "import cupyx.scipy.sparse",
     "nvidia-dali-cuda120": "from nvidia.dali import pipeline_def",
+    "cudf-cu11": "import cudf as cudf11",
+    "cuml-cu11": "import cuml as cuml11",
+    "cuml-cu12": "import cuml as cuml12",
+    "cugraph-cu11": "import cugraph as cugraph11",
+    "cugraph-cu12": "import cugraph as cugraph12",
+    "rmm": "import rmm",
+    "rmm-cu11": "import rmm as rmm11",
+    "rmm-cu12": "import rmm as rmm12",
 }
 #: Distributions whose code needs no import of its own name to fail (a runtime
 #: backend of another package) or whose import exists off CUDA under another wheel.

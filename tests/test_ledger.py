@@ -1,0 +1,177 @@
+"""The ledger (porter.ledger): every CUDA touchpoint in exactly one state, through the real CLI."""
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from textwrap import dedent
+
+import pytest
+from porter.rules import _requirements, kernels
+
+from porter import cuda_packages, imports, ledger
+from porter.engine import Options, process_file
+from porter.registry import all_rules
+from porter.report import build, ledger_line, to_markdown
+from porter.run import RunConfig, run
+
+REPOS = Path(__file__).resolve().parent.parent / "fixtures" / "repos"
+
+
+def porter_json(root: Path) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "porter", "migrate", str(root), "--format", "json"],
+                          capture_output=True, text=True)
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    return json.loads(proc.stdout)
+
+
+def assert_adds_up(report: dict) -> Counter:
+    data = report["ledger"]
+    total: Counter = Counter()
+    findings = {f["path"]: f["findings"] for f in report["files"]}
+    for item in data["files"]:
+        states = Counter(t["state"] for t in item["touchpoints"])
+        assert set(states) <= set(ledger.STATES)
+        assert sum(item["counts"].values()) == len(item["touchpoints"]) and states == +Counter(item["counts"])
+        named = {(f["line"], f["column"]) for f in findings.get(item["path"], []) if f["code"] == ledger.CODE}
+        for t in item["touchpoints"]:
+            if t["state"] == "unaccounted":
+                assert (t["line"], t["column"]) in named, f"{item['path']}:{t['line']} {t['what']} has no PT999"
+            if t["state"] in ("rewritten", "reported"):
+                assert t["detail"] in {r.code for r in all_rules()}
+            if t["state"] == "guarded":
+                assert t["detail"].startswith("line ")
+        total += states
+    assert +Counter(data["counts"]) == total
+    pt999 = sum(1 for fs in findings.values() for f in fs if f["code"] == ledger.CODE)
+    assert pt999 == data["counts"]["unaccounted"]
+    return total
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(p.name for p in REPOS.iterdir() if p.is_dir()))
+def test_the_ledger_adds_up_on_every_fixture_repo(name):
+    total = assert_adds_up(porter_json(REPOS / name))
+    assert sum(total.values()) > 0
+    print(f"{name}: {dict(total)}")
+
+
+def write(tmp_path: Path, files: dict[str, str]) -> Path:
+    for rel, code in files.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(dedent(code))
+    return tmp_path
+
+
+def touchpoints(root: Path, rules=None) -> dict[str, list[ledger.Touchpoint]]:
+    result = run(RunConfig([root], root, Options(rules=list(all_rules()) if rules is None else rules)))
+    return {f.path: f.ledger for f in result.files}, result
+
+
+def test_an_unresolved_import_is_named_with_its_line(tmp_path):
+    root = write(tmp_path, {
+        "layers.py": """\
+            import torch
+            import numpy as np
+            import yaml
+
+            from helpers import util
+            import pointops
+        """,
+        "helpers.py": "util = 1\n",
+        "requirements.txt": "PyYAML>=6\n",
+    })
+    found, result = touchpoints(root)
+    [t] = found["layers.py"]
+    assert (t.line, t.column, t.kind, t.state) == (6, 1, "unresolved-import", "unaccounted")
+    [finding] = [f for f in result.files[1].findings if f.code == "PT999"]
+    assert finding.line == 6 and "pointops" in finding.message and "ModuleNotFoundError" in finding.message
+    assert "PyTorch implementation" in finding.suggestion
+
+
+def test_a_local_module_shadows_the_table(tmp_path):
+    root = write(tmp_path, {"adam_atan2.py": "class AdamATan2: pass\n", "train.py": "from adam_atan2 import AdamATan2\n"})
+    found, _ = touchpoints(root)
+    assert found["train.py"] == []
+
+
+@pytest.mark.parametrize("code,state,detail", [
+    ("import os\nv = os.environ['CUDA_VISIBLE_DEVICES']\n", "unaccounted", "KeyError"),
+    ("import os\nv = os.environ.get('CUDA_VISIBLE_DEVICES', '')\n", "inert", "default"),
+    ("import os\nos.environ['NCCL_DEBUG'] = 'INFO'\n", "inert", "sets"),
+    ("import torch\ntorch.cuda.manual_seed_all(0)\n", "inert", "answers without CUDA"),
+    ("import torch\ntry:\n    f()\nexcept torch.cuda.OutOfMemoryError:\n    pass\n", "inert", "answers"),
+    ("print('cuda')\n", "inert", "message"),
+    ("def f(d):\n    return d == 'cuda'\n", "inert", "compar"),
+    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import flash_attn\n", "inert", "type checking"),
+    ("import torch\nif torch.cuda.is_available():\n    name = torch.cuda.get_device_name()\n", "guarded", "line 2"),
+    ("if is_pointops_available():\n    import pointops\n", "inert", "optional dependency"),
+    ("def f():\n    if not has_pointops():\n        raise ImportError('pip install pointops')\n    import pointops\n",
+     "inert", "checked first at line 2"),
+    ("def f():\n    import pointops\n", "unaccounted", "ModuleNotFoundError"),
+    ("m = DDP(model, device_ids=None)\n", "inert", "None"),
+    ("m = DDP(model, device_ids=ids)\n", "unaccounted", "device_ids"),
+    ("import porter_runtime\nm = DDP(model, device_ids=porter_runtime.ddp_device_ids(r))\n", "inert", "porter_runtime"),
+])
+def test_states(tmp_path, code, state, detail):
+    """The ledger's own judgement: no rule runs."""
+    root = write(tmp_path, {"m.py": code})
+    found, _ = touchpoints(root, rules=[])
+    last = found["m.py"][-1]
+    assert last.state == state and detail in last.detail, last
+
+
+def test_rewritten_and_reported_carry_the_rule_code(tmp_path):
+    root = write(tmp_path, {"m.py": """\
+        import torch
+        x = torch.zeros(2).cuda()
+        torch.cuda.synchronize()
+    """})
+    found, _ = touchpoints(root)
+    assert {(t.what, t.state, t.detail) for t in found["m.py"]} == {
+        (".cuda()", "rewritten", "PT001"), ("torch.cuda.synchronize()", "rewritten", "PT101")}
+
+
+def test_the_ledger_does_not_depend_on_the_rules_that_ran(tmp_path):
+    """With no rule selected, the same touchpoints are found (and unaccounted)."""
+    root = write(tmp_path, {"m.py": "import torch\nx = torch.zeros(2).cuda()\n"})
+    path = root / "m.py"
+    every = process_file(path, "m.py", Options(rules=list(all_rules())), None)
+    none = process_file(path, "m.py", Options(rules=[]), None)
+    assert [(t.line, t.kind) for t in every.ledger] == [(t.line, t.kind) for t in none.ledger]
+    assert none.ledger[0].state == "unaccounted" and not none.findings  # PT999 not selected
+
+
+def test_segments_and_whole_file_give_the_same_ledger(tmp_path, monkeypatch):
+    path = REPOS / "imagenet_ddp" / "main.py"
+    options = Options(rules=list(all_rules()))
+    reduced = process_file(path, "main.py", options, None)
+    monkeypatch.setenv("PORTER_SEGMENTS", "0")
+    whole = process_file(path, "main.py", options, None)
+    assert reduced.ledger == whole.ledger and reduced.ledger
+
+
+def test_reports_show_the_ledger(tmp_path):
+    root = write(tmp_path, {"m.py": "import torch\nimport knn_cuda_ext\nx = torch.zeros(2).cuda()\n"})
+    _, result = touchpoints(root)
+    report = build(result, "dry-run")
+    assert report["schema_version"] == 1
+    assert report["ledger"]["counts"] == {"rewritten": 1, "reported": 0, "guarded": 0, "inert": 0, "unaccounted": 1}
+    assert "| `m.py` | 1 | 0 | 0 | 0 | 1 |" in to_markdown(report)
+    assert ledger_line(report) == "ledger: 2 CUDA touchpoints: 1 rewritten, 0 reported, 0 guarded, 0 inert, 1 unaccounted"
+
+
+def test_one_table_of_cuda_only_packages():
+    assert imports.CUDA_ONLY_PACKAGES is cuda_packages.IMPORT_ROOTS
+    assert _requirements.CUDA_ONLY is cuda_packages.DISTRIBUTIONS
+    assert kernels._PACKAGES["fused_dense_lib"] == cuda_packages.advice_for("fused_dense_lib")
+    for module in ("flash_attn", "flash_attn_interface", "xformers.ops", "apex.normalization", "amp_C",
+                   "fused_layer_norm_cuda", "bitsandbytes", "triton.language", "deepspeed", "mamba_ssm",
+                   "causal_conv1d", "liger_kernel", "adam_atan2", "cuml", "cudf", "cupy", "pycuda.driver",
+                   "tensorrt", "numba.cuda", "pynvml", "rotary_emb", "dropout_layer_norm", "flash_attn_2_cuda"):
+        assert cuda_packages.is_cuda_only_module(module), module
+    for module in ("numba", "torch", "onnxruntime", "flash_attention"):
+        assert not cuda_packages.is_cuda_only_module(module), module
+    assert _requirements.is_cuda_only("cupy-cuda12x") and not _requirements.is_cuda_only("nvidia-ml-py")
