@@ -14,6 +14,10 @@ combined with is_causal. softcap, which SDPA cannot express, takes the manual
 path: QKᵀ accumulated in float32 (as flash-attn's kernels do, also for fp16/bf16
 inputs), the cap, bias and mask applied in place where autograd allows, softmax,
 PV in float32, one chunk of rows at a time sized to stay in cache.
+
+FlexAttention is not used: on CPU it needs torch.compile (a C++ compiler, about 40 s
+of compilation per shape), and compiled it measured 2.3x plain causal attention for
+softcap at S = 4096 against 1.8x for this path (torch 2.13, one thread).
 """
 from __future__ import annotations
 
