@@ -6,8 +6,9 @@ same seeds, compared output by output.
 For each repository in fixtures/repos (its porter_fixture.json lists the entry points
 and the files they write), the tree is copied twice: one copy stays as it is, the
 other is ported with ``porter migrate --write``. Every entry point runs on both, in
-order (the trainer's checkpoint feeds the evaluation), with PYTHONHASHSEED=0 and
-CUBLAS_WORKSPACE_CONFIG set, and everything the runs write is compared: JSON numbers
+order (the trainer's checkpoint feeds the evaluation), with Python's, NumPy's and
+torch's global generators seeded first, PYTHONHASHSEED=0 and CUBLAS_WORKSPACE_CONFIG
+set, and everything the runs write is compared: JSON numbers
 and tensors in ``.pt`` files (bitwise, else the largest difference against the
 tolerance), other files byte for byte, and the numbers on the ``loss`` lines of their
 output.
@@ -26,6 +27,7 @@ import math
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -39,8 +41,24 @@ REPOS = ROOT / "fixtures" / "repos"
 WITHOUT_PORTER = ROOT / "tests" / "without_porter.py"
 TOLERANCE = 1e-4  # relative, where kernels are not deterministic (atomics in cuDNN/cuBLAS)
 #: Leaves that measure the machine, not the model (wall-clock times, throughput).
-_TIMING = re.compile(r"time|elapsed|sec\b|_s$|throughput|speed|per_s|/s\b|duration",
-                     re.IGNORECASE)
+_TIMING = re.compile(r"time|elapsed|sec\b|_s$|_ms$|throughput|speed|per_s|/s\b|duration|"
+                     r"peak_mem|mem_mb", re.IGNORECASE)
+#: Seeds Python's, NumPy's and torch's global generators (torch.manual_seed seeds CUDA's
+#: too) before running the script as without_porter.py does: code that draws from an
+#: unseeded global generator still gets the same numbers on both sides.
+_SEEDED = """import random, sys
+random.seed(0)
+try:
+    import numpy
+    numpy.random.seed(0)
+except ImportError:
+    pass
+import torch
+torch.manual_seed(0)
+sys.path.insert(0, {tests!r})
+import without_porter
+without_porter.main()
+"""
 _LOSS = re.compile(r"loss[^0-9+-]*([-+]?\d+\.\d+(?:e[-+]?\d+)?)", re.IGNORECASE)
 
 
@@ -48,12 +66,24 @@ def _entry_points(repo: Path) -> list[dict]:
     return json.loads((repo / "porter_fixture.json").read_text())["entry_points"]
 
 
-def _run_all(repo: Path, out: Path, ported: bool) -> tuple[bool, list[float], str]:
-    """Run every entry point; (all succeeded, loss numbers printed, last stderr)."""
+def _free_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
+def _run_all(repo: Path, out: Path) -> tuple[bool, list[float], str]:
+    """Run every entry point, seeded; (all succeeded, loss numbers printed, last stderr).
+
+    Both sides go through the seeding wrapper, which also hides an installed porter
+    (harmless for the original, which does not import it)."""
     losses: list[float] = []
+    wrapper = out.parent / f"_seeded_{out.name}.py"
+    wrapper.write_text(_SEEDED.format(tests=str(WITHOUT_PORTER.parent)))
     for entry in _entry_points(repo):
-        args = [c.replace("{out}", str(out)) for c in entry["cmd"]][1:]
-        cmd = [sys.executable, str(WITHOUT_PORTER), *args] if ported else [sys.executable, *args]
+        port = _free_port()
+        args = [c.replace("{out}", str(out)).replace("{port}", port) for c in entry["cmd"]][1:]
+        cmd = [sys.executable, str(wrapper), *args]
         env = {**os.environ, **entry.get("env", {}), "PYTHONHASHSEED": "0",
                "CUBLAS_WORKSPACE_CONFIG": ":4096:8", "PORTER_QUIET": "1",
                "PYTHONDONTWRITEBYTECODE": "1"}
@@ -148,8 +178,8 @@ def check_repo(name: str, work: Path, cuda: bool) -> dict[str, Any]:
     _port(side_b)
     if not cuda:
         _port(side_a)  # no CUDA: the original cannot run here; the port against itself
-    ok_a, loss_a, err_a = _run_all(side_a, work / name / "out-a", ported=not cuda)
-    ok_b, loss_b, err_b = _run_all(side_b, work / name / "out-b", ported=True)
+    ok_a, loss_a, err_a = _run_all(side_a, work / name / "out-a")
+    ok_b, loss_b, err_b = _run_all(side_b, work / name / "out-b")
     result: dict[str, Any] = {"repo": name, "ran": ok_a and ok_b, "error": err_a or err_b}
     if not (ok_a and ok_b):
         return result

@@ -8,8 +8,10 @@ ALiBi adds ``-slope * |i + off - j|``. Rows that see no key output 0.
 The fused SDPA path (no mask; ``is_causal`` only when Sq == Sk) is used whenever
 the arguments allow. Otherwise the queries are cut into row chunks and each chunk
 attends only to the *band* of keys its mask can see (a window of width w costs
-O(S * w), a bottom-right causal mask half of the full product): a boolean or float
-(ALiBi) mask is built for that band alone, never for all Sk keys, and never
+O(S * w), a bottom-right causal mask half of the full product). A two-sided window
+batches its chunks into few SDPA calls over an unfold of the keys; the other masks
+(and ALiBi) depend only on ``i + off - j``, so a chunk's mask is a strided view of
+one vector per head (Plan.banded_bias), never a materialised matrix. A mask is never
 combined with is_causal. softcap, which SDPA cannot express, takes the manual
 path: QKᵀ accumulated in float32 (as flash-attn's kernels do, also for fp16/bf16
 inputs), the cap, bias and mask applied in place where autograd allows, softmax,
@@ -208,7 +210,7 @@ def _zeros(q: torch.Tensor, v: torch.Tensor, rows: int) -> torch.Tensor:
 
 def _masked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Plan,
             dropout_p: float, scale: Optional[float]) -> torch.Tensor:
-    """SDPA over each row chunk's key band, with a bool (window) or float (ALiBi) mask."""
+    """SDPA over each row chunk's key band (see the module doc)."""
     if not (plan.left_open or plan.right_open) and plan.sq > 2 * _window_rows(plan):
         return _windowed(q, k, v, plan, dropout_p, scale)
     parts = [_masked_rows(q, k, v, plan, *chunk, dropout_p, scale)
@@ -231,8 +233,6 @@ def _windowed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Plan,
     n = -(-sq // rows)
     wide = rows + width - 1  # keys seen by one chunk
     first = plan.off - plan.left  # key index where chunk 0's band starts
-    before = max(0, -first)
-    after = max(0, (n - 1) * rows + first + wide - plan.sk)
     qp = q if n * rows == sq else F.pad(q, (0, 0, 0, 0, 0, n * rows - sq))
     r = torch.arange(rows, device=q.device)[:, None]
     t = torch.arange(wide, device=q.device)[None, :]
