@@ -72,15 +72,17 @@ def _free_port() -> str:
         return str(s.getsockname()[1])
 
 
-def _run_all(repo: Path, out: Path) -> tuple[bool, list[float], str]:
-    """Run every entry point, seeded; (all succeeded, loss numbers printed, last stderr).
+def _run_all(repo: Path, out: Path) -> tuple[int, list[float], str]:
+    """Run the entry points in order, seeded, until one fails; (how many ran, loss
+    numbers printed, the failing one's stderr).
 
     Both sides go through the seeding wrapper, which also hides an installed porter
     (harmless for the original, which does not import it)."""
     losses: list[float] = []
+    out.mkdir(parents=True, exist_ok=True)  # some scripts save into it without creating it
     wrapper = out.parent / f"_seeded_{out.name}.py"
     wrapper.write_text(_SEEDED.format(tests=str(WITHOUT_PORTER.parent)))
-    for entry in _entry_points(repo):
+    for ran, entry in enumerate(_entry_points(repo)):
         port = _free_port()
         args = [c.replace("{out}", str(out)).replace("{port}", port) for c in entry["cmd"]][1:]
         cmd = [sys.executable, str(wrapper), *args]
@@ -91,9 +93,9 @@ def _run_all(repo: Path, out: Path) -> tuple[bool, list[float], str]:
         proc = subprocess.run(cmd, cwd=repo / entry.get("cwd", "."), env=env, text=True,
                               capture_output=True, timeout=900)
         if proc.returncode != 0:
-            return False, losses, proc.stderr[-1500:]
+            return ran, losses, proc.stderr[-1500:]
         losses += [float(m) for m in _LOSS.findall(proc.stdout + proc.stderr)]
-    return True, losses, ""
+    return len(_entry_points(repo)), losses, ""
 
 
 def _leaves(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -180,8 +182,13 @@ def check_repo(name: str, work: Path, cuda: bool) -> dict[str, Any]:
         _port(side_a)  # no CUDA: the original cannot run here; the port against itself
     ok_a, loss_a, err_a = _run_all(side_a, work / name / "out-a")
     ok_b, loss_b, err_b = _run_all(side_b, work / name / "out-b")
-    result: dict[str, Any] = {"repo": name, "ran": ok_a and ok_b, "error": err_a or err_b}
-    if not (ok_a and ok_b):
+    total = len(_entry_points(source))
+    # Entry points that need inputs a test fabricates (a GPU checkpoint) stop both
+    # sides alike: what ran before them is still compared.
+    result: dict[str, Any] = {"repo": name, "ran": f"{min(ok_a, ok_b)}/{total}",
+                              "error": err_a or err_b}
+    if ok_a != ok_b or ok_a == 0:
+        result["ran"] = f"{ok_a}/{total} vs {ok_b}/{total}"
         return result
     rows = compare_outputs(work / name / "out-a", work / name / "out-b")
     if loss_a or loss_b:
@@ -214,15 +221,17 @@ def main() -> None:
           + ("original vs ported on CUDA" if cuda else
              "ported vs ported on this machine (the original needs CUDA); "
              "the real check needs a GPU"))
-    print(f"{'repo':15s} {'ran':>4s} {'files':>5s} {'losses':>6s} {'worst diff':>10s}  verdict")
+    print(f"{'repo':15s} {'ran':>5s} {'files':>5s} {'losses':>6s} {'worst diff':>10s}  verdict")
     for r in results:
-        if not r["ran"]:
-            print(f"{r['repo']:15s} {'no':>4s}  {r['error'].strip().splitlines()[-1:]}")
+        last = r["error"].strip().splitlines()[-1:] if r["error"] else []
+        if "worst" not in r:
+            print(f"{r['repo']:15s} {r['ran']:>5s}  failed: {last}")
             continue
         verdict = "bitwise" if r["bitwise"] else \
             f"within {TOLERANCE:g}" if r["within_tolerance"] else "DIFFERS"
-        print(f"{r['repo']:15s} {'yes':>4s} {len(r['files']):5d} {r['losses']:6d} "
-              f"{r['worst']:10.2e}  {verdict}")
+        stop = f" (then stopped on both sides: {last})" if last else ""
+        print(f"{r['repo']:15s} {r['ran']:>5s} {len(r['files']):5d} {r['losses']:6d} "
+              f"{r['worst']:10.2e}  {verdict}{stop}")
         if not r["within_tolerance"]:
             for name, diff in r["files"][:5]:
                 print(f"    {name}: {diff:.2e}")
