@@ -43,10 +43,11 @@ TOLERANCE = 1e-4  # relative, where kernels are not deterministic (atomics in cu
 #: Leaves that measure the machine, not the model (wall-clock times, throughput).
 _TIMING = re.compile(r"time|elapsed|sec\b|_s$|_ms$|throughput|speed|per_s|/s\b|duration|"
                      r"peak_mem|mem_mb", re.IGNORECASE)
-#: Seeds Python's, NumPy's and torch's global generators (torch.manual_seed seeds CUDA's
-#: too) before running the script as without_porter.py does: code that draws from an
-#: unseeded global generator still gets the same numbers on both sides.
-_SEEDED = """import random, sys
+#: A sitecustomize that seeds Python's, NumPy's and torch's global generators
+#: (torch.manual_seed seeds CUDA's too) in every interpreter of a run, worker
+#: processes (mp.spawn, DataLoader) included: code that draws from an unseeded
+#: global generator still gets the same numbers on both sides.
+_SITE = """import random
 random.seed(0)
 try:
     import numpy
@@ -55,6 +56,10 @@ except ImportError:
     pass
 import torch
 torch.manual_seed(0)
+"""
+#: Runs the script as without_porter.py does (an installed porter hidden: harmless
+#: for the original, which does not import it).
+_WRAPPER = """import sys
 sys.path.insert(0, {tests!r})
 import without_porter
 without_porter.main()
@@ -76,12 +81,14 @@ def _run_all(repo: Path, out: Path) -> tuple[int, list[float], str]:
     """Run the entry points in order, seeded, until one fails; (how many ran, loss
     numbers printed, the failing one's stderr).
 
-    Both sides go through the seeding wrapper, which also hides an installed porter
-    (harmless for the original, which does not import it)."""
+    Both sides run through _WRAPPER, with _SITE seeding every interpreter."""
     losses: list[float] = []
     out.mkdir(parents=True, exist_ok=True)  # some scripts save into it without creating it
-    wrapper = out.parent / f"_seeded_{out.name}.py"
-    wrapper.write_text(_SEEDED.format(tests=str(WITHOUT_PORTER.parent)))
+    wrapper = out.parent / f"_run_{out.name}.py"
+    wrapper.write_text(_WRAPPER.format(tests=str(WITHOUT_PORTER.parent)))
+    site = out.parent / f"_site_{out.name}"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(_SITE)
     for ran, entry in enumerate(_entry_points(repo)):
         port = _free_port()
         args = [c.replace("{out}", str(out)).replace("{port}", port) for c in entry["cmd"]][1:]
@@ -89,7 +96,7 @@ def _run_all(repo: Path, out: Path) -> tuple[int, list[float], str]:
         env = {**os.environ, **entry.get("env", {}), "PYTHONHASHSEED": "0",
                "CUBLAS_WORKSPACE_CONFIG": ":4096:8", "PORTER_QUIET": "1",
                "PYTHONDONTWRITEBYTECODE": "1"}
-        env.pop("PYTHONPATH", None)
+        env["PYTHONPATH"] = str(site)
         proc = subprocess.run(cmd, cwd=repo / entry.get("cwd", "."), env=env, text=True,
                               capture_output=True, timeout=900)
         if proc.returncode != 0:
