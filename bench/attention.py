@@ -1,6 +1,7 @@
 """Benchmark porter_runtime.attention against direct SDPA and a naive softmax(QKᵀ)V.
 
     python bench/attention.py [--device cpu] [--sizes 512,2048,4096] [--json]
+                              [--masked-size 4096] [--threads N]
 
 Inputs are flash-attn's layout (batch 1, S, 8 heads, headdim 64), float32, forward
 under torch.no_grad(). "sdpa" is what a careful hand port writes: one
@@ -14,6 +15,14 @@ keeps no allocator statistics, so the peak is the rise of the process's resident
 set over its level just before the call: Linux resets the high-water mark through
 /proc/self/clear_refs (exact); elsewhere ru_maxrss is used (a lower bound). On
 CUDA/MPS the runtime's max_memory_allocated() is used.
+
+Masked paths (flash-attn semantics SDPA cannot take in one fused call): at
+``--masked-size`` (B=1, H=8, D=64, fp32, forward) the window (256, causal), ALiBi
+(causal) and softcap (30, causal) calls are timed interleaved with plain causal
+attention in the same process; the ratio is the median of per-round ratios. Their
+peak memory is compared with the naive fallback's (materialised S×S scores), and
+their outputs with it (max |difference|). ``--threads 1`` measures the algorithm on
+a shared machine, where many small parallel calls mostly measure thread contention.
 """
 from __future__ import annotations
 
@@ -58,6 +67,80 @@ def _naive(q, k, v, causal):
 
 
 FUNCS: dict[str, Callable] = {"porter": _porter, "sdpa": _sdpa, "naive": _naive}
+
+SLOPES = torch.tensor([2.0 ** -(i + 1) for i in range(HEADS)])  # ALiBi's for 8 heads
+MASKED = {"window": {"causal": True, "window_size": (256, 0)},
+          "alibi": {"causal": True, "alibi_slopes": SLOPES},
+          "softcap": {"causal": True, "softcap": 30.0}}
+GOALS = {"window": 0.25, "alibi": 2.0, "softcap": 2.0}
+
+
+def _naive_masked(q, k, v, causal=False, window_size=(-1, -1), alibi_slopes=None,
+                  softcap=0.0):
+    """The seeds' fallback: the whole S×S score matrix, then cap, bias, mask, softmax."""
+    qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    scores = qh @ kh.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if softcap:
+        scores = softcap * torch.tanh(scores / softcap)
+    s = scores.shape[-1]
+    i, j = torch.arange(s)[:, None], torch.arange(s)[None]
+    if alibi_slopes is not None:
+        scores = scores - alibi_slopes.view(-1, 1, 1) * (i - j).abs()
+    hidden = j > i if causal else torch.zeros(s, s, dtype=torch.bool)
+    if window_size[0] >= 0:
+        hidden |= j < i - window_size[0]
+    scores = scores.masked_fill(hidden, float("-inf"))
+    return (scores.softmax(-1) @ vh).transpose(1, 2)
+
+
+def worker_masked_time(s: int, repeats: int) -> dict[str, object]:
+    q, k, v = _inputs(s, "cpu")
+    calls = {"causal": lambda: porter_runtime.attention(q, k, v, causal=True)}
+    calls.update({name: (lambda kw=kw: porter_runtime.attention(q, k, v, **kw))
+                  for name, kw in MASKED.items()})
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    with torch.no_grad():
+        diff = {name: float((porter_runtime.attention(q, k, v, **kw) -
+                             _naive_masked(q, k, v, **kw)).abs().max())
+                for name, kw in MASKED.items()}
+        for round_ in range(repeats):
+            names = list(calls)
+            for name in names[round_ % 4:] + names[:round_ % 4]:
+                start = time.perf_counter()
+                calls[name]()
+                times[name].append((time.perf_counter() - start) * 1000.0)
+    ratio = {name: statistics.median(t / c for t, c in zip(times[name], times["causal"]))
+             for name in MASKED}
+    return {"ms": {n: statistics.median(t) for n, t in times.items()}, "ratio": ratio,
+            "max_diff_vs_naive": diff}
+
+
+def worker_masked_memory(impl: str, case: str, s: int) -> int:
+    q, k, v = _inputs(s, "cpu")
+    fn = porter_runtime.attention if impl == "porter" else _naive_masked
+    with torch.no_grad():
+        fn(*_inputs(64, "cpu"), **MASKED[case])
+        return _peak_cpu_bytes(lambda: fn(q, k, v, **MASKED[case]))
+
+
+def masked_report(s: int, threads: int) -> list[str]:
+    extra: list[str] = []
+    timing = json.loads(_subprocess("--worker-masked-time", str(s), "9", *extra))
+    lines = [f"masked paths at S={s} (B=1 H={HEADS} D={HEADDIM} float32, forward; "
+             f"{threads or torch.get_num_threads()} threads): plain causal "
+             f"{timing['ms']['causal']:.1f} ms"]
+    for case in MASKED:
+        peak = {impl: int(_subprocess("--worker-masked-mem", impl, case, str(s), *extra))
+                for impl in ("porter", "naive")}
+        mem = peak["porter"] / max(peak["naive"], 1)
+        ratio = timing["ratio"][case]
+        lines.append(
+            f"  {case:8s} {timing['ms'][case]:9.1f} ms  time/causal {ratio:5.3f} (goal <= "
+            f"{GOALS[case]}: {'met' if ratio <= GOALS[case] else 'NOT met'})  "
+            f"peak {peak['porter'] / 2**20:7.1f} MiB vs naive {peak['naive'] / 2**20:7.1f} MiB"
+            f" = {mem:.3f} (goal <= 0.05: {'met' if mem <= 0.05 else 'NOT met'})  "
+            f"max|out - naive| {timing['max_diff_vs_naive'][case]:.1e}")
+    return lines
 
 
 def _inputs(s: int, device: str):
@@ -132,6 +215,8 @@ def worker_time(s: int, causal: bool, device: str, repeats: int) -> dict[str, ob
 
 def _subprocess(*args: str) -> str:
     env = dict(os.environ, PORTER_QUIET="1")
+    threads = os.environ.get("PORTER_BENCH_THREADS")
+    args = (*args, "--threads", threads) if threads else args
     done = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True,
                           env=env, check=True)
     return done.stdout.strip().splitlines()[-1]
@@ -178,9 +263,26 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--sizes", default="512,2048,4096")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    parser.add_argument("--masked-size", type=int, default=4096,
+                        help="S for the masked-path ratios (0: skip them)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch threads in the measuring processes (0: torch's default)")
     parser.add_argument("--worker-time", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--worker-mem", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--worker-masked-time", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--worker-masked-mem", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+        os.environ["PORTER_BENCH_THREADS"] = str(args.threads)
+    if args.worker_masked_time:
+        s, repeats = args.worker_masked_time
+        print(json.dumps(worker_masked_time(int(s), int(repeats))))
+        return
+    if args.worker_masked_mem:
+        impl, case, s = args.worker_masked_mem
+        print(worker_masked_memory(impl, case, int(s)))
+        return
     if args.worker_time:
         s, causal, device, repeats = args.worker_time
         print(json.dumps(worker_time(int(s), causal == "1", device, int(repeats))))
@@ -189,13 +291,18 @@ def main() -> None:
         impl, s, causal, device = args.worker_mem
         print(worker_memory(impl, int(s), causal == "1", device))
         return
+    masked = masked_report(args.masked_size, args.threads) \
+        if args.masked_size and args.device == "cpu" else []
     rows = [measure(int(s), causal, args.device)
-            for s in args.sizes.split(",") for causal in (False, True)]
+            for s in args.sizes.split(",") if s for causal in (False, True)]
     if args.json:
-        print(json.dumps({"rows": rows, "goals": _goals(rows)}, indent=2))
+        print(json.dumps({"rows": rows, "goals": _goals(rows), "masked": masked}, indent=2))
         return
-    _print_table(rows, args.device)
-    for line in _goals(rows):
+    if rows:
+        _print_table(rows, args.device)
+        for line in _goals(rows):
+            print(line)
+    for line in masked:
         print(line)
 
 

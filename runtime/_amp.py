@@ -66,27 +66,35 @@ def autocast(dtype: Optional[torch.dtype] = None, enabled: bool = True,
                           cache_enabled=cache_enabled)
 
 
-def _scaler_kwargs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Positional GradScaler arguments as keywords; a leading device string is dropped."""
-    if args and isinstance(args[0], str):
-        args = args[1:]  # torch.amp.GradScaler("cuda", ...): the device is ours to pick
+def _scaler_kwargs(args: tuple[Any, ...], kwargs: dict[str, Any]
+                   ) -> tuple[Optional[str], dict[str, Any]]:
+    """The device the caller named (None: none, or CUDA's default) and the other
+    GradScaler arguments as keywords."""
     kwargs = dict(kwargs)
-    kwargs.pop("device", None)
+    named = kwargs.pop("device", None)
+    if args and isinstance(args[0], str):
+        named, args = args[0], args[1:]
     kwargs.update(zip(_SCALER_ARGS, args))
-    return kwargs
+    kind = str(named).split(":")[0] if named is not None else None
+    # torch.amp.GradScaler("cuda", ...): the device is ours to pick; any other named
+    # device ("cpu") is the caller's choice and is kept on every machine.
+    return (None if kind in (None, "cuda") else str(named)), kwargs
 
 
 def GradScaler(*args: Any, **kwargs: Any) -> torch.amp.GradScaler:
     """Twin of torch.cuda.amp.GradScaler(...) and torch.amp.GradScaler("cuda", ...).
 
-    CUDA: ``torch.amp.GradScaler("cuda", ...)`` with the same arguments.
+    CUDA: ``torch.amp.GradScaler("cuda", ...)`` with the same arguments. A scaler
+    for another named device (``GradScaler("cpu")``) is that device's on every machine.
     MPS / CPU: a real scaler when autocast uses fp16 there, otherwise
     ``torch.amp.GradScaler(<device>, enabled=False)``: scale() returns the loss
     unchanged, step() calls optimizer.step(), state_dict() is {}, and
     load_state_dict() accepts a CUDA checkpoint's scaler state and ignores it.
     """
     kind = _device.device_type()
-    options = _scaler_kwargs(args, kwargs)
+    named, options = _scaler_kwargs(args, kwargs)
+    if named is not None:  # GradScaler("cpu"): a CPU scaler on every machine
+        return torch.amp.GradScaler(named, **options)
     if kind == "cuda":
         return torch.amp.GradScaler("cuda", **options)
     if options.get("enabled", True) and amp_dtype(None) != torch.float16:

@@ -4,6 +4,9 @@ CUDA with flash_attn importable and q in fp16/bf16: the same-named flash_attn
 function is called with the caller's arguments (defaults left out, so older
 flash_attn releases without e.g. ``softcap`` keep working). Everywhere else:
 scaled_dot_product_attention with flash-attn's exact semantics (_attn_core).
+On CUDA that is a departure from the original call (flash_attn missing or broken,
+fp32 inputs flash_attn rejects, a function the installed release lacks), and it
+is announced by one warning naming what runs instead.
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from typing import Any, Iterator, Optional, Sequence
 
 import torch
 
-from . import _attn_core, _device
+from . import _attn_core, _device, _log
 
 _FLASH_DTYPES = (torch.float16, torch.bfloat16)
 _DEFAULTS: dict[str, Any] = {
@@ -24,22 +27,23 @@ _DEFAULTS: dict[str, Any] = {
 }
 _UNSET = object()
 _flash: Any = _UNSET
+_flash_error = ""
 
 
 def flash_attn_module() -> Optional[ModuleType]:
     """The flash_attn module if it imports (checked once), else None."""
-    global _flash
+    global _flash, _flash_error
     if _flash is _UNSET:
         try:
             _flash = importlib.import_module("flash_attn")
-        except Exception:  # ImportError, or a broken CUDA extension (OSError, ...)
-            _flash = None
+        except Exception as exc:  # ImportError, or a broken CUDA extension (OSError, ...)
+            _flash, _flash_error = None, f"{type(exc).__name__}: {str(exc)[:200]}"
     return _flash
 
 
 def _reset() -> None:
-    global _flash
-    _flash = _UNSET
+    global _flash, _flash_error
+    _flash, _flash_error = _UNSET, ""
 
 
 def _changed(options: dict[str, Any]) -> dict[str, Any]:
@@ -54,22 +58,47 @@ def _changed(options: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _flash_fn(name: str, dtype: torch.dtype) -> Optional[Any]:
-    if not _device.is_cuda() or dtype not in _FLASH_DTYPES:
-        return None
+def _why_not_flash(name: str, dtype: torch.dtype) -> Optional[str]:
+    """Why flash_attn.<name> is not called on this CUDA machine, or None if it is."""
     module = flash_attn_module()
-    return getattr(module, name, None) if module is not None else None
+    if module is None:
+        return f"flash_attn failed to import ({_flash_error})"
+    if getattr(module, name, None) is None:
+        version = getattr(module, "__version__", "?")
+        return f"the installed flash_attn {version} has no {name}"
+    if dtype not in _FLASH_DTYPES:
+        return f"flash_attn.{name} only takes float16/bfloat16 inputs, these are {dtype}"
+    return None
 
 
-def _sdpa_options(options: dict[str, Any]) -> dict[str, Any]:
-    """Options for _attn_core; refuses what only flash_attn's kernels provide."""
+def _flash_fn(name: str, dtype: torch.dtype) -> tuple[Optional[Any], Optional[str]]:
+    """(flash_attn.<name> to call, None), or (None, why not) on a CUDA machine,
+    or (None, None) off CUDA, where SDPA is the plan rather than a departure."""
+    if not _device.is_cuda():
+        return None, None
+    why = _why_not_flash(name, dtype)
+    if why is None:
+        return getattr(flash_attn_module(), name), None
+    _log.warn_once(f"flash:{name}:{why}", f"flash_attn.{name} is not called on CUDA: {why}; "
+                   "running torch's scaled_dot_product_attention with flash-attn's "
+                   "semantics instead")
+    return None, why
+
+
+def _sdpa_options(options: dict[str, Any], why: Optional[str] = None) -> dict[str, Any]:
+    """Options for _attn_core; refuses what only flash_attn's kernels provide.
+
+    ``why`` says why flash_attn is not used on a CUDA machine (None: not CUDA)."""
+    where = f"flash_attn is not used here because {why}" if why else \
+        f"this machine runs {_device.device_type()}, not CUDA"
     if options.pop("return_attn_probs", False):
         raise NotImplementedError(
             "return_attn_probs=True returns flash-attn's internal softmax_lse and dropout "
-            "mask; it needs flash_attn on CUDA. porter_runtime computes attention with "
-            "scaled_dot_product_attention here and cannot return them.")
+            f"mask, which only flash_attn's CUDA kernels compute; {where}. porter_runtime "
+            "computes attention with scaled_dot_product_attention and cannot return them.")
     if options.pop("block_table", None) is not None:
-        raise NotImplementedError("a paged KV cache (block_table) needs flash_attn on CUDA")
+        raise NotImplementedError("a paged KV cache (block_table) needs flash_attn's CUDA "
+                                  f"kernels; {where}")
     options.pop("deterministic", None)  # SDPA off CUDA is deterministic without dropout
     return options
 
@@ -96,10 +125,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: floa
     """
     options = _options(dropout_p, softmax_scale, causal, window_size, softcap,
                        alibi_slopes, deterministic, return_attn_probs)
-    flash = _flash_fn("flash_attn_func", q.dtype)
+    flash, why = _flash_fn("flash_attn_func", q.dtype)
     if flash is not None:
         return flash(q, k, v, **_changed(options))
-    return _attn_core.dense(q, k, v, **_sdpa_options(options))
+    return _attn_core.dense(q, k, v, **_sdpa_options(options, why))
 
 
 def attention_qkvpacked(qkv: torch.Tensor, dropout_p: float = 0.0,
@@ -111,11 +140,11 @@ def attention_qkvpacked(qkv: torch.Tensor, dropout_p: float = 0.0,
     function; elsewhere ``attention(*qkv.unbind(2), ...)``."""
     options = _options(dropout_p, softmax_scale, causal, window_size, softcap,
                        alibi_slopes, deterministic, return_attn_probs)
-    flash = _flash_fn("flash_attn_qkvpacked_func", qkv.dtype)
+    flash, why = _flash_fn("flash_attn_qkvpacked_func", qkv.dtype)
     if flash is not None:
         return flash(qkv, **_changed(options))
     q, k, v = qkv.unbind(2)
-    return _attn_core.dense(q, k, v, **_sdpa_options(options))
+    return _attn_core.dense(q, k, v, **_sdpa_options(options, why))
 
 
 def attention_kvpacked(q: torch.Tensor, kv: torch.Tensor, dropout_p: float = 0.0,
@@ -127,11 +156,11 @@ def attention_kvpacked(q: torch.Tensor, kv: torch.Tensor, dropout_p: float = 0.0
     function; elsewhere ``attention(q, *kv.unbind(2), ...)``."""
     options = _options(dropout_p, softmax_scale, causal, window_size, softcap,
                        alibi_slopes, deterministic, return_attn_probs)
-    flash = _flash_fn("flash_attn_kvpacked_func", q.dtype)
+    flash, why = _flash_fn("flash_attn_kvpacked_func", q.dtype)
     if flash is not None:
         return flash(q, kv, **_changed(options))
     k, v = kv.unbind(2)
-    return _attn_core.dense(q, k, v, **_sdpa_options(options))
+    return _attn_core.dense(q, k, v, **_sdpa_options(options, why))
 
 
 def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -147,13 +176,13 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     attended separately with SDPA (masks aligned per sequence); block_table raises."""
     options = _options(dropout_p, softmax_scale, causal, window_size, softcap,
                        alibi_slopes, deterministic, return_attn_probs)
-    flash = _flash_fn("flash_attn_varlen_func", q.dtype)
+    flash, why = _flash_fn("flash_attn_varlen_func", q.dtype)
     if flash is not None:
         extra = {"block_table": block_table} if block_table is not None else {}
         return flash(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                      **_changed(options), **extra)
     options["block_table"] = block_table
-    options = _sdpa_options(options)
+    options = _sdpa_options(options, why)
     slopes = options.pop("alibi_slopes")
     return _attn_core.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, slopes, **options)
 
@@ -168,7 +197,7 @@ def attention_varlen_qkvpacked(qkv: torch.Tensor, cu_seqlens: torch.Tensor, max_
     that function; elsewhere attention_varlen on the unpacked tensors."""
     options = _options(dropout_p, softmax_scale, causal, window_size, softcap,
                        alibi_slopes, deterministic, return_attn_probs)
-    flash = _flash_fn("flash_attn_varlen_qkvpacked_func", qkv.dtype)
+    flash, _ = _flash_fn("flash_attn_varlen_qkvpacked_func", qkv.dtype)
     if flash is not None:
         return flash(qkv, cu_seqlens, max_seqlen, **_changed(options))
     q, k, v = qkv.unbind(1)
@@ -186,7 +215,7 @@ def attention_varlen_kvpacked(q: torch.Tensor, kv: torch.Tensor, cu_seqlens_q: t
     that function; elsewhere attention_varlen on the unpacked tensors."""
     options = _options(dropout_p, softmax_scale, causal, window_size, softcap,
                        alibi_slopes, deterministic, return_attn_probs)
-    flash = _flash_fn("flash_attn_varlen_kvpacked_func", q.dtype)
+    flash, _ = _flash_fn("flash_attn_varlen_kvpacked_func", q.dtype)
     if flash is not None:
         return flash(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                      **_changed(options))

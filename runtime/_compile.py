@@ -2,8 +2,10 @@
 
 Off CUDA the default is eager: Inductor's Metal backend is a prototype before
 torch 2.8 and still fails on some graphs, and Inductor on CPU needs a C++
-compiler (facts §5). PORTER_COMPILE=1 opts in; DISABLE_COMPILE=1 opts out
-everywhere, CUDA included.
+compiler (facts §5). PORTER_COMPILE=1 opts in there; DISABLE_COMPILE=1 keeps
+eager there. On CUDA only torch's own variables (TORCH_COMPILE_DISABLE,
+TORCHDYNAMO_DISABLE, which torch.compile reads itself) change what happens:
+porter's variables are ignored there, with one warning.
 """
 from __future__ import annotations
 
@@ -88,14 +90,27 @@ def compile(model: Optional[Callable[..., Any]] = None, **kwargs: Any) -> Any:
     CUDA: ``torch.compile(model, **kwargs)``. MPS / CPU: ``model`` unchanged with one
     warning, unless PORTER_COMPILE=1; then torch.compile after checking it can be
     set up (backend present, C++ compiler on CPU, torch >= 2.8 on MPS), falling
-    back to eager with a warning otherwise. DISABLE_COMPILE=1: unchanged everywhere.
+    back to eager with a warning otherwise. DISABLE_COMPILE=1: unchanged off CUDA.
+    On CUDA, PORTER_COMPILE and DISABLE_COMPILE are ignored (one warning): torch
+    reads its own TORCH_COMPILE_DISABLE / TORCHDYNAMO_DISABLE.
     """
     if model is None:
         return lambda fn: compile(fn, **kwargs)
+    kind = _device.device_type()
+    if kind == "cuda":
+        _warn_ignored_on_cuda()
+        return torch.compile(model, **kwargs)
     if _log.env_flag("DISABLE_COMPILE"):
         _log.info_once("compile:disabled", "DISABLE_COMPILE is set: torch.compile skipped")
         return model
-    kind = _device.device_type()
-    if kind == "cuda":
-        return torch.compile(model, **kwargs)
     return _compile_off_cuda(model, kind, kwargs)
+
+
+def _warn_ignored_on_cuda() -> None:
+    """On CUDA the original code's torch.compile runs as written: porter's variables
+    must not change it; say so when one is set."""
+    for name in ("DISABLE_COMPILE", "PORTER_COMPILE"):
+        if os.environ.get(name, "").strip():
+            _log.warn_once(f"compile:cuda:{name}", f"{name} is set but ignored on CUDA: "
+                           "torch.compile runs as in the original code (torch's own "
+                           "TORCH_COMPILE_DISABLE=1 turns it off)")

@@ -182,7 +182,7 @@ def _compile_info(kind: Optional[str]) -> dict[str, Any]:
     kind = kind or "cpu"
     problem = None if kind == "cuda" else _compile.setup_problem(kind)
     opted_in, disabled = _log.env_flag("PORTER_COMPILE"), _log.env_flag("DISABLE_COMPILE")
-    will = not disabled and (kind == "cuda" or (opted_in and problem is None))
+    will = kind == "cuda" or (not disabled and opted_in and problem is None)
     return {"device": kind, "on_by_default": kind == "cuda", "PORTER_COMPILE": opted_in,
             "DISABLE_COMPILE": disabled, "can_set_up": problem is None, "problem": problem,
             "will_compile": will}

@@ -42,10 +42,12 @@ def _package_class() -> Optional[type]:
     On CUDA: whatever the original import would give. Elsewhere only a pure-PyTorch
     module by that name (a vendored copy): the package's kernel needs CUDA tensors.
     """
+    if _device.is_cuda():
+        return _libs.cuda_attr("adam_atan2", "AdamATan2")
     found = _libs.module("adam_atan2")
     cls = getattr(found, "AdamATan2", None) if found is not None else None
-    if cls is None or _device.is_cuda():
-        return cls
+    if cls is None:
+        return None
     return None if "adam_atan2_backend" in sys.modules else cls
 
 

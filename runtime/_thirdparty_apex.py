@@ -86,7 +86,14 @@ class FusedAdam(_ApexOptimizer):
         self.capturable = capturable  # CUDA graphs only: no effect off CUDA
 
     @torch.no_grad()
-    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+    def step(self, closure: Optional[Callable[[], Any]] = None, grads: Any = None,
+             output_params: Any = None, scale: Any = None, grad_norms: Any = None,
+             grad_scaler: Any = None) -> Any:
+        """apex's signature: the arguments after ``closure`` are deprecated there and
+        rejected with apex's error; ``grad_scaler`` only matters with capturable=True."""
+        if any(x is not None for x in (grads, output_params, scale, grad_norms)):
+            raise RuntimeError("FusedAdam has been updated.  Simply initialize it identically "
+                               "to torch.optim.Adam, and call step() with no arguments.")
         loss = None
         if closure is not None:
             with torch.enable_grad():

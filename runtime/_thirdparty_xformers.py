@@ -24,9 +24,12 @@ import torch.nn.functional as F
 from . import _attn_core
 from . import _thirdparty_libs as _libs
 
-_TOP_LEFT_BLOCKS = "BlockDiagonalCausalMask"
+#: Block-diagonal biases: causal or not; top-left ones agree with flash-attn's
+#: bottom-right masks only when every block is square (else: materialised mask).
 _BLOCKS = {"BlockDiagonalMask": False, "BlockDiagonalCausalFromBottomRightMask": True,
-           _TOP_LEFT_BLOCKS: True}
+           "BlockDiagonalCausalMask": True, "BlockDiagonalCausalLocalAttentionMask": True,
+           "BlockDiagonalCausalLocalAttentionFromBottomRightMask": True}
+_TOP_LEFT = {"BlockDiagonalCausalMask", "BlockDiagonalCausalLocalAttentionMask"}
 
 
 def memory_efficient_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -70,8 +73,16 @@ def _bmhk(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Any, p: float
     if kind == "LowerTriangularFromBottomRightMask" or \
             (kind == "LowerTriangularMask" and q.shape[1] == k.shape[1]):
         return _attn_core.dense(q, k, v, causal=True, **options)
+    if kind == "LowerTriangularFromBottomRightLocalAttentionMask":
+        return _attn_core.dense(q, k, v, causal=True, window_size=(bias._window_size - 1, 0),
+                                **options)
+    if kind == "LocalAttentionFromBottomRightMask":
+        return _attn_core.dense(q, k, v, window_size=(bias.window_left, bias.window_right),
+                                **options)
     if kind in _BLOCKS and q.shape[0] == 1 and _block_aligned(bias, kind):
-        return _blocks(q, k, v, bias, causal=_BLOCKS[kind], **options)
+        window = getattr(bias, "_window_size", 0)
+        return _blocks(q, k, v, bias, causal=_BLOCKS[kind],
+                       window_size=(window - 1, 0) if window > 0 else (-1, -1), **options)
     return _with_mask(q, k, v, _as_mask(bias, q, k), p, scale)
 
 
@@ -82,7 +93,7 @@ def _starts(info: Any) -> list[int]:
 
 def _block_aligned(bias: Any, kind: str) -> bool:
     """Top-left and bottom-right causal agree when every block is square."""
-    if kind != _TOP_LEFT_BLOCKS:
+    if kind not in _TOP_LEFT:
         return True
     qs, ks = _starts(bias.q_seqinfo), _starts(bias.k_seqinfo)
     return [b - a for a, b in zip(qs, qs[1:])] == [b - a for a, b in zip(ks, ks[1:])]

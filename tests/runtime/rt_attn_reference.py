@@ -18,10 +18,13 @@ import torch
 
 def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
               softmax_scale: Optional[float] = None, window_size: Sequence[int] = (-1, -1),
-              alibi_slopes: Optional[torch.Tensor] = None, softcap: float = 0.0) -> torch.Tensor:
+              alibi_slopes: Optional[torch.Tensor] = None, softcap: float = 0.0,
+              compute: torch.dtype = torch.float64) -> torch.Tensor:
+    """``compute=torch.float32`` gives the fp32-accumulating reference (what an exact
+    kernel that accumulates in float32 computes) for precision comparisons."""
     B, Sq, H, D = q.shape
     Sk, Hk = k.shape[1], k.shape[2]
-    q, k, v = q.double(), k.double(), v.double()
+    q, k, v = q.to(compute), k.to(compute), v.to(compute)
     k, v = k.repeat_interleave(H // Hk, dim=2), v.repeat_interleave(H // Hk, dim=2)
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
     left, right = window_size
@@ -38,8 +41,8 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     if softcap > 0:
         scores = softcap * torch.tanh(scores / softcap)
     if alibi_slopes is not None:
-        slopes = alibi_slopes.double().reshape(-1, H, 1, 1)
-        scores = scores - slopes * (i - j).abs().double()
+        slopes = alibi_slopes.to(compute).reshape(-1, H, 1, 1)
+        scores = scores - slopes * (i - j).abs().to(compute)
     has_key = visible.any(-1)[:, None]
     # Empty rows get finite scores (then zero weight) so that gradients stay finite.
     scores = scores.masked_fill(~visible, float("-inf")).masked_fill(~has_key, 0.0)

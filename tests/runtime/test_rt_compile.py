@@ -52,10 +52,22 @@ def test_off_cuda_returns_the_model_unchanged_with_one_warning(simulate, machine
     assert not recorder.calls
 
 
-def test_disable_compile_is_honoured_even_on_cuda(simulate, monkeypatch):
+@pytest.mark.parametrize("name", ["DISABLE_COMPILE", "PORTER_COMPILE"])
+def test_porter_variables_do_not_change_torch_compile_on_cuda(simulate, monkeypatch, name):
+    """Only torch's own variables (which torch.compile reads itself) act on CUDA."""
     machine = simulate("cuda")
     recorder = machine.record(torch, "compile", "compiled")
+    monkeypatch.setenv(name, "1")
+    with pytest.warns(UserWarning, match=f"{name} is set but ignored on CUDA"):
+        assert porter_runtime.compile(_double, mode="max-autotune") == "compiled"
+    assert recorder.calls == [((_double,), {"mode": "max-autotune"})]
+
+
+def test_disable_compile_keeps_eager_off_cuda(simulate, monkeypatch):
+    machine = simulate("cpu")
+    recorder = machine.record(torch, "compile", "compiled")
     monkeypatch.setenv("DISABLE_COMPILE", "1")
+    monkeypatch.setenv("PORTER_COMPILE", "1")
     assert porter_runtime.compile(_double) is _double
     assert not recorder.calls
 

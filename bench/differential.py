@@ -1,0 +1,248 @@
+"""Differential check: each fixture repository's original and ported code, same device,
+same seeds, compared output by output.
+
+    python bench/differential.py [--repos cifar_cnn,chat_lm] [--keep DIR] [--json]
+
+For each repository in fixtures/repos (its porter_fixture.json lists the entry points
+and the files they write), the tree is copied twice: one copy stays as it is, the
+other is ported with ``porter migrate --write``. Every entry point runs on both, in
+order (the trainer's checkpoint feeds the evaluation), with Python's, NumPy's and
+torch's global generators seeded first, PYTHONHASHSEED=0 and CUBLAS_WORKSPACE_CONFIG
+set, and everything the runs write is compared: JSON numbers
+and tensors in ``.pt`` files (bitwise, else the largest difference against the
+tolerance), other files byte for byte, and the numbers on the ``loss`` lines of their
+output.
+
+On a CUDA machine side A is the original code and side B the port: the port must
+change nothing there. Without CUDA the original cannot run (that is why it is being
+ported), so side A and side B are both the port, run twice on this machine: that
+checks the harness and that the port is deterministic here, and the report says
+that the real check needs a GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+REPOS = ROOT / "fixtures" / "repos"
+WITHOUT_PORTER = ROOT / "tests" / "without_porter.py"
+TOLERANCE = 1e-4  # relative, where kernels are not deterministic (atomics in cuDNN/cuBLAS)
+#: Leaves that measure the machine, not the model (wall-clock times, throughput).
+_TIMING = re.compile(r"time|elapsed|sec\b|_s$|_ms$|throughput|speed|per_s|/s\b|duration|"
+                     r"peak_mem|mem_mb", re.IGNORECASE)
+#: A sitecustomize that seeds Python's, NumPy's and torch's global generators
+#: (torch.manual_seed seeds CUDA's too) in every interpreter of a run, worker
+#: processes (mp.spawn, DataLoader) included: code that draws from an unseeded
+#: global generator still gets the same numbers on both sides.
+_SITE = """import random
+random.seed(0)
+try:
+    import numpy
+    numpy.random.seed(0)
+except ImportError:
+    pass
+import torch
+torch.manual_seed(0)
+"""
+#: Runs the script as without_porter.py does (an installed porter hidden: harmless
+#: for the original, which does not import it).
+_WRAPPER = """import sys
+sys.path.insert(0, {tests!r})
+import without_porter
+without_porter.main()
+"""
+_LOSS = re.compile(r"loss[^0-9+-]*([-+]?\d+\.\d+(?:e[-+]?\d+)?)", re.IGNORECASE)
+
+
+def _entry_points(repo: Path) -> list[dict]:
+    return json.loads((repo / "porter_fixture.json").read_text())["entry_points"]
+
+
+def _free_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
+def _run_all(repo: Path, out: Path) -> tuple[int, list[float], str]:
+    """Run the entry points in order, seeded, until one fails; (how many ran, loss
+    numbers printed, the failing one's stderr).
+
+    Both sides run through _WRAPPER, with _SITE seeding every interpreter."""
+    losses: list[float] = []
+    out.mkdir(parents=True, exist_ok=True)  # some scripts save into it without creating it
+    wrapper = out.parent / f"_run_{out.name}.py"
+    wrapper.write_text(_WRAPPER.format(tests=str(WITHOUT_PORTER.parent)))
+    site = out.parent / f"_site_{out.name}"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(_SITE)
+    for ran, entry in enumerate(_entry_points(repo)):
+        port = _free_port()
+        args = [c.replace("{out}", str(out)).replace("{port}", port) for c in entry["cmd"]][1:]
+        cmd = [sys.executable, str(wrapper), *args]
+        env = {**os.environ, **entry.get("env", {}), "PYTHONHASHSEED": "0",
+               "CUBLAS_WORKSPACE_CONFIG": ":4096:8", "PORTER_QUIET": "1",
+               "PYTHONDONTWRITEBYTECODE": "1"}
+        env["PYTHONPATH"] = str(site)
+        proc = subprocess.run(cmd, cwd=repo / entry.get("cwd", "."), env=env, text=True,
+                              capture_output=True, timeout=900)
+        if proc.returncode != 0:
+            return ran, losses, proc.stderr[-1500:]
+        losses += [float(m) for m in _LOSS.findall(proc.stdout + proc.stderr)]
+    return len(_entry_points(repo)), losses, ""
+
+
+def _leaves(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Numbers and tensors inside nested dicts/lists, by path."""
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(_leaves(item, f"{prefix}/{key}"))
+        return out
+    if isinstance(value, (list, tuple)):
+        out = {}
+        for i, item in enumerate(value):
+            out.update(_leaves(item, f"{prefix}[{i}]"))
+        return out
+    return {prefix: value}
+
+
+def _difference(a: Any, b: Any) -> float:
+    """0 when equal, inf when incomparable, else the largest relative difference."""
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return math.inf
+        if torch.equal(a, b):
+            return 0.0
+        if not a.is_floating_point():
+            return math.inf
+        a64, b64 = a.double(), b.double()
+        return float(((a64 - b64).abs() / b64.abs().clamp_min(1e-6)).max())
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and \
+            not isinstance(a, bool) and not isinstance(b, bool):
+        if a == b or (math.isnan(a) and math.isnan(b)):
+            return 0.0
+        return abs(a - b) / max(abs(b), 1e-6)
+    return 0.0 if a == b else math.inf
+
+
+def _load(path: Path) -> Any:
+    if path.suffix == ".json":
+        return json.loads(path.read_text())
+    if path.suffix in (".pt", ".pth", ".ckpt"):
+        return torch.load(path, map_location="cpu", weights_only=False)
+    return path.read_bytes()
+
+
+def _comparable(leaves: dict[str, Any], out: Path) -> dict[str, Any]:
+    """Timing leaves dropped; the run's own output folder written as {out}."""
+    return {k: (v.replace(str(out), "{out}") if isinstance(v, str) else v)
+            for k, v in leaves.items() if not _TIMING.search(k.rsplit("/", 1)[-1])}
+
+
+def compare_outputs(a: Path, b: Path) -> list[tuple[str, float]]:
+    """(file, largest difference) for everything two runs wrote, largest first."""
+    rows = []
+    names = sorted({p.relative_to(a).as_posix() for p in a.rglob("*") if p.is_file()} |
+                   {p.relative_to(b).as_posix() for p in b.rglob("*") if p.is_file()})
+    for name in names:
+        if not (a / name).exists() or not (b / name).exists():
+            rows.append((name + " (written by one side only)", math.inf))
+            continue
+        left = _comparable(_leaves(_load(a / name)), a)
+        right = _comparable(_leaves(_load(b / name)), b)
+        if left.keys() != right.keys():
+            rows.append((name + " (different structure)", math.inf))
+            continue
+        worst = max((_difference(left[k], right[k]) for k in left), default=0.0)
+        rows.append((name, worst))
+    return sorted(rows, key=lambda r: -r[1])
+
+
+def _port(tree: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "porter", "migrate", str(tree), "--write"],
+                          capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
+    if done.returncode not in (0, 1):
+        raise RuntimeError(f"porter migrate failed on {tree}:\n{done.stderr[-1500:]}")
+
+
+def check_repo(name: str, work: Path, cuda: bool) -> dict[str, Any]:
+    source = REPOS / name
+    side_a, side_b = work / name / "a", work / name / "b"
+    shutil.copytree(source, side_a)
+    shutil.copytree(source, side_b)
+    _port(side_b)
+    if not cuda:
+        _port(side_a)  # no CUDA: the original cannot run here; the port against itself
+    ok_a, loss_a, err_a = _run_all(side_a, work / name / "out-a")
+    ok_b, loss_b, err_b = _run_all(side_b, work / name / "out-b")
+    total = len(_entry_points(source))
+    # Entry points that need inputs a test fabricates (a GPU checkpoint) stop both
+    # sides alike: what ran before them is still compared.
+    result: dict[str, Any] = {"repo": name, "ran": f"{min(ok_a, ok_b)}/{total}",
+                              "error": err_a or err_b}
+    if ok_a != ok_b or ok_a == 0:
+        result["ran"] = f"{ok_a}/{total} vs {ok_b}/{total}"
+        return result
+    rows = compare_outputs(work / name / "out-a", work / name / "out-b")
+    if loss_a or loss_b:
+        rows.append(("printed losses", max((_difference(x, y) for x, y in zip(loss_a, loss_b)),
+                                           default=0.0) if len(loss_a) == len(loss_b)
+                     else math.inf))
+    worst = max((r[1] for r in rows), default=0.0)
+    result.update({"files": rows, "worst": worst, "bitwise": worst == 0.0,
+                   "within_tolerance": worst <= TOLERANCE, "losses": len(loss_b)})
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    default = ",".join(sorted(p.parent.name for p in REPOS.glob("*/porter_fixture.json")))
+    parser.add_argument("--repos", default=default)
+    parser.add_argument("--keep", type=Path, help="keep the trees and outputs here")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    cuda = torch.cuda.is_available()
+    work = args.keep or Path(tempfile.mkdtemp(prefix="porter-differential-"))
+    results = [check_repo(name, work, cuda) for name in args.repos.split(",") if name]
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    if args.json:
+        print(json.dumps({"cuda": cuda, "results": results}, indent=2, default=str))
+        return
+    device = torch.cuda.get_device_name() if cuda else "no CUDA"
+    print(f"differential check, torch {torch.__version__}, {device}: "
+          + ("original vs ported on CUDA" if cuda else
+             "ported vs ported on this machine (the original needs CUDA); "
+             "the real check needs a GPU"))
+    print(f"{'repo':15s} {'ran':>5s} {'files':>5s} {'losses':>6s} {'worst diff':>10s}  verdict")
+    for r in results:
+        last = r["error"].strip().splitlines()[-1:] if r["error"] else []
+        if "worst" not in r:
+            print(f"{r['repo']:15s} {r['ran']:>5s}  failed: {last}")
+            continue
+        verdict = "bitwise" if r["bitwise"] else \
+            f"within {TOLERANCE:g}" if r["within_tolerance"] else "DIFFERS"
+        stop = f" (then stopped on both sides: {last})" if last else ""
+        print(f"{r['repo']:15s} {r['ran']:>5s} {len(r['files']):5d} {r['losses']:6d} "
+              f"{r['worst']:10.2e}  {verdict}{stop}")
+        if not r["within_tolerance"]:
+            for name, diff in r["files"][:5]:
+                print(f"    {name}: {diff:.2e}")
+
+
+if __name__ == "__main__":
+    main()
