@@ -82,8 +82,9 @@ class TorchCompile(_Rename, Rule):
     with one warning, unless `PORTER_COMPILE=1` asks to compile there.
 
     Known limits:
-    `DISABLE_COMPILE=1` in the environment makes the runtime skip compiling on CUDA
-    too. `torch.compiler.*` and `torch._dynamo` settings are left alone.
+    `DISABLE_COMPILE=1` skips compiling off CUDA only; on CUDA the runtime ignores it
+    (with a warning), since torch does not read it. `torch.compiler.*` and
+    `torch._dynamo` settings are left alone.
     """
 
     code = "PT501"
