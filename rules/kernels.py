@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Union
 
 import libcst as cst
 
@@ -190,7 +190,7 @@ class _Gates(cst.CSTVisitor):
             node.visit(self)
             self.depth -= gated
 
-    def visit_If(self, node: cst.If) -> bool:
+    def visit_If(self, node: Union[cst.If, cst.IfExp]) -> bool:
         polarity = _cuda_test(node.test)
         if polarity is None:
             return True
@@ -199,14 +199,7 @@ class _Gates(cst.CSTVisitor):
         self._in(node.orelse, not polarity)
         return False
 
-    def visit_IfExp(self, node: cst.IfExp) -> bool:
-        polarity = _cuda_test(node.test)
-        if polarity is None:
-            return True
-        node.test.visit(self)
-        self._in(node.body, polarity)
-        self._in(node.orelse, not polarity)
-        return False
+    visit_IfExp = visit_If  # the same gating for `a if x.is_cuda else b`
 
     def visit_IndentedBlock(self, node: cst.IndentedBlock) -> bool:
         gated = False
