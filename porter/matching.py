@@ -152,7 +152,7 @@ class ScopeBuilder(cst.CSTVisitor):
             full = dotted_name(alias.name) or ""
             asname = alias.asname.name if alias.asname is not None else None
             if isinstance(asname, cst.Name):
-                self.scope.bind(asname.value, full)
+                self.scope.bind(asname.value, runtime_alias(full))
             else:  # ``import a.b`` binds ``a``
                 top = full.split(".")[0]
                 self.scope.bind(top, top)
@@ -169,7 +169,7 @@ class ScopeBuilder(cst.CSTVisitor):
             bound = name
             if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
                 bound = alias.asname.name.value
-            self.scope.bind(bound, f"{prefix}.{name}" if module else f"{prefix}{name}")
+            self.scope.bind(bound, runtime_alias(f"{prefix}.{name}" if module else f"{prefix}{name}"))
         return False
 
     # -- plain bindings -------------------------------------------------------
@@ -337,6 +337,15 @@ class ScopeResolver:
             if target is not None and not isinstance(target, Ambiguous):
                 counts[(name.value, target)] += 1
         return counts
+
+
+def runtime_alias(target: str) -> str:
+    """What an import's target means: a vendored copy of the runtime imported from a
+    package (``from mypkg import porter_runtime``, ``import mypkg.porter_runtime as
+    porter_runtime``) is ``porter_runtime`` itself, so porter's own calls resolve to
+    ``porter_runtime.X`` wherever the copy lives (and a second run leaves them)."""
+    head, _, last = target.rpartition(".")
+    return last if head and last == "porter_runtime" else target
 
 
 def _from_bindings(bindings: Optional[set[str]]) -> Optional[str]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Optional, Sequence
 
-from porter.matching import ImportFacts
+from porter.matching import ImportFacts, runtime_alias
 from porter.rule import BYTES_GAP, Rule
 
 
@@ -242,9 +242,9 @@ def _bound_by_import(alias: ast.alias) -> str:
 
 def _import_target(node: ast.AST, alias: ast.alias) -> str:
     if isinstance(node, ast.Import):
-        return alias.name if alias.asname else alias.name.split(".")[0]
+        return runtime_alias(alias.name) if alias.asname else alias.name.split(".")[0]
     module = "." * node.level + (node.module or "")  # type: ignore[attr-defined]
-    return f"{module}.{alias.name}" if node.module else f"{module}{alias.name}"
+    return runtime_alias(f"{module}.{alias.name}" if node.module else f"{module}{alias.name}")
 
 
 def syntax_facts(tree: ast.Module) -> SyntaxFacts:

@@ -191,3 +191,26 @@ def test_src_layout_diff_applied_with_git_equals_write(tmp_path):
     assert run_porter("migrate", written, "--write", "-j", "1").returncode == 0
     strip = {".git"}
     assert {k: v for k, v in snapshot(applied).items() if k.split("/")[0] not in strip} == snapshot(written)
+
+
+def test_a_package_copy_is_the_runtime_for_a_second_run(tmp_path):
+    """`from mypkg import porter_runtime` binds the runtime itself: porter's own calls
+    are recognised through it, so a second run adds no second import and wraps no call
+    again (it once gave `from mypkg import porter_runtime, porter_runtime` and
+    `barrier_device_ids(barrier_device_ids(...))` on transformers' distributed/utils.py)."""
+    root = tmp_path / "repo"
+    (root / "src" / "mypkg").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("[project]\nname = 'mypkg'\nversion = '0'\n")
+    (root / "src" / "mypkg" / "__init__.py").write_text("")
+    (root / "src" / "mypkg" / "dist.py").write_text(
+        "import torch\nimport torch.distributed as dist\n\n\n"
+        "def sync(rank):\n"
+        "    dist.barrier(device_ids=[rank])\n"
+        "    return torch.zeros(2, device=\"cuda\").cuda(rank)\n"
+    )
+    first = run_porter("migrate", root, "--write", "-q", "--no-progress")
+    assert first.returncode == 0, first.stderr.decode()
+    ported = (root / "src" / "mypkg" / "dist.py").read_text()
+    assert "from mypkg import porter_runtime\n" in ported and "barrier_device_ids([rank])" in ported
+    again = run_porter("migrate", root, "--diff", "-q", "--no-progress")
+    assert again.returncode == 0 and again.stdout == b"", again.stdout.decode()
