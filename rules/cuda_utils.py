@@ -113,7 +113,9 @@ class CudaSynchronize(_TwinCall, Rule):
         ),
         Example(
             "import torch.cuda as cuda\n\ndef step():\n    cuda.synchronize(device=0)  # wait for the kernels\n",
-            "import porter_runtime\nimport torch.cuda as cuda\n\ndef step():\n"
+            # `import torch.cuda as cuda` is left unused and goes: `import porter_runtime`
+            # imports torch, and torch imports torch.cuda itself
+            "import porter_runtime\n\ndef step():\n"
             "    porter_runtime.synchronize(device=0)  # wait for the kernels\n",
         ),
     ]

@@ -61,8 +61,8 @@ class NcclInitProcessGroup(Rule):
     invalid = [
         Example(
             "import torch.distributed as dist\n\ndist.init_process_group(backend='nccl', init_method='env://')\n",
-            "import porter_runtime\nimport torch.distributed as dist\n\n"
-            "porter_runtime.init_process_group(backend='nccl', init_method='env://')\n",
+            # `dist` is left unused and goes (torch imports torch.distributed itself)
+            "import porter_runtime\n\nporter_runtime.init_process_group(backend='nccl', init_method='env://')\n",
         ),
         Example(
             "import torch as t\nt.distributed.init_process_group(\"nccl\", \"tcp://127.0.0.1:23456\", world_size=2, rank=rank)\n",
@@ -77,8 +77,7 @@ class NcclInitProcessGroup(Rule):
         ),
         Example(
             "import torch.distributed as dist\ndist.init_process_group(backend=args.dist_backend, **cfg)\n",
-            "import porter_runtime\nimport torch.distributed as dist\n"
-            "porter_runtime.init_process_group(backend=args.dist_backend, **cfg)\n",
+            "import porter_runtime\nporter_runtime.init_process_group(backend=args.dist_backend, **cfg)\n",
         ),
         Example("import torch.distributed as dist\ndist.init_process_group(*launch_args)\n"),
     ]
