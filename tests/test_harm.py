@@ -2,6 +2,7 @@
 CLI in its own temporary repository. Permission cases run as the user ``nobody`` (via
 setpriv) when the suite runs as root, since root ignores permission bits."""
 
+import functools
 import json
 import os
 import shutil
@@ -147,10 +148,21 @@ def shared_tmp():
     shutil.rmtree(folder, ignore_errors=True)
 
 
+@functools.lru_cache(maxsize=None)
+def _nobody_can_run_porter(prefix: tuple) -> bool:
+    """Whether ``nobody`` can import porter from this Python (not when the environment
+    lies in a folder only root may enter, such as a private temporary folder)."""
+    probe = subprocess.run([*prefix, sys.executable, "-c", "import porter.cli"], cwd="/",
+                           capture_output=True, env={**os.environ, "HOME": "/tmp"})
+    return probe.returncode == 0
+
+
 def run_unprivileged(*args, cwd=None):
     prefix = _nobody()
     if prefix is None:
         pytest.skip("running as root without setpriv: permission bits would not apply")
+    if prefix and not _nobody_can_run_porter(tuple(prefix)):
+        pytest.skip("nobody cannot read this Python environment, so porter can't run as another user")
     env = {**os.environ, "NO_COLOR": "1", "HOME": "/tmp"}
     return subprocess.run([*prefix, sys.executable, "-m", "porter", *map(str, args)], cwd=cwd or ROOT,
                           capture_output=True, env=env)
