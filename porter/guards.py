@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from porter.cuda_packages import IMPORT_ROOTS, is_cuda_only_module
+from porter.matching import ast_dotted_name
 
 Position = tuple[int, int]  # (line, column)
 Span = tuple[Position, Position]
@@ -90,16 +91,6 @@ class Names:
         return None
 
 
-def dotted(node: ast.AST) -> Optional[str]:
-    """``args.use_cuda`` for a chain of names, else None."""
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        base = dotted(node.value)
-        return f"{base}.{node.attr}" if base else None
-    return None
-
-
 _CUDA_STRING = re.compile(r"^cuda(:\d+)?$")
 _AVAILABLE = re.compile(r"^(?:is_|has_)?(\w+?)_(?:is_)?available$")
 _EXIT_CALLS = {"sys.exit", "exit", "quit", "os._exit"}
@@ -164,7 +155,7 @@ class GuardFinder:
             return True, "device", ()
         if isinstance(test, ast.Compare) and len(test.ops) == 1:
             return self._compare_test(test.left, test.ops[0], test.comparators[0])
-        key = dotted(test)
+        key = ast_dotted_name(test)
         if key is not None and key in self.flags:
             polarity, kind, where = self.flags[key]
             return polarity, kind, (where,)
@@ -194,7 +185,7 @@ class GuardFinder:
         if isinstance(op, (ast.In, ast.NotIn)) and isinstance(left, ast.Constant) and left.value == "cuda":
             return isinstance(op, ast.In), "device", ()
         if isinstance(op, (ast.IsNot, ast.Is)) and isinstance(right, ast.Constant) and right.value is None:
-            key = dotted(left)
+            key = ast_dotted_name(left)
             if key is not None and key in self.flags and self.flags[key][1] == "import":
                 return isinstance(op, ast.IsNot), "import", (self.flags[key][2],)
         count = isinstance(left, ast.Call) and self.names.qualname(left.func) == "torch.cuda.device_count"
@@ -323,11 +314,11 @@ class GuardFinder:
         assigned: dict[str, list[ast.Assign]] = {}
         for node in statements(self.tree):
             if isinstance(node, ast.Assign) and len(node.targets) == 1:
-                key = dotted(node.targets[0])
+                key = ast_dotted_name(node.targets[0])
                 if key is not None:
                     assigned.setdefault(key, []).append(node)
             elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
-                key = dotted(node.target)
+                key = ast_dotted_name(node.target)
                 if key is not None:
                     assigned.setdefault(key, []).append(node)  # type: ignore[arg-type]
         for _ in range(2):  # flags defined from flags
@@ -363,7 +354,7 @@ def _exits(body: Sequence[ast.stmt], names: Names, loops: bool = True) -> bool:
         return True
     if isinstance(last, ast.Expr) and isinstance(last.value, ast.Call):
         func = last.value.func
-        return (names.qualname(func) or dotted(func) or "") in _EXIT_CALLS
+        return (names.qualname(func) or ast_dotted_name(func) or "") in _EXIT_CALLS
     return False
 
 
@@ -383,13 +374,13 @@ def _catches_import_error(handler: ast.ExceptHandler) -> bool:
     if handler.type is None:
         return True
     kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
-    return any((dotted(k) or "").rsplit(".", 1)[-1] in _IMPORT_ERRORS for k in kinds)
+    return any((ast_dotted_name(k) or "").rsplit(".", 1)[-1] in _IMPORT_ERRORS for k in kinds)
 
 
 def _constant_assignments(stmt: ast.stmt) -> Iterator[tuple[str, object]]:
     if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Constant) and stmt.value.value in (True, False, None):
         for target in stmt.targets:
-            key = dotted(target)
+            key = ast_dotted_name(target)
             if key is not None:
                 yield key, stmt.value.value
 

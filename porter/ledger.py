@@ -32,8 +32,9 @@ from functools import lru_cache
 from typing import Iterable, Iterator, Optional, Sequence
 
 from porter.cuda_packages import advice_for, is_cuda_only_module, looks_compiled
-from porter.guards import GuardFinder, Region, child_blocks, dotted, guard_ported, parse
+from porter.guards import GuardFinder, Region, child_blocks, guard_ported, parse
 from porter.known_modules import KNOWN, is_standard
+from porter.matching import ast_dotted_name
 from porter.rule import Finding
 
 CODE, NAME = "PT999", "cuda-touchpoint"
@@ -277,7 +278,7 @@ class _Scanner:
         if isinstance(stmt, ast.If) and stmt.body and isinstance(stmt.body[-1], ast.Raise):
             return bool(_AVAILABILITY.search(ast.unparse(stmt.test)))
         if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
-            name = dotted(stmt.value.func) or ""
+            name = ast_dotted_name(stmt.value.func) or ""
             return "require" in name.rsplit(".", 1)[-1]
         return False
 
@@ -429,7 +430,7 @@ class _Scanner:
 
     def _lookalike(self, func: ast.AST) -> bool:
         """``torch.device(...)`` where ``torch`` is imported from something else."""
-        spelled, name = dotted(func), self.names.qualname(func)
+        spelled, name = ast_dotted_name(func), self.names.qualname(func)
         return spelled is not None and name is not None and spelled.split(".")[0] == "torch" \
             and name.split(".")[0] != "torch"
 
@@ -461,7 +462,7 @@ class _Scanner:
             if (self.names.qualname(func) or "").startswith("porter_runtime."):
                 return f"handed to `{self.names.qualname(func)}`, which maps it off CUDA"
             if self._lookalike(func):
-                return f"`{dotted(func)}` here is `{self.names.qualname(func)}`, not PyTorch"
+                return f"`{ast_dotted_name(func)}` here is `{self.names.qualname(func)}`, not PyTorch"
         if isinstance(parent, ast.Call) and child is parent.func and isinstance(parent.func, ast.Attribute):
             return None
         return None

@@ -19,6 +19,8 @@ the enclosing function.
 
 from __future__ import annotations
 
+import ast
+
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Optional, Union
@@ -80,6 +82,18 @@ class Scope:
             first = False
             scope = scope.parent
         return None
+
+
+def ast_dotted_name(node: ast.AST) -> Optional[str]:
+    """``a.b.c`` for a stdlib ``ast`` Name/Attribute chain, else None."""
+    names = []
+    while isinstance(node, ast.Attribute):
+        names.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    names.append(node.id)
+    return ".".join(reversed(names))
 
 
 def dotted_name(node: cst.BaseExpression) -> Optional[str]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Optional, Sequence
 
-from porter.matching import ImportFacts, runtime_alias
+from porter.matching import ImportFacts, ast_dotted_name, runtime_alias
 from porter.rule import BYTES_GAP, Rule
 
 
@@ -209,17 +209,6 @@ def _prefixes(dotted: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
 
 
-def _dotted(node: ast.AST) -> Optional[str]:
-    names = []
-    while isinstance(node, ast.Attribute):
-        names.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    names.append(node.id)
-    return ".".join(reversed(names))
-
-
 _BINDERS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
 
@@ -313,7 +302,7 @@ def _collect(facts: SyntaxFacts, roots: list, top_level: set) -> None:
             continue
         if kind is Attribute:
             names.add(node.attr)
-            dotted = _dotted(node)
+            dotted = ast_dotted_name(node)
             if dotted is not None:
                 chains.add(dotted)
             push(node.value)
@@ -348,7 +337,7 @@ def _call_facts(node: ast.Call, facts: SyntaxFacts) -> None:
             facts.keywords.add(kw.arg)
             if isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
                 facts.keyword_strings.setdefault(kw.arg, set()).add(kw.value.value)
-    dotted = _dotted(func)
+    dotted = ast_dotted_name(func)
     if dotted is not None:
         facts.called_chains.add(dotted)
 
@@ -421,7 +410,7 @@ def _record_device_index(call: ast.Call, name: str, found: set[str]) -> None:
     if arg is None:
         positional = [a for a in call.args if not isinstance(a, ast.Starred)]
         arg = positional[index] if len(positional) > index else None
-    dotted = _dotted(arg) if arg is not None else None
+    dotted = ast_dotted_name(arg) if arg is not None else None
     if dotted is not None:
         found.add(dotted.rsplit(".", 1)[-1])
 
