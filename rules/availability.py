@@ -383,6 +383,11 @@ class _Residue(cst.CSTVisitor):
     def visit_Import(self, node: cst.Import) -> bool:
         return self._hit("import")
 
+    def visit_Raise(self, node: cst.Raise) -> Optional[bool]:
+        # A bare `raise` in a handler re-raises what failed (a CUDA extension's import):
+        # fatal where CUDA is, as TP604 keeps it, not on every accelerator.
+        return self._hit("raise") if node.exc is None else None
+
     def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
         return self._hit("import")
 
@@ -438,9 +443,12 @@ _FALLBACK_VALUES = frozenset({"gloo"})
 
 
 def _inert_statement(rule: Rule, stmt: cst.BaseSmallStatement, values: frozenset[str]) -> bool:
-    """A CUDA backend flag set or called, ``pass``, or ``name = <one of values>``."""
+    """A CUDA backend flag set or called, ``pass``, or ``name = <one of values>``; on the
+    CUDA side also a bare ``raise`` (a failed CUDA extension import stays fatal there)."""
     if isinstance(stmt, cst.Pass):
         return True
+    if isinstance(stmt, cst.Raise) and stmt.exc is None:
+        return values is _CUDA_VALUES
     if isinstance(stmt, cst.Expr) and isinstance(stmt.value, cst.Call):
         return (rule.qualname(stmt.value.func) or "").startswith(_CUDA_SETTINGS)
     if isinstance(stmt, cst.Assign):
@@ -567,6 +575,17 @@ class CudaAvailableGuard(Rule):
 
             backend = "gloo" if not torch.cuda.is_available() else "nccl"
             dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
+            """),
+        # TP604's optional extension: its import stays fatal where CUDA is
+        dedent("""\
+            import torch
+
+            try:
+                import rotary_emb
+            except ImportError:
+                if torch.cuda.is_available():
+                    raise
+                rotary_emb = None
             """),
         dedent("""\
             from torch.cuda import is_available

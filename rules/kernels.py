@@ -384,11 +384,22 @@ def _lone_import(stmt: cst.CSTNode) -> Optional[tuple[str, str]]:
 
 def optional_import(module: cst.Module, stmt: cst.CSTNode) -> Optional[str]:
     """The bound name when ``stmt`` is a module-level import of a compiled CUDA extension
-    that only CUDA branches use."""
+    that only CUDA branches use, in a module that imports torch (for the CUDA test)."""
     found = _lone_import(stmt)
     if found is None or found[0] not in _COMPILED or stmt not in module.body:
         return None
+    if torch_alias(module) is None:
+        return None
     return found[1] if only_cuda_uses(module, found[1]) else None
+
+
+def torch_alias(module: cst.Module) -> Optional[str]:
+    """The name a module-level ``import torch`` / ``import torch as t`` binds, or None."""
+    for stmt in module.body:
+        found = _lone_import(stmt)
+        if found is not None and found[0] == "torch":
+            return found[1]
+    return None
 
 
 def _bound_names(node: cst.CSTNode) -> list[str]:
@@ -514,10 +525,14 @@ class CudaOnlyPackage(GuardTracker, Rule):
         return True
 
 
+#: On CUDA the failed import still raises where it did (the CUDA branches need the
+#: extension); only without CUDA does the name become None.
 _GUARDED_IMPORT = """\
 try:
     {stmt}
 except ImportError:  # CUDA-only extension: off CUDA the PyTorch path runs without it
+    if {torch}.cuda.is_available():
+        raise
     {name} = None
 """
 
@@ -531,7 +546,8 @@ class CudaExtensionOptional(Rule):
     x.is_cuda: return ...`), the module's own PyTorch path already covers other
     devices and only the build or import stops it. A module-level `import rotary_emb`
     (`fused_dense_lib`, `dropout_layer_norm`, `selective_scan_cuda`, ...) is wrapped
-    in `try` / `except ImportError:` setting the name to None, and a module-level
+    in `try` / `except ImportError:` that re-raises where torch sees CUDA and sets the
+    name to None elsewhere, and a module-level
     `ext = load(name, sources)` (or `load_inline(..., cuda_sources=...)`) of CUDA
     sources becomes `ext = porter_runtime.build_cuda_extension(load, name, sources)`.
 
@@ -541,12 +557,15 @@ class CudaExtensionOptional(Rule):
 
     Fix safety:
     Safe. On CUDA the extension is imported, or built with the caller's arguments at
-    the same moment (import time), exactly as before. Without CUDA no tensor is
+    the same moment (import time), exactly as before, and a missing one fails the
+    import as before (found on an H100: setting it to None there moved the failure to
+    an `AttributeError` at the first CUDA call). Without CUDA no tensor is
     on CUDA, so the branches that use the extension never run.
 
     Known limits:
     Only tensor tests count as CUDA branches (`torch.cuda.is_available()` may be
-    ported to "any accelerator"); uses in other files are not seen. An extension with
+    ported to "any accelerator"); uses in other files are not seen. A module without
+    a module-level `import torch` is left to TP603. An extension with
     any other use is reported by TP602 / TP603 instead.
     """
 
@@ -586,6 +605,8 @@ class CudaExtensionOptional(Rule):
             try:
                 import rotary_emb  # flash-attention/csrc/rotary
             except ImportError:  # CUDA-only extension: off CUDA the PyTorch path runs without it
+                if torch.cuda.is_available():
+                    raise
                 rotary_emb = None
 
 
@@ -638,7 +659,8 @@ class CudaExtensionOptional(Rule):
         if name is None:
             return updated
         stmt = updated.with_changes(leading_lines=())
-        code = _GUARDED_IMPORT.format(stmt=self.ctx.module.code_for_node(stmt).strip(), name=name)
+        code = _GUARDED_IMPORT.format(stmt=self.ctx.module.code_for_node(stmt).strip(), name=name,
+                                      torch=torch_alias(self.ctx.module))
         new = cst.parse_statement(code).with_changes(leading_lines=updated.leading_lines)
         return self.rewrite(original, new, f"`{name}` is imported where it exists (CUDA); the module's "
                             "PyTorch path runs without it")

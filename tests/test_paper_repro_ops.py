@@ -128,3 +128,26 @@ def test_unported_extension_build_fails_here(repo):
                           cwd=repo, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
     assert "CUDA" in proc.stderr or "nvcc" in proc.stderr or "Ninja" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_ported_extension_import_still_fails_where_torch_sees_cuda(repo):
+    """Found on an H100: the port must not turn a CUDA machine's missing `rotary_emb`
+    into an AttributeError at the first CUDA call; there the import fails as before.
+    CUDA is simulated (torch.cuda.is_available), the import is real."""
+    assert run_porter("migrate", repo, "--write").returncode == 0
+    script = repo.parent / "import_rotary.py"
+    script.write_text("import importlib.util as u, sys, torch\n"
+                      "torch.cuda.is_available = lambda: sys.argv[1] == 'cuda'\n"
+                      "s = u.spec_from_file_location('rotary', 'ops/rotary.py')\n"
+                      "m = u.module_from_spec(s)\n"
+                      "s.loader.exec_module(m)\n"
+                      "print(m.rotary_emb)\n")
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("PYTHONPATH", None)
+    runs = {where: subprocess.run(python_without_porter(str(script), where), cwd=repo, env=env,
+                                  capture_output=True, text=True, timeout=300)
+            for where in ("cuda", "cpu")}
+    assert runs["cuda"].returncode != 0
+    assert "No module named 'rotary_emb'" in runs["cuda"].stderr, runs["cuda"].stderr[-2000:]
+    assert runs["cpu"].returncode == 0, runs["cpu"].stderr[-2000:]
+    assert runs["cpu"].stdout.split() == ["None"]
