@@ -14,7 +14,9 @@ tolerance), other files byte for byte, and the numbers on the ``loss`` lines of 
 output.
 
 On a CUDA machine side A is the original code and side B the port: the port must
-change nothing there. Without CUDA the original cannot run (that is why it is being
+change nothing there. Where they differ, the original runs a second time, and the
+verdict compares the port's difference with the original's own run-to-run spread
+(cuDNN and atomics are not deterministic even with deterministic algorithms asked for). Without CUDA the original cannot run (that is why it is being
 ported), so side A and side B are both the port, run twice on this machine: that
 checks the harness and that the port is deterministic here, and the report says
 that the real check needs a GPU.
@@ -41,7 +43,7 @@ REPOS = ROOT / "fixtures" / "repos"
 WITHOUT_PORTER = ROOT / "tests" / "without_porter.py"
 TOLERANCE = 1e-4  # relative, where kernels are not deterministic (atomics in cuDNN/cuBLAS)
 #: Leaves that measure the machine, not the model (wall-clock times, throughput).
-_TIMING = re.compile(r"time|elapsed|sec\b|_s$|_ms$|throughput|speed|per_s|/s\b|duration|"
+_TIMING = re.compile(r"time|elapsed|sec\b|seconds?$|_s$|_ms$|throughput|speed|per_s|/s\b|duration|"
                      r"peak_mem|mem_mb", re.IGNORECASE)
 #: A sitecustomize that seeds Python's, NumPy's and torch's global generators
 #: (torch.manual_seed seeds CUDA's too) in every interpreter of a run, worker
@@ -56,6 +58,7 @@ except ImportError:
     pass
 import torch
 torch.manual_seed(0)
+torch.use_deterministic_algorithms(True, warn_only=True)  # cuDNN's choice too, on both sides
 """
 #: Runs the script as without_porter.py does (an installed porter hidden: harmless
 #: for the original, which does not import it).
@@ -142,9 +145,16 @@ def _difference(a: Any, b: Any) -> float:
 def _load(path: Path) -> Any:
     if path.suffix == ".json":
         return json.loads(path.read_text())
-    if path.suffix in (".pt", ".pth", ".ckpt"):
-        return torch.load(path, map_location="cpu", weights_only=False)
-    return path.read_bytes()
+    data = path.read_bytes()
+    # torch.save writes a zip archive whatever the name (`checkpoint.pth.tar`); its
+    # bytes differ run to run (record order), its tensors are what to compare.
+    if path.suffix in (".pt", ".pth", ".ckpt", ".bin") or data.startswith(b"PK\x03\x04"):
+        try:
+            return torch.load(path, map_location="cpu", weights_only=False)
+        except Exception:
+            if path.suffix in (".pt", ".pth", ".ckpt"):
+                raise
+    return data
 
 
 def _comparable(leaves: dict[str, Any], out: Path) -> dict[str, Any]:
@@ -197,15 +207,36 @@ def check_repo(name: str, work: Path, cuda: bool) -> dict[str, Any]:
     if ok_a != ok_b or ok_a == 0:
         result["ran"] = f"{ok_a}/{total} vs {ok_b}/{total}"
         return result
-    rows = compare_outputs(work / name / "out-a", work / name / "out-b")
+    rows = _compared(work / name, "a", "b", loss_a, loss_b)
+    worst = max((r[1] for r in rows), default=0.0)
+    result.update({"files": rows, "worst": worst, "bitwise": worst == 0.0,
+                   "within_tolerance": worst <= TOLERANCE, "losses": len(loss_b)})
+    if cuda and worst > 0.0:
+        result.update(_noise_floor(source, work / name, loss_a, worst))
+    return result
+
+
+def _compared(work: Path, a: str, b: str, loss_a: list[float], loss_b: list[float]) -> list:
+    rows = compare_outputs(work / f"out-{a}", work / f"out-{b}")
     if loss_a or loss_b:
         rows.append(("printed losses", max((_difference(x, y) for x, y in zip(loss_a, loss_b)),
                                            default=0.0) if len(loss_a) == len(loss_b)
                      else math.inf))
-    worst = max((r[1] for r in rows), default=0.0)
-    result.update({"files": rows, "worst": worst, "bitwise": worst == 0.0,
-                   "within_tolerance": worst <= TOLERANCE, "losses": len(loss_b)})
-    return result
+    return rows
+
+
+def _noise_floor(source: Path, work: Path, loss_a: list[float], worst: float) -> dict[str, Any]:
+    """The original run a second time: CUDA kernels that are not deterministic (atomics,
+    cuDNN algorithm choice) make the original differ from itself. The port is as good
+    as the original when it differs from it no more than twice the original's own
+    spread, with the same structure (no incomparable file)."""
+    side = work / "a2"
+    shutil.copytree(source, side)
+    ok, loss_a2, err = _run_all(side, work / "out-a2")
+    if err:
+        return {"spread": math.inf}
+    spread = max((r[1] for r in _compared(work, "a", "a2", loss_a, loss_a2)), default=0.0)
+    return {"spread": spread, "within_spread": math.isfinite(worst) and worst <= max(TOLERANCE, 2 * spread)}
 
 
 def main() -> None:
@@ -235,11 +266,13 @@ def main() -> None:
             print(f"{r['repo']:15s} {r['ran']:>5s}  failed: {last}")
             continue
         verdict = "bitwise" if r["bitwise"] else \
-            f"within {TOLERANCE:g}" if r["within_tolerance"] else "DIFFERS"
+            f"within {TOLERANCE:g}" if r["within_tolerance"] else \
+            f"within the original's own spread ({r['spread']:.2e})" if r.get("within_spread") else \
+            f"DIFFERS (the original's own spread: {r.get('spread', math.nan):.2e})"
         stop = f" (then stopped on both sides: {last})" if last else ""
         print(f"{r['repo']:15s} {r['ran']:>5s} {len(r['files']):5d} {r['losses']:6d} "
               f"{r['worst']:10.2e}  {verdict}{stop}")
-        if not r["within_tolerance"]:
+        if not r["within_tolerance"] and not r.get("within_spread"):
             for name, diff in r["files"][:5]:
                 print(f"    {name}: {diff:.2e}")
 

@@ -48,3 +48,19 @@ def test_shape_or_dtype_changes_are_incomparable():
     assert differential._difference(torch.ones(2), torch.ones(2, dtype=torch.float64)) == math.inf
     assert differential._difference(torch.ones(2, dtype=torch.long),
                                     torch.zeros(2, dtype=torch.long)) == math.inf
+
+
+def test_a_torch_archive_is_compared_by_its_tensors_whatever_its_name(tmp_path):
+    """`checkpoint.pth.tar` (torchvision's ImageNet example) is a torch.save zip whose
+    bytes differ run to run; found on an H100, where identical runs read as differing."""
+    for side in ("a", "b"):
+        (tmp_path / side).mkdir()
+        torch.save({"state_dict": {"w": torch.ones(2)}, "epoch": 1}, tmp_path / side / "checkpoint.pth.tar")
+    assert dict(differential.compare_outputs(tmp_path / "a", tmp_path / "b")) == {"checkpoint.pth.tar": 0.0}
+    torch.save({"state_dict": {"w": torch.ones(2) * 2}, "epoch": 1}, tmp_path / "b" / "checkpoint.pth.tar")
+    assert dict(differential.compare_outputs(tmp_path / "a", tmp_path / "b"))["checkpoint.pth.tar"] == 0.5
+
+
+def test_a_seconds_field_is_a_timing():
+    leaves = {"[0]/seconds": 0.25, "[0]/loss": 1.0}
+    assert differential._comparable(leaves, Path("/nowhere")) == {"[0]/loss": 1.0}
