@@ -60,4 +60,4 @@ def test_index_evidence_from_a_name_call_reaches_pt901():
     # `set_device(which)` called by its own name still says `which` is a CUDA index.
     code = "from torch.cuda import set_device\nset_device(which)\nx = x.to(which)\n"
     rules, facts = candidate_rules(code.encode(), [BY_CODE["PT901"]])
-    assert rules == [BY_CODE["PT901"]] and "which" in facts.device_indices
+    assert rules == [BY_CODE["PT901"]] and "which" in facts.passed_names("set_device", 0)
