@@ -9,6 +9,11 @@ Rules implement LibCST ``visit_<Node>`` / ``leave_<Node>`` methods. The engine r
 the rules of a file in one combined pass (see ``engine.RuleRunner``), so a rule must not
 keep state across files (a fresh instance is made per file) and never prints or writes:
 it records :class:`Finding` objects through :meth:`Rule.rewrite` and :meth:`Rule.flag`.
+
+What a file must hold before a rule can match there is one declaration,
+``needs = Needs(targets=..., methods=..., calls_only=...)`` (``porter.needs``). The
+engine reads it to skip files and functions cheaply; the rule never consults that
+pre-filter, and its output never depends on whether the pre-filter ran.
 """
 
 from __future__ import annotations
