@@ -1,9 +1,10 @@
 """Deciding, before LibCST, which rules can match a file.
 
 LibCST parses at Python speed; most files of a large repository hold nothing a rule
-targets. Two cheap stages, both derived from what each rule declares (``targets``,
-``methods``, ``words``, ``strings``), so there is one source of truth and a new rule
-can't be skipped by a stale filter:
+targets. Two cheap stages, both derived from what each rule declares in its ``needs``
+(``porter.needs.Needs``: targets, methods, words, strings, byte patterns and finer
+filters), so there is one source of truth and a new rule can't be skipped by a stale
+filter:
 
 1. bytes: every needle of one of the rule's needle groups occurs in the raw bytes;
 2. syntax: the stdlib ``ast`` (C speed) shows a node the rule could match: an import of
@@ -12,6 +13,10 @@ can't be skipped by a stale filter:
 
 Both stages are conservative: they may let through a file no rule changes, never the
 other way round (tests/test_prefilter.py checks this against the rules' examples).
+
+The facts are typed (``IntArg``, ``StrArg``, ``NameArg`` for what a call passes) and
+rules read them through ``SyntaxFacts``' helpers (``passed_names``, ``passed_strings``,
+``passes_int``, ``uses_any``), never through an encoding of their own.
 """
 
 from __future__ import annotations
@@ -22,9 +27,10 @@ import re
 import warnings
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
-from typing import Optional, Sequence
+from typing import Iterable, Iterator, Optional, Sequence, Union
 
 from porter.matching import ImportFacts, ast_dotted_name, runtime_alias
+from porter.needs import Needs
 from porter.rule import BYTES_GAP, Rule
 
 
@@ -37,13 +43,14 @@ def needles(rule: type[Rule]) -> list[tuple[tuple[bytes, ...], Optional[bytes]]]
     also need a call: ``c(``, ``c.d(`` (a call under it), ``c as`` (an alias) or
     ``from a.b.c import d`` (a name under it, called by that name).
     """
-    extra = tuple(w.encode() for w in sorted(rule.words))
+    needs = rule.needs
+    extra = tuple(w.encode() for w in sorted(needs.words))
     found: list[tuple[tuple[bytes, ...], Optional[bytes]]] = []
-    for target in sorted(rule.targets):
+    for target in sorted(needs.targets):
         # ``import torch.cuda.nvtx as nv`` + ``nv.range()`` still spells every part.
         parts = tuple(dict.fromkeys(p.encode() for p in target.split(".")))
-        found.append((parts + extra, parts[-1] if rule.calls_only else None))
-    for method in sorted(rule.methods):
+        found.append((parts + extra, parts[-1] if needs.calls_only else None))
+    for method in sorted(needs.methods):
         found.append(((method.encode(),) + extra, method.encode()))
     if not found:
         found.append((extra, None))
@@ -85,15 +92,11 @@ class ByteFilter:
 
         out = []
         for rule, groups in self.groups:
+            patterns = rule.needs.byte_patterns
             if any(g <= present and (call is None or is_called(call)) for g, call in groups) and (
-                    rule.byte_pattern is None or any(p.search(data) for p in _patterns(rule))):
+                    not patterns or any(p.search(data) for p in patterns)):
                 out.append(rule)
         return out
-
-
-def _patterns(rule: type[Rule]) -> tuple:
-    pattern = rule.byte_pattern
-    return pattern if isinstance(pattern, tuple) else (pattern,)
 
 
 @lru_cache(maxsize=8)
@@ -103,6 +106,34 @@ def byte_filter(rules: tuple[type[Rule], ...]) -> ByteFilter:
 
 def byte_candidates(data: bytes, rules: Sequence[type[Rule]]) -> list[type[Rule]]:
     return byte_filter(tuple(rules)).candidates(data)
+
+
+@dataclass(frozen=True, slots=True)
+class IntArg:
+    """An integer literal passed to a call (``x.to(0)``)."""
+
+    value: int
+
+
+@dataclass(frozen=True, slots=True)
+class StrArg:
+    """A string literal passed to a call (``x.to("cuda")``)."""
+
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
+class NameArg:
+    """A name or attribute passed to a call, by its last name (``args.gpu`` → ``gpu``)."""
+
+    name: str
+
+
+Arg = Union[IntArg, StrArg, NameArg]
+#: Where an argument was passed: its position (the first two) or its keyword.
+Slot = Union[int, str]
+#: The positions recorded: rules look at no later positional argument.
+_POSITIONS = 2
 
 
 @dataclass
@@ -118,22 +149,52 @@ class SyntaxFacts:
     imported: set[str] = field(default_factory=set)  # what import statements name
     used: set[str] = field(default_factory=set)  # resolved qualified names and their prefixes
     called: set[str] = field(default_factory=set)  # the same, for called names only
-    #: method name → what its calls pass first (positionally or as ``device=``):
-    #: "int" for an integer literal, "str:<value>" for a string, else the last name
-    #: of a name/attribute.
-    first_args: dict[str, set[str]] = field(default_factory=dict)
-    #: keyword argument names of all calls, and the string constants passed by keyword
+    #: called name (a method's or function's last name; "" for any other callee) →
+    #: what its calls pass: (slot, typed value). Read through ``passed`` and friends.
+    call_args: dict[str, set[tuple[Slot, Arg]]] = field(default_factory=dict)
+    #: keyword argument names of all calls
     keywords: set[str] = field(default_factory=set)
-    keyword_strings: dict[str, set[str]] = field(default_factory=dict)
     #: strings compared (== / !=) with ``<x>.device.type`` or ``device.type``
     device_type_compares: set[str] = field(default_factory=set)
-    #: last names of what the file uses as a CUDA index: ``.cuda(x)``,
-    #: ``set_device(x)``, ``device("cuda", x)`` (as rules/idioms.py's PT901 reads them)
-    device_indices: set[str] = field(default_factory=set)
     #: a ``global`` / ``nonlocal`` statement: a stub of this unit would lose a binding
     rebinds: bool = False
     #: the functions and classes at module level (and, inside them, in class bodies)
     units: list["Unit"] = field(default_factory=list)
+
+    def passed(self, call: Optional[str] = None, position: Optional[int] = None,
+               keyword: Optional[str] = None) -> Iterator[Arg]:
+        """What calls of ``call`` (by last name; None: any call) pass at ``position``
+        (0 or 1) or as ``keyword=``."""
+        groups = self.call_args.values() if call is None else (self.call_args.get(call, ()),)
+        for group in groups:
+            for slot, value in group:
+                if slot == keyword or slot == position:
+                    yield value
+
+    def passed_names(self, call: Optional[str] = None, position: Optional[int] = None,
+                     keyword: Optional[str] = None) -> set[str]:
+        """The last names of the names and attributes ``passed`` there."""
+        return {v.name for v in self.passed(call, position, keyword) if type(v) is NameArg}
+
+    def passed_strings(self, call: Optional[str] = None, position: Optional[int] = None,
+                       keyword: Optional[str] = None) -> set[str]:
+        """The string literals ``passed`` there."""
+        return {v.value for v in self.passed(call, position, keyword) if type(v) is StrArg}
+
+    def passes_int(self, call: Optional[str] = None, position: Optional[int] = None,
+                   keyword: Optional[str] = None) -> bool:
+        """Whether an integer literal is ``passed`` there."""
+        return any(type(v) is IntArg for v in self.passed(call, position, keyword))
+
+    def calls(self, name: str) -> bool:
+        """Whether something of this last name is called (``x.to(...)``, ``set_device(...)``)."""
+        return name in self.call_args
+
+    def uses_any(self, names: Iterable[str], calls_only: bool = False) -> bool:
+        """A use (for ``calls_only``, a call) of one of the qualified ``names`` or of
+        something under it (after ``resolve``)."""
+        used = self.called if calls_only else self.used
+        return any(name in used for name in names)
 
     def merge(self, other: "SyntaxFacts") -> None:
         """Add what ``other`` (a unit of the same file, same ``imports``) holds: every
@@ -327,16 +388,13 @@ def _call_facts(node: ast.Call, facts: SyntaxFacts) -> None:
     func = node.func
     if isinstance(func, ast.Attribute):
         facts.called_methods.add(func.attr)
-        _record_first_arg(node, facts.first_args.setdefault(func.attr, set()))
-        _record_device_index(node, func.attr, facts.device_indices)
-    elif isinstance(func, ast.Name):
-        _record_first_arg(node, facts.first_args.setdefault(func.id, set()))
-        _record_device_index(node, func.id, facts.device_indices)
+        name = func.attr
+    else:
+        name = func.id if isinstance(func, ast.Name) else ""
+    _record_args(node, facts.call_args.setdefault(name, set()))
     for kw in node.keywords:
         if kw.arg is not None:
             facts.keywords.add(kw.arg)
-            if isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
-                facts.keyword_strings.setdefault(kw.arg, set()).add(kw.value.value)
     dotted = ast_dotted_name(func)
     if dotted is not None:
         facts.called_chains.add(dotted)
@@ -396,25 +454,6 @@ def _child_fields(kind: type) -> tuple[str, ...]:
     return tuple(f for f in getattr(kind, "_fields", ()) if f not in skip)
 
 
-def _record_device_index(call: ast.Call, name: str, found: set[str]) -> None:
-    """Mirror of rules/idioms.py's ``_DeviceIndexUses``: ``.cuda(x)``,
-    ``set_device(x)``, ``device("cuda", x)`` name ``x`` as a CUDA index."""
-    if name not in ("cuda", "set_device", "device"):
-        return
-    if name == "device":  # the first argument in the source, as LibCST lists them
-        first = call.args[0] if call.args else (call.keywords[0].value if call.keywords else None)
-        if not (isinstance(first, ast.Constant) and first.value == "cuda"):
-            return
-    keyword_name, index = ("device", 0) if name == "cuda" else ("index", 1 if name == "device" else 0)
-    arg = next((k.value for k in call.keywords if k.arg == keyword_name), None)
-    if arg is None:
-        positional = [a for a in call.args if not isinstance(a, ast.Starred)]
-        arg = positional[index] if len(positional) > index else None
-    dotted = ast_dotted_name(arg) if arg is not None else None
-    if dotted is not None:
-        found.add(dotted.rsplit(".", 1)[-1])
-
-
 def _is_device_type(node: ast.AST) -> bool:
     if not isinstance(node, ast.Attribute) or node.attr != "type":
         return False
@@ -431,18 +470,35 @@ def _record_device_type_compare(node: ast.Compare, found: set[str]) -> None:
             found.add(other.value)
 
 
-def _record_first_arg(call: ast.Call, kinds: set[str]) -> None:
-    """What the call passes first, and by ``device=`` (rules read either)."""
-    for value in (call.args[0] if call.args else None,
-                  next((k.value for k in call.keywords if k.arg == "device"), None)):
-        if isinstance(value, ast.Constant) and isinstance(value.value, int):
-            kinds.add("int")
-        elif isinstance(value, ast.Constant) and isinstance(value.value, str):
-            kinds.add("str:" + value.value)
-        elif isinstance(value, ast.Attribute):
-            kinds.add(value.attr)
-        elif isinstance(value, ast.Name):
-            kinds.add(value.id)
+def _record_args(call: ast.Call, found: set[tuple[Slot, Arg]]) -> None:
+    """The call's first positional arguments (up to a ``*args``, after which no
+    position is sure) and its keyword arguments, each a typed value when it is a
+    literal, a name or an attribute."""
+    for position, value in enumerate(call.args[:_POSITIONS]):
+        if type(value) is ast.Starred:
+            break
+        arg = _arg(value)
+        if arg is not None:
+            found.add((position, arg))
+    for kw in call.keywords:
+        arg = _arg(kw.value) if kw.arg is not None else None
+        if arg is not None:
+            found.add((kw.arg, arg))
+
+
+def _arg(value: ast.AST) -> Optional[Arg]:
+    kind = type(value)
+    if kind is ast.Name:
+        return NameArg(value.id)  # type: ignore[attr-defined]
+    if kind is ast.Attribute:
+        return NameArg(value.attr)  # type: ignore[attr-defined]
+    if kind is ast.Constant:
+        constant = value.value  # type: ignore[attr-defined]
+        if isinstance(constant, str):
+            return StrArg(constant)
+        if isinstance(constant, int):  # a bool too: a pre-filter may over-approximate
+            return IntArg(constant)
+    return None
 
 
 def _import_facts(node, facts: SyntaxFacts, nested: bool) -> None:
@@ -468,23 +524,34 @@ def _import_facts(node, facts: SyntaxFacts, nested: bool) -> None:
 def syntax_match(rule: type[Rule], facts: SyntaxFacts) -> bool:
     """Whether the file has what ``rule`` declares it needs: a use (or, for
     ``calls_only`` rules, a call) of a target or of something under it, a call of one
-    of its methods, a string constant its pattern matches."""
-    if rule.strings is not None and not any(rule.strings.search(s) for s in facts.strings):
+    of its methods, a string constant its pattern matches, its own ``file_filter``."""
+    needs = rule.needs
+    if needs.strings is not None and not any(needs.strings.search(s) for s in facts.strings):
         return False
-    if not rule.syntax_filter(facts):
+    if needs.file_filter is not None and not needs.file_filter(facts):
         return False
-    if not rule.targets and not rule.methods:
+    if not needs.targets and not needs.methods:
         return True
-    return uses_target(rule, facts)
+    return uses_target(needs, facts)
 
 
-def uses_target(rule: type[Rule], facts: SyntaxFacts) -> bool:
-    """A use (for ``calls_only``, a call) of one of the rule's targets or of something
-    under it, or a call of one of its methods."""
-    used = facts.called if rule.calls_only else facts.used
-    if any(target in used for target in rule.targets):
-        return True
-    return bool(rule.methods & facts.called_methods)
+def uses_target(needs: Needs, facts: SyntaxFacts) -> bool:
+    """A use (for ``calls_only``, a call) of one of the targets or of something under
+    it, or a call of one of the methods."""
+    return facts.uses_any(needs.targets, needs.calls_only) or bool(needs.methods & facts.called_methods)
+
+
+def unit_wanted(rule: type[Rule], unit: Unit, file: SyntaxFacts) -> bool:
+    """Whether ``rule`` may act inside ``unit`` (its facts resolved), a function or
+    class of the file whose facts are ``file``: the rule's ``unit_filter``, else a
+    use of a target or a call of a method in the unit, else (for a rule with
+    neither) its string pattern and ``file_filter`` in the unit."""
+    needs = rule.needs
+    if needs.unit_filter is not None:
+        return needs.unit_filter(unit, file)
+    if needs.targets or needs.methods:
+        return uses_target(needs, unit.facts)
+    return syntax_match(rule, unit.facts)
 
 
 def parse_for_filter(data: bytes) -> Optional[ast.AST]:

@@ -9,6 +9,11 @@ Rules implement LibCST ``visit_<Node>`` / ``leave_<Node>`` methods. The engine r
 the rules of a file in one combined pass (see ``engine.RuleRunner``), so a rule must not
 keep state across files (a fresh instance is made per file) and never prints or writes:
 it records :class:`Finding` objects through :meth:`Rule.rewrite` and :meth:`Rule.flag`.
+
+What a file must hold before a rule can match there is one declaration,
+``needs = Needs(targets=..., methods=..., calls_only=...)`` (``porter.needs``). The
+engine reads it to skip files and functions cheaply; the rule never consults that
+pre-filter, and its output never depends on whether the pre-filter ran.
 """
 
 from __future__ import annotations
@@ -21,10 +26,16 @@ from typing import TYPE_CHECKING, ClassVar, Optional, Sequence, Union
 
 import libcst as cst
 
+from porter.needs import Needs
+
 if TYPE_CHECKING:  # pragma: no cover
     from porter.engine import FileContext
 
 RUNTIME = "porter_runtime"
+
+#: What rules once declared one class variable each; now fields of ``Needs``.
+_RETIRED = frozenset({"targets", "methods", "words", "strings", "calls_only", "byte_pattern",
+                      "whole_file", "syntax_filter", "unit_filter"})
 
 
 class Safety(str, Enum):
@@ -79,7 +90,7 @@ class RuleDoc:
 
 #: What may separate the parts of a call in source bytes: whitespace, line
 #: continuations, comments (possessive, so a regex never backtracks into it). For
-#: ``Rule.byte_pattern`` and the byte pre-filter's call check.
+#: ``Needs.byte_patterns`` and the byte pre-filter's call check.
 BYTES_GAP = rb"(?:[\s\\]++|#[^\r\n]*+)*+"
 
 
@@ -104,49 +115,19 @@ class BaseRule:
 class Rule(BaseRule):
     """Base class of the rules for Python source (LibCST transformers)."""
 
-    #: Qualified names the rule matches (``torch.cuda.synchronize``); the engine's
-    #: pre-filters are derived from these, so a rule can never be skipped by a stale
-    #: hand-written filter.
+    #: What a file must hold for the rule to match there: the one declaration the
+    #: engine's pre-filter reads (``porter.needs``). The rule never reads the
+    #: pre-filter back.
+    needs: ClassVar[Needs] = Needs()
+    #: Qualified names the rule matches: ``needs.targets``, set for every subclass.
     targets: ClassVar[frozenset[str]] = frozenset()
-    #: Method or attribute names the rule matches on any receiver (``.cuda()``).
-    methods: ClassVar[frozenset[str]] = frozenset()
-    #: Words that must all appear in a file for an untyped pattern to be possible.
-    words: ClassVar[frozenset[str]] = frozenset()
-    #: When set, the file must hold a string constant this pattern matches.
-    strings: ClassVar[Optional["re.Pattern[str]"]] = None
-    #: The rule acts only on calls of its targets (or of names under them), not on
-    #: other references: lets the pre-filter skip files that merely mention them.
-    calls_only: ClassVar[bool] = False
-    #: When set, the file's raw bytes must also match this pattern, or one of this
-    #: tuple of patterns (for what the words can't express: `.to(` and an integer).
-    byte_pattern: ClassVar[Union[None, "re.Pattern[bytes]", tuple["re.Pattern[bytes]", ...]]] = None
-    #: The rule looks at more of the file than the statement it changes (evidence
-    #: gathered over the whole module, a check of the module's end, line numbers in
-    #: its messages): the engine then never hands it a module with skipped parts.
-    whole_file: ClassVar[bool] = False
 
-    @classmethod
-    def syntax_filter(cls, facts) -> bool:
-        """A rule's own, finer pre-filter over the file's ``prefilter.SyntaxFacts``,
-        for patterns the declarations above can't express. It must never reject a
-        file the rule would change (every example runs through it)."""
-        return True
-
-    @classmethod
-    def unit_filter(cls, unit, file) -> bool:
-        """Whether the rule may act inside one function or class (``unit``: a
-        ``prefilter.Unit``, its ``SyntaxFacts`` in ``unit.facts``; ``file``: the whole
-        file's). The engine parses only the units some rule wants, with every other
-        function or class reduced to a one-line stub (``porter.segments``). Default:
-        the unit uses (or, for ``calls_only``, calls) a target, or calls one of the
-        methods; a rule without targets or methods applies its string pattern and
-        ``syntax_filter`` to the unit. A rule whose evidence lies outside the node it
-        changes must override this or set ``whole_file``."""
-        from porter.prefilter import syntax_match, uses_target
-
-        if cls.targets or cls.methods:
-            return uses_target(cls, unit.facts)
-        return syntax_match(cls, unit.facts)
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        stale = sorted(_RETIRED & vars(cls).keys())
+        if stale:  # the pre-filter would ignore them: fail loudly, not skip silently
+            raise TypeError(f"{cls.__name__}: declare {', '.join(stale)} in `needs = Needs(...)`")
+        cls.targets = cls.needs.targets
 
     def __init__(self, ctx: "FileContext") -> None:
         self.ctx = ctx
@@ -279,7 +260,7 @@ def string_value(node: cst.CSTNode) -> Optional[str]:
     return None
 
 
-#: A literal CUDA device spec; also a ``Rule.strings`` pattern.
+#: A literal CUDA device spec; also a ``Needs.strings`` pattern.
 CUDA_SPEC = re.compile(r"^cuda(?::(\d+))?$")
 
 

@@ -4,8 +4,8 @@ LibCST's parse, traversal and code generation cost grows with the file, and most
 large file is functions and classes no rule touches. From the ``ast`` stage's facts
 (``prefilter.Unit``: each definition at module level and in class bodies), the engine
 keeps every statement that is not a definition, every definition some candidate rule
-wants (``Rule.unit_filter``), and reduces each other definition to a one-line stub
-that binds the same name::
+wants (``prefilter.unit_wanted``, from the rule's ``needs``), and reduces each other
+definition to a one-line stub that binds the same name::
 
     def forward(self, x):            →    def forward(): pass  # porter-stub-1f2e:3
         ... 200 lines ...
@@ -15,7 +15,7 @@ put back, byte for byte, as the lines it stood for. Findings' line numbers are m
 back to the original file.
 
 Whenever this can't be exact, the engine parses the whole file instead: a candidate
-rule that needs the whole file (``Rule.whole_file``); a file that is not plain UTF-8
+rule that needs the whole file (``Needs.whole_file``); a file that is not plain UTF-8
 with ``\\n`` / ``\\r\\n`` line ends; a definition that declares ``global`` / ``nonlocal``
 or whose lines don't look as expected; a stub a rule changed or removed; an import
 whose removal would leave a use inside a stub.
@@ -28,7 +28,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import NamedTuple, Optional, Sequence
 
-from porter.prefilter import SyntaxFacts, Unit
+from porter.prefilter import SyntaxFacts, Unit, unit_wanted
 from porter.rule import Rule
 
 
@@ -74,7 +74,7 @@ class Reduced:
 def reduce(data: bytes, facts: SyntaxFacts, rules: Sequence[type[Rule]]) -> Optional[Reduced]:
     """The reduced module for ``data``, or None when the whole file must be parsed
     (or nothing would be left out)."""
-    if any(rule.whole_file for rule in rules) or not facts.units:
+    if any(rule.needs.whole_file for rule in rules) or not facts.units:
         return None
     if data.startswith(b"\xef\xbb\xbf") or b"\r" in data.replace(b"\r\n", b""):
         return None
@@ -117,7 +117,7 @@ def _choose(unit: Unit, file: SyntaxFacts, rules: Sequence[type[Rule]], stubbed:
     """Stub ``unit`` if no rule wants it; in a wanted class, look at its members."""
     if unit.resolved_facts().rebinds:
         return
-    if not any(rule.unit_filter(unit, file) for rule in rules):
+    if not any(unit_wanted(rule, unit, file) for rule in rules):
         stubbed.append(unit)
         return
     for child in unit.children:

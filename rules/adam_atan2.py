@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from porter.matching import Ambiguous, dotted_name
-from porter.rule import Example, Rule, Safety
+from porter.rule import Example, Needs, Rule, Safety
 from porter.rules._thirdparty_common import arguments_fit
 
 _TARGETS = frozenset({"adam_atan2.AdamATan2", "adam_atan2.adam_atan2.AdamATan2"})
@@ -61,10 +61,12 @@ class AdamAtan2Optimizer(Rule):
     """
 
     code = "TP401"
-    whole_file = True  # what else the module's imports bind
     name = "adam-atan2"
     safety = Safety.SAFE
-    targets = _TARGETS
+    needs = Needs(
+        whole_file=True,  # what else the module's imports bind
+        targets=_TARGETS,
+    )
 
     valid = [
         "def build(AdamATan2, params):\n    return AdamATan2(params, lr=1e-4)\n",

@@ -7,7 +7,7 @@ from typing import Optional
 import libcst as cst
 
 from porter.matching import Ambiguous
-from porter.rule import Example, Rule, Safety
+from porter.rule import Example, Needs, Rule, Safety
 from porter.rules._thirdparty_common import UseFinder, arguments_fit
 
 #: apex class → (positional arguments accepted, keywords accepted). Positions past the
@@ -82,7 +82,7 @@ class ApexFusedOptimizer(Rule):
     code = "TP301"
     name = "apex-fused-optimizer"
     safety = Safety.SAFE
-    targets = frozenset(_OPTIMIZER_TARGETS)
+    needs = Needs(targets=frozenset(_OPTIMIZER_TARGETS))
 
     valid = [
         "def build(apex, params):\n    return apex.optimizers.FusedAdam(params)\n",
@@ -137,7 +137,7 @@ class ApexFusedNorm(Rule):
     code = "TP302"
     name = "apex-fused-norm"
     safety = Safety.SAFE
-    targets = frozenset(_NORM_TARGETS)
+    needs = Needs(targets=frozenset(_NORM_TARGETS))
 
     valid = [
         "def build(apex):\n    return apex.normalization.FusedLayerNorm(512)\n",
@@ -198,7 +198,7 @@ class ApexAmp(UseFinder, Rule):
     code = "TP303"
     name = "apex-amp"
     safety = Safety.REVIEW
-    targets = frozenset({"apex.amp"})
+    needs = Needs(targets=frozenset({"apex.amp"}))
     prefixes = ("apex.amp",)
 
     valid = [
@@ -253,7 +253,7 @@ class ApexUnsupported(UseFinder, Rule):
     code = "TP304"
     name = "apex-unsupported"
     safety = Safety.REVIEW
-    targets = frozenset({"apex"})
+    needs = Needs(targets=frozenset({"apex"}))
     prefixes = ("apex",)
 
     valid = [

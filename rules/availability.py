@@ -9,7 +9,7 @@ from typing import Optional, Union
 import libcst as cst
 
 from porter.cuda_packages import is_cuda_only_module
-from porter.rule import RUNTIME, Example, Rule, Safety, cuda_spec, string_value
+from porter.rule import RUNTIME, Example, Needs, Rule, Safety, cuda_spec, string_value
 
 from . import _dist_guard
 from ._common import block_statements, small_statements
@@ -258,7 +258,7 @@ class CudaAvailableDevice(Rule):
     code = "PT201"
     name = "cuda-available-device"
     safety = Safety.SAFE
-    targets = frozenset({IS_AVAILABLE})
+    needs = Needs(targets=frozenset({IS_AVAILABLE}))
 
     valid = [
         "def pick(torch):\n    return 'cuda' if torch.cuda.is_available() else 'cpu'\n",
@@ -546,7 +546,7 @@ class CudaAvailableGuard(Rule):
     code = "PT202"
     name = "cuda-available-guard"
     safety = Safety.SAFE
-    targets = frozenset({IS_AVAILABLE})
+    needs = Needs(targets=frozenset({IS_AVAILABLE}))
 
     valid = [
         "def f(torch):\n    if torch.cuda.is_available():\n        model.half()\n",

@@ -7,7 +7,7 @@ from typing import Optional
 import libcst as cst
 
 from porter.matching import Ambiguous
-from porter.rule import Example, Rule, Safety
+from porter.rule import Example, Needs, Rule, Safety
 from porter.rules._thirdparty_common import UseFinder
 
 # The twins in porter_runtime.bnb_optim (runtime/_thirdparty_bnb.py), by family.
@@ -57,10 +57,9 @@ class BitsandbytesOptimizer(Rule):
     """
 
     code = "TP501"
-    calls_only = True
     name = "bnb-optimizer"
     safety = Safety.UNSAFE
-    targets = frozenset(_OPTIMIZERS)
+    needs = Needs(calls_only=True, targets=frozenset(_OPTIMIZERS))
 
     valid = [
         "def build(bnb, params):\n    return bnb.optim.AdamW8bit(params)\n",
@@ -137,7 +136,7 @@ class BitsandbytesUnsupported(UseFinder, Rule):
     code = "TP502"
     name = "bnb-unsupported"
     safety = Safety.REVIEW
-    targets = frozenset({"bitsandbytes"})
+    needs = Needs(targets=frozenset({"bitsandbytes"}))
     prefixes = ("bitsandbytes",)
 
     valid = [

@@ -6,7 +6,7 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rule import Example, Rule, Safety, cuda_spec, positional
+from porter.rule import Example, Needs, Rule, Safety, cuda_spec, positional
 from porter.rules.dtypes import is_device_expr
 
 _LOADERS = frozenset({"torch.load", "torch.serialization.load", "torch.jit.load"})
@@ -134,10 +134,9 @@ class TorchLoadMapLocation(Rule):
     """
 
     code = "PT601"
-    calls_only = True
     name = "torch-load-map-location"
     safety = Safety.SAFE
-    targets = _LOADERS
+    needs = Needs(calls_only=True, targets=_LOADERS)
 
     valid = [
         "import torch\nstate = torch.load(path, map_location='cpu')\n",

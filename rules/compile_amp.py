@@ -8,7 +8,7 @@ from typing import Optional, Sequence
 import libcst as cst
 
 from porter.matching import dotted_name
-from porter.rule import Example, Rule, Safety, has_star_args, keyword, positional, string_value
+from porter.rule import Example, Needs, Rule, Safety, has_star_args, keyword, positional, string_value
 
 # ``torch.set_autocast_dtype("cuda", ...)`` and friends change what an autocast
 # without a dtype means; the legacy class's defaults would then differ.
@@ -90,7 +90,7 @@ class TorchCompile(_Rename, Rule):
     code = "PT501"
     name = "torch-compile"
     safety = Safety.SAFE
-    targets = frozenset({"torch.compile"})
+    needs = Needs(targets=frozenset({"torch.compile"}))
     renames = {"torch.compile": "compile"}
     message = "torch.compile runs on CUDA only (eager elsewhere unless PORTER_COMPILE=1)"
 
@@ -157,10 +157,9 @@ class CudaAutocast(Rule):
     """
 
     code = "PT502"
-    calls_only = True
     name = "cuda-autocast"
     safety = Safety.SAFE
-    targets = frozenset(_AUTOCAST_CLASSES | _AUTOCAST_DEVICE)
+    needs = Needs(calls_only=True, targets=frozenset(_AUTOCAST_CLASSES | _AUTOCAST_DEVICE))
 
     valid = [
         "import torch\nwith torch.autocast('cpu', dtype=torch.bfloat16):\n    pass\n",
@@ -267,10 +266,9 @@ class CudaGradScaler(Rule):
     """
 
     code = "PT503"
-    calls_only = True
     name = "cuda-grad-scaler"
     safety = Safety.SAFE
-    targets = frozenset(_SCALER_LEGACY | _SCALER_DEVICE)
+    needs = Needs(calls_only=True, targets=frozenset(_SCALER_LEGACY | _SCALER_DEVICE))
 
     valid = [
         "import torch\nscaler = torch.amp.GradScaler('cpu')\n",
@@ -367,7 +365,7 @@ class CudaCustomFwdBwd(_Rename, Rule):
     code = "PT504"
     name = "cuda-custom-fwd-bwd"
     safety = Safety.SAFE
-    targets = frozenset(_FWD_BWD_LEGACY | _FWD_BWD_DEVICE)
+    needs = Needs(targets=frozenset(_FWD_BWD_LEGACY | _FWD_BWD_DEVICE))
     renames = _FWD_BWD_LEGACY
     message = "custom_fwd/custom_bwd now follow the runtime's autocast device"
 
@@ -455,7 +453,7 @@ class CudaAutocastValue(Rule):
     code = "PT505"
     name = "cuda-autocast-value"
     safety = Safety.SAFE
-    targets = frozenset(_AUTOCAST_CLASSES)
+    needs = Needs(targets=frozenset(_AUTOCAST_CLASSES))
 
     valid = [
         "import torch\nwith torch.cuda.amp.autocast():\n    pass\n",  # a call: PT502
@@ -536,10 +534,9 @@ class ShardedGradScalerDevice(Rule):
     """
 
     code = "PT506"
-    calls_only = True
     name = "sharded-grad-scaler"
     safety = Safety.SAFE
-    targets = _SHARDED
+    needs = Needs(calls_only=True, targets=_SHARDED)
 
     valid = [
         "from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler\n"
@@ -635,9 +632,11 @@ class ScalerStateRead(Rule):
     code = "PT507"
     name = "scaler-state-read"
     safety = Safety.SAFE
-    targets = _SCALERS
-    words = frozenset({"state_dict"})
-    whole_file = True  # the scaler is often assigned in another method
+    needs = Needs(
+        targets=_SCALERS,
+        words=frozenset({"state_dict"}),
+        whole_file=True,  # the scaler is often assigned in another method
+    )
 
     valid = [
         "import torch\nscaler = torch.cuda.amp.GradScaler()\nstate = scaler.state_dict()\n",

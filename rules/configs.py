@@ -7,7 +7,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from porter.rule import Example, Rule, Safety, TextRule, string_value
+from porter.rule import Example, Needs, Rule, Safety, TextRule, string_value
 
 CONFIG_PATTERNS = ("*.yaml", "*.yml", "*.json", "*.toml", "*.cfg", "*.ini")
 SHELL_PATTERNS = ("*.sh", "*.bash", "*.zsh", "*.slurm", "*.sbatch")
@@ -271,9 +271,11 @@ class EnvCudaVisibleDevices(Rule):
     code = "PT704"
     name = "env-cuda-visible-devices"
     safety = Safety.REVIEW
-    targets = frozenset({"os.environ", "os.putenv"})
-    words = frozenset({"CUDA_VISIBLE_DEVICES"})
-    strings = re.compile(r"^CUDA_VISIBLE_DEVICES$")
+    needs = Needs(
+        targets=frozenset({"os.environ", "os.putenv"}),
+        words=frozenset({"CUDA_VISIBLE_DEVICES"}),
+        strings=re.compile(r"^CUDA_VISIBLE_DEVICES$"),
+    )
 
     valid = [
         "import os\nos.environ['OMP_NUM_THREADS'] = '1'\n",

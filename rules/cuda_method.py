@@ -7,7 +7,7 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rule import Example, Rule, Safety, clean_args, has_star_args
+from porter.rule import Example, Needs, Rule, Safety, clean_args, has_star_args
 
 _DEFINES_CUDA = re.compile(rb"\bdef\s+cuda\s*\(")
 _PARAMS = ("device", "non_blocking", "memory_format")
@@ -46,7 +46,7 @@ class CudaMethod(Rule):
     code = "PT001"
     name = "cuda-method"
     safety = Safety.SAFE
-    methods = frozenset({"cuda"})
+    needs = Needs(methods=frozenset({"cuda"}))
 
     valid = [
         # lookalike: a function of an imported module, not a tensor method

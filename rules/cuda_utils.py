@@ -17,7 +17,7 @@ from typing import ClassVar, Optional
 
 import libcst as cst
 
-from porter.rule import Example, Rule, Safety, has_star_args
+from porter.rule import Example, Needs, Rule, Safety, has_star_args
 
 
 def _table(names: dict[str, str], *modules: str) -> dict[str, str]:
@@ -87,11 +87,10 @@ class CudaSynchronize(_TwinCall, Rule):
     """
 
     code = "PT101"
-    calls_only = True
     name = "cuda-synchronize"
     safety = Safety.SAFE
     table = _table({"synchronize": "synchronize"})
-    targets = frozenset(table)
+    needs = Needs(calls_only=True, targets=frozenset(table))
 
     valid = [
         "def f(torch):\n    torch.cuda.synchronize()\n",
@@ -141,11 +140,10 @@ class CudaEmptyCache(_TwinCall, Rule):
     """
 
     code = "PT102"
-    calls_only = True
     name = "cuda-empty-cache"
     safety = Safety.SAFE
     table = _table({"empty_cache": "empty_cache"}, "memory")
-    targets = frozenset(table)
+    needs = Needs(calls_only=True, targets=frozenset(table))
 
     valid = [
         "def f(torch):\n    torch.cuda.empty_cache()\n",
@@ -194,11 +192,10 @@ class CudaManualSeed(_TwinCall, Rule):
     """
 
     code = "PT103"
-    calls_only = True
     name = "cuda-manual-seed"
     safety = Safety.SAFE
     table = _table({"manual_seed": "manual_seed", "manual_seed_all": "manual_seed_all"}, "random")
-    targets = frozenset(table)
+    needs = Needs(calls_only=True, targets=frozenset(table))
 
     valid = [
         "def seed_all(torch, s):\n    torch.cuda.manual_seed_all(s)\n",
@@ -251,7 +248,6 @@ class CudaDeviceQuery(_TwinCall, Rule):
     """
 
     code = "PT104"
-    calls_only = True
     name = "cuda-device-query"
     safety = Safety.SAFE
     table = _table({
@@ -260,7 +256,7 @@ class CudaDeviceQuery(_TwinCall, Rule):
         "get_device_name": "device_name",
         "get_device_properties": "get_device_properties",
     })
-    targets = frozenset(table)
+    needs = Needs(calls_only=True, targets=frozenset(table))
 
     valid = [
         "def n(torch):\n    return torch.cuda.device_count()\n",
@@ -319,11 +315,10 @@ class CudaSetDevice(_TwinCall, Rule):
     """
 
     code = "PT105"
-    calls_only = True
     name = "cuda-set-device"
     safety = Safety.SAFE
     table = _table({"set_device": "set_device"})
-    targets = frozenset(table)
+    needs = Needs(calls_only=True, targets=frozenset(table))
 
     valid = [
         "def setup(torch, rank):\n    torch.cuda.set_device(rank)\n",
@@ -376,11 +371,10 @@ class CudaMemoryStats(_TwinCall, Rule):
     """
 
     code = "PT106"
-    calls_only = True
     name = "cuda-memory-stats"
     safety = Safety.SAFE
     table = _table({name: name for name in _MEMORY}, "memory")
-    targets = frozenset(table)
+    needs = Needs(calls_only=True, targets=frozenset(table))
 
     valid = [
         "def peak(torch):\n    return torch.cuda.max_memory_allocated()\n",
@@ -432,11 +426,10 @@ class CudaBf16Supported(_TwinCall, Rule):
     """
 
     code = "PT107"
-    calls_only = True
     name = "cuda-bf16-supported"
     safety = Safety.SAFE
     table = _table({"is_bf16_supported": "is_bf16_supported"})
-    targets = frozenset(table)
+    needs = Needs(calls_only=True, targets=frozenset(table))
 
     valid = [
         "def pick(torch):\n    return torch.cuda.is_bf16_supported()\n",
@@ -484,11 +477,10 @@ class CudaEvent(_TwinCall, Rule):
     """
 
     code = "PT108"
-    calls_only = True
     name = "cuda-event"
     safety = Safety.SAFE
     table = _table({"Event": "Event"}, "streams")
-    targets = frozenset(table)
+    needs = Needs(calls_only=True, targets=frozenset(table))
     unsupported = frozenset({"external"})
     max_positional = 3
 
@@ -541,7 +533,6 @@ class CudaNvtx(_TwinCall, Rule):
     """
 
     code = "PT109"
-    calls_only = True
     name = "cuda-nvtx"
     safety = Safety.SAFE
     table = {
@@ -549,7 +540,7 @@ class CudaNvtx(_TwinCall, Rule):
         "torch.cuda.nvtx.range_pop": "nvtx_range_pop",
         "torch.cuda.nvtx.range": "nvtx_range",
     }
-    targets = frozenset(table)
+    needs = Needs(calls_only=True, targets=frozenset(table))
 
     valid = [
         "def step(torch):\n    torch.cuda.nvtx.range_push('fwd')\n",
@@ -605,12 +596,14 @@ class CudaStream(Rule):
     """
 
     code = "PT110"
-    calls_only = True
     name = "cuda-stream"
     safety = Safety.REVIEW
-    targets = frozenset(_table({name: name for name in (
-        "Stream", "stream", "current_stream", "default_stream", "set_stream",
-        "ExternalStream", "StreamContext")}, "streams"))
+    needs = Needs(
+        calls_only=True,
+        targets=frozenset(_table({name: name for name in (
+            "Stream", "stream", "current_stream", "default_stream", "set_stream",
+            "ExternalStream", "StreamContext")}, "streams")),
+    )
 
     valid = [
         "def overlap(torch):\n    return torch.cuda.Stream()\n",

@@ -10,7 +10,7 @@ from typing import Iterator, Optional, Sequence
 
 import libcst as cst
 
-from porter.rule import Example, Rule, Safety, string_value
+from porter.rule import Example, Needs, Rule, Safety, string_value
 
 from ._common import (argument, argument_pair, block_statements, int_value, is_main_guard,
                       is_runtime_call, replace_arg, small_statements)
@@ -22,6 +22,11 @@ _PIN_INDEX = 7  # pin_memory's position in DataLoader(...)
 
 def _is_true(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Name) and node.value == "True"
+
+
+def _pins_memory(facts) -> bool:
+    # a `pin_memory=` / `pin_memory_device=` keyword, or a {"pin_memory": ...} entry
+    return bool(facts.keywords & {"pin_memory", "pin_memory_device"}) or "pin_memory" in facts.strings
 
 
 class PinMemory(Rule):
@@ -57,12 +62,7 @@ class PinMemory(Rule):
     # `pin_memory=True` is rewritten in any call (`DataLoader`, `torch.empty`,
     # `torch.autograd.graph.save_on_cpu`: each pins only with CUDA), so the word alone
     # lets a file through the pre-filter, whatever the call's name.
-    words = frozenset({"pin_memory"})
-
-    @classmethod
-    def syntax_filter(cls, facts) -> bool:
-        # a `pin_memory=` / `pin_memory_device=` keyword, or a {"pin_memory": ...} entry
-        return bool(facts.keywords & {"pin_memory", "pin_memory_device"}) or "pin_memory" in facts.strings
+    needs = Needs(words=frozenset({"pin_memory"}), file_filter=_pins_memory)
 
     valid = [
         "def make(DataLoader, ds):\n    return DataLoader(ds, pin_memory=pin)\n",
@@ -162,7 +162,7 @@ class PinTensor(Rule):
     code = "PT402"
     name = "pin-tensor"
     safety = Safety.SAFE
-    methods = frozenset({"pin_memory"})
+    needs = Needs(methods=frozenset({"pin_memory"}))
 
     valid = [
         "import mylib\nmylib.pin_memory()\n",
@@ -301,6 +301,14 @@ _GUARD_NOTE = ("; move the training code into `def main():` and call it under th
                "(or use num_workers=0 off CUDA)")
 
 
+def _loader_or_called(unit, file) -> bool:
+    # A use of a DataLoader; and, since `_called` follows calls by name from
+    # module-level code into the module's functions, every function some code calls
+    # by its name.
+    return unit.facts.uses_any(DATALOADER) or (
+        not isinstance(unit.node, ast.ClassDef) and unit.node.name in file.called_chains)
+
+
 class DataLoaderMainGuard(Rule):
     """A DataLoader with workers that starts at import time (no `__main__` guard) is reported.
 
@@ -331,14 +339,7 @@ class DataLoaderMainGuard(Rule):
     code = "PT403"
     name = "dataloader-main-guard"
     safety = Safety.REVIEW
-    targets = DATALOADER
-
-    @classmethod
-    def unit_filter(cls, unit, file) -> bool:
-        # `_called` follows calls by name from module-level code into the module's
-        # functions: keep every function some code calls by its name.
-        return super().unit_filter(unit, file) or (
-            not isinstance(unit.node, ast.ClassDef) and unit.node.name in file.called_chains)
+    needs = Needs(targets=DATALOADER, unit_filter=_loader_or_called)
 
     valid = [
         "from torch.utils.data import DataLoader\n\ndef main():\n    loader = DataLoader(ds, num_workers=4)\n"
@@ -503,7 +504,7 @@ class DataLoaderUnpicklableFn(Rule):
     code = "PT404"
     name = "dataloader-unpicklable-fn"
     safety = Safety.REVIEW
-    targets = DATALOADER
+    needs = Needs(targets=DATALOADER)
 
     valid = [
         "from torch.utils.data import DataLoader\n\ndef collate(b):\n    return b\n\n"

@@ -7,7 +7,7 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rule import CUDA_SPEC, Example, Rule, Safety, cuda_spec, positional, string_value
+from porter.rule import CUDA_SPEC, Example, Needs, Rule, Safety, cuda_spec, positional, string_value
 
 
 def _index_args(index: Optional[int]) -> list[cst.BaseExpression]:
@@ -34,12 +34,14 @@ class TorchDeviceCuda(Rule):
     """
 
     code = "PT002"
-    calls_only = True
     name = "torch-device-cuda"
     safety = Safety.SAFE
-    targets = frozenset({"torch.device"})
-    words = frozenset({"cuda"})
-    strings = CUDA_SPEC
+    needs = Needs(
+        calls_only=True,
+        targets=frozenset({"torch.device"}),
+        words=frozenset({"cuda"}),
+        strings=CUDA_SPEC,
+    )
 
     valid = [
         "import torch\ndev = torch.device('cpu')\n",
@@ -124,10 +126,9 @@ class TorchDeviceDynamic(Rule):
     """
 
     code = "PT006"
-    calls_only = True
     name = "torch-device-dynamic"
     safety = Safety.SAFE
-    targets = frozenset({"torch.device"})
+    needs = Needs(calls_only=True, targets=frozenset({"torch.device"}))
 
     valid = [
         "import torch\ndev = torch.device('cpu')\n",
@@ -174,6 +175,11 @@ def _formats_a_string(node: cst.BaseExpression) -> bool:
             and isinstance(node.func.value, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)))
 
 
+def _cuda_device_keyword(facts) -> bool:
+    # a `device="cuda"` keyword somewhere
+    return any(CUDA_SPEC.match(v) for v in facts.passed_strings(keyword="device"))
+
+
 class TorchDeviceKeyword(Rule):
     """`device="cuda"` in a torch call becomes `device=porter_runtime.device()`.
 
@@ -194,17 +200,10 @@ class TorchDeviceKeyword(Rule):
     """
 
     code = "PT004"
-    calls_only = True
     name = "device-keyword-cuda"
     safety = Safety.SAFE
-    targets = frozenset({"torch"})
-    words = frozenset({"cuda"})
-    strings = CUDA_SPEC
-
-    @classmethod
-    def syntax_filter(cls, facts) -> bool:
-        # a `device="cuda"` keyword somewhere
-        return any(CUDA_SPEC.match(v) for v in facts.keyword_strings.get("device", ()))
+    needs = Needs(calls_only=True, targets=frozenset({"torch"}), words=frozenset({"cuda"}), strings=CUDA_SPEC,
+                  file_filter=_cuda_device_keyword)
 
     valid = [
         "import torch\nx = torch.zeros(2, device='cpu')\n",
@@ -233,6 +232,11 @@ class TorchDeviceKeyword(Rule):
         return _replace_device_keyword(self, original, updated, as_string=False)
 
 
+def _moves_to_cuda(facts) -> bool:
+    # `.to("cuda")`, or `device="cuda"` passed by keyword
+    return any(CUDA_SPEC.match(v) for v in facts.passed_strings("to", 0) | facts.passed_strings(keyword="device"))
+
+
 class MethodDeviceCuda(Rule):
     """`.to("cuda")` and `device="cuda"` in tensor methods use the runtime's device.
 
@@ -255,16 +259,12 @@ class MethodDeviceCuda(Rule):
     code = "PT003"
     name = "method-device-cuda"
     safety = Safety.SAFE
-    methods = frozenset({"to", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"})
-    words = frozenset({"cuda"})
-    strings = CUDA_SPEC
-
-    @classmethod
-    def syntax_filter(cls, facts) -> bool:
-        # `.to("cuda")`, or `device="cuda"` passed by keyword
-        firsts = facts.first_args.get("to", ())
-        return (any(k.startswith("str:") and CUDA_SPEC.match(k[4:]) for k in firsts)
-                or any(CUDA_SPEC.match(v) for v in facts.keyword_strings.get("device", ())))
+    needs = Needs(
+        methods=frozenset({"to", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"}),
+        words=frozenset({"cuda"}),
+        strings=CUDA_SPEC,
+        file_filter=_moves_to_cuda,
+    )
 
     valid = [
         "x = x.to('cpu')\n",
@@ -294,7 +294,7 @@ class MethodDeviceCuda(Rule):
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         func = original.func
-        if not isinstance(func, cst.Attribute) or func.attr.value not in self.methods:
+        if not isinstance(func, cst.Attribute) or func.attr.value not in self.needs.methods:
             return updated
         if self.qualname(func.value) is not None:
             return updated  # a function of an imported module, not a tensor method
@@ -368,8 +368,7 @@ class DeviceOptionDefault(Rule):
     name = "device-option-default"
     safety = Safety.SAFE
     # Not "device": a setting is matched case-insensitively (DEVICE, default_device).
-    words = frozenset({"cuda"})
-    strings = CUDA_SPEC
+    needs = Needs(words=frozenset({"cuda"}), strings=CUDA_SPEC)
 
     valid = [
         "parser.add_argument('--device', default='cpu')\n",
@@ -418,7 +417,7 @@ class DeviceOptionDefault(Rule):
         name = self.qualname(func)
         if name is not None and (name == "torch" or name.startswith("torch.")):
             return updated  # PT004
-        if isinstance(func, cst.Attribute) and func.attr.value in MethodDeviceCuda.methods:
+        if isinstance(func, cst.Attribute) and func.attr.value in MethodDeviceCuda.needs.methods:
             return updated  # PT003
         return _replace_device_keyword(self, original, updated, as_string=True)
 

@@ -6,7 +6,7 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rule import Example, Rule, Safety, clean_args, string_value
+from porter.rule import Example, Needs, Rule, Safety, clean_args, string_value
 
 from . import _dist_guard
 from ._common import EQ, argument, argument_pair, is_none, is_runtime_call, replace_arg
@@ -45,11 +45,13 @@ class NcclInitProcessGroup(Rule):
     """
 
     code = "PT301"
-    calls_only = True
     name = "nccl-init-process-group"
     safety = Safety.SAFE
-    targets = frozenset({"torch.distributed.init_process_group",
-                         "torch.distributed.distributed_c10d.init_process_group"})
+    needs = Needs(
+        calls_only=True,
+        targets=frozenset({"torch.distributed.init_process_group",
+                           "torch.distributed.distributed_c10d.init_process_group"}),
+    )
 
     valid = [
         "def setup(dist):\n    dist.init_process_group('nccl')\n",
@@ -154,8 +156,10 @@ class DdpDeviceIds(Rule):
     code = "PT302"
     name = "ddp-device-ids"
     safety = Safety.SAFE
-    targets = _DDP
-    whole_file = True  # `wrapper = DDP` may be bound outside the function that calls it
+    needs = Needs(
+        targets=_DDP,
+        whole_file=True,  # `wrapper = DDP` may be bound outside the function that calls it
+    )
 
     valid = [
         "def wrap(DDP, model, rank):\n    return DDP(model, device_ids=[rank])\n",
@@ -278,10 +282,12 @@ class BarrierDeviceIds(Rule):
     """
 
     code = "PT303"
-    calls_only = True
     name = "barrier-device-ids"
     safety = Safety.SAFE
-    targets = frozenset({"torch.distributed.barrier", "torch.distributed.distributed_c10d.barrier"})
+    needs = Needs(
+        calls_only=True,
+        targets=frozenset({"torch.distributed.barrier", "torch.distributed.distributed_c10d.barrier"}),
+    )
 
     valid = [
         "def sync(dist, rank):\n    dist.barrier(device_ids=[rank])\n",
@@ -317,6 +323,10 @@ class BarrierDeviceIds(Rule):
                             "on CUDA and None elsewhere")
 
 
+def _inits_process_group(facts) -> bool:
+    return facts.uses_any(_dist_guard.INIT, calls_only=True)
+
+
 class CudaGuardSkipsDistributed(Rule):
     """`if not torch.cuda.is_available(): return` before distributed setup also lets a launched CPU run in.
 
@@ -346,11 +356,7 @@ class CudaGuardSkipsDistributed(Rule):
     code = "PT304"
     name = "cuda-guard-skips-distributed"
     safety = Safety.SAFE
-    targets = frozenset({_dist_guard.IS_AVAILABLE})
-
-    @classmethod
-    def syntax_filter(cls, facts) -> bool:
-        return bool(facts.called & _dist_guard.INIT)
+    needs = Needs(targets=frozenset({_dist_guard.IS_AVAILABLE}), file_filter=_inits_process_group)
 
     valid = [
         "import torch\n\ndef setup():\n    if not torch.cuda.is_available():\n        return\n    print('cuda')\n",
@@ -459,10 +465,9 @@ class FsdpDevice(Rule):
     """
 
     code = "PT305"
-    calls_only = True
     name = "fsdp-device"
     safety = Safety.SAFE
-    targets = _FSDP
+    needs = Needs(calls_only=True, targets=_FSDP)
 
     valid = [
         "def wrap(FSDP, model):\n    return FSDP(model, device_id=0)\n",

@@ -7,7 +7,7 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rule import CUDA_SPEC, RUNTIME, Example, Rule, Safety, cuda_spec, keyword, positional
+from porter.rule import CUDA_SPEC, RUNTIME, Example, Needs, Rule, Safety, cuda_spec, keyword, positional
 
 #: Dtypes that ``porter_runtime.supported_dtype`` may replace on MPS.
 HAZARD_DTYPES = frozenset({
@@ -60,6 +60,12 @@ def _dtype_arg(rule: Rule, call: cst.Call, method: bool) -> Optional[cst.Arg]:
     return None
 
 
+def _sees_a_move(facts) -> bool:
+    # a move it can see: a CUDA literal, `porter_runtime.device(...)` or `.cuda()`
+    return (any(CUDA_SPEC.match(s) for s in facts.strings) or "porter_runtime" in facts.names
+            or "cuda" in facts.called_methods)
+
+
 class DeviceDtype(Rule):
     """A float64 / complex128 / bfloat16 dtype sent to the device goes through `porter_runtime.supported_dtype`.
 
@@ -92,13 +98,7 @@ class DeviceDtype(Rule):
     code = "PT604"
     name = "device-dtype"
     safety = Safety.SAFE
-    targets = HAZARD_DTYPES
-
-    @classmethod
-    def syntax_filter(cls, facts) -> bool:
-        # a move it can see: a CUDA literal, `porter_runtime.device(...)` or `.cuda()`
-        return (any(CUDA_SPEC.match(s) for s in facts.strings) or "porter_runtime" in facts.names
-                or "cuda" in facts.called_methods)
+    needs = Needs(targets=HAZARD_DTYPES, file_filter=_sees_a_move)
 
     valid = [
         "import torch\nx = torch.zeros(3, dtype=torch.float64)\n",
@@ -193,7 +193,7 @@ class FromNumpyToDevice(Rule):
     code = "PT605"
     name = "from-numpy-to-device"
     safety = Safety.REVIEW
-    targets = frozenset({"torch.from_numpy"})
+    needs = Needs(targets=frozenset({"torch.from_numpy"}))
 
     valid = [
         "import torch\nx = torch.from_numpy(a).float().cuda()\n",
@@ -267,7 +267,7 @@ class DoubleOnDevice(Rule):
     code = "PT606"
     name = "double-on-device"
     safety = Safety.SAFE
-    methods = frozenset({"double"})
+    needs = Needs(methods=frozenset({"double"}))
 
     valid = [
         "y = x.double()\n",

@@ -6,7 +6,7 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rule import Example, Rule, Safety, keyword
+from porter.rule import Example, Needs, Rule, Safety, keyword
 from porter.rules._thirdparty_common import (
     UseFinder, arguments_fit, chain_alternatives, drop_dead_chains, example_code, flags_set_false, literal_is,
     module_chains, under, without_stops,
@@ -99,11 +99,13 @@ class FlashAttnFunc(Rule):
     """
 
     code = "TP101"
-    calls_only = False  # an import chain is reported even where its names are only values
-    whole_file = True  # an import chain is removed once no use is left in the file
     name = "flash-attn-func"
     safety = Safety.SAFE
-    targets = frozenset({*_TARGETS, _FA3})
+    needs = Needs(
+        calls_only=False,  # an import chain is reported even where its names are only values
+        whole_file=True,  # an import chain is removed once no use is left in the file
+        targets=frozenset({*_TARGETS, _FA3}),
+    )
 
     valid = [
         # shadowed: a parameter named like the function
@@ -481,7 +483,7 @@ class FlashAttnUnsupported(UseFinder, Rule):
     code = "TP102"
     name = "flash-attn-unsupported"
     safety = Safety.REVIEW
-    targets = frozenset({"flash_attn", "flash_attn_interface"})
+    needs = Needs(targets=frozenset({"flash_attn", "flash_attn_interface"}))
     prefixes = ("flash_attn", "flash_attn_interface")
 
     valid = [

@@ -8,7 +8,7 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rule import Example, Rule, Safety, cuda_spec, keyword, string_value
+from porter.rule import Example, Needs, Rule, Safety, cuda_spec, keyword, string_value
 from porter.rules._thirdparty_common import example_code
 
 #: The loaders whose keywords these rules read (``AutoModelForCausalLM.from_pretrained``).
@@ -58,7 +58,7 @@ class HfFlashAttention(Rule):
     code = "TP701"
     name = "hf-flash-attention"
     safety = Safety.SAFE
-    methods = _LOADERS
+    needs = Needs(methods=_LOADERS)
 
     valid = [
         "model = AutoModel.from_pretrained(name, attn_implementation='sdpa')\n",
@@ -168,7 +168,7 @@ class HfDeviceMap(Rule):
     code = "TP702"
     name = "hf-device-map"
     safety = Safety.SAFE
-    methods = frozenset({"from_pretrained"})
+    needs = Needs(methods=frozenset({"from_pretrained"}))
 
     valid = [
         "model = AutoModel.from_pretrained(name, device_map='auto')\n",
@@ -249,8 +249,7 @@ class HfQuantization(Rule):
     code = "TP703"
     name = "hf-quantization"
     safety = Safety.REVIEW
-    methods = _LOADERS
-    targets = frozenset({"transformers.BitsAndBytesConfig"})
+    needs = Needs(methods=_LOADERS, targets=frozenset({"transformers.BitsAndBytesConfig"}))
 
     valid = [
         "model = AutoModel.from_pretrained(name, load_in_8bit=False)\n",
@@ -302,8 +301,7 @@ class HfTf32(Rule):
     code = "TP704"
     name = "hf-tf32"
     safety = Safety.SAFE
-    targets = _TRAINING_ARGS
-    calls_only = True
+    needs = Needs(targets=_TRAINING_ARGS, calls_only=True)
 
     valid = [
         "from transformers import TrainingArguments\nargs = TrainingArguments('out', tf32=False)\n",
@@ -361,8 +359,7 @@ class HfTrainerCudaOptions(Rule):
     code = "TP705"
     name = "hf-trainer-cuda-options"
     safety = Safety.REVIEW
-    targets = _TRAINING_ARGS
-    calls_only = True
+    needs = Needs(targets=_TRAINING_ARGS, calls_only=True)
 
     valid = [
         "from transformers import TrainingArguments\na = TrainingArguments('o', optim='adamw_torch')\n",

@@ -1,42 +1,119 @@
 """Devices as research code writes them: integer GPU indices (`.to(local_rank)`,
 `torch.device(0)`) and device strings built at run time (`f"cuda:{rank}"`,
-`"cuda:{}".format(gpu)`, `"cuda:%d" % i`, `"cuda:" + str(i)`)."""
+`"cuda:{}".format(gpu)`, `"cuda:%d" % i`, `"cuda:" + str(i)`).
+
+PT901 is written once. What it knows (index-like names, the calls whose result is an
+index, the calls that use an argument as an index) lives in the tables at the top of
+its section: the LibCST visitor `_DeviceIndexUses` decides from them, and the
+pre-filter's byte patterns (`_BYTE_PATTERNS`) and its filters over the `ast` facts
+(`_file_may_match`, `_unit_may_match`) are derived from the same tables. The
+filters may let through more than the rule changes, never less."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Optional
 
 import libcst as cst
 
 from porter.matching import dotted_name
-from porter.rule import BYTES_GAP, Example, Rule, Safety, string_value
+from porter.rule import BYTES_GAP, Example, Needs, Rule, Safety, string_value
 
 from ._common import argument, argument_pair, int_value, is_runtime_call, replace_arg
 
+# -- integer devices (PT901): what the rule knows, said once ----------------------
+
 #: Names that hold a GPU index in research code (`rank`, `local_rank`, `args.gpu`, `gpu_id`).
-_INDEX_NAME = re.compile(r"^(local_?)?rank$|^gpu(_?(id|idx|index|num))?$|^device_?(id|idx|index)$|^cuda_?(id|idx)$")
-
-
-_INDEX_VALUE = (rb"(?:\(" + BYTES_GAP + rb")*(?:[0-9]|"
-                rb"(?:[A-Za-z_][A-Za-z0-9_]*" + BYTES_GAP + rb"\." + BYTES_GAP + rb")*"
-                rb"(?:(?:local_?)?rank|gpu(?:_?(?:id|idx|index|num))?|device_?(?:id|idx|index)|cuda_?(?:id|idx))\b)")
-#: Any of these (each starts with a literal, so the regex engine scans for it fast).
-_BYTE_PATTERN = (
-    re.compile(rb"to(?<=\bto)" + BYTES_GAP + rb"\(" + BYTES_GAP + _INDEX_VALUE),
-    re.compile(rb"device(?<=\bdevice)" + BYTES_GAP + rb"=" + BYTES_GAP + _INDEX_VALUE),
-    re.compile(rb"cuda"),
-    re.compile(rb"set_device"),
-    re.compile(rb"device(?<=\bdevice)" + BYTES_GAP + rb"\(" + BYTES_GAP + rb"(?:[(\-]" + BYTES_GAP + rb")*[0-9]"),
-    re.compile(rb"device(?<=\bdevice)\s+as\b"),
-    re.compile(rb"current_device|device_count|LOCAL_RANK"),
-)
+_INDEX_WORDS = r"(?:local_?)?rank|gpu(?:_?(?:id|idx|index|num))?|device_?(?:id|idx|index)|cuda_?(?:id|idx)"
+_INDEX_NAME = re.compile(rf"^(?:{_INDEX_WORDS})$")
 
 #: Calls whose result is a CUDA index: the current device, and (as `rank % n`) the count.
 _CURRENT = frozenset({"torch.cuda.current_device", "porter_runtime.current_device"})
 _COUNT = frozenset({"torch.cuda.device_count", "porter_runtime.device_count"})
-_LOCAL_RANK = re.compile(r"LOCAL_RANK")
 _SOURCES = _CURRENT | _COUNT
+#: The launcher's variable: `int(os.environ["LOCAL_RANK"])` is a CUDA index.
+_LOCAL_RANK = re.compile(r"LOCAL_RANK")
+
+
+@dataclass(frozen=True)
+class _IndexUse:
+    """A call that uses an argument as a CUDA index: the one at ``position`` or passed
+    as ``keyword=``, when the call's first argument is the string ``first`` (if set)."""
+
+    call: str
+    keyword: str
+    position: int
+    first: Optional[str] = None
+
+    @property
+    def needle(self) -> str:
+        """A word the source must spell where this call is: the rarer one."""
+        return self.first or self.call
+
+
+#: `.cuda(x)`, `set_device(x)`, `torch.device("cuda", x)`: evidence that `x` is a device.
+_INDEX_USES = {use.call: use for use in (
+    _IndexUse("cuda", "device", 0), _IndexUse("set_device", "index", 0), _IndexUse("device", "index", 1, "cuda"))}
+
+
+def _alternatives(words) -> bytes:
+    return b"|".join(re.escape(word).encode() for word in sorted(set(words)))
+
+
+_INDEX_VALUE = (rb"(?:\(" + BYTES_GAP + rb")*(?:[0-9]|"
+                rb"(?:[A-Za-z_][A-Za-z0-9_]*" + BYTES_GAP + rb"\." + BYTES_GAP + rb")*"
+                rb"(?:" + _INDEX_WORDS.encode() + rb")\b)")
+#: Any of these (each starts with a literal, so the regex engine scans for it fast).
+_BYTE_PATTERNS = (
+    # `.to(` / `device=` with an integer or an index-like name
+    re.compile(rb"to(?<=\bto)" + BYTES_GAP + rb"\(" + BYTES_GAP + _INDEX_VALUE),
+    re.compile(rb"device(?<=\bdevice)" + BYTES_GAP + rb"=" + BYTES_GAP + _INDEX_VALUE),
+    # `device(<integer>` and an alias of it
+    re.compile(rb"device(?<=\bdevice)" + BYTES_GAP + rb"\(" + BYTES_GAP + rb"(?:[(\-]" + BYTES_GAP + rb")*[0-9]"),
+    re.compile(rb"device(?<=\bdevice)\s+as\b"),
+    # evidence for any other name, and the calls whose result is an index
+    re.compile(_alternatives(use.needle for use in _INDEX_USES.values())),
+    re.compile(_alternatives(name.rsplit(".", 1)[-1] for name in _SOURCES) + b"|" + _LOCAL_RANK.pattern.encode()),
+)
+
+
+def _index_names(facts) -> set[str]:
+    """What the pre-filter's facts show passed where `_INDEX_USES` reads an index (by
+    last name; a call's arguments are not tied together, so `first` goes unchecked:
+    that only lets more through)."""
+    return set().union(*(facts.passed_names(u.call, u.position, u.keyword) for u in _INDEX_USES.values()))
+
+
+def _has_sources(facts) -> bool:
+    """What `index_source` may find: a call of its functions, a LOCAL_RANK string."""
+    return facts.uses_any(_SOURCES, calls_only=True) or any(_LOCAL_RANK.search(s) for s in facts.strings)
+
+
+def _moves_to_index(facts, file) -> bool:
+    """`.to(i)` with an integer, an index-like name, or a name ``file`` uses as an index."""
+    if facts.passes_int("to", 0, "device"):
+        return True
+    names = facts.passed_names("to", 0, "device")
+    return any(_INDEX_NAME.match(name) for name in names) or bool(names & _index_names(file))
+
+
+def _file_may_match(facts) -> bool:
+    # `torch.device(<integer>)`; `.to(i)` as above; `device=` of a torch call; an
+    # index from `current_device()`, `% device_count()` or LOCAL_RANK.
+    if facts.uses_any({"torch.device"}, calls_only=True) and facts.passes_int(position=0, keyword="device"):
+        return True
+    return _moves_to_index(facts, facts) or "device" in facts.keywords or _has_sources(facts)
+
+
+def _unit_may_match(unit, file) -> bool:
+    facts = unit.facts
+    # A unit that names a CUDA index holds evidence `_indices` must see.
+    if _index_names(facts) or _has_sources(facts) or "device" in facts.keywords:
+        return True
+    if _has_sources(file) and facts.calls("to"):
+        return True  # `.to(name)`, the name assigned an index in another unit
+    return facts.uses_any({"torch.device"}, calls_only=True) or _moves_to_index(facts, file)
 
 
 def index_source(rule: Rule, node: cst.BaseExpression) -> bool:
@@ -75,12 +152,12 @@ class _DeviceIndexUses(cst.CSTVisitor):
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
         method = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
-        index = {"cuda": 0, "set_device": 0, "device": 1}.get(method)
-        if index is None:
+        use = _INDEX_USES.get(method)
+        if use is None:
             return
-        arg = argument(node, "device" if method == "cuda" else "index", index)
-        if method == "device" and (not node.args or string_value(node.args[0].value) != "cuda"):
+        if use.first is not None and (not node.args or string_value(node.args[0].value) != use.first):
             return
+        arg = argument(node, use.keyword, use.position)
         name = dotted_name(arg.value) if arg is not None else None
         if name is not None:
             self.found.add(name)
@@ -120,41 +197,14 @@ class IntegerDeviceTo(Rule):
     code = "PT901"
     name = "integer-device"
     safety = Safety.SAFE
-    methods = frozenset({"to"})
-    targets = frozenset({"torch.device", "torch"})  # "torch": `device=i` of any torch callable
-    calls_only = True
-    # `.to(` / `device=` with an integer or an index-named value; evidence (`.cuda(x)`,
-    # `set_device(x)`, `device("cuda", x)`) for any other name; `device(<integer>`.
-    byte_pattern = _BYTE_PATTERN
-
-    @classmethod
-    def syntax_filter(cls, facts) -> bool:
-        # `torch.device(<integer>)`, or `.to(i)` with an integer, an index-named value or
-        # one the file itself uses as a CUDA index.
-        if "torch.device" in facts.called and any("int" in kinds for kinds in facts.first_args.values()):
-            return True
-        # `device=` of a torch call, or an index from `current_device()` / `% device_count()`
-        return (cls._moves_to_index(facts, facts) or "device" in facts.keywords or cls._has_sources(facts))
-
-    @classmethod
-    def unit_filter(cls, unit, file) -> bool:
-        # A unit that names a CUDA index holds evidence `_indices` must see.
-        facts = unit.facts
-        if facts.device_indices or cls._has_sources(facts) or "device" in facts.keywords:
-            return True
-        if cls._has_sources(file) and "to" in facts.first_args:
-            return True  # `.to(name)`, the name assigned an index in another unit
-        return "torch.device" in facts.called or cls._moves_to_index(facts, file)
-
-    @staticmethod
-    def _has_sources(facts) -> bool:
-        """What `index_source` may find: a call of its functions, a LOCAL_RANK string."""
-        return bool(facts.called & _SOURCES) or any(_LOCAL_RANK.search(s) for s in facts.strings)
-
-    @staticmethod
-    def _moves_to_index(facts, file) -> bool:
-        return any(kind == "int" or _INDEX_NAME.match(kind) or kind in file.device_indices
-                   for kind in facts.first_args.get("to", ()))
+    needs = Needs(
+        methods=frozenset({"to"}),
+        targets=frozenset({"torch.device", "torch"}),  # "torch": `device=i` of any torch callable
+        calls_only=True,
+        byte_patterns=_BYTE_PATTERNS,
+        file_filter=_file_may_match,
+        unit_filter=_unit_may_match,
+    )
 
     valid = [
         "x = x.to(dtype)\ny = y.to(other)\n",
@@ -270,6 +320,14 @@ _FORMAT = re.compile(r"^cuda:\{\w*(:d)?\}$")
 _PERCENT = re.compile(r"^cuda:%[dis]$")
 _LOADERS = frozenset({"torch.load", "torch.serialization.load", "torch.jit.load"})
 _DEVICE_CALLS = frozenset({"torch.device", "torch.set_default_device"})
+_CUDA_PREFIX = re.compile(r"^cuda:")
+
+
+def _formats_in_unit(unit, file) -> bool:
+    # A formatted string in the unit, or a checkpoint load whose `map_location=loc`
+    # may name one assigned elsewhere (`_FormattedNames` sees every kept unit).
+    facts = unit.facts
+    return any(_CUDA_PREFIX.search(s) for s in facts.strings) or facts.uses_any(_LOADERS, calls_only=True)
 
 
 def is_formatted_cuda(node: cst.BaseExpression) -> bool:
@@ -337,14 +395,7 @@ class FormattedCudaDevice(Rule):
     code = "PT902"
     name = "formatted-cuda-device"
     safety = Safety.SAFE
-    words = frozenset({"cuda"})
-    strings = re.compile(r"^cuda:")
-
-    @classmethod
-    def unit_filter(cls, unit, file) -> bool:
-        # A formatted string in the unit, or a checkpoint load whose `map_location=loc`
-        # may name one assigned elsewhere (`_FormattedNames` sees every kept unit).
-        return any(cls.strings.search(s) for s in unit.facts.strings) or bool(_LOADERS & unit.facts.called)
+    needs = Needs(words=frozenset({"cuda"}), strings=_CUDA_PREFIX, unit_filter=_formats_in_unit)
 
     valid = [
         "print(f'cuda:{rank}')\n",

@@ -9,7 +9,7 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rule import Example, Rule, Safety, string_value
+from porter.rule import Example, Needs, Rule, Safety, string_value
 
 
 def _is_device_type(node: cst.BaseExpression) -> bool:
@@ -81,6 +81,10 @@ def _non_cpu_side(node: cst.CSTNode, test: cst.Comparison) -> Optional[cst.CSTNo
     return node.orelse.body if isinstance(node.orelse, cst.Else) else None
 
 
+def _compares_with_cpu(facts) -> bool:
+    return "cpu" in facts.device_type_compares  # `<x>.device.type == / != "cpu"`
+
+
 class DeviceTypeBranch(Rule):
     """`if x.device.type == "cpu":` fallbacks test `!= "cuda"` (unsafe fix).
 
@@ -110,12 +114,11 @@ class DeviceTypeBranch(Rule):
     code = "PT906"
     name = "device-type-branch"
     safety = Safety.UNSAFE
-    words = frozenset({"device", "type", "cpu"})  # compared with "cpu"
-    strings = re.compile(r"^cpu$")
-
-    @classmethod
-    def syntax_filter(cls, facts) -> bool:
-        return "cpu" in facts.device_type_compares  # `<x>.device.type == / != "cpu"`
+    needs = Needs(
+        words=frozenset({"device", "type", "cpu"}),  # compared with "cpu"
+        strings=re.compile(r"^cpu$"),
+        file_filter=_compares_with_cpu,
+    )
 
     valid = [
         "if x.device.type == 'cuda':\n    y = kernel(x)\n",

@@ -10,7 +10,7 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rule import Example, Rule, Safety, string_value
+from porter.rule import Example, Needs, Rule, Safety, string_value
 
 from ._common import is_runtime_call
 
@@ -176,8 +176,10 @@ class WrappedCheckpoint(Rule):
     code = "PT905"
     name = "wrapped-checkpoint"
     safety = Safety.SAFE
-    methods = frozenset({"load_state_dict"})
-    whole_file = True  # the evidence (wrappers, saves) lies anywhere in the module
+    needs = Needs(
+        methods=frozenset({"load_state_dict"}),
+        whole_file=True,  # the evidence (wrappers, saves) lies anywhere in the module
+    )
 
     valid = [
         dedent("""\

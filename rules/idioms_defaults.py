@@ -8,7 +8,7 @@ from typing import Union
 
 import libcst as cst
 
-from porter.rule import Example, Rule, Safety, cuda_spec, string_value
+from porter.rule import Example, Needs, Rule, Safety, cuda_spec, string_value
 
 from ._common import argument_pair, replace_arg
 from .availability import IS_AVAILABLE, requirement
@@ -45,7 +45,7 @@ class CudaRequirement(Rule):
     code = "PT903"
     name = "cuda-requirement"
     safety = Safety.SAFE
-    targets = frozenset({IS_AVAILABLE})
+    needs = Needs(targets=frozenset({IS_AVAILABLE}))
 
     valid = [
         "def f(torch):\n    assert torch.cuda.is_available()\n",
@@ -134,7 +134,7 @@ class DefaultDevice(Rule):
     code = "PT904"
     name = "default-device"
     safety = Safety.SAFE
-    targets = frozenset({"torch.set_default_device", "torch.set_default_tensor_type"})
+    needs = Needs(targets=frozenset({"torch.set_default_device", "torch.set_default_tensor_type"}))
 
     valid = [
         "import torch\ntorch.set_default_device('cpu')\n",

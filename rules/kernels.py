@@ -8,7 +8,7 @@ import libcst as cst
 
 from porter.cuda_packages import COMPILED, IMPORT_ROOTS, advice_for
 from porter.matching import dotted_name
-from porter.rule import Example, Rule, Safety, keyword, positional, string_value
+from porter.rule import Example, Needs, Rule, Safety, keyword, positional, string_value
 from porter.rules._thirdparty_common import GuardTracker, example_code, under, uses
 
 _TRITON_DECORATORS = frozenset({"triton.jit", "triton.autotune", "triton.heuristics"})
@@ -64,10 +64,12 @@ class TritonKernel(Rule):
     """
 
     code = "TP601"
-    whole_file = True  # launch sites anywhere in the module, by line
     name = "triton-kernel"
     safety = Safety.REVIEW
-    targets = _TRITON_DECORATORS
+    needs = Needs(
+        whole_file=True,  # launch sites anywhere in the module, by line
+        targets=_TRITON_DECORATORS,
+    )
 
     valid = [
         "def jit(fn):\n    return fn\n\n@jit\ndef add_kernel(x):\n    return x\n",
@@ -299,11 +301,13 @@ class CudaExtension(Rule):
     """
 
     code = "TP602"
-    whole_file = True  # which builds TP604 makes optional depends on the whole module
     name = "cuda-extension"
     safety = Safety.REVIEW
-    targets = frozenset({"torch.utils.cpp_extension.load", "torch.utils.cpp_extension.load_inline",
-                         "torch.utils.cpp_extension.CUDAExtension"})
+    needs = Needs(
+        whole_file=True,  # which builds TP604 makes optional depends on the whole module
+        targets=frozenset({"torch.utils.cpp_extension.load", "torch.utils.cpp_extension.load_inline",
+                           "torch.utils.cpp_extension.CUDAExtension"}),
+    )
 
     valid = [
         "from torch.utils.cpp_extension import load\nops = load(name='ops', sources=['ops.cpp'])\n",
@@ -442,10 +446,12 @@ class CudaOnlyPackage(GuardTracker, Rule):
     """
 
     code = "TP603"
-    whole_file = True  # an extension whose uses all sit in CUDA branches is TP604's
     name = "cuda-only-package"
     safety = Safety.REVIEW
-    targets = frozenset({*_PACKAGES, *IMPORT_ROOTS})
+    needs = Needs(
+        whole_file=True,  # an extension whose uses all sit in CUDA branches is TP604's
+        targets=frozenset({*_PACKAGES, *IMPORT_ROOTS}),
+    )
     chain_roots = frozenset({*_PACKAGES, *IMPORT_ROOTS})
 
     valid = [
@@ -572,8 +578,10 @@ class CudaExtensionOptional(Rule):
     code = "TP604"
     name = "cuda-extension-optional"
     safety = Safety.SAFE
-    whole_file = True  # every use in the module decides
-    targets = frozenset({*_COMPILED, *_BUILDERS})
+    needs = Needs(
+        whole_file=True,  # every use in the module decides
+        targets=frozenset({*_COMPILED, *_BUILDERS}),
+    )
 
     valid = [
         # used outside a CUDA branch: TP603 reports it
@@ -706,8 +714,7 @@ class NvmlInit(GuardTracker, Rule):
     code = "TP606"
     name = "nvml-init"
     safety = Safety.REVIEW
-    calls_only = True
-    targets = _NVML_INIT
+    needs = Needs(calls_only=True, targets=_NVML_INIT)
 
     valid = [
         "import pynvml\ntry:\n    pynvml.nvmlInit()\nexcept pynvml.NVMLError:\n    pynvml = None\n",

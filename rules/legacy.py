@@ -6,7 +6,7 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rule import Example, Rule, Safety, has_star_args
+from porter.rule import Example, Needs, Rule, Safety, has_star_args
 from porter.rules.checkpoints import with_arg
 
 # torch.cuda.<Type>Tensor -> the dtype it holds (torch/cuda/__init__.py, torch 2.13).
@@ -76,7 +76,7 @@ class LegacyCudaTensor(Rule):
     code = "PT602"
     name = "legacy-cuda-tensor"
     safety = Safety.SAFE
-    targets = frozenset(_LEGACY)
+    needs = Needs(targets=frozenset(_LEGACY))
 
     valid = [
         "import torch\nx = torch.FloatTensor(2, 3)\n",
@@ -215,10 +215,9 @@ class SdpKernel(Rule):
     """
 
     code = "PT603"
-    calls_only = True
     name = "sdp-kernel"
     safety = Safety.SAFE
-    targets = _SDP
+    needs = Needs(calls_only=True, targets=_SDP)
 
     valid = [
         "import torch\ntorch.backends.cuda.enable_flash_sdp(False)\n",

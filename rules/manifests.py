@@ -12,7 +12,7 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from porter.rule import Example, Rule, Safety, TextRule
+from porter.rule import Example, Needs, Rule, Safety, TextRule
 from porter.rules._requirements import (
     PLATFORM_MARKER, TORCH_MINIMUM_TEXT, Site, apply_edits, is_cuda_only, normalise, parse,
     pyproject_sites, requirement_part, requirements_sites, torch_bound, url_requirement, with_platform_marker,
@@ -352,7 +352,7 @@ class SetupCudaOnly(Rule):
     code = "DEP103"
     name = "setup-cuda-only"
     safety = Safety.SAFE
-    targets = frozenset({"setuptools.setup", "distutils.core.setup"})
+    needs = Needs(targets=frozenset({"setuptools.setup", "distutils.core.setup"}))
 
     valid = [
         Example('from setuptools import setup\nsetup(name="x", install_requires=["torch>=2.5"])\n', path="setup.py"),

@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 import libcst as cst
 
-from porter.rule import Example, Rule, Safety
+from porter.rule import Example, Needs, Rule, Safety
 
 
 class MissingOp(NamedTuple):
@@ -114,11 +114,9 @@ class MpsMissingOp(Rule):
     """
 
     code = "PT801"
-    calls_only = True
     name = "mps-missing-op"
     safety = Safety.REVIEW
-    targets = frozenset(_BY_NAME)
-    methods = frozenset(_BY_METHOD)
+    needs = Needs(calls_only=True, targets=frozenset(_BY_NAME), methods=frozenset(_BY_METHOD))
 
     valid = [
         "import torch\nloss = torch.nn.CrossEntropyLoss()\n",

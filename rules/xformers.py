@@ -7,7 +7,7 @@ from typing import Optional
 import libcst as cst
 
 from porter.matching import Ambiguous
-from porter.rule import Example, Rule, Safety
+from porter.rule import Example, Needs, Rule, Safety
 from porter.rules._thirdparty_common import (
     UseFinder, arguments_fit, drop_dead_chains, example_code, flags_set_false, without_stops,
 )
@@ -102,10 +102,12 @@ class XformersAttention(Rule):
     """
 
     code = "TP201"
-    whole_file = True  # chains, flags and every xformers use of the module decide
     name = "xformers-attention"
     safety = Safety.SAFE
-    targets = _ATTENTION
+    needs = Needs(
+        whole_file=True,  # chains, flags and every xformers use of the module decide
+        targets=_ATTENTION,
+    )
 
     valid = [
         "def f(xops, q, k, v):\n    return xops.memory_efficient_attention(q, k, v)\n",
@@ -244,7 +246,7 @@ class XformersBias(Rule):
     code = "TP202"
     name = "xformers-bias"
     safety = Safety.SAFE
-    targets = frozenset(_BIASES)
+    needs = Needs(targets=frozenset(_BIASES))
 
     valid = [
         "def f(xops):\n    return xops.LowerTriangularMask()\n",
@@ -306,7 +308,7 @@ class XformersUnsupported(UseFinder, Rule):
     code = "TP203"
     name = "xformers-unsupported"
     safety = Safety.REVIEW
-    targets = frozenset({"xformers"})
+    needs = Needs(targets=frozenset({"xformers"}))
     prefixes = ("xformers",)
 
     valid = [

@@ -1,10 +1,16 @@
 """The pre-filters (porter/prefilter.py) never skip what a rule changes."""
 
+import ast
+import subprocess
+import sys
+
 import pytest
 
-from porter.prefilter import _call_pattern, byte_candidates, candidate_rules
+from porter.engine import Options, migrate_source
+from porter.prefilter import _call_pattern, byte_candidates, candidate_rules, syntax_facts
 from porter.registry import all_rules
 from porter.rule import Rule
+from porter.rules import idioms
 
 SOURCE_RULES = [r for r in all_rules() if issubclass(r, Rule)]
 INVALID = [(rule, i, ex) for rule in SOURCE_RULES for i, ex in enumerate(rule.invalid)]
@@ -60,4 +66,56 @@ def test_index_evidence_from_a_name_call_reaches_pt901():
     # `set_device(which)` called by its own name still says `which` is a CUDA index.
     code = "from torch.cuda import set_device\nset_device(which)\nx = x.to(which)\n"
     rules, facts = candidate_rules(code.encode(), [BY_CODE["PT901"]])
-    assert rules == [BY_CODE["PT901"]] and "which" in facts.device_indices
+    assert rules == [BY_CODE["PT901"]] and "which" in facts.passed_names("set_device", 0)
+
+
+def test_the_rule_base_never_loads_the_prefilter():
+    # The engine consults the pre-filter with each rule's `needs`; the rule base and
+    # the rules only declare them.
+    code = "import sys, porter.rule, porter.rules.idioms; print('porter.prefilter' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def test_a_retired_class_variable_is_refused():
+    with pytest.raises(TypeError, match="calls_only"):
+        type("Stale", (Rule,), {"code": "PT000", "calls_only": True})
+
+
+def test_targets_are_the_needs_targets():
+    assert all(rule.targets == rule.needs.targets for rule in SOURCE_RULES)
+
+
+def test_call_facts_are_typed():
+    facts = syntax_facts(ast.parse(
+        "x.to(0)\ny.to('cuda:1', non_blocking=True)\nz.to(args.gpu)\nset_device(index=rank)\nf()(device='cpu')\n"))
+    assert facts.passes_int("to", 0) and not facts.passes_int("to", 1)
+    assert facts.passed_strings("to", 0) == {"cuda:1"} and facts.passed_names("to", 0) == {"gpu"}
+    assert facts.passed_names("set_device", 0, "index") == {"rank"} and not facts.passed_names("set_device", 0)
+    assert facts.passed_strings(keyword="device") == {"cpu"}  # any callee, by keyword
+    assert facts.calls("to") and not facts.calls("cuda")
+
+
+def test_no_position_is_recorded_past_a_star():
+    facts = syntax_facts(ast.parse("x.to(*args, 0)\n"))
+    assert not facts.passes_int("to", 0) and not facts.passes_int("to", 1)
+
+
+def _index_uses():
+    """Each CUDA-index evidence call of PT901's table, spelled by position and by keyword."""
+    for use in idioms._INDEX_USES.values():
+        head = [repr(use.first)] if use.first else []
+        by_position = head + ["None"] * (use.position - len(head)) + ["which"]
+        for args in (by_position, head + [f"{use.keyword}=which"]):
+            yield f"obj.{use.call}({', '.join(args)})"
+
+
+@pytest.mark.parametrize("evidence", list(_index_uses()))
+def test_pt901_evidence_table_drives_the_visitor_and_both_filters(evidence):
+    # One table says which calls use a name as a CUDA index: the byte and ast stages
+    # let the file through, the LibCST visitor finds the evidence, in every unit layout.
+    for code in (f"{evidence}\nx = x.to(which)\n", f"def f():\n    {evidence}\n\ndef g(x):\n    return x.to(which)\n"):
+        rule = BY_CODE["PT901"]
+        assert candidate_rules(code.encode(), [rule])[0] == [rule]
+        result = migrate_source(code.encode(), Options(rules=[rule]), path="example.py")
+        assert b"x.to(porter_runtime.device(which))" in result.new, code

@@ -66,7 +66,7 @@ def test_padded_example_is_the_same_with_and_without_segments(rule, kind, index,
 def test_the_padded_examples_do_exercise_segments():
     reduced = total = 0
     for rule, kind, _, example in EXAMPLES:
-        if kind != "invalid" or rule.whole_file:
+        if kind != "invalid" or rule.needs.whole_file:
             continue
         for code in _padded(example.before):
             total += 1
