@@ -6,10 +6,9 @@ from typing import Optional
 
 import libcst as cst
 
+from porter import dist_guard
 from porter.rule import Example, Rule, Safety, clean_args, string_value
-
-from . import _dist_guard
-from ._common import EQ, argument, argument_pair, is_none, is_runtime_call, replace_arg
+from porter.syntax import EQ, argument, argument_pair, is_none, is_runtime_call, replace_arg
 
 _INIT_PARAMS = ("backend", "init_method", "timeout", "world_size", "rank", "store",
                 "group_name", "pg_options", "device_id")
@@ -346,11 +345,11 @@ class CudaGuardSkipsDistributed(Rule):
     code = "PT304"
     name = "cuda-guard-skips-distributed"
     safety = Safety.SAFE
-    targets = frozenset({_dist_guard.IS_AVAILABLE})
+    targets = frozenset({dist_guard.IS_AVAILABLE})
 
     @classmethod
     def syntax_filter(cls, facts) -> bool:
-        return bool(facts.called & _dist_guard.INIT)
+        return bool(facts.called & dist_guard.INIT)
 
     valid = [
         "import torch\n\ndef setup():\n    if not torch.cuda.is_available():\n        return\n    print('cuda')\n",
@@ -394,7 +393,7 @@ class CudaGuardSkipsDistributed(Rule):
 
     def leave_If(self, original: cst.If, updated: cst.If) -> cst.If:
         if self._guards is None:
-            self._guards = _dist_guard.distributed_guards(self)
+            self._guards = dist_guard.distributed_guards(self)
         if id(original) not in self._guards:
             return updated
         new_test = self._port(original.test, updated.test, top=True)
@@ -412,7 +411,7 @@ class CudaGuardSkipsDistributed(Rule):
             if left is updated.left and right is updated.right:
                 return updated
             return updated.with_changes(left=left, right=right)
-        if _dist_guard.negated_availability(self, original) is None:
+        if dist_guard.negated_availability(self, original) is None:
             return updated
         launch = cst.UnaryOperation(cst.Not(), self.runtime_call("is_multiprocess_launch"))
         new = cst.BooleanOperation(updated.with_changes(lpar=(), rpar=()), cst.And(), launch)

@@ -11,8 +11,7 @@ import libcst as cst
 
 from porter.matching import dotted_name
 from porter.rule import BYTES_GAP, Example, Rule, Safety, string_value
-
-from ._common import argument, argument_pair, int_value, is_runtime_call, replace_arg
+from porter.syntax import argument, argument_pair, int_value, is_runtime_call, replace_arg
 
 #: Names that hold a GPU index in research code (`rank`, `local_rank`, `args.gpu`, `gpu_id`).
 _INDEX_NAME = re.compile(r"^(local_?)?rank$|^gpu(_?(id|idx|index|num))?$|^device_?(id|idx|index)$|^cuda_?(id|idx)$")

@@ -9,7 +9,7 @@ import libcst as cst
 from porter.cuda_packages import COMPILED, IMPORT_ROOTS, advice_for
 from porter.matching import dotted_name
 from porter.rule import Example, Rule, Safety, keyword, positional, string_value
-from porter.rules._thirdparty_common import GuardTracker, example_code, under, uses
+from porter.thirdparty import GuardTracker, example_code, under, uses
 
 _TRITON_DECORATORS = frozenset({"triton.jit", "triton.autotune", "triton.heuristics"})
 
