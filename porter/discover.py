@@ -141,17 +141,17 @@ def discover(
     seen: set[Path] = set()
     for path in paths:
         if path.is_symlink():
-            found.skipped.append(Skipped(_rel(path, root), "symbolic link, not followed"))
+            found.skipped.append(Skipped(relative_posix(path, root), "symbolic link, not followed"))
         elif path.is_dir():
             for file in _walk(path, root, excludes, skip_resolved, found, patterns):
                 if file not in seen:
                     seen.add(file)
                     found.files.append(file)
         elif not path.is_file():
-            found.skipped.append(Skipped(_rel(path, root), "not a regular file or folder"))
+            found.skipped.append(Skipped(relative_posix(path, root), "not a regular file or folder"))
         elif path not in seen:
             if not any(fnmatch.fnmatch(path.name, p) for p in patterns):
-                found.skipped.append(Skipped(_rel(path, root), "not a Python file or a file any rule reads"))
+                found.skipped.append(Skipped(relative_posix(path, root), "not a Python file or a file any rule reads"))
                 continue
             seen.add(path)
             found.files.append(path)
@@ -177,11 +177,11 @@ def _walk_dir(folder: Path, root, excludes, skip_resolved, found, ignores, patte
     try:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
     except OSError as exc:
-        found.skipped.append(Skipped(_rel(folder, root), f"cannot list folder: {exc.strerror}", error=True))
+        found.skipped.append(Skipped(relative_posix(folder, root), f"cannot list folder: {exc.strerror}", error=True))
         return
     for entry in entries:
         path = Path(entry.path)
-        rel = _rel(path, root)
+        rel = relative_posix(path, root)
         is_dir = entry.is_dir(follow_symlinks=False)
         if _excluded(rel, excludes) or _gitignored(path, is_dir, ignores):
             continue
@@ -221,7 +221,8 @@ def _gitignored(path: Path, is_dir: bool, ignores: Sequence[GitIgnore]) -> bool:
     return verdict
 
 
-def _rel(path: Path, root: Path) -> str:
+def relative_posix(path: Path, root: Path) -> str:
+    """``path`` relative to ``root`` with forward slashes (as written in reports), or as given."""
     try:
         return path.absolute().relative_to(root.absolute()).as_posix()
     except ValueError:

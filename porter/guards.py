@@ -367,14 +367,15 @@ def _imported_modules(stmts: Sequence[ast.stmt]) -> Iterator[str]:
             yield from (f"{stmt.module}.{alias.name}" for alias in stmt.names)
 
 
-_IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException", "OSError"}
+#: Exception names whose handler catches a failed import (the LibCST rules read the same set).
+IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException", "OSError"}
 
 
 def _catches_import_error(handler: ast.ExceptHandler) -> bool:
     if handler.type is None:
         return True
     kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
-    return any((ast_dotted_name(k) or "").rsplit(".", 1)[-1] in _IMPORT_ERRORS for k in kinds)
+    return any((ast_dotted_name(k) or "").rsplit(".", 1)[-1] in IMPORT_ERRORS for k in kinds)
 
 
 def _constant_assignments(stmt: ast.stmt) -> Iterator[tuple[str, object]]:

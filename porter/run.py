@@ -11,7 +11,7 @@ from typing import Callable, Iterator, Optional, Sequence
 
 from porter import known_modules
 from porter.apply import Change, vendor_changes
-from porter.discover import Skipped, discover
+from porter.discover import Skipped, discover, relative_posix
 from porter.engine import FileResult, LazyBootstrap, Options, process_file
 from porter.runtime_home import Home, Layout, home_of_import, manifest_change, refuse_home
 from porter.ledger import TreeContext
@@ -124,9 +124,9 @@ def run(
     skip = [layout.fixed.folder] if layout.fixed is not None else []
     found = discover(config.paths, root, config.excludes, skip=skip, patterns=patterns)
     result = RunResult(root=root, skipped=found.skipped)
-    files = sorted(found.files, key=lambda p: _rel(p, root))
-    config = with_tree_context(config, [_rel(p, root) for p in files])
-    tasks = [(path, _rel(path, root), layout) for path in files]
+    files = sorted(found.files, key=lambda p: relative_posix(p, root))
+    config = with_tree_context(config, [relative_posix(p, root) for p in files])
+    tasks = [(path, relative_posix(path, root), layout) for path in files]
     #: each copy's folder -> why it could not be vendored ("" once it is)
     homes: dict[Path, str] = {}
     shipped: list[Home] = []  # copies inside packages, which the build must ship
@@ -151,7 +151,7 @@ def run(
                     problem = sink(change) or ""
         homes[home.folder] = problem
         if problem:
-            result.notes.append(f"porter_runtime not vendored at {_rel(home.folder, root)}/: {problem}")
+            result.notes.append(f"porter_runtime not vendored at {relative_posix(home.folder, root)}/: {problem}")
         else:
             result.runtime_changes += changes
             result.notes += notes
@@ -213,10 +213,3 @@ def _ship(config: RunConfig, result: RunResult, shipped: list[Home], edited: Opt
             continue
         result.runtime_changes.append(change)
         base = None if config.write else change.new
-
-
-def _rel(path: Path, root: Path) -> str:
-    try:
-        return path.absolute().relative_to(root.absolute()).as_posix()
-    except ValueError:
-        return path.as_posix()

@@ -8,7 +8,7 @@ import libcst as cst
 
 from porter.matching import Ambiguous
 from porter.rule import Example, Needs, Rule, Safety
-from porter.rules._thirdparty_common import UseFinder, arguments_fit
+from porter.thirdparty import UseFinder, arguments_fit
 
 #: apex class → (positional arguments accepted, keywords accepted). Positions past the
 #: ones shared by every apex release are refused: FusedAdam's sixth parameter was

@@ -8,27 +8,16 @@ from typing import Optional, Union
 
 import libcst as cst
 
+from porter import dist_guard
+from porter.availability_checks import IS_AVAILABLE, availability_test, requirement
 from porter.cuda_packages import is_cuda_only_module
-from porter.rule import RUNTIME, Example, Needs, Rule, Safety, cuda_spec, string_value
+from porter.rule import Example, Needs, RUNTIME, Rule, Safety, cuda_spec, string_value
+from porter.syntax import block_statements, index_args, small_statements
 
-from . import _dist_guard
-from ._common import block_statements, small_statements
-
-IS_AVAILABLE = "torch.cuda.is_available"
 _FALLBACKS = frozenset({"cpu", "mps", "xpu"})
 
 # A device choice: ("str" | "device", CUDA index or None).
 Choice = tuple[str, Optional[int]]
-
-
-def availability_test(rule: Rule, test: cst.BaseExpression) -> Optional[bool]:
-    """True for ``torch.cuda.is_available()``, False for ``not torch.cuda.is_available()``."""
-    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        inner = availability_test(rule, test.expression)
-        return None if inner is None else not inner
-    if isinstance(test, cst.Call) and not test.args and rule.matches(test.func, IS_AVAILABLE):
-        return True
-    return None
 
 
 def _torch_device_arg(rule: Rule, node: cst.BaseExpression) -> Optional[cst.BaseExpression]:
@@ -151,79 +140,6 @@ def _mps_statement_choice(rule: Rule, node: cst.If) -> bool:
     return found is not None and any(_names_mps(rule, value) for value in found[2])
 
 
-# A requirement: ``assert torch.cuda.is_available()`` or ``if not torch.cuda.is_available():``
-# whose body only reports and then stops the program (PT903 rewrites both).
-_STOPS = frozenset({"sys.exit", "os._exit"})
-_REPORTS = frozenset({"print", "warn", "warning", "error", "critical", "info", "exception", "fatal"})
-
-
-def _literal(node: Optional[cst.BaseExpression]) -> Optional[cst.BaseExpression]:
-    """The message to keep: a string literal as it is; a formatted one (f-string,
-    ``"...".format(...)``, ``"..." % x``) as a lambda, because the original evaluated
-    it only when the requirement failed, and on CUDA it must still not be evaluated."""
-    if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)) and string_value(node):
-        return node
-    formatted = isinstance(node, cst.FormattedString) or (
-        isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "format"
-        and string_value(node.func.value) is not None) or (
-        isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo)
-        and string_value(node.left) is not None)
-    return cst.Lambda(params=cst.Parameters(), body=node) if formatted else None
-
-
-def _first_literal(call: cst.BaseExpression) -> Optional[cst.BaseExpression]:
-    if isinstance(call, cst.Call) and call.args and call.args[0].keyword is None:
-        return _literal(call.args[0].value)
-    return None
-
-
-def _stop_message(rule: Rule, stmt: cst.BaseSmallStatement) -> Optional[tuple[Optional[cst.BaseExpression]]]:
-    """(message or None,) for ``raise E("...")`` / ``sys.exit("...")`` / ``exit(1)``; else None."""
-    if isinstance(stmt, cst.Raise) and stmt.exc is not None:
-        return (_first_literal(stmt.exc),)
-    if isinstance(stmt, cst.Expr) and isinstance(stmt.value, cst.Call):
-        func = stmt.value.func
-        builtin = isinstance(func, cst.Name) and func.value in ("exit", "quit") and rule.qualname(func) is None
-        if builtin or rule.matches(func, *_STOPS):
-            return (_first_literal(stmt.value),)
-    return None
-
-
-def _is_report(stmt: cst.BaseSmallStatement) -> bool:
-    """``print(...)``, ``logger.error(...)``, ``warnings.warn(...)``: a line that only reports."""
-    if not isinstance(stmt, cst.Expr) or not isinstance(stmt.value, cst.Call):
-        return False
-    func = stmt.value.func
-    name = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else ""
-    return name in _REPORTS
-
-
-def requirement(rule: Rule, node: Union[cst.Assert, cst.If]) -> Optional[tuple[Optional[cst.BaseExpression]]]:
-    """(the original's message or None,) when ``node`` only requires CUDA, else None."""
-    if isinstance(node, cst.Assert):
-        return (_literal(node.msg),) if availability_test(rule, node.test) is True else None
-    if availability_test(rule, node.test) is not False or node.orelse is not None:
-        return None
-    body = node.body
-    if not isinstance(body, cst.IndentedBlock) or body.header.comment is not None or any(l.comment for l in body.footer):
-        return None
-    small = []
-    for stmt in body.body:
-        if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
-            return None
-        if stmt.trailing_whitespace.comment is not None or any(l.comment for l in stmt.leading_lines):
-            return None
-        small.append(stmt.body[0])
-    stop = _stop_message(rule, small[-1]) if small else None
-    if stop is None or not all(_is_report(s) for s in small[:-1]):
-        return None
-    return stop if stop[0] is not None else (next(filter(None, (_first_literal(s.value) for s in small[:-1])), None),)
-
-
-def _index_args(index: Optional[int]) -> list[cst.BaseExpression]:
-    return [] if index is None else [cst.Integer(str(index))]
-
-
 class CudaAvailableDevice(Rule):
     """`"cuda" if torch.cuda.is_available() else "cpu"` becomes the runtime's device.
 
@@ -328,7 +244,7 @@ class CudaAvailableDevice(Rule):
         choice = ternary_choice(self, inner)
         if choice is None or choice[0] != "str":
             return updated
-        new = self.runtime_call("device", *_index_args(choice[1]))
+        new = self.runtime_call("device", *index_args(choice[1]))
         return self.rewrite(original, new, "the CUDA-or-CPU choice now resolves to the best device here")
 
     def leave_IfExp(self, original: cst.IfExp, updated: cst.IfExp) -> cst.BaseExpression:
@@ -351,7 +267,7 @@ class CudaAvailableDevice(Rule):
 
     def _value(self, choice: Choice) -> cst.BaseExpression:
         # A string choice is often a module constant: device_str resolves quietly.
-        return self.runtime_call("device_str" if choice[0] == "str" else "device", *_index_args(choice[1]))
+        return self.runtime_call("device_str" if choice[0] == "str" else "device", *index_args(choice[1]))
 
 
 class _Residue(cst.CSTVisitor):
@@ -663,12 +579,12 @@ class CudaAvailableGuard(Rule):
     def visit_If(self, node: cst.If) -> None:
         self._handled.update(self._calls(node.test))  # decided in leave_If (or by PT201)
         if self._skips_distributed(node):  # PT304's, also once ported
-            self._handled.update(_dist_guard.negated_availability(self, n) or n.left.expression
-                                 for n, _ in _dist_guard.guard_operands(self, node.test))
+            self._handled.update(dist_guard.negated_availability(self, n) or n.left.expression
+                                 for n, _ in dist_guard.guard_operands(self, node.test))
 
     def _skips_distributed(self, node: cst.If) -> bool:
         if self._dist_guards is None:
-            self._dist_guards = _dist_guard.distributed_guards(self)
+            self._dist_guards = dist_guard.distributed_guards(self)
         return id(node) in self._dist_guards
 
     def visit_IfExp(self, node: cst.IfExp) -> None:

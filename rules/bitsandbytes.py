@@ -8,7 +8,7 @@ import libcst as cst
 
 from porter.matching import Ambiguous
 from porter.rule import Example, Needs, Rule, Safety
-from porter.rules._thirdparty_common import UseFinder
+from porter.thirdparty import UseFinder
 
 # The twins in porter_runtime.bnb_optim (runtime/_thirdparty_bnb.py), by family.
 _FAMILIES = {

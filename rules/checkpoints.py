@@ -7,23 +7,9 @@ from typing import Optional
 import libcst as cst
 
 from porter.rule import Example, Needs, Rule, Safety, cuda_spec, positional
-from porter.rules.dtypes import is_device_expr
+from porter.syntax import is_device_expr, with_arg
 
 _LOADERS = frozenset({"torch.load", "torch.serialization.load", "torch.jit.load"})
-
-
-def with_arg(call: cst.Call, new: cst.Arg) -> cst.Call:
-    """``call`` with ``new`` appended, in the style of its existing arguments."""
-    args = list(call.args)
-    if not args:
-        return call.with_changes(args=[new])
-    last = args[-1]
-    if isinstance(last.comma, cst.Comma):  # a trailing comma: one argument a line
-        gap = call.whitespace_before_args
-        args[-1] = last.with_changes(comma=last.comma.with_changes(whitespace_after=gap))
-        return call.with_changes(args=[*args, new.with_changes(comma=last.comma)])
-    args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-    return call.with_changes(args=[*args, new])
 
 
 def _calls_cuda(node: cst.Lambda) -> bool:

@@ -10,18 +10,13 @@ from typing import Iterator, Optional, Sequence
 
 import libcst as cst
 
+from porter.availability_checks import availability_test
 from porter.rule import Example, Needs, Rule, Safety, string_value
-
-from ._common import (argument, argument_pair, block_statements, int_value, is_main_guard,
-                      is_runtime_call, replace_arg, small_statements)
-from .availability import availability_test
+from porter.syntax import (argument, argument_pair, block_statements, int_value, is_main_guard, is_runtime_call,
+                           is_true, replace_arg, small_statements)
 
 DATALOADER = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
 _PIN_INDEX = 7  # pin_memory's position in DataLoader(...)
-
-
-def _is_true(node: cst.BaseExpression) -> bool:
-    return isinstance(node, cst.Name) and node.value == "True"
 
 
 def _pins_memory(facts) -> bool:
@@ -129,7 +124,7 @@ class PinMemory(Rule):
     def _pin_value(self, old: cst.BaseExpression, new: cst.BaseExpression,
                    loader: bool) -> Optional[cst.BaseExpression]:
         """The runtime expression for a pin_memory value, or None to leave it."""
-        if _is_true(old) or availability_test(self, old) is True:
+        if is_true(old) or availability_test(self, old) is True:
             return self.runtime_call("pin_memory")
         literal = isinstance(old, (cst.Name, cst.Integer)) and (
             isinstance(old, cst.Integer) or old.value in ("True", "False", "None"))

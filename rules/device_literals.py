@@ -8,10 +8,7 @@ from typing import Optional
 import libcst as cst
 
 from porter.rule import CUDA_SPEC, Example, Needs, Rule, Safety, cuda_spec, positional, string_value
-
-
-def _index_args(index: Optional[int]) -> list[cst.BaseExpression]:
-    return [] if index is None else [cst.Integer(str(index))]
+from porter.syntax import index_args
 
 
 class TorchDeviceCuda(Rule):
@@ -90,7 +87,7 @@ class TorchDeviceCuda(Rule):
             return None
         if index is not None:
             return None if parsed[0] is not None else [index]
-        return _index_args(parsed[0])
+        return index_args(parsed[0])
 
 
 # Device values named at run time; literals are PT002's (and formatted strings the
@@ -301,7 +298,7 @@ class MethodDeviceCuda(Rule):
         if func.attr.value == "to" and updated.args and updated.args[0].keyword is None:
             spec = cuda_spec(updated.args[0].value)
             if spec is not None and not updated.args[0].star:
-                new_first = updated.args[0].with_changes(value=self.runtime_call("device", *_index_args(spec[0])))
+                new_first = updated.args[0].with_changes(value=self.runtime_call("device", *index_args(spec[0])))
                 new = updated.with_changes(args=[new_first, *updated.args[1:]])
                 return self.rewrite(original, new, "a literal CUDA device now resolves at run time")
         return _replace_device_keyword(self, original, updated, as_string=False)
@@ -325,7 +322,7 @@ def _replace_device_keyword(
 
 def _runtime_device(rule: Rule, index: Optional[int], as_string: bool) -> cst.BaseExpression:
     # A string setting is often evaluated at import: device_str resolves quietly.
-    return rule.runtime_call("device_str" if as_string else "device", *_index_args(index))
+    return rule.runtime_call("device_str" if as_string else "device", *index_args(index))
 
 
 def _mentions_device(node: cst.BaseExpression) -> bool:

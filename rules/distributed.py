@@ -6,10 +6,9 @@ from typing import Optional
 
 import libcst as cst
 
+from porter import dist_guard
 from porter.rule import Example, Needs, Rule, Safety, clean_args, string_value
-
-from . import _dist_guard
-from ._common import EQ, argument, argument_pair, is_none, is_runtime_call, replace_arg
+from porter.syntax import EQ, argument, argument_pair, is_none, is_runtime_call, replace_arg
 
 _INIT_PARAMS = ("backend", "init_method", "timeout", "world_size", "rank", "store",
                 "group_name", "pg_options", "device_id")
@@ -324,7 +323,7 @@ class BarrierDeviceIds(Rule):
 
 
 def _inits_process_group(facts) -> bool:
-    return facts.uses_any(_dist_guard.INIT, calls_only=True)
+    return facts.uses_any(dist_guard.INIT, calls_only=True)
 
 
 class CudaGuardSkipsDistributed(Rule):
@@ -356,7 +355,7 @@ class CudaGuardSkipsDistributed(Rule):
     code = "PT304"
     name = "cuda-guard-skips-distributed"
     safety = Safety.SAFE
-    needs = Needs(targets=frozenset({_dist_guard.IS_AVAILABLE}), file_filter=_inits_process_group)
+    needs = Needs(targets=frozenset({dist_guard.IS_AVAILABLE}), file_filter=_inits_process_group)
 
     valid = [
         "import torch\n\ndef setup():\n    if not torch.cuda.is_available():\n        return\n    print('cuda')\n",
@@ -400,7 +399,7 @@ class CudaGuardSkipsDistributed(Rule):
 
     def leave_If(self, original: cst.If, updated: cst.If) -> cst.If:
         if self._guards is None:
-            self._guards = _dist_guard.distributed_guards(self)
+            self._guards = dist_guard.distributed_guards(self)
         if id(original) not in self._guards:
             return updated
         new_test = self._port(original.test, updated.test, top=True)
@@ -418,7 +417,7 @@ class CudaGuardSkipsDistributed(Rule):
             if left is updated.left and right is updated.right:
                 return updated
             return updated.with_changes(left=left, right=right)
-        if _dist_guard.negated_availability(self, original) is None:
+        if dist_guard.negated_availability(self, original) is None:
             return updated
         launch = cst.UnaryOperation(cst.Not(), self.runtime_call("is_multiprocess_launch"))
         new = cst.BooleanOperation(updated.with_changes(lpar=(), rpar=()), cst.And(), launch)

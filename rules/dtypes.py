@@ -7,26 +7,13 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rule import CUDA_SPEC, RUNTIME, Example, Needs, Rule, Safety, cuda_spec, keyword, positional
+from porter.rule import CUDA_SPEC, Example, Needs, Rule, Safety, keyword, positional
+from porter.syntax import is_device_expr
 
 #: Dtypes that ``porter_runtime.supported_dtype`` may replace on MPS.
 HAZARD_DTYPES = frozenset({
     "torch.float64", "torch.double", "torch.complex128", "torch.cdouble", "torch.bfloat16",
 })
-
-
-def is_device_expr(rule: Rule, node: cst.BaseExpression) -> bool:
-    """A value that visibly names the CUDA / runtime device: ``"cuda:1"``,
-    ``torch.device("cuda", ...)`` or ``porter_runtime.device(...)``."""
-    if cuda_spec(node) is not None:
-        return True
-    if not isinstance(node, cst.Call):
-        return False
-    name = rule.qualname(node.func)
-    if name == f"{RUNTIME}.device":
-        return True
-    first = node.args[0] if node.args else keyword(node, "type")
-    return name == "torch.device" and first is not None and cuda_spec(first.value) is not None
 
 
 def is_device_move(rule: Rule, node: cst.BaseExpression) -> bool:

@@ -7,9 +7,10 @@ from typing import Optional
 import libcst as cst
 
 from porter.rule import Example, Needs, Rule, Safety, keyword
-from porter.rules._thirdparty_common import (
-    UseFinder, arguments_fit, chain_alternatives, drop_dead_chains, example_code, flags_set_false, literal_is,
-    module_chains, under, without_stops,
+from porter.syntax import literal_is
+from porter.thirdparty import (
+    UseFinder, arguments_fit, chain_alternatives, drop_dead_chains, example_code, flags_set_false, module_chains,
+    under, without_stops,
 )
 
 _OPTIONS = ("dropout_p", "softmax_scale", "causal", "window_size", "softcap", "alibi_slopes",

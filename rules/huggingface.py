@@ -9,7 +9,8 @@ from typing import Optional
 import libcst as cst
 
 from porter.rule import Example, Needs, Rule, Safety, cuda_spec, keyword, string_value
-from porter.rules._thirdparty_common import example_code
+from porter.syntax import is_true
+from porter.thirdparty import example_code
 
 #: The loaders whose keywords these rules read (``AutoModelForCausalLM.from_pretrained``).
 _LOADERS = frozenset({"from_pretrained", "from_config"})
@@ -24,10 +25,6 @@ _TRAINING_ARGS = frozenset({
 def _loader(call: cst.Call) -> bool:
     """``X.from_pretrained(...)`` / ``X.from_config(...)`` on any receiver."""
     return isinstance(call.func, cst.Attribute) and call.func.attr.value in _LOADERS
-
-
-def _is_true(node: cst.BaseExpression) -> bool:
-    return isinstance(node, cst.Name) and node.value == "True"
 
 
 class HfFlashAttention(Rule):
@@ -104,7 +101,7 @@ class HfFlashAttention(Rule):
             return updated
         if attn is not None and string_value(attn.value) in _FLASH:
             name = string_value(attn.value)
-        elif legacy is not None and _is_true(legacy.value):
+        elif legacy is not None and is_true(legacy.value):
             name = "flash_attention_2"
         else:
             return updated
@@ -322,7 +319,7 @@ class HfTf32(Rule):
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         arg = keyword(original, "tf32")
-        if arg is None or not _is_true(arg.value) or not self.matches(original.func):
+        if arg is None or not is_true(arg.value) or not self.matches(original.func):
             return updated
         index = original.args.index(arg)
         args = list(updated.args)

@@ -19,8 +19,7 @@ import libcst as cst
 
 from porter.matching import dotted_name
 from porter.rule import BYTES_GAP, Example, Needs, Rule, Safety, string_value
-
-from ._common import argument, argument_pair, int_value, is_runtime_call, replace_arg
+from porter.syntax import argument, argument_pair, int_value, is_runtime_call, replace_arg
 
 # -- integer devices (PT901): what the rule knows, said once ----------------------
 

@@ -11,8 +11,7 @@ from typing import Optional
 import libcst as cst
 
 from porter.rule import Example, Needs, Rule, Safety, string_value
-
-from ._common import is_runtime_call
+from porter.syntax import is_runtime_call
 
 #: Receivers that are not models: their load_state_dict has other semantics, and the
 #: runtime would only forward the call, so they are left as written.

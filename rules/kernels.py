@@ -9,7 +9,7 @@ import libcst as cst
 from porter.cuda_packages import COMPILED, IMPORT_ROOTS, advice_for
 from porter.matching import dotted_name
 from porter.rule import Example, Needs, Rule, Safety, keyword, positional, string_value
-from porter.rules._thirdparty_common import GuardTracker, example_code, under, uses
+from porter.thirdparty import GuardTracker, example_code, under, uses
 
 _TRITON_DECORATORS = frozenset({"triton.jit", "triton.autotune", "triton.heuristics"})
 
@@ -457,7 +457,7 @@ class CudaOnlyPackage(GuardTracker, Rule):
     valid = [
         "try:\n    import deepspeed\nexcept ImportError:\n    deepspeed = None\n",
         # TP604's: the extension is only used for CUDA tensors
-        "import rotary_emb\n\ndef rotate(x, c, s):\n    if x.is_cuda:\n        return rotary_emb.apply(x, c, s)\n"
+        "import torch\nimport rotary_emb\n\ndef rotate(x, c, s):\n    if x.is_cuda:\n        return rotary_emb.apply(x, c, s)\n"
         "    return torch_rotate(x, c, s)\n",
         "import mylib.deepspeed as deepspeed\n",
         "from .mamba_ssm import Mamba\n",

@@ -8,7 +8,7 @@ import libcst as cst
 
 from porter.matching import Ambiguous
 from porter.rule import Example, Needs, Rule, Safety
-from porter.rules._thirdparty_common import (
+from porter.thirdparty import (
     UseFinder, arguments_fit, drop_dead_chains, example_code, flags_set_false, without_stops,
 )
 

@@ -9,7 +9,7 @@ import json
 import re
 from pathlib import Path
 
-from porter.rules._requirements import CUDA_ONLY
+from porter.requirements import CUDA_ONLY
 
 from porter_test_utils import run_porter
 

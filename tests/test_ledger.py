@@ -8,9 +8,9 @@ from pathlib import Path
 from textwrap import dedent
 
 import pytest
-from porter.rules import _requirements, kernels
+from porter.rules import kernels
 
-from porter import cuda_packages, imports, ledger
+from porter import cuda_packages, imports, ledger, requirements
 from porter.engine import Options, process_file
 from porter.registry import all_rules
 from porter.report import build, ledger_line, to_markdown
@@ -165,7 +165,7 @@ def test_reports_show_the_ledger(tmp_path):
 
 def test_one_table_of_cuda_only_packages():
     assert imports.CUDA_ONLY_PACKAGES is cuda_packages.IMPORT_ROOTS
-    assert _requirements.CUDA_ONLY is cuda_packages.DISTRIBUTIONS
+    assert requirements.CUDA_ONLY is cuda_packages.DISTRIBUTIONS
     assert kernels._PACKAGES["fused_dense_lib"] == cuda_packages.advice_for("fused_dense_lib")
     for module in ("flash_attn", "flash_attn_interface", "xformers.ops", "apex.normalization", "amp_C",
                    "fused_layer_norm_cuda", "bitsandbytes", "triton.language", "deepspeed", "mamba_ssm",
@@ -174,4 +174,4 @@ def test_one_table_of_cuda_only_packages():
         assert cuda_packages.is_cuda_only_module(module), module
     for module in ("numba", "torch", "onnxruntime", "flash_attention"):
         assert not cuda_packages.is_cuda_only_module(module), module
-    assert _requirements.is_cuda_only("cupy-cuda12x") and not _requirements.is_cuda_only("nvidia-ml-py")
+    assert requirements.is_cuda_only("cupy-cuda12x") and not requirements.is_cuda_only("nvidia-ml-py")

@@ -14,7 +14,7 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
 from porter.engine import Options, migrate_text
-from porter.rules import _requirements as reqs
+from porter import requirements as reqs
 from porter.rules.manifests import PyprojectCudaOnly
 from porter_test_utils import FIXTURES, ROOT, run_porter
 

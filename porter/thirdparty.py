@@ -1,8 +1,8 @@
 """Shared pieces of the third-party rules (TP1xx-TP6xx): finding uses of a package's
 names, checking call arguments, and telling a guarded import from an unguarded one.
 
-No Rule subclass lives here (the registry would pick it up); the mixin below is mixed
-into the rules that report every use of a package they cannot rewrite.
+The mixins below are mixed into the rules that report every use of a package they
+cannot rewrite; the rule modules import them from here, never from one another.
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Iterable, Optional, Sequence
 import libcst as cst
 
 from porter.cuda_packages import IMPORT_ROOTS
+from porter.guards import IMPORT_ERRORS
 from porter.matching import Ambiguous, dotted_name
 
 
@@ -39,10 +40,6 @@ def arguments_fit(call: cst.Call, max_positional: int, keywords: frozenset[str])
         elif arg.keyword.value not in keywords:
             return False
     return positional <= max_positional
-
-
-def literal_is(node: cst.BaseExpression, *names: str) -> bool:
-    return isinstance(node, cst.Name) and node.value in names
 
 
 class UseFinder:
@@ -81,16 +78,13 @@ class UseFinder:
         raise NotImplementedError
 
 
-_IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException", "OSError"}
-
-
 def _catches_import_error(handler: cst.ExceptHandler) -> bool:
     if handler.type is None:
         return True
     kinds = handler.type.elements if isinstance(handler.type, cst.Tuple) else [handler.type]
     for kind in kinds:
         value = kind.value if isinstance(kind, cst.Element) else kind
-        if isinstance(value, cst.Name) and value.value in _IMPORT_ERRORS:
+        if isinstance(value, cst.Name) and value.value in IMPORT_ERRORS:
             return True
     return False
 

@@ -1,5 +1,6 @@
-"""Helpers shared by several rule families. Keep additions additive: other rule files
-import from here."""
+"""LibCST syntax helpers the rules share: a call's arguments, statements in a block,
+literals, and values that name the CUDA device. Each is defined here once; rule modules
+import from here, never from one another (house rule 12)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Iterator, Optional, Sequence
 
 import libcst as cst
 
-from porter.rule import string_value
+from porter.rule import RUNTIME, cuda_spec, keyword, string_value
 
 #: ``kw=value`` with no spaces, as PEP 8 writes keyword arguments.
 EQ = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
@@ -75,13 +76,55 @@ def is_runtime_call(rule, node: cst.BaseExpression) -> bool:
     return name is not None and name.startswith("porter_runtime.")
 
 
+def literal_is(node: cst.BaseExpression, *names: str) -> bool:
+    """Whether ``node`` is one of the named constants (``True``, ``False``, ``None``)."""
+    return isinstance(node, cst.Name) and node.value in names
+
+
 def is_none(node: cst.BaseExpression) -> bool:
-    return isinstance(node, cst.Name) and node.value == "None"
+    return literal_is(node, "None")
+
+
+def is_true(node: cst.BaseExpression) -> bool:
+    return literal_is(node, "True")
 
 
 def replace_arg(call: cst.Call, arg: cst.Arg, value: cst.BaseExpression) -> cst.Call:
     """``call`` with ``arg`` (one of its arguments) given a new value."""
     return call.with_changes(args=[a.with_changes(value=value) if a is arg else a for a in call.args])
+
+
+def with_arg(call: cst.Call, new: cst.Arg) -> cst.Call:
+    """``call`` with ``new`` appended, in the style of its existing arguments."""
+    args = list(call.args)
+    if not args:
+        return call.with_changes(args=[new])
+    last = args[-1]
+    if isinstance(last.comma, cst.Comma):  # a trailing comma: one argument a line
+        gap = call.whitespace_before_args
+        args[-1] = last.with_changes(comma=last.comma.with_changes(whitespace_after=gap))
+        return call.with_changes(args=[*args, new.with_changes(comma=last.comma)])
+    args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    return call.with_changes(args=[*args, new])
+
+
+def index_args(index: Optional[int]) -> list[cst.BaseExpression]:
+    """The arguments of ``porter_runtime.device(i)``: ``[i]``, or none for no index."""
+    return [] if index is None else [cst.Integer(str(index))]
+
+
+def is_device_expr(rule, node: cst.BaseExpression) -> bool:
+    """A value that visibly names the CUDA / runtime device: ``"cuda:1"``,
+    ``torch.device("cuda", ...)`` or ``porter_runtime.device(...)``."""
+    if cuda_spec(node) is not None:
+        return True
+    if not isinstance(node, cst.Call):
+        return False
+    name = rule.qualname(node.func)
+    if name == f"{RUNTIME}.device":
+        return True
+    first = node.args[0] if node.args else keyword(node, "type")
+    return name == "torch.device" and first is not None and cuda_spec(first.value) is not None
 
 
 def argument_pair(original: cst.Call, updated: cst.Call, name: str,

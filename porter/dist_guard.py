@@ -11,9 +11,9 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from ._common import block_statements
+from porter.availability_checks import IS_AVAILABLE
+from porter.syntax import block_statements
 
-IS_AVAILABLE = "torch.cuda.is_available"
 INIT = frozenset({"torch.distributed.init_process_group", "torch.distributed.distributed_c10d.init_process_group",
                   "porter_runtime.init_process_group"})
 #: What the port adds next to the availability test.
