@@ -6,9 +6,10 @@ limits, and its own ``valid`` and ``invalid`` examples, which are both its tests
 (``tests/test_rule_examples.py``) and its documentation (``porter explain CODE``).
 
 Rules implement LibCST ``visit_<Node>`` / ``leave_<Node>`` methods. The engine runs all
-the rules of a file in one combined pass (see ``engine.RuleRunner``), so a rule must not
+the rules of a file in one combined pass (see ``porter.rule_pass``), so a rule must not
 keep state across files (a fresh instance is made per file) and never prints or writes:
 it records :class:`Finding` objects through :meth:`Rule.rewrite` and :meth:`Rule.flag`.
+A rule knows the file it runs on only as a :class:`RuleContext`, never the engine.
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ import inspect
 import re
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, ClassVar, Optional, Sequence, Union
+from typing import Any, ClassVar, Mapping, Optional, Protocol, Sequence, Union
 
 import libcst as cst
+from libcst.metadata import CodeRange
 
-if TYPE_CHECKING:  # pragma: no cover
-    from porter.engine import FileContext
+from porter.matching import Resolver
 
 RUNTIME = "porter_runtime"
 
@@ -81,6 +82,35 @@ class RuleDoc:
 #: continuations, comments (possessive, so a regex never backtracks into it). For
 #: ``Rule.byte_pattern`` and the byte pre-filter's call check.
 BYTES_GAP = rb"(?:[\s\\]++|#[^\r\n]*+)*+"
+
+
+class RuleContext(Protocol):
+    """What a rule may use of the file it runs on (the engine's ``FileContext`` is one).
+
+    The rule base defines it so that rules depend on this page, not on the engine that
+    runs them: the engine hands the rule what it needs, the rule hands back records.
+    """
+
+    #: The module the rules walk (whole, or with some definitions stubbed).
+    module: cst.Module
+    #: The file's own bytes, for file-wide evidence.
+    source: bytes
+    #: Which imported thing a name or attribute chain stands for.
+    resolver: Resolver
+    unsafe_fixes: bool
+    #: Set by a rule whose rewrite calls the runtime: the engine adds its import.
+    needs_runtime: bool
+
+    def record(self, rule: Any, node: cst.CSTNode, action: str, message: str, *,
+               after: Optional[cst.CSTNode] = None, suggestion: str = "") -> None: ...
+
+    def suppressed(self, node: cst.CSTNode, code: str) -> bool: ...
+
+    def keeps(self, node: cst.CSTNode) -> bool: ...
+
+    def code_for(self, node: cst.CSTNode) -> str: ...
+
+    def positions(self) -> Mapping[cst.CSTNode, CodeRange]: ...
 
 
 class BaseRule:
@@ -148,7 +178,7 @@ class Rule(BaseRule):
             return uses_target(cls, unit.facts)
         return syntax_match(cls, unit.facts)
 
-    def __init__(self, ctx: "FileContext") -> None:
+    def __init__(self, ctx: RuleContext) -> None:
         self.ctx = ctx
 
     # -- matching helpers --------------------------------------------------
