@@ -19,7 +19,7 @@ from porter import report as reporting
 from porter.apply import Change, apply_changes, colourise, unified_diff
 from porter.config import Config, ConfigError, load_config
 from porter.discover import find_root
-from porter.engine import Options
+from porter.options import Options
 from porter.registry import all_rules, by_code, select_rules
 from porter.run import RunConfig, default_jobs, run
 

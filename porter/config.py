@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from porter.registry import all_rules
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10 has no tomllib
@@ -119,8 +121,6 @@ def _codes(value: Any, where: str) -> list[str]:
 def check_codes(values: list[str], where: str) -> list[str]:
     """The codes, upper-cased; ConfigError for one that selects no rule (flags and
     settings alike: a typo must never run nothing and pass)."""
-    from porter.registry import all_rules
-
     codes = [v.strip().upper() for v in values]
     known = [rule.code for rule in all_rules()]
     for code in codes:

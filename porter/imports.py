@@ -21,7 +21,7 @@ removed import and the trailing comma of an edited import list are kept.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 import libcst as cst
 
@@ -30,7 +30,23 @@ from porter.matching import Resolver, dotted_name
 from porter.rule import RUNTIME
 
 if TYPE_CHECKING:  # pragma: no cover
-    from porter.engine import FileContext
+    from porter.segments import Reduced
+
+
+class RulePass(Protocol):
+    """What the import clean-up needs of the rule pass that ran over a file (the
+    engine's ``porter.context.FileContext`` is one)."""
+
+    #: The module as the rules saw it, before their rewrites.
+    module: cst.Module
+    #: Its names, resolved before the rewrites.
+    resolver: Resolver
+    #: Set when ``module`` has some definitions stubbed (porter.segments).
+    reduced: Optional["Reduced"]
+
+    def recorded(self) -> bool:
+        """Whether any rule recorded a rewrite or a finding."""
+        ...
 
 
 def runtime_import(statement: str = f"import {RUNTIME}") -> cst.SimpleStatementLine:
@@ -64,7 +80,7 @@ def _header_end(body: list) -> int:
 
 def add_runtime_import(module: cst.Module, bootstrap: Any = None) -> cst.Module:
     """Add the runtime import: placed in the file's style when ``bootstrap`` (a
-    :class:`porter.engine.LazyBootstrap`) knows the repository, else right after the
+    :class:`porter.runtime_home.LazyBootstrap`) knows the repository, else right after the
     docstring and ``__future__`` imports (the rule examples' form)."""
     if bootstrap is None:
         return _insert_at(module, _header_end(list(module.body)), runtime_import())
@@ -271,9 +287,9 @@ def _name_key(name: str) -> tuple:
     return (kind, name.lower())
 
 
-def remove_unused(new_module: cst.Module, ctx: "FileContext") -> cst.Module:
+def remove_unused(new_module: cst.Module, ctx: RulePass) -> cst.Module:
     """Remove the top-level imports whose every use a rule rewrote."""
-    if not ctx._records:
+    if not ctx.recorded():
         return new_module
     # libcst.codemod is slow to import; only files that lost an import's last use need it.
     from libcst.codemod import CodemodContext
@@ -400,7 +416,7 @@ def _keep_trailing_comma(old: cst.BaseStatement, new: cst.BaseStatement) -> cst.
 CUDA_ONLY_PACKAGES = IMPORT_ROOTS
 
 
-def _not_used_in_stubs(ctx: "FileContext", name: str) -> None:
+def _not_used_in_stubs(ctx: RulePass, name: str) -> None:
     """A use inside a definition the engine stubbed (porter.segments) is invisible
     to the counts: only the whole file can tell whether the import is dead."""
     if ctx.reduced is not None and name in ctx.reduced.stub_names:

@@ -27,6 +27,7 @@ import libcst as cst
 from porter import imports
 from porter.apply import Change, unified_diff
 from porter.rule import Finding
+from porter.runtime_home import LazyBootstrap
 from porter.sources import python_syntax_error, source_encoding
 
 _IMPORT = re.compile(r"^\s*(?:from\s+[\w.]+\s+)?import\s")
@@ -256,6 +257,4 @@ def whole_file_display(change: Change) -> str:
 
 def bootstrap_for(root: Path, rel: str, layout):
     """How the file imports the runtime (porter.runtime_home), for the accepted hunks."""
-    from porter.engine import LazyBootstrap
-
     return LazyBootstrap(root / rel, layout)

@@ -414,14 +414,26 @@ class Resolver:
         self._module = module
         self._facts = facts
         self._simple = facts.simple() if facts is not None else {}
-        #: Set by the engine while its pass is inside an import statement, whose
-        #: names are bindings, not uses.
-        self.inside_import = 0
-        #: Set by the engine's pass: the Names that are an attribute's name (the
-        #: ``compile`` of ``re.compile``), which no import binds.
-        self.attribute_names: set[int] = set()
+        # Where the rule pass is (see enter/leave): inside how many import statements,
+        # and which Names it met as an attribute's name.
+        self._inside_import = 0
+        self._attribute_names: set[cst.Name] = set()
         self._import_names = facts.import_names if facts is not None else set()
         self._scoped: Optional[ScopeResolver] = None if facts is not None else ScopeResolver(module)
+
+    def enter(self, node: cst.CSTNode) -> None:
+        """The rule pass steps into ``node`` (before the rules visit it). The Names of
+        an import statement are bindings, and the name of an attribute (the ``compile``
+        of ``re.compile``) is bound by no import: :meth:`qualname` resolves neither."""
+        if isinstance(node, cst.Attribute):
+            self._attribute_names.add(node.attr)
+        elif isinstance(node, (cst.Import, cst.ImportFrom)):
+            self._inside_import += 1
+
+    def leave(self, node: cst.CSTNode) -> None:
+        """The rule pass is done with ``node`` (after the rules left it)."""
+        if isinstance(node, (cst.Import, cst.ImportFrom)):
+            self._inside_import -= 1
 
     def _full(self) -> ScopeResolver:
         if self._scoped is None:
@@ -442,7 +454,7 @@ class Resolver:
             return Ambiguous(full) if isinstance(base, Ambiguous) else full
         if not isinstance(node, cst.Name):
             return None
-        if self.inside_import or id(node) in self.attribute_names:
+        if self._inside_import or node in self._attribute_names:
             return None
         if node.value in self._simple:
             return self._simple[node.value]

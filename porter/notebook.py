@@ -25,14 +25,16 @@ import dataclasses
 import difflib
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import libcst as cst
 
 from porter import imports
-from porter.engine import FileResult, Options, migrate_source
+from porter.options import Options
+from porter.python_stage import migrate_source
+from porter.results import FileResult
 from porter.rule import Finding
+from porter.runtime_home import runtime_home_fields
 from porter.sources import describe_syntax_error
 
 #: Line magics and shell escapes (``%pip``, ``!ls``, ``files = !ls``) and help lines
@@ -193,10 +195,9 @@ def _import_runtime(cells: list[tuple[int, dict[str, Any]]], first_changed: int,
     _set_text(target, unmask(module.code, saved))
 
 
-def process_notebook(path: Path, data: bytes, rel: str, options: Options, bootstrap=None) -> FileResult:
-    """``engine.process_file`` for a ``.ipynb``: every failure is a per-file error."""
-    from porter.engine import _runtime_home
-
+def process_notebook(data: bytes, rel: str, options: Options, bootstrap=None) -> FileResult:
+    """The notebook stage (porter.engine picks it for a ``.ipynb``): every failure is a
+    per-file error."""
     try:
         new, findings = migrate_notebook(data, options, path=rel, bootstrap=bootstrap)
     except NotebookError as exc:
@@ -208,7 +209,7 @@ def process_notebook(path: Path, data: bytes, rel: str, options: Options, bootst
     result.uses_runtime = any(_RUNTIME_IMPORT.search(cell_text(c)) for c in load(new)[0]["cells"]
                               if c.get("cell_type") == "code")  # the run vendors the runtime for it
     if result.status == "changed":
-        result.runtime_folder, result.runtime_package, result.runtime_note = _runtime_home(bootstrap, rel)
+        result.runtime_folder, result.runtime_package, result.runtime_note = runtime_home_fields(bootstrap, rel)
     return result
 
 

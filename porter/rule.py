@@ -6,7 +6,7 @@ limits, and its own ``valid`` and ``invalid`` examples, which are both its tests
 (``tests/test_rule_examples.py``) and its documentation (``porter explain CODE``).
 
 Rules implement LibCST ``visit_<Node>`` / ``leave_<Node>`` methods. The engine runs all
-the rules of a file in one combined pass (see ``engine.RuleRunner``), so a rule must not
+the rules of a file in one combined pass (see ``porter.rule_pass``), so a rule must not
 keep state across files (a fresh instance is made per file) and never prints or writes:
 it records :class:`Finding` objects through :meth:`Rule.rewrite` and :meth:`Rule.flag`.
 
@@ -14,6 +14,8 @@ What a file must hold before a rule can match there is one declaration,
 ``needs = Needs(targets=..., methods=..., calls_only=...)`` (``porter.needs``). The
 engine reads it to skip files and functions cheaply; the rule never consults that
 pre-filter, and its output never depends on whether the pre-filter ran.
+
+A rule knows the file it runs on only as a :class:`RuleContext`, never the engine.
 """
 
 from __future__ import annotations
@@ -22,14 +24,13 @@ import inspect
 import re
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, ClassVar, Optional, Sequence, Union
+from typing import Any, ClassVar, Mapping, Optional, Protocol, Sequence, Union
 
 import libcst as cst
+from libcst.metadata import CodeRange
 
+from porter.matching import Resolver
 from porter.needs import Needs
-
-if TYPE_CHECKING:  # pragma: no cover
-    from porter.engine import FileContext
 
 RUNTIME = "porter_runtime"
 
@@ -94,6 +95,35 @@ class RuleDoc:
 BYTES_GAP = rb"(?:[\s\\]++|#[^\r\n]*+)*+"
 
 
+class RuleContext(Protocol):
+    """What a rule may use of the file it runs on (the engine's ``FileContext`` is one).
+
+    The rule base defines it so that rules depend on this page, not on the engine that
+    runs them: the engine hands the rule what it needs, the rule hands back records.
+    """
+
+    #: The module the rules walk (whole, or with some definitions stubbed).
+    module: cst.Module
+    #: The file's own bytes, for file-wide evidence.
+    source: bytes
+    #: Which imported thing a name or attribute chain stands for.
+    resolver: Resolver
+    unsafe_fixes: bool
+    #: Set by a rule whose rewrite calls the runtime: the engine adds its import.
+    needs_runtime: bool
+
+    def record(self, rule: Any, node: cst.CSTNode, action: str, message: str, *,
+               after: Optional[cst.CSTNode] = None, suggestion: str = "") -> None: ...
+
+    def suppressed(self, node: cst.CSTNode, code: str) -> bool: ...
+
+    def keeps(self, node: cst.CSTNode) -> bool: ...
+
+    def code_for(self, node: cst.CSTNode) -> str: ...
+
+    def positions(self) -> Mapping[cst.CSTNode, CodeRange]: ...
+
+
 class BaseRule:
     """What every rule has: identity, safety, documentation and examples."""
 
@@ -129,7 +159,7 @@ class Rule(BaseRule):
             raise TypeError(f"{cls.__name__}: declare {', '.join(stale)} in `needs = Needs(...)`")
         cls.targets = cls.needs.targets
 
-    def __init__(self, ctx: "FileContext") -> None:
+    def __init__(self, ctx: RuleContext) -> None:
         self.ctx = ctx
 
     # -- matching helpers --------------------------------------------------

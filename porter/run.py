@@ -12,8 +12,10 @@ from typing import Callable, Iterator, Optional, Sequence
 from porter import known_modules
 from porter.apply import Change, vendor_changes
 from porter.discover import Skipped, discover, relative_posix
-from porter.engine import FileResult, LazyBootstrap, Options, process_file
-from porter.runtime_home import Home, Layout, home_of_import, manifest_change, refuse_home
+from porter.engine import process_file
+from porter.options import Options
+from porter.results import FileResult
+from porter.runtime_home import Home, LazyBootstrap, Layout, home_of_import, manifest_change, refuse_home
 from porter.ledger import TreeContext
 
 

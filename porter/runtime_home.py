@@ -26,7 +26,9 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Union
+
+from porter.apply import Change
 
 RUNTIME = "porter_runtime"
 MARKER = "VENDORED.txt"
@@ -244,8 +246,6 @@ def manifest_change(root: Path, home: Home, write: bool = True, base: Optional[b
     """For a copy inside a package that pyproject.toml lists by hand
     (``[tool.setuptools] packages = ["mypkg"]``): the change that ships it too, and a
     note; a list in setup.py or setup.cfg gets a note only. None when nothing is needed."""
-    from porter.apply import Change
-
     if not home.package:
         return None
     wanted = f"{home.package}.{RUNTIME}"
@@ -288,3 +288,35 @@ def manifest_change(root: Path, home: Home, write: bool = True, base: Optional[b
 
 _SETUPTOOLS_PACKAGES = re.compile(
     r"^\[tool\.setuptools\][^\[]*?^packages\s*=\s*\[(?P<list>[^\]]*)\]", re.M | re.S)
+
+
+# -- one file at a time ----------------------------------------------------------------
+
+class LazyBootstrap:
+    """How one file imports the runtime, worked out only if the file needs the import
+    (a few files of a large tree). No ``sys.path`` code: the name is kept for the
+    engine's callers."""
+
+    def __init__(self, file: Path, layout: Layout) -> None:
+        self.file = file
+        self.layout = layout
+        self.home: Optional[Home] = None
+        self.note = ""
+
+    @property
+    def first_party(self) -> frozenset:
+        """isort's first-party names, once the copy this file imports exists."""
+        return self.layout.first_party_for(self.home) if self.home is not None else self.layout.first_party
+
+    def __call__(self, imported: Iterable[str] = ()) -> Home:
+        self.home, self.note = self.layout.home_for(self.file, imported)
+        return self.home
+
+
+def runtime_home_fields(bootstrap: Union[None, str, "LazyBootstrap"], rel: str) -> tuple[str, str, str]:
+    """(home folder relative to the root, its package, note) of the copy a file now imports."""
+    if not isinstance(bootstrap, LazyBootstrap) or bootstrap.home is None:
+        return "", "", ""
+    home = bootstrap.home
+    folder = os.path.relpath(home.folder, bootstrap.layout.root).replace(os.sep, "/")
+    return folder, home.package, bootstrap.note

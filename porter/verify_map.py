@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
+from porter.run import run
+
 
 @dataclass
 class Mapping:
@@ -162,7 +164,5 @@ def map_failure(frames: Sequence[tuple[str, int]], missing: Sequence[str], index
 
 def analyse(config) -> list[dict]:
     """Porter's findings (rewrites and items for a human) on the tree, in dry-run mode."""
-    from porter.run import run
-
     result = run(config)
     return [dict(f.to_dict(), path=item.path) for item in result.files for f in item.findings]

@@ -325,7 +325,7 @@ def test_ctrl_c_exits_130_with_every_file_original_or_ported(tmp_path):
 # -- 9. the size limit comes before any parse -----------------------------------------------------
 
 def test_size_limit_is_checked_before_any_parse(tmp_path, monkeypatch):
-    from porter import engine
+    from porter import python_stage
     from porter.engine import Options, process_file
     from porter.registry import all_rules
 
@@ -336,8 +336,8 @@ def test_size_limit_is_checked_before_any_parse(tmp_path, monkeypatch):
     def no_parse(*args, **kwargs):
         raise AssertionError("parsed before the size check")
 
-    monkeypatch.setattr(engine, "candidate_rules", no_parse)
-    monkeypatch.setattr(engine, "migrate_source", no_parse)
+    monkeypatch.setattr(python_stage, "candidate_rules", no_parse)
+    monkeypatch.setattr(python_stage, "migrate_source", no_parse)
     result = process_file(path, "big.py", Options(rules=all_rules()), None)
     assert result.status == "error" and "larger than the 1 MB porter parses" in result.error
     path.write_bytes(b"y = 1\n" * 400_000)  # nothing any rule wants: unchanged, not an error

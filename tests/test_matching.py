@@ -105,3 +105,24 @@ def test_import_statement_names_are_not_uses():
     assert "import porter_runtime" in new
     assert "return porter_runtime.compile(g), porter_runtime.compile" in new, new
     assert all("porter_runtime" not in line for line in new.splitlines() if line.lstrip().startswith("from ")), new
+
+
+def test_the_resolver_follows_the_walk_it_is_told_of():
+    """The pass tells the resolver where it is (``enter``/``leave``): a Name of an import
+    statement is a binding, the name of an attribute is no import's; once the walk has
+    left the import, the same name is a use again."""
+    code = "from re import compile\nimport re\nre.compile(compile)\n"
+    module = cst.parse_module(code)
+    resolver = Resolver(module, syntax_facts(ast.parse(code)).imports if MODE == "ast-facts" else None)
+    from_import = module.body[0].body[0]
+    imported = from_import.names[0].name
+    call = module.body[2].body[0].value
+    use = call.args[0].value
+    resolver.enter(from_import)
+    assert resolver.qualname(imported) is None
+    resolver.leave(from_import)
+    assert resolver.qualname(use) == "re.compile"
+    assert resolver.qualname(call.func) == "re.compile"
+    resolver.enter(call.func)  # re.compile: its ``compile`` is an attribute's name
+    assert resolver.qualname(call.func.attr) is None
+    assert resolver.qualname(use) == "re.compile"

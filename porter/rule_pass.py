@@ -1,0 +1,107 @@
+"""The rule pass: every rule a file needs, in one LibCST traversal.
+
+A rewrite that lies in code only run where CUDA is, under a guard no rule ported, is
+dropped and the pass runs again with that node kept as written (issue 14), at most
+three times. The rules see the file through a :class:`porter.context.FileContext`.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional, Sequence
+
+import libcst as cst
+
+from porter.context import FileContext
+from porter.guards import cuda_regions, guard_ported, parse
+from porter.matching import Resolver
+from porter.options import Options
+from porter.positions import locate
+from porter.prefilter import SyntaxFacts
+from porter.rule import Rule
+from porter.segments import Reduced
+
+
+def run_rules(
+    module: cst.Module, data: bytes, path: str, options: Options, rules: Sequence[type[Rule]],
+    facts: Optional[SyntaxFacts], reduced: Optional[Reduced],
+) -> tuple[cst.Module, FileContext]:
+    """The rewritten module and the context that holds the rules' records, after the
+    passes that keep rewrites in CUDA-only code as written."""
+    frozen: frozenset[cst.CSTNode] = frozenset()
+    located: dict = {}
+    for _ in range(3):
+        ctx = FileContext(module, data, path, options, facts.imports if facts is not None else None, reduced)
+        ctx.frozen, ctx.located = frozen, located
+        new_module = module.visit(RuleRunner((rule(ctx) for rule in rules), ctx.resolver))
+        more = cuda_only_rewrites(ctx, data)
+        if not more:
+            break
+        frozen = frozen | more
+    return new_module, ctx
+
+
+def cuda_only_rewrites(ctx: FileContext, data: bytes) -> frozenset[cst.CSTNode]:
+    """The rewritten nodes that lie in code only run where CUDA is (porter.guards), under
+    a guard no rule ported: issue 14's "no rewrite inside code that only runs on CUDA,
+    unless its guard is ported too". Import guards (``try: import flash_attn``) don't
+    count: porting the import is porting the guard."""
+    nodes = [n for n in ctx.rewritten if n not in ctx.frozen]
+    if not nodes or b"cuda" not in data:
+        return frozenset()
+    tree = parse(data)
+    regions = [r for r in cuda_regions(tree, data) if r.kind == "device"] if tree is not None else []
+    if not regions:
+        return frozenset()
+    missing = [n for n in nodes if n not in ctx.located]
+    if missing:
+        ctx.located.update(locate(ctx.module, missing))
+    ranges = ctx.located
+    line = ctx.reduced.original_line if ctx.reduced is not None else (lambda n: n)
+    where = {n: ((line(ranges[n].start.line), ranges[n].start.column), (line(ranges[n].end.line), ranges[n].end.column))
+             for n in nodes if n in ranges}
+    open_regions = [r for r in regions if not guard_ported(r, (start for start, _ in where.values()))]
+    return frozenset(n for n, span in where.items() if any(r.encloses(span) for r in open_regions))
+
+
+class RuleRunner(cst.CSTTransformer):
+    """Runs many rules in one traversal, dispatching each node type to the rules
+    that handle it, in the rules' order."""
+
+    def __init__(self, rules: Iterable[Rule], resolver: Resolver) -> None:
+        super().__init__()
+        self._resolver = resolver
+        self._visitors: dict[str, list] = {}
+        self._leavers: dict[str, list] = {}
+        for rule in rules:
+            for attr in dir(type(rule)):
+                if attr.startswith("visit_"):
+                    self._visitors.setdefault(attr[6:], []).append(getattr(rule, attr))
+                elif attr.startswith("leave_"):
+                    self._leavers.setdefault(attr[6:], []).append(getattr(rule, attr))
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self._resolver.enter(node)
+        for visit in self._visitors.get(type(node).__name__, ()):
+            visit(node)
+        return True
+
+    # Rules never use LibCST's per-attribute hooks; skipping their lookup saves a
+    # getattr per field of every node.
+    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
+        return None
+
+    def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
+        return None
+
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[override]
+        result = self._leave(original_node, updated_node)
+        self._resolver.leave(original_node)
+        return result
+
+    def _leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):
+        for leave in self._leavers.get(type(original_node).__name__, ()):
+            result = leave(original_node, updated_node)
+            if not isinstance(result, type(original_node)):
+                return result  # a rule replaced the node with another kind: stop here
+            updated_node = result
+        return updated_node
