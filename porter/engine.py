@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Iterable, NamedTuple, Optional, Sequence, Unio
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from porter import imports, ledger
+from porter import imports, ledger, probes
 from porter.matching import ImportFacts, Resolver
 from porter.positions import locate
 from porter.prefilter import SyntaxFacts, byte_candidates, candidate_rules
@@ -205,6 +205,14 @@ class FileContext:
             if codes is not None and (not codes or any(code.startswith(c) for c in codes)):
                 return True
         return False
+
+    def ignored(self, node: cst.CSTNode) -> bool:
+        """Whether any ``# porter: ignore`` comment, whatever its codes, is on one of
+        the node's lines: the import clean-up leaves such a statement as written."""
+        if not self._ignores:
+            return False
+        span = self.positions()[node]
+        return any(line in self._ignores for line in range(span.start.line, span.end.line + 1))
 
     def keeps(self, node: cst.CSTNode) -> bool:
         """Whether ``node`` must stay as written: it only runs where CUDA is (a guard
@@ -410,13 +418,14 @@ def _migrate(
         if not more:
             break
         frozen = frozen | more
-    findings = ctx.findings()
-    if not any(f.action == "rewrite" for f in findings):
-        return SourceResult(code, findings)  # rules change code only through rewrite()
+    if not any(r.action == "rewrite" for r in ctx._records):
+        return SourceResult(code, ctx.findings())  # rules change code only through rewrite()
     if ctx.needs_runtime and not ctx.resolver.imports_of("porter_runtime"):
         new_module = imports.add_runtime_import(new_module, runtime_bootstrap)
     new_module = imports.remove_unused(new_module, ctx)
-    return SourceResult(new_module.bytes, findings, ctx.needs_runtime)
+    new_module = probes.remove_dead(new_module, ctx, options.ledger)
+    # findings last: removing a dead probe is reported too
+    return SourceResult(new_module.bytes, ctx.findings(), ctx.needs_runtime)
 
 
 def cuda_only_rewrites(ctx: FileContext, data: bytes) -> frozenset[cst.CSTNode]:

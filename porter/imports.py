@@ -283,8 +283,9 @@ def remove_unused(new_module: cst.Module, ctx: "FileContext") -> cst.Module:
     after = Resolver(new_module).use_counts()
     context = CodemodContext()
     scheduled = False
+    kept = _ignored_imports(ctx)
     for stmt in ctx.module.body:
-        if not isinstance(stmt, cst.SimpleStatementLine):
+        if not isinstance(stmt, cst.SimpleStatementLine) or stmt in kept:
             continue
         for small in stmt.body:
             if isinstance(small, cst.Import):
@@ -305,7 +306,27 @@ def remove_unused(new_module: cst.Module, ctx: "FileContext") -> cst.Module:
                     scheduled = True
     if not scheduled:
         return new_module
-    return keep_layout(new_module, RemoveImportsVisitor(context).transform_module(new_module))
+    return keep_layout(new_module, _remover(context, kept).transform_module(new_module))
+
+
+def _ignored_imports(ctx: "FileContext") -> list[cst.SimpleStatementLine]:
+    """The import lines with a ``# porter: ignore`` comment (any codes): the user asked
+    porter to leave them, so the clean-up neither removes nor edits them, even once a
+    rewrite on another line took their names' last use."""
+    return [stmt for stmt in ctx.module.body
+            if _is_import_line(stmt) and ctx.ignored(stmt)]  # type: ignore[arg-type]
+
+
+def _remover(context, kept: list[cst.SimpleStatementLine]):
+    """LibCST's RemoveImportsVisitor that leaves the ``kept`` lines as they are: it
+    removes a scheduled name from every import binding it, a kept line among them."""
+    from libcst.codemod.visitors import RemoveImportsVisitor
+
+    class KeepIgnored(RemoveImportsVisitor):
+        def leave_SimpleStatementLine(self, original, updated):
+            return original if any(original.deep_equals(k) for k in kept) else updated
+
+    return KeepIgnored(context)
 
 
 def keep_layout(before: cst.Module, after: cst.Module) -> cst.Module:
