@@ -231,18 +231,17 @@ def read_elsewhere(tree: "TreeContext", path: str, found: Probe) -> bool:
     if not others:
         return False
     module = _module_name(path)
-
-    def files(word: str) -> frozenset[str]:
-        return files_matching(tree, word.encode(), rb"\b" + re.escape(word.encode()) + rb"\b") & others
-
     star = rb"\bfrom[ \t]+[\w.]*\b" + re.escape(module.encode()) + rb"[ \t]+import[ \t(]*\*"
-    if files_matching(tree, b"*", star) & others:
+    stars = [star, _STAR_PACKAGE] if path.rsplit("/", 1)[-1] == "__init__.py" else [star]
+    words = {name: _word(name).pattern for name in (*found.names, module)}
+    hits = files_matching(tree, {**{p: b"*" for p in stars}, **{p: n.encode() for n, p in words.items()}})
+
+    def files(pattern: bytes) -> frozenset[str]:
+        return hits[pattern] & others
+
+    if any(files(p) for p in stars) or any(files(words[flag]) for flag in found.flags):
         return True
-    if path.rsplit("/", 1)[-1] == "__init__.py" and files_matching(tree, b"*", _STAR_PACKAGE) & others:
-        return True
-    if any(files(flag) for flag in found.flags):
-        return True
-    return any(files(name) & files(module) for name in found.imported)
+    return any(files(words[name]) & files(words[module]) for name in found.imported)
 
 
 #: ``from . import *`` in a package's module reads the package's ``__init__``.
@@ -262,25 +261,26 @@ def _module_name(path: str) -> str:
 _CACHE: dict = {"tree": None, "found": {}}
 
 
-def files_matching(tree: "TreeContext", needle: bytes, pattern: bytes) -> frozenset[str]:
-    """The sources of ``tree`` whose bytes hold ``needle`` and match ``pattern``;
-    an unreadable one counts as matching (when in doubt, a probe stays)."""
+def files_matching(tree: "TreeContext", searches: dict[bytes, bytes]) -> dict[bytes, frozenset[str]]:
+    """For each pattern of ``searches`` (pattern → a substring of every match, a cheap
+    test first), the sources of ``tree`` it matches, in one pass over the tree for
+    those not asked before; an unreadable source matches (in doubt, a probe stays)."""
     if _CACHE["tree"] is not tree:
         _CACHE["tree"], _CACHE["found"] = tree, {}
     found: dict[bytes, frozenset[str]] = _CACHE["found"]
-    if pattern not in found:
-        regex = re.compile(pattern)
-        hits = set()
+    missing = {pattern: (needle, re.compile(pattern)) for pattern, needle in searches.items() if pattern not in found}
+    if missing:
+        hits: dict[bytes, set[str]] = {pattern: set() for pattern in missing}
         for rel in tree.sources:
             try:
                 data = (Path(tree.root) / rel).read_bytes()
             except OSError:
-                hits.add(rel)
-                continue
-            if needle in data and regex.search(data):
-                hits.add(rel)
-        found[pattern] = frozenset(hits)
-    return found[pattern]
+                data = None
+            for pattern, (needle, regex) in missing.items():
+                if data is None or (needle in data and regex.search(data)):
+                    hits[pattern].add(rel)
+        found.update((pattern, frozenset(files)) for pattern, files in hits.items())
+    return {pattern: found[pattern] for pattern in searches}
 
 
 # -- removal and report -----------------------------------------------------------
