@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, NamedTuple, Optional
+from typing import TYPE_CHECKING, NamedTuple, Optional
 
 import libcst as cst
 
@@ -204,9 +204,8 @@ class _NameUses(cst.CSTVisitor):
         if isinstance(node, cst.Arg) and node.keyword is not None:
             node.value.visit(self)
             return False
-        if isinstance(node, cst.Name) and node.value in self.names:
-            self.count += 1
-        elif isinstance(node, cst.SimpleString) and any(w.search(node.value) for w in self.words):
+        variable = isinstance(node, cst.Name) and node.value in self.names
+        if variable or (isinstance(node, cst.SimpleString) and any(w.search(node.value) for w in self.words)):
             self.count += 1
         return True
 
