@@ -114,6 +114,18 @@ class FileContext:
                 return True
         return False
 
+    def ignored(self, node: cst.CSTNode) -> bool:
+        """Whether any ``# porter: ignore`` comment, whatever its codes, is on one of
+        the node's lines: the import clean-up leaves such a statement as written."""
+        if not self._ignores:
+            return False
+        span = self.positions()[node]
+        return any(line in self._ignores for line in range(span.start.line, span.end.line + 1))
+
+    def rewrites(self) -> list[tuple[Rule, cst.CSTNode]]:
+        """(rule, original node) of each rewrite recorded so far, in order."""
+        return [(r.rule, r.node) for r in self._records if r.action == "rewrite"]
+
     def keeps(self, node: cst.CSTNode) -> bool:
         """Whether ``node`` must stay as written: it only runs where CUDA is (a guard
         porter did not port), so a rewrite there changes nothing off CUDA."""

@@ -48,6 +48,10 @@ class RulePass(Protocol):
         """Whether any rule recorded a rewrite or a finding."""
         ...
 
+    def ignored(self, node: cst.CSTNode) -> bool:
+        """Whether a ``# porter: ignore`` comment sits on one of the node's lines."""
+        ...
+
 
 def runtime_import(statement: str = f"import {RUNTIME}") -> cst.SimpleStatementLine:
     return cst.parse_statement(statement + "\n")  # type: ignore[return-value]
@@ -299,8 +303,9 @@ def remove_unused(new_module: cst.Module, ctx: RulePass) -> cst.Module:
     after = Resolver(new_module).use_counts()
     context = CodemodContext()
     scheduled = False
+    kept = _ignored_imports(ctx)
     for stmt in ctx.module.body:
-        if not isinstance(stmt, cst.SimpleStatementLine):
+        if not isinstance(stmt, cst.SimpleStatementLine) or stmt in kept:
             continue
         for small in stmt.body:
             if isinstance(small, cst.Import):
@@ -321,7 +326,27 @@ def remove_unused(new_module: cst.Module, ctx: RulePass) -> cst.Module:
                     scheduled = True
     if not scheduled:
         return new_module
-    return keep_layout(new_module, RemoveImportsVisitor(context).transform_module(new_module))
+    return keep_layout(new_module, _remover(context, kept).transform_module(new_module))
+
+
+def _ignored_imports(ctx: RulePass) -> list[cst.SimpleStatementLine]:
+    """The import lines with a ``# porter: ignore`` comment (any codes): the user asked
+    porter to leave them, so the clean-up neither removes nor edits them, even once a
+    rewrite on another line took their names' last use."""
+    return [stmt for stmt in ctx.module.body
+            if _is_import_line(stmt) and ctx.ignored(stmt)]  # type: ignore[arg-type]
+
+
+def _remover(context, kept: list[cst.SimpleStatementLine]):
+    """LibCST's RemoveImportsVisitor that leaves the ``kept`` lines as they are: it
+    removes a scheduled name from every import binding it, a kept line among them."""
+    from libcst.codemod.visitors import RemoveImportsVisitor
+
+    class KeepIgnored(RemoveImportsVisitor):
+        def leave_SimpleStatementLine(self, original, updated):
+            return original if any(original.deep_equals(k) for k in kept) else updated
+
+    return KeepIgnored(context)
 
 
 def keep_layout(before: cst.Module, after: cst.Module) -> cst.Module:

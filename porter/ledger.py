@@ -64,6 +64,10 @@ class TreeContext:
 
     local: frozenset[str] = frozenset()
     declared: frozenset[str] = frozenset()
+    #: The tree's root and its Python sources and notebooks (relative, "/" separators):
+    #: where porter.probes looks for another module reading a flag. Empty: one file alone.
+    root: str = ""
+    sources: frozenset[str] = frozenset()
 
     def is_local(self, root: str) -> bool:
         return root in self.local

@@ -22,7 +22,8 @@ class Options:
     dependencies: str = "marker"
     #: (glob, code prefixes) pairs from ``per-file-ignores``: rules skipped for those paths.
     per_file_ignores: Sequence[tuple[str, Sequence[str]]] = ()
-    #: What the scanned tree tells the ledger about imports (porter.ledger); None: nothing.
+    #: What the scanned tree tells the ledger about imports (porter.ledger) and the probe
+    #: clean-up about its sources (porter.probes); None: nothing, one file alone.
     ledger: Optional["ledger.TreeContext"] = None
 
     def for_path(self, rel: str) -> "Options":

@@ -22,7 +22,7 @@ from typing import Optional, Sequence, Union
 
 import libcst as cst
 
-from porter import imports, ledger
+from porter import imports, ledger, probes
 from porter.context import ignore_comments
 from porter.options import Options
 from porter.prefilter import SyntaxFacts, byte_candidates, candidate_rules
@@ -83,13 +83,14 @@ def _migrate(
     """The rule pass over ``code`` (``data`` itself, or its reduction), then the
     import changes its rewrites call for."""
     new_module, ctx = run_rules(cst.parse_module(code), data, path, options, rules, facts, reduced)
-    findings = ctx.findings()
-    if not any(f.action == "rewrite" for f in findings):
-        return SourceResult(code, findings)  # rules change code only through rewrite()
+    if not ctx.rewrites():
+        return SourceResult(code, ctx.findings())  # rules change code only through rewrite()
     if ctx.needs_runtime and not ctx.resolver.imports_of("porter_runtime"):
         new_module = imports.add_runtime_import(new_module, runtime_bootstrap)
     new_module = imports.remove_unused(new_module, ctx)
-    return SourceResult(new_module.bytes, findings, ctx.needs_runtime)
+    new_module = probes.remove_dead(new_module, ctx, options.ledger)
+    # findings last: removing a dead probe is reported too
+    return SourceResult(new_module.bytes, ctx.findings(), ctx.needs_runtime)
 
 
 #: LibCST parses at roughly 100 KB/s on a slow machine: a multi-megabyte generated file

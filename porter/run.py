@@ -190,10 +190,12 @@ def run(
 
 def with_tree_context(config: RunConfig, rels: Sequence[str]) -> RunConfig:
     """``config`` with what the tree tells the ledger about imports: its own modules
-    and its declared dependencies (porter.ledger, porter.known_modules)."""
+    and its declared dependencies (porter.ledger, porter.known_modules); and its
+    sources, where porter.probes checks that no other module reads a flag it removes."""
     if config.options.ledger is not None:
         return config
-    context = TreeContext(local=known_modules.local(rels), declared=known_modules.declared(config.root))
+    context = TreeContext(local=known_modules.local(rels), declared=known_modules.declared(config.root),
+                          root=str(config.root), sources=frozenset(r for r in rels if r.endswith((".py", ".ipynb"))))
     return replace(config, options=replace(config.options, ledger=context))
 
 

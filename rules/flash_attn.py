@@ -71,7 +71,8 @@ class FlashAttnFunc(Rule):
     its names have no use left it goes like a plain import; otherwise it is reported.
     A stop on the module's own flag (`HAS_FLASH = False` in `except ImportError:`,
     then `if not HAS_FLASH: raise ...` / `assert HAS_FLASH`) goes once every flash_attn
-    use in the file is ported, and is reported otherwise.
+    use in the file is ported, and is reported otherwise; the `try` that sets the flag
+    goes too once nothing in the tree reads its names (porter.probes).
 
     Why:
     flash-attn does not build without CUDA (`pip install flash-attn` fails on a Mac), so
@@ -242,7 +243,8 @@ class FlashAttnFunc(Rule):
             out = porter_runtime.fa3_attention(q, k, v, causal=True)
             """),
         ),
-        # the module's own flag stops the ported path off CUDA: the stop goes
+        # the module's own flag stops the ported path off CUDA: the stop goes, then
+        # the probe, whose names nothing reads any more (porter.probes)
         Example(
             example_code("""
             try:
@@ -258,11 +260,6 @@ class FlashAttnFunc(Rule):
             """),
             example_code("""
             import porter_runtime
-            try:
-                from flash_attn import flash_attn_func
-                HAS_FLASH = True
-            except ImportError:
-                HAS_FLASH = False
 
 
             def attend(q, k, v):

@@ -92,7 +92,8 @@ class XformersAttention(Rule):
     (`XFORMERS_AVAILABLE = False` in `except ImportError:`) and stops on it (`if not
     XFORMERS_AVAILABLE: raise ...`, `assert XFORMERS_AVAILABLE`) before the ported
     path, that stop is removed once every xformers use in the file is ported, and
-    reported otherwise.
+    reported otherwise; the `try` that sets the flag goes too once nothing in the
+    tree reads its names (porter.probes).
 
     Known limits:
     `op=` (the choice of xformers kernel) has no meaning off CUDA and is ignored
@@ -147,7 +148,8 @@ class XformersAttention(Rule):
             out = porter_runtime.memory_efficient_attention(q, k, v, p=0.0)
             """),
         ),
-        # the module's own flag stops the ported path off CUDA: the stop goes
+        # the module's own flag stops the ported path off CUDA: the stop goes, then
+        # the probe, whose names nothing reads any more (porter.probes)
         Example(
             example_code("""
             try:
@@ -164,11 +166,6 @@ class XformersAttention(Rule):
             """),
             example_code("""
             import porter_runtime
-            try:
-                from xformers.ops import memory_efficient_attention
-                XFORMERS_AVAILABLE = True
-            except ImportError:
-                XFORMERS_AVAILABLE = False
 
 
             def attend(q, k, v):

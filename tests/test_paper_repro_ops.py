@@ -59,7 +59,8 @@ print("ok", os.environ.get("ATTN_BACKEND", "flash"))
 #: (path, rule code) of what the port rewrites and what it leaves for a human.
 REWRITES = Counter({
     ("ops/attention.py", "TP101"): 2,  # the FA3 → FA2 chain goes, the call runs the twin
-    ("ops/attention.py", "TP201"): 2,  # the stop on XFORMERS_AVAILABLE goes, the call is ported
+    ("ops/attention.py", "TP201"): 3,  # the stop on XFORMERS_AVAILABLE goes, the call is ported,
+                                       # then the try that set the flag (porter.probes)
     ("ops/attention.py", "TP202"): 1,
     ("ops/rotary.py", "TP604"): 1,     # `import rotary_emb` becomes optional
     ("ops/fused.py", "TP604"): 1,      # the load(...) build happens only with CUDA

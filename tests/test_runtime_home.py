@@ -102,18 +102,8 @@ def _ruff(repo: Path) -> Counter:
     return Counter((Path(e["filename"]).relative_to(repo).as_posix(), e["code"]) for e in json.loads(proc.stdout))
 
 
-#: Ported fixture repositories where ruff still finds something the port added, and why.
-RUFF_KNOWN = {
-    # TP201 ports every xformers use and the raise on the module's own flag; the guarded
-    # `import xformers.ops as xops` in its try/except then binds a name nothing uses. The
-    # try also sets XFORMERS_AVAILABLE, which another module could import, so it stays.
-    "paper_repro": "F401: the guarded `import xformers.ops as xops` whose uses TP201 ported",
-}
-
-
 @pytest.mark.skipif(not RUFF.exists(), reason="ruff (test extra) is not installed")
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=RUFF_KNOWN[n], strict=True))
-                                  if n in RUFF_KNOWN else n for n in REPOS])
+@pytest.mark.parametrize("name", REPOS)
 def test_ruff_finds_nothing_new_in_a_ported_fixture_repo(name, tmp_path):
     original = tmp_path / "original"
     ported = tmp_path / "ported"

@@ -1,0 +1,173 @@
+"""What the clean-up after the rules removes: availability probes the port left dead
+(porter.probes), and never an import line the user marked ``# porter: ignore``."""
+
+import json
+from pathlib import Path
+from textwrap import dedent
+
+from porter.engine import Options, migrate_source
+from porter.notebook import migrate_notebook
+from porter.registry import all_rules
+from porter.run import RunConfig, run
+
+PROBE = dedent("""\
+    \"\"\"Attention backends.\"\"\"
+    import os
+
+    try:
+        import xformers.ops as xops
+
+        XFORMERS_AVAILABLE = True
+    except ImportError:
+        XFORMERS_AVAILABLE = False
+
+    BACKEND = os.environ.get("BACKEND", "sdpa")
+
+
+    def attend(q, k, v):
+        if not XFORMERS_AVAILABLE:
+            raise ImportError("pip install xformers")
+        return xops.memory_efficient_attention(q, k, v, attn_bias=xops.LowerTriangularMask())
+    """)
+
+#: As the engine alone places the runtime import (a run follows the file's import style).
+PORTED = dedent("""\
+    \"\"\"Attention backends.\"\"\"
+    import porter_runtime
+    import os
+
+    BACKEND = os.environ.get("BACKEND", "sdpa")
+
+
+    def attend(q, k, v):
+        return porter_runtime.memory_efficient_attention(q, k, v, attn_bias=porter_runtime.xformers_bias.LowerTriangularMask())
+    """)
+
+
+def migrate(code: str, path: str = "attention.py"):
+    return migrate_source(dedent(code).encode(), Options(rules=all_rules()), path=path)
+
+
+def port_tree(tmp_path: Path, files: dict[str, str], jobs: int = 1) -> dict[str, str]:
+    """Every file of the tree after a run (the tree facts as the CLI gathers them)."""
+    for rel, code in files.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(dedent(code))
+    result = run(RunConfig([tmp_path], tmp_path, Options(rules=all_rules()), jobs=jobs))
+    assert not result.errors, [f.error for f in result.errors]
+    return {f.path: (f.new if f.new is not None else (tmp_path / f.path).read_bytes()).decode() for f in result.files}
+
+
+def probe_kept(text: str) -> bool:
+    return "    import xformers.ops as xops" in text and "XFORMERS_AVAILABLE = False" in text
+
+
+# -- dead probes --------------------------------------------------------------------
+
+def test_a_probe_whose_names_the_port_left_unused_goes_and_is_reported():
+    result = migrate(PROBE)
+    assert result.new.decode() == PORTED  # one blank line before BACKEND, as before
+    removal = [f for f in result.findings if f.line == 4]
+    assert [(f.code, f.action) for f in removal] == [("TP201", "rewrite")]
+    assert "XFORMERS_AVAILABLE" in removal[0].message and "xformers.ops" in removal[0].message
+    assert migrate(PORTED).new.decode() == PORTED  # a second run changes nothing
+
+
+def test_a_probe_whose_flag_the_file_still_reads_stays():
+    code = PROBE + "\n\ndef backend():\n    return \"xformers\" if XFORMERS_AVAILABLE else \"sdpa\"\n"
+    new = migrate(code).new.decode()
+    assert probe_kept(new) and "porter_runtime.memory_efficient_attention(" in new
+
+
+def test_a_probe_whose_import_the_file_still_uses_stays():
+    code = PROBE + "\n\nmlp = xops.SwiGLU(8, 16)\n"  # no twin for SwiGLU: TP203 reports it
+    result = migrate(code)
+    assert probe_kept(result.new.decode())
+    assert any(f.code == "TP203" for f in result.findings)
+
+
+def test_a_probe_the_file_did_not_use_before_the_port_stays():
+    code = PROBE.split("\n\n\ndef ")[0] + "\n\n\ndef to_gpu(x):\n    return x.cuda()\n"  # no use of xops
+    new = migrate(code).new.decode()
+    assert probe_kept(new) and "x.to(porter_runtime.device())" in new
+
+
+def test_a_probe_marked_porter_ignore_stays():
+    code = PROBE.replace("    import xformers.ops as xops\n", "    import xformers.ops as xops  # porter: ignore\n")
+    assert probe_kept(migrate(code).new.decode())
+
+
+def test_the_comment_right_above_a_probe_goes_with_it_a_set_apart_one_stays():
+    code = """\
+        import torch
+
+        # ---- attention ----
+
+        # optional fast path
+        try:
+            from flash_attn import flash_attn_func
+            HAS_FLASH = True
+        except ModuleNotFoundError:
+            HAS_FLASH = False
+
+
+        def attend(q, k, v):
+            assert HAS_FLASH
+            return flash_attn_func(q, k, v, causal=True)
+        """
+    assert migrate(code).new.decode() == ("import porter_runtime\nimport torch\n\n# ---- attention ----\n\n\n"
+                                          "def attend(q, k, v):\n"
+                                          "    return porter_runtime.attention(q, k, v, causal=True)\n")
+
+
+def test_a_probe_another_module_of_the_tree_reads_stays(tmp_path):
+    tree = {"ops/__init__.py": "", "ops/attention.py": PROBE,
+            "train.py": "from ops.attention import XFORMERS_AVAILABLE\nprint(XFORMERS_AVAILABLE)\n"}
+    assert probe_kept(port_tree(tmp_path, tree, jobs=2)["ops/attention.py"])  # the tree facts reach the workers
+
+
+def test_a_probe_is_kept_for_a_star_import_or_a_reexported_name(tmp_path):
+    star = {"ops/__init__.py": "from .attention import *\n", "ops/attention.py": PROBE}
+    assert probe_kept(port_tree(tmp_path / "star", star)["ops/attention.py"])
+    alias = {"ops/__init__.py": "", "ops/attention.py": PROBE, "model.py": "from ops.attention import xops\n"}
+    assert probe_kept(port_tree(tmp_path / "alias", alias)["ops/attention.py"])
+
+
+def test_a_probe_goes_when_no_other_module_reads_its_names(tmp_path):
+    tree = {"ops/__init__.py": "", "ops/attention.py": PROBE,
+            # its own xformers import: the word xops, but not from ops.attention
+            "bench.py": "import xformers.ops as xops\n\nprint(xops.__name__)\n"}
+    new = port_tree(tmp_path, tree)["ops/attention.py"]
+    assert "try:" not in new and "XFORMERS_AVAILABLE" not in new
+    assert "import os\n\nimport porter_runtime\n\nBACKEND = " in new  # the run's import style, one blank line
+
+
+def test_a_notebook_cell_probe_stays_a_later_cell_may_read_it():
+    cells = [PROBE, "print(XFORMERS_AVAILABLE)\n"]
+    notebook = {"cells": [{"cell_type": "code", "metadata": {}, "source": c, "outputs": [], "execution_count": None}
+                          for c in cells], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    new, _ = migrate_notebook(json.dumps(notebook).encode(), Options(rules=all_rules()), path="nb.ipynb")
+    first = json.loads(new)["cells"][0]["source"]
+    first = "".join(first) if isinstance(first, list) else first
+    assert probe_kept(first) and "porter_runtime.memory_efficient_attention(" in first
+
+
+# -- # porter: ignore on an import line ---------------------------------------------
+
+def test_an_import_marked_porter_ignore_stays_when_a_rewrite_takes_its_last_use():
+    code = "import torch\nimport torch.distributed as dist  # porter: ignore[PT999]\ndist.init_process_group('nccl')\n"
+    result = migrate(code, "dist_setup.py")
+    assert result.new.decode() == ("import porter_runtime\nimport torch\n"
+                                   "import torch.distributed as dist  # porter: ignore[PT999]\n"
+                                   "porter_runtime.init_process_group('nccl')\n")
+
+
+def test_an_import_list_with_porter_ignore_on_one_line_is_not_edited():
+    code = "import torch\nfrom torch import (\n    device,  # porter: ignore\n    ones,\n)\nx = device('cuda')\n"
+    new = migrate(code, "devices.py").new.decode()
+    assert "from torch import (\n    device,  # porter: ignore\n    ones,\n)\n" in new
+    assert "x = porter_runtime.device()" in new
+    # the same import without the comment loses the name the rewrite left unused
+    plain = migrate(code.replace("  # porter: ignore", ""), "devices.py").new.decode()
+    assert "from torch import (\n    ones,\n)\n" in plain
