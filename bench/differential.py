@@ -185,7 +185,9 @@ def compare_outputs(a: Path, b: Path) -> list[tuple[str, float]]:
 def _port(tree: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "porter", "migrate", str(tree), "--write"],
                           capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
-    if done.returncode not in (0, 1):
+    # 1 means "changed" unless porter died (a traceback also exits 1): then side B
+    # would silently be the original.
+    if done.returncode not in (0, 1) or "Traceback (most recent call last)" in done.stderr:
         raise RuntimeError(f"porter migrate failed on {tree}:\n{done.stderr[-1500:]}")
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 from pathlib import Path
 from typing import Optional
 
@@ -516,7 +517,13 @@ cli.add_command(fit)  # runs the target's code; migrate never does
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    cli.main(args=argv, prog_name="porter")
+    try:
+        cli.main(args=argv, prog_name="porter")
+    except Exception:  # a bug in porter: exit 2, never the 1 that means "changes pending"
+        traceback.print_exc()
+        print("porter: internal error (the traceback above); files already written are whole",
+              file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":  # pragma: no cover

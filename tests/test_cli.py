@@ -300,3 +300,27 @@ def test_a_project_inside_another_repository_is_its_own_root(tmp_path):
     subprocess.run(["git", "init", "-q"], cwd=outer, check=True)
     diff = run_porter("migrate", outer / "examples" / "proj", "--diff").stdout
     assert b"+++ b/train.py" in diff and b"+++ b/porter_runtime/__init__.py" in diff
+
+
+def test_an_internal_error_exits_2_never_the_1_of_pending_changes(tmp_path):
+    """Found on a GPU machine: porter run from a checkout whose porter_runtime was not
+    importable died while vendoring with Python's own status 1, which callers (the
+    differential harness among them) read as "changes pending". A failure is 2."""
+    import sysconfig
+
+    root = Path(__file__).resolve().parent.parent
+    checkout = tmp_path / "checkout"
+    ignore = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(root / "porter", checkout / "porter", ignore=ignore)
+    shutil.copytree(root / "rules", checkout / "porter" / "rules", ignore=ignore)  # no porter_runtime
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "train.py").write_text("import torch\nx = torch.zeros(2).cuda()\n")
+    # -S: no site hooks, so the installed (editable) porter and its runtime stay hidden
+    code = (f"import sys; sys.path[:0] = [{str(checkout)!r}, {sysconfig.get_paths()['purelib']!r}]\n"
+            f"from porter.cli import main\nmain(['migrate', {str(repo)!r}, '--write'])\n")
+    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "NO_COLOR": "1"}, timeout=300)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    assert "porter_runtime is not installed next to porter" in proc.stderr
+    assert "porter: internal error" in proc.stderr
