@@ -11,6 +11,7 @@ import libcst as cst
 
 from porter.matching import dotted_name
 from porter.rule import BYTES_GAP, Example, Rule, Safety, string_value
+from porter.walk import nodes_of
 
 from ._common import argument, argument_pair, int_value, is_runtime_call, replace_arg
 
@@ -215,11 +216,12 @@ class IntegerDeviceTo(Rule):
 
     @property
     def _indices(self) -> set[str]:
-        """The names this file itself uses as CUDA devices: one extra pass over the
-        module, made only when a `.to(name)` needs it."""
+        """The names this file itself uses as CUDA devices: one extra look at the
+        module's assignments and calls (porter.walk), only when a `.to(name)` needs it."""
         if self._found is None:
             uses = _DeviceIndexUses(self)
-            self.ctx.module.visit(uses)
+            for node in nodes_of(self.ctx.module, (cst.Assign, cst.Call)):
+                (uses.visit_Assign if isinstance(node, cst.Assign) else uses.visit_Call)(node)
             self._found = uses.found
         return self._found
 
