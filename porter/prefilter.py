@@ -125,6 +125,8 @@ class SyntaxFacts:
     #: keyword argument names of all calls, and the string constants passed by keyword
     keywords: set[str] = field(default_factory=set)
     keyword_strings: dict[str, set[str]] = field(default_factory=dict)
+    #: what calls pass as ``device=`` (the kinds of ``first_args``)
+    device_keywords: set[str] = field(default_factory=set)
     #: strings compared (== / !=) with ``<x>.device.type`` or ``device.type``
     device_type_compares: set[str] = field(default_factory=set)
     #: last names of what the file uses as a CUDA index: ``.cuda(x)``,
@@ -337,6 +339,8 @@ def _call_facts(node: ast.Call, facts: SyntaxFacts) -> None:
             facts.keywords.add(kw.arg)
             if isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
                 facts.keyword_strings.setdefault(kw.arg, set()).add(kw.value.value)
+            if kw.arg == "device":
+                _record_kind(kw.value, facts.device_keywords)
     dotted = ast_dotted_name(func)
     if dotted is not None:
         facts.called_chains.add(dotted)
@@ -435,14 +439,20 @@ def _record_first_arg(call: ast.Call, kinds: set[str]) -> None:
     """What the call passes first, and by ``device=`` (rules read either)."""
     for value in (call.args[0] if call.args else None,
                   next((k.value for k in call.keywords if k.arg == "device"), None)):
-        if isinstance(value, ast.Constant) and isinstance(value.value, int):
-            kinds.add("int")
-        elif isinstance(value, ast.Constant) and isinstance(value.value, str):
-            kinds.add("str:" + value.value)
-        elif isinstance(value, ast.Attribute):
-            kinds.add(value.attr)
-        elif isinstance(value, ast.Name):
-            kinds.add(value.id)
+        _record_kind(value, kinds)
+
+
+def _record_kind(value: Optional[ast.expr], kinds: set[str]) -> None:
+    """"int" for an integer literal, "str:<value>" for a string, else the last name of
+    a name/attribute; nothing for anything else."""
+    if isinstance(value, ast.Constant) and isinstance(value.value, int):
+        kinds.add("int")
+    elif isinstance(value, ast.Constant) and isinstance(value.value, str):
+        kinds.add("str:" + value.value)
+    elif isinstance(value, ast.Attribute):
+        kinds.add(value.attr)
+    elif isinstance(value, ast.Name):
+        kinds.add(value.id)
 
 
 def _import_facts(node, facts: SyntaxFacts, nested: bool) -> None:

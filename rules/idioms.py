@@ -40,6 +40,12 @@ _LOCAL_RANK = re.compile(r"LOCAL_RANK")
 _SOURCES = _CURRENT | _COUNT
 
 
+def _index_kind(kind: str, file) -> bool:
+    """Whether a value the pre-filter saw (porter.prefilter's ``first_args`` kinds) may
+    be a CUDA index: an integer, an index-named value, one the file uses as an index."""
+    return kind == "int" or bool(_INDEX_NAME.match(kind)) or kind in file.device_indices
+
+
 def index_source(rule: Rule, node: cst.BaseExpression) -> bool:
     """An expression whose value is a CUDA index: `torch.cuda.current_device()` (or
     its runtime twin), `rank % torch.cuda.device_count()`, `int(os.environ["LOCAL_RANK"])`."""
@@ -135,16 +141,17 @@ class IntegerDeviceTo(Rule):
         if "torch.device" in facts.called and any("int" in kinds for kinds in facts.first_args.values()):
             return True
         # `device=` of a torch call, or an index from `current_device()` / `% device_count()`
-        return (cls._moves_to_index(facts, facts) or "device" in facts.keywords or cls._has_sources(facts))
+        return (cls._moves_to_index(facts, facts) or cls._device_index_keyword(facts, facts)
+                or cls._has_sources(facts))
 
     @classmethod
     def unit_filter(cls, unit, file) -> bool:
         # A unit that names a CUDA index holds evidence `_indices` must see.
         facts = unit.facts
-        if facts.device_indices or cls._has_sources(facts) or "device" in facts.keywords:
+        if facts.device_indices or cls._has_sources(facts) or cls._device_index_keyword(facts, file):
             return True
-        if cls._has_sources(file) and "to" in facts.first_args:
-            return True  # `.to(name)`, the name assigned an index in another unit
+        if cls._has_sources(file) and ("to" in facts.first_args or facts.device_keywords):
+            return True  # `.to(name)` / `device=name`, the name assigned an index in another unit
         return "torch.device" in facts.called or cls._moves_to_index(facts, file)
 
     @staticmethod
@@ -154,8 +161,13 @@ class IntegerDeviceTo(Rule):
 
     @staticmethod
     def _moves_to_index(facts, file) -> bool:
-        return any(kind == "int" or _INDEX_NAME.match(kind) or kind in file.device_indices
-                   for kind in facts.first_args.get("to", ()))
+        return any(_index_kind(kind, file) for kind in facts.first_args.get("to", ()))
+
+    @staticmethod
+    def _device_index_keyword(facts, file) -> bool:
+        """`device=` with an integer, an index-named value or one the file uses as a CUDA
+        index (a call of `current_device()` counts among the sources)."""
+        return any(_index_kind(kind, file) for kind in facts.device_keywords)
 
     valid = [
         "x = x.to(dtype)\ny = y.to(other)\n",

@@ -179,6 +179,13 @@ class WrappedCheckpoint(Rule):
     methods = frozenset({"load_state_dict"})
     whole_file = True  # the evidence (wrappers, saves) lies anywhere in the module
 
+    @classmethod
+    def syntax_filter(cls, facts) -> bool:
+        # A rewrite needs a wrapper in the file (`_may_get_prefixed_keys`): a call of
+        # torch.compile, DataParallel or DDP, which also keeps the whole-file parse away
+        # from the many files that only load a state dict.
+        return bool(facts.called & (_COMPILE | _PARALLEL))
+
     valid = [
         dedent("""\
             optimizer.load_state_dict(ckpt['optimizer'])
