@@ -50,7 +50,7 @@ def _fields(kind: type) -> tuple[str, ...]:
         names = tuple(f.name for f in dataclasses.fields(kind)) if dataclasses.is_dataclass(kind) else ()
         try:
             hints = typing.get_type_hints(kind)
-        except Exception:  # pragma: no cover - an annotation LibCST can't resolve
+        except (NameError, TypeError):  # pragma: no cover - an annotation LibCST can't resolve
             hints = {}
         found = _FIELDS[kind] = tuple(n for n in names if n not in hints or _may_hold_code(hints[n]))
     return found
