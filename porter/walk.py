@@ -34,12 +34,18 @@ def nodes_of(root: cst.CSTNode, types: Union[type, tuple[type, ...]]) -> Iterato
         node = stack.pop()
         if isinstance(node, types):
             yield node
-        for name in _fields(type(node)):
-            value = getattr(node, name)
-            if isinstance(value, cst.CSTNode):
-                stack.append(value)
-            elif isinstance(value, (tuple, list)):
-                stack.extend(item for item in value if isinstance(item, cst.CSTNode))
+        stack.extend(code_children(node))
+
+
+def code_children(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """The children of ``node`` other than trivia, in no particular order (for a walk
+    of one's own that prunes some subtrees)."""
+    for name in _fields(type(node)):
+        value = getattr(node, name)
+        if isinstance(value, cst.CSTNode):
+            yield value
+        elif isinstance(value, (tuple, list)):
+            yield from (item for item in value if isinstance(item, cst.CSTNode))
 
 
 def _fields(kind: type) -> tuple[str, ...]:
