@@ -1,6 +1,7 @@
 """How fast is porter on a large real repository? Ratios measured in one run.
 
-    python bench/migrate.py [--corpus transformers==5.23.0] [--sample 61] [--rounds 3] [--no-torchfix]
+    python bench/migrate.py [--corpus transformers|diffusers|timm|NAME==VERSION] [--sample 61] [--rounds 3]
+                            [--no-torchfix]
 
 Over the pinned corpus (downloaded and cached by ``bench/corpus.py``'s ``fetch``):
 
@@ -16,8 +17,9 @@ Each measurement runs in its own process; the peak memory is that process's maxi
 resident set (for ``-j 2`` the largest of the main process and its workers). (a), (b)
 and (c) run in ``--rounds`` rounds (default 3), one after the other in each, and the
 ratios compare their medians: the machines are shared and a single run can be off by a
-third. Prints files/s, lines/s, peak memory and the ratios (b)/(a), (b)/(c), (d)/(b').
-Goals (issue 7): (b)/(a) <= 0.5, (b)/(c) >= 1.7 on 2 cores, (d)/(b') >= 20, peak < 1 GiB.
+third. Prints files/s, lines/s, peak memory, the ratios (b)/(a), (b)/(c), (d)/(b'), and
+whether every ``-j`` printed the same diff. Goals (issues 7, 16): (b)/(a) <= 0.5,
+(b)/(c) >= 1.7 on 2 cores, (d)/(b') >= 20, peak < 1 GiB, identical output for any ``-j``.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from corpus import cache_dir, fetch  # noqa: E402  (the one downloader of pinned corpora)
+from corpus import PINNED, cache_dir, fetch  # noqa: E402  (the one downloader of pinned corpora)
 
 TORCHFIX = "torchfix==0.7.0"
 CUDA_ISH = re.compile(rb"cuda|nccl|flash_attn|xformers|apex|bitsandbytes|adam_atan2")
@@ -49,12 +51,13 @@ print(time.perf_counter() - start)
 """
 
 _MEASURE = """
-import json, resource, subprocess, sys, time
+import hashlib, json, resource, subprocess, sys, time
 start = time.perf_counter()
-proc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+proc = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 elapsed = time.perf_counter() - start
 peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
 print(json.dumps({"seconds": elapsed, "peak": peak, "rc": proc.returncode,
+                  "stdout": hashlib.sha256(proc.stdout).hexdigest(),
                   "stderr": proc.stderr.decode(errors="replace")[-400:]}))
 """
 
@@ -121,12 +124,14 @@ def row(name: str, result: dict, files: int, lines: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--corpus", default="transformers==5.23.0")
+    parser.add_argument("--corpus", default="transformers",
+                        help="a pinned corpus by name (transformers, diffusers, timm) or NAME==VERSION")
     parser.add_argument("--sample", type=int, default=61, help="files in the TorchFix sample")
     parser.add_argument("--no-torchfix", action="store_true")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of (a), (b), (c); medians are compared")
     args = parser.parse_args(argv)
-    name, version = args.corpus.split("==")
+    name, _, version = args.corpus.partition("==")
+    version = version or dict(PINNED)[name]
     root = fetch(name, version)
     files = py_files(root)
     cudaish = [p for p in files if CUDA_ISH.search(p.read_bytes())]
@@ -167,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     print("ratios: " + "  ".join(f"{k} = {v:.2f}" for k, v in ratios.items()))
     peak = max(b["peak"], c["peak"])
     print(f"peak memory of the corpus run: {peak / 2**20:.0f} MiB")
+    diffs = {r[i]["stdout"] for r in rounds for i in (1, 2)}
+    print(f"same diff for -j 1 and -j 2 in every round: {'yes' if len(diffs) == 1 else 'NO'}")
     return 0
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import ast
 import os
 import re
-import warnings
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Iterable, Iterator, Optional, Sequence, Union
@@ -556,13 +555,10 @@ def unit_wanted(rule: type[Rule], unit: Unit, file: SyntaxFacts) -> bool:
 
 def parse_for_filter(data: bytes) -> Optional[ast.AST]:
     """The stdlib AST of ``data``, or None when Python can't parse it (LibCST then
-    gives the per-file error)."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return ast.parse(data)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
+    gives the per-file error). Shared with the guard pass and the ledger (porter.guards)."""
+    from porter.guards import parse
+
+    return parse(data)
 
 
 #: Set to "0" to turn both stages off: every rule then sees every file, whole (no

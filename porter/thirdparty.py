@@ -14,6 +14,7 @@ import libcst as cst
 from porter.cuda_packages import IMPORT_ROOTS
 from porter.guards import IMPORT_ERRORS
 from porter.matching import Ambiguous, dotted_name
+from porter.walk import code_children
 
 
 def example_code(text: str) -> str:
@@ -235,30 +236,22 @@ def chain_alternatives(rule, node: cst.BaseExpression, chains: dict[str, list[st
     return options if sorted(options)[0] == str(name) else None  # bound by the chain alone
 
 
-class _Uses(cst.CSTVisitor):
-    """Counts the Names in ``names`` used outside imports and attribute/keyword names."""
-
-    def __init__(self, names: set[str], skip: cst.CSTNode) -> None:
-        self.names, self.skip, self.count = names, skip, 0
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if node is self.skip or isinstance(node, (cst.Import, cst.ImportFrom)):
-            return False
-        if isinstance(node, cst.Attribute):
-            node.value.visit(self)
-            return False
-        if isinstance(node, cst.Arg):
-            node.value.visit(self)
-            return False
-        if isinstance(node, cst.Name) and node.value in self.names:
-            self.count += 1
-        return True
-
-
 def uses(module: cst.CSTNode, names: Iterable[str], skip: cst.CSTNode) -> int:
-    visitor = _Uses(set(names), skip)
-    module.visit(visitor)
-    return visitor.count
+    """How many Names in ``names`` ``module`` uses outside ``skip``, imports and
+    attribute/keyword names (a field walk, porter.walk: a visitor pass costs 15 times more)."""
+    wanted, count = set(names), 0
+    stack = [module]
+    while stack:
+        node = stack.pop()
+        if node is skip or isinstance(node, (cst.Import, cst.ImportFrom)):
+            continue
+        if isinstance(node, (cst.Attribute, cst.Arg)):
+            stack.append(node.value)
+            continue
+        if isinstance(node, cst.Name) and node.value in wanted:
+            count += 1
+        stack.extend(code_children(node))
+    return count
 
 
 def without(body: list, dropped: list) -> list:

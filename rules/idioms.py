@@ -20,6 +20,7 @@ import libcst as cst
 from porter.matching import dotted_name
 from porter.rule import BYTES_GAP, Example, Needs, Rule, Safety, string_value
 from porter.syntax import argument, argument_pair, int_value, is_runtime_call, replace_arg
+from porter.walk import nodes_of
 
 # -- integer devices (PT901): what the rule knows, said once ----------------------
 
@@ -97,21 +98,30 @@ def _moves_to_index(facts, file) -> bool:
     return any(_INDEX_NAME.match(name) for name in names) or bool(names & _index_names(file))
 
 
+def _device_index_keyword(facts, file) -> bool:
+    """`device=` with an integer, an index-like name, or a name ``file`` uses as an index
+    (a value from `current_device()` and the like is a source: `_has_sources`)."""
+    if facts.passes_int(keyword="device"):
+        return True
+    names = facts.passed_names(keyword="device")
+    return any(_INDEX_NAME.match(name) for name in names) or bool(names & _index_names(file))
+
+
 def _file_may_match(facts) -> bool:
-    # `torch.device(<integer>)`; `.to(i)` as above; `device=` of a torch call; an
-    # index from `current_device()`, `% device_count()` or LOCAL_RANK.
+    # `torch.device(<integer>)`; `.to(i)` and `device=i` as above; an index from
+    # `current_device()`, `% device_count()` or LOCAL_RANK.
     if facts.uses_any({"torch.device"}, calls_only=True) and facts.passes_int(position=0, keyword="device"):
         return True
-    return _moves_to_index(facts, facts) or "device" in facts.keywords or _has_sources(facts)
+    return _moves_to_index(facts, facts) or _device_index_keyword(facts, facts) or _has_sources(facts)
 
 
 def _unit_may_match(unit, file) -> bool:
     facts = unit.facts
     # A unit that names a CUDA index holds evidence `_indices` must see.
-    if _index_names(facts) or _has_sources(facts) or "device" in facts.keywords:
+    if _index_names(facts) or _has_sources(facts) or _device_index_keyword(facts, file):
         return True
-    if _has_sources(file) and facts.calls("to"):
-        return True  # `.to(name)`, the name assigned an index in another unit
+    if _has_sources(file) and (facts.calls("to") or "device" in facts.keywords):
+        return True  # `.to(name)` / `device=name`, the name assigned an index in another unit
     return facts.uses_any({"torch.device"}, calls_only=True) or _moves_to_index(facts, file)
 
 
@@ -264,11 +274,12 @@ class IntegerDeviceTo(Rule):
 
     @property
     def _indices(self) -> set[str]:
-        """The names this file itself uses as CUDA devices: one extra pass over the
-        module, made only when a `.to(name)` needs it."""
+        """The names this file itself uses as CUDA devices: one extra look at the
+        module's assignments and calls (porter.walk), only when a `.to(name)` needs it."""
         if self._found is None:
             uses = _DeviceIndexUses(self)
-            self.ctx.module.visit(uses)
+            for node in nodes_of(self.ctx.module, (cst.Assign, cst.Call)):
+                (uses.visit_Assign if isinstance(node, cst.Assign) else uses.visit_Call)(node)
             self._found = uses.found
         return self._found
 

@@ -129,6 +129,13 @@ def _receiver_name(node: cst.BaseExpression) -> str:
     return ""
 
 
+def _wraps_a_model(facts) -> bool:
+    # A rewrite needs a wrapper in the file (`_may_get_prefixed_keys`): a call of
+    # torch.compile, DataParallel or DDP, which also keeps the whole-file parse away
+    # from the many files that only load a state dict.
+    return facts.uses_any(_COMPILE | _PARALLEL, calls_only=True)
+
+
 class WrappedCheckpoint(Rule):
     """`model.load_state_dict(sd)` → `porter_runtime.load_state_dict(model, sd)` where a wrapped checkpoint may reach it.
 
@@ -178,6 +185,7 @@ class WrappedCheckpoint(Rule):
     needs = Needs(
         methods=frozenset({"load_state_dict"}),
         whole_file=True,  # the evidence (wrappers, saves) lies anywhere in the module
+        file_filter=_wraps_a_model,
     )
 
     valid = [

@@ -1,0 +1,50 @@
+"""Pre-filters narrowed for speed (issue 16) still pass every file their rule changes:
+the output with the pre-filter equals the output without it."""
+
+from textwrap import dedent
+
+import pytest
+
+from porter.engine import Options, migrate_source
+from porter.prefilter import candidate_rules
+from porter.registry import by_code
+
+
+def _both_ways(code: str, rule_code: str):
+    rule = by_code(rule_code)
+    data = dedent(code).encode()
+    filtered = migrate_source(data, Options(rules=[rule]))
+    unfiltered = migrate_source(data, Options(rules=[rule]), candidates=([rule], None))
+    return rule in candidate_rules(data, [rule])[0], filtered, unfiltered
+
+
+@pytest.mark.parametrize("code,candidate,changed", [
+    # device= of a name that is not an index: PT901 can't change it, the file is skipped
+    ("import torch\ndef f(device):\n    return torch.zeros(2, device=device)\n", False, False),
+    ("import torch\ndef f(local_rank):\n    return torch.zeros(2, device=local_rank)\n", True, True),
+    ("import torch\nx = torch.zeros(2, device=0)\n", True, True),
+    ("import torch\ndef f(args):\n    return torch.zeros(2, device=args.gpu)\n", True, True),
+    # evidence elsewhere in the file: `.cuda(dev)` says dev is an index
+    ("import torch\ndef f(dev, m):\n    m.cuda(dev)\n    return torch.zeros(2, device=dev)\n", True, True),
+    # a name assigned an index in another function
+    ("import torch\ndev = torch.cuda.current_device()\ndef f():\n    return torch.ones(1, device=dev)\n",
+     True, True),
+])
+def test_pt901_device_keyword(code, candidate, changed):
+    is_candidate, filtered, unfiltered = _both_ways(code, "PT901")
+    assert is_candidate is candidate
+    assert filtered.new == unfiltered.new
+    assert (filtered.new != dedent(code).encode()) is changed
+
+
+@pytest.mark.parametrize("code,candidate,changed", [
+    ("import torch\nmodel = Net()\nmodel.load_state_dict(torch.load(path))\n", False, False),
+    ("import torch\nmodel = torch.compile(Net())\nmodel.load_state_dict(torch.load(path))\n", True, True),
+    ("import torch\nfrom torch.nn import DataParallel as DP\nif torch.cuda.device_count() > 1:\n"
+     "    model = DP(model)\nmodel.load_state_dict(torch.load(path))\n", True, True),
+])
+def test_pt905_needs_a_wrapper_in_the_file(code, candidate, changed):
+    is_candidate, filtered, unfiltered = _both_ways(code, "PT905")
+    assert is_candidate is candidate
+    assert filtered.new == unfiltered.new
+    assert (filtered.new != dedent(code).encode()) is changed
