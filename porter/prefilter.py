@@ -375,8 +375,8 @@ def _collect(facts: SyntaxFacts, roots: list, top_level: set) -> None:
             handler = _HANDLERS.get(kind)
             if handler is not None:
                 handler(node, facts, other, top_level)
-        for field in _child_fields(kind):
-            value = getattr(node, field, None)
+        for name in _child_fields(kind):
+            value = getattr(node, name, None)
             if type(value) is list:
                 extend(value)
             elif value is not None:
