@@ -16,7 +16,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from porter.matching import ImportFacts, Resolver
 from porter.options import Options
 from porter.positions import locate
-from porter.rule import Finding, Rule
+from porter.rule import Finding, Rule, one_line
 from porter.segments import Reduced
 
 
@@ -154,8 +154,8 @@ class FileContext:
                     column=start.column + 1,
                     action=action,
                     message=message,
-                    before=_one_line(self.code_for(node)),
-                    after=_one_line(self.code_for(after)) if after is not None else "",
+                    before=one_line(self.code_for(node)),
+                    after=one_line(self.code_for(after)) if after is not None else "",
                     suggestion=suggestion,
                 )
             )
@@ -217,8 +217,3 @@ def ignore_comments(source: bytes) -> dict[int, frozenset[str]]:
             codes = match.group(1)
             found[number] = frozenset(c.strip().upper() for c in codes.decode().split(",") if c.strip()) if codes else frozenset()
     return found
-
-
-def _one_line(code: str, limit: int = 160) -> str:
-    text = " ".join(code.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"

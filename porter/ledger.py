@@ -35,7 +35,7 @@ from porter.cuda_packages import advice_for, is_cuda_only_module, looks_compiled
 from porter.guards import GuardFinder, Region, child_blocks, guard_ported, parse
 from porter.known_modules import KNOWN, is_standard
 from porter.matching import ast_dotted_name
-from porter.rule import Finding
+from porter.rule import Finding, one_line
 
 CODE, NAME = "PT999", "cuda-touchpoint"
 STATES = ("rewritten", "reported", "guarded", "inert", "unaccounted")
@@ -594,7 +594,7 @@ def finding_for(path: str, touchpoint: Touchpoint, source_line: str) -> Finding:
     return Finding(
         code=CODE, rule=NAME, path=path, line=touchpoint.line, column=touchpoint.column, action="review",
         message=f"CUDA touchpoint `{touchpoint.what}` that no rule ported or named: {touchpoint.detail}",
-        before=_one_line(source_line), suggestion=_suggestion(touchpoint),
+        before=one_line(source_line), suggestion=_suggestion(touchpoint),
     )
 
 
@@ -609,11 +609,6 @@ def _suggestion(touchpoint: Touchpoint) -> str:
         "cpp-extension": "build the extension only where CUDA is present and keep a PyTorch path",
         "ddp-device": "device_ids only where the device is CUDA (None elsewhere)",
     }.get(touchpoint.kind, "")
-
-
-def _one_line(code: str, limit: int = 160) -> str:
-    text = " ".join(code.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def scan_failure(path: str, exc: Exception) -> Finding:

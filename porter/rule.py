@@ -67,6 +67,13 @@ class Finding:
         return asdict(self)
 
 
+def one_line(code: str, limit: int = 160) -> str:
+    """Code as a finding's ``before`` / ``after`` shows it: whitespace runs made one
+    space, cut at ``limit`` characters."""
+    text = " ".join(code.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 @dataclass(frozen=True)
 class Example:
     """An invalid example: ``before`` must become ``after`` (None: finding only).
