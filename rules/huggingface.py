@@ -75,7 +75,7 @@ class HfFlashAttention(Rule):
     code = "TP701"
     name = "hf-flash-attention"
     safety = Safety.SAFE
-    needs = Needs(methods=_LOADERS, byte_patterns=re.compile(rb"attn_implementation|use_flash_attention_2"),
+    needs = Needs(methods=_LOADERS, byte_patterns=re.compile(rb"\battn_implementation\b|\buse_flash_attention_2\b"),
                   file_filter=_flash_keyword, unit_filter=lambda unit, file: _flash_keyword(unit.facts))
 
     valid = [

@@ -79,3 +79,28 @@ def test_narrowed_filters_keep_what_the_rule_reports(rule_code, code, candidate,
     assert filtered.new == unfiltered.new
     assert _findings(filtered) == _findings(unfiltered)
     assert bool(unfiltered.findings) is reported
+
+
+_UNRELATED = "def unrelated(x):\n    y = x + 1\n    return y * 2\n\n\n"
+
+
+@pytest.mark.parametrize("code,reported_lines", [
+    # the import inside a function: only that function is parsed, the rest left out
+    (_UNRELATED + "def init(cfg):\n    import deepspeed\n    return deepspeed.initialize(config=cfg)\n", [7]),
+    # an xformers import used only in a left-out function: the whole file decides (used)
+    ("import xformers\n\n\n" + _UNRELATED + "def attend(q):\n    return xformers.ops.unbind(q)\n", []),
+    ("import xformers\n\n\n" + _UNRELATED, [1]),
+    # a compiled extension used only in a CUDA branch of a left-out function: TP604's
+    ("import torch\nimport rotary_emb\n\n\n" + _UNRELATED
+     + "def rotate(x, c, s):\n    if x.is_cuda:\n        return rotary_emb.apply(x, c, s)\n    return x\n", []),
+    ("import torch\nimport rotary_emb\n\n\n" + _UNRELATED + "def rotate(x, c, s):\n    return rotary_emb.apply(x, c, s)\n",
+     [2]),
+])
+def test_tp603_segments_equal_the_whole_file(code, reported_lines):
+    rule = by_code("TP603")
+    data = code.encode()
+    reduced = migrate_source(data, Options(rules=[rule]), segments=True)
+    whole = migrate_source(data, Options(rules=[rule]), segments=False)
+    assert reduced.new == whole.new == data
+    assert _findings(reduced) == _findings(whole)
+    assert [f.line for f in whole.findings] == reported_lines
