@@ -9,6 +9,7 @@ import libcst as cst
 from porter.cuda_packages import COMPILED, IMPORT_ROOTS, advice_for
 from porter.matching import dotted_name
 from porter.rule import Example, Needs, Rule, Safety, keyword, positional, string_value
+from porter.segments import WholeFile
 from porter.thirdparty import GuardTracker, example_code, under, uses
 
 _TRITON_DECORATORS = frozenset({"triton.jit", "triton.autotune", "triton.heuristics"})
@@ -547,10 +548,9 @@ def _imports_any(imported: set[str], packages: set[str]) -> bool:
 
 def _needs_whole_file(ctx, names: list[str]) -> None:
     """A use of ``names`` inside a definition the engine left out (porter.segments) is
-    invisible to a count over the module: only the whole file can tell."""
+    invisible to a count over the module: only the whole file can tell (the engine
+    catches WholeFile and parses the whole file)."""
     if ctx.reduced is not None and not ctx.reduced.stub_names.isdisjoint(names):
-        from porter.segments import WholeFile  # the engine catches it and parses the whole file
-
         raise WholeFile(", ".join(names))
 
 
