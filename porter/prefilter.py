@@ -148,6 +148,9 @@ class SyntaxFacts:
     imported: set[str] = field(default_factory=set)  # what import statements name
     used: set[str] = field(default_factory=set)  # resolved qualified names and their prefixes
     called: set[str] = field(default_factory=set)  # the same, for called names only
+    #: dotted names of calls whose result is moved at once (``f(x).to(...)``, ``f(x).cuda()``)
+    moved_chains: set[str] = field(default_factory=set)
+    moved: set[str] = field(default_factory=set)  # ``moved_chains`` resolved, as ``called``
     #: called name (a method's or function's last name; "" for any other callee) →
     #: what its calls pass: (slot, typed value). Read through ``passed`` and friends.
     call_args: dict[str, set[tuple[Slot, Arg]]] = field(default_factory=dict)
@@ -195,6 +198,11 @@ class SyntaxFacts:
         used = self.called if calls_only else self.used
         return any(name in used for name in names)
 
+    def moves_result_of(self, names: Iterable[str]) -> bool:
+        """A call of one of the qualified ``names`` whose result is moved at once:
+        the receiver of a ``.to(...)`` or ``.cuda(...)`` call."""
+        return any(name in self.moved for name in names)
+
     def merge(self, other: "SyntaxFacts") -> None:
         """Add what ``other`` (a unit of the same file, same ``imports``) holds: every
         set, list and dict of sets, so a new fact can't be left out of the merge."""
@@ -230,11 +238,12 @@ class SyntaxFacts:
         for name in self.imported:
             self.used.update(_prefixes(name))
         self.called = qualify(self.called_chains)
+        self.moved = qualify(self.moved_chains)
 
 
 #: The facts a unit adds to its file's (``imports`` is shared, ``units`` is the file's
-#: own list; ``used`` / ``called`` are worked out again by ``resolve``).
-_MERGED = tuple(f.name for f in fields(SyntaxFacts) if f.name not in ("imports", "units", "used", "called"))
+#: own list; ``used`` / ``called`` / ``moved`` are worked out again by ``resolve``).
+_MERGED = tuple(f.name for f in fields(SyntaxFacts) if f.name not in ("imports", "units", "used", "called", "moved"))
 
 
 @dataclass
@@ -388,6 +397,10 @@ def _call_facts(node: ast.Call, facts: SyntaxFacts) -> None:
     if isinstance(func, ast.Attribute):
         facts.called_methods.add(func.attr)
         name = func.attr
+        if name in _MOVES and type(func.value) is ast.Call:
+            moved = ast_dotted_name(func.value.func)
+            if moved is not None:
+                facts.moved_chains.add(moved)
     else:
         name = func.id if isinstance(func, ast.Name) else ""
     _record_args(node, facts.call_args.setdefault(name, set()))
@@ -397,6 +410,10 @@ def _call_facts(node: ast.Call, facts: SyntaxFacts) -> None:
     dotted = ast_dotted_name(func)
     if dotted is not None:
         facts.called_chains.add(dotted)
+
+
+#: The methods that move a tensor or module to a device (for ``SyntaxFacts.moved``).
+_MOVES = frozenset({"to", "cuda"})
 
 
 def _bind_name(node, facts, other, top_level) -> None:

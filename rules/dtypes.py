@@ -155,6 +155,12 @@ class DeviceDtype(Rule):
         return _dtype_arg(self, call, method=True) if on_device else None
 
 
+def _moves_from_numpy(facts) -> bool:
+    """PT605 reports only a ``from_numpy(...)`` call that is itself the receiver of a
+    move; most files call from_numpy and move the tensor later, or never."""
+    return facts.moves_result_of(("torch.from_numpy",))
+
+
 class FromNumpyToDevice(Rule):
     """`torch.from_numpy(a)` moved to a device with no dtype is reported.
 
@@ -180,7 +186,8 @@ class FromNumpyToDevice(Rule):
     code = "PT605"
     name = "from-numpy-to-device"
     safety = Safety.REVIEW
-    needs = Needs(targets=frozenset({"torch.from_numpy"}))
+    needs = Needs(targets=frozenset({"torch.from_numpy"}), file_filter=_moves_from_numpy,
+                  unit_filter=lambda unit, file: _moves_from_numpy(unit.facts))
 
     valid = [
         "import torch\nx = torch.from_numpy(a).float().cuda()\n",

@@ -22,6 +22,26 @@ _TRAINING_ARGS = frozenset({
 })
 
 
+def _flash_keyword(facts) -> bool:
+    """TP701 needs a loader call and ``use_flash_attention_2=`` or ``attn_implementation=``
+    with a flash attention string (the keywords and strings anywhere in the file or unit)."""
+    return bool(_LOADERS & facts.called_methods) and (
+        "use_flash_attention_2" in facts.keywords
+        or ("attn_implementation" in facts.keywords and any(s in _FLASH for s in facts.strings)))
+
+
+def _device_map_keyword(facts) -> bool:
+    """TP702 needs a ``from_pretrained(...)`` call and a ``device_map=`` keyword."""
+    return "from_pretrained" in facts.called_methods and "device_map" in facts.keywords
+
+
+def _quantises(facts) -> bool:
+    """TP703 needs ``BitsAndBytesConfig`` or a loader call and a ``load_in_4bit=`` /
+    ``load_in_8bit=`` keyword."""
+    return facts.uses_any(("transformers.BitsAndBytesConfig",)) or (
+        bool(_LOADERS & facts.called_methods) and bool({"load_in_4bit", "load_in_8bit"} & facts.keywords))
+
+
 def _loader(call: cst.Call) -> bool:
     """``X.from_pretrained(...)`` / ``X.from_config(...)`` on any receiver."""
     return isinstance(call.func, cst.Attribute) and call.func.attr.value in _LOADERS
@@ -55,7 +75,8 @@ class HfFlashAttention(Rule):
     code = "TP701"
     name = "hf-flash-attention"
     safety = Safety.SAFE
-    needs = Needs(methods=_LOADERS)
+    needs = Needs(methods=_LOADERS, byte_patterns=re.compile(rb"\battn_implementation\b|\buse_flash_attention_2\b"),
+                  file_filter=_flash_keyword, unit_filter=lambda unit, file: _flash_keyword(unit.facts))
 
     valid = [
         "model = AutoModel.from_pretrained(name, attn_implementation='sdpa')\n",
@@ -165,7 +186,8 @@ class HfDeviceMap(Rule):
     code = "TP702"
     name = "hf-device-map"
     safety = Safety.SAFE
-    needs = Needs(methods=frozenset({"from_pretrained"}))
+    needs = Needs(methods=frozenset({"from_pretrained"}), words=frozenset({"device_map"}),
+                  file_filter=_device_map_keyword, unit_filter=lambda unit, file: _device_map_keyword(unit.facts))
 
     valid = [
         "model = AutoModel.from_pretrained(name, device_map='auto')\n",
@@ -246,7 +268,9 @@ class HfQuantization(Rule):
     code = "TP703"
     name = "hf-quantization"
     safety = Safety.REVIEW
-    needs = Needs(methods=_LOADERS, targets=frozenset({"transformers.BitsAndBytesConfig"}))
+    needs = Needs(methods=_LOADERS, targets=frozenset({"transformers.BitsAndBytesConfig"}),
+                  byte_patterns=re.compile(rb"BitsAndBytesConfig|load_in_[48]bit"),
+                  file_filter=_quantises, unit_filter=lambda unit, file: _quantises(unit.facts))
 
     valid = [
         "model = AutoModel.from_pretrained(name, load_in_8bit=False)\n",

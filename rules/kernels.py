@@ -9,6 +9,7 @@ import libcst as cst
 from porter.cuda_packages import COMPILED, IMPORT_ROOTS, advice_for
 from porter.matching import dotted_name
 from porter.rule import Example, Needs, Rule, Safety, keyword, positional, string_value
+from porter.segments import WholeFile
 from porter.thirdparty import GuardTracker, example_code, under, uses
 
 _TRITON_DECORATORS = frozenset({"triton.jit", "triton.autotune", "triton.heuristics"})
@@ -448,9 +449,13 @@ class CudaOnlyPackage(GuardTracker, Rule):
     code = "TP603"
     name = "cuda-only-package"
     safety = Safety.REVIEW
+    # Only import statements are reported, so only the functions and classes that hold
+    # one are parsed; the module-wide looks (is the import used, are all the uses of
+    # an extension in CUDA branches: then it is TP604's) ask for the whole file when a
+    # left-out definition names what the import binds (see _needs_whole_file).
     needs = Needs(
-        whole_file=True,  # an extension whose uses all sit in CUDA branches is TP604's
         targets=frozenset({*_PACKAGES, *IMPORT_ROOTS}),
+        unit_filter=lambda unit, file: _imports_any(unit.facts.imported, {*_PACKAGES, *IMPORT_ROOTS}),
     )
     chain_roots = frozenset({*_PACKAGES, *IMPORT_ROOTS})
 
@@ -501,6 +506,9 @@ class CudaOnlyPackage(GuardTracker, Rule):
         self._seen: set[cst.CSTNode] = set()
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        found = _lone_import(node)
+        if found is not None and found[0] in _COMPILED:
+            _needs_whole_file(self.ctx, [found[1]])
         if optional_import(self.ctx.module, node) is not None:
             self._optional = node.body[0]  # TP604 makes it optional
 
@@ -525,10 +533,25 @@ class CudaOnlyPackage(GuardTracker, Rule):
         bound = _bound_names(node)
         if not bound or uses(self.ctx.module, bound, node) > 0:
             return False
+        _needs_whole_file(self.ctx, bound)
         self._seen.add(node)
         self.flag(node, f"`{module}` is imported but not used here; the import alone fails without "
                   "CUDA", suggestion="guard it with try/except ImportError, or drop it")
         return True
+
+
+def _imports_any(imported: set[str], packages: set[str]) -> bool:
+    """Whether one of the ``imported`` names (porter.prefilter's facts) is, or lies
+    under, one of ``packages``."""
+    return any(under(name, packages) for name in imported)
+
+
+def _needs_whole_file(ctx, names: list[str]) -> None:
+    """A use of ``names`` inside a definition the engine left out (porter.segments) is
+    invisible to a count over the module: only the whole file can tell (the engine
+    catches WholeFile and parses the whole file)."""
+    if ctx.reduced is not None and not ctx.reduced.stub_names.isdisjoint(names):
+        raise WholeFile(", ".join(names))
 
 
 #: On CUDA the failed import still raises where it did (the CUDA branches need the

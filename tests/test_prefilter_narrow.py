@@ -48,3 +48,59 @@ def test_pt905_needs_a_wrapper_in_the_file(code, candidate, changed):
     assert is_candidate is candidate
     assert filtered.new == unfiltered.new
     assert (filtered.new != dedent(code).encode()) is changed
+
+
+def _findings(result):
+    return [(f.code, f.line, f.column, f.message) for f in result.findings]
+
+
+@pytest.mark.parametrize("rule_code,code,candidate,reported", [
+    # PT605: a from_numpy tensor moved later, not in the same expression: skipped
+    ("PT605", "import torch\nx = torch.from_numpy(a)\ny = x.to(device)\n", False, False),
+    ("PT605", "import torch\nx = torch.from_numpy(a).float().cuda()\n", False, False),
+    ("PT605", "import torch as t\ndef f(a):\n    return t.from_numpy(a).to(device)\n", True, True),
+    ("PT605", "from torch import from_numpy as fn\nx = (fn(a)).cuda()\n", True, True),
+    # TP701: a loader with no flash attention keyword or string: skipped
+    ("TP701", "m = AutoModel.from_pretrained(name, attn_implementation='sdpa')\n", False, False),
+    ("TP701", "m = AutoModel.from_pretrained(name)\nmode = 'flash_attention_2'\n", False, False),
+    ("TP701", "m = AutoModel.from_config(c, attn_implementation='flash_attention_3')\n", True, True),
+    ("TP701", "m = AutoModel.from_pretrained(p, use_flash_attention_2=True)\n", True, True),
+    # TP702: from_pretrained with no device_map: skipped
+    ("TP702", "m = AutoModel.from_pretrained(name, revision='main')\n", False, False),
+    ("TP702", "def load(name):\n    return AutoModel.from_pretrained(name, device_map='cuda:1')\n", True, True),
+    # TP703: a loader without load_in_4bit / load_in_8bit and no BitsAndBytesConfig: skipped
+    ("TP703", "m = AutoModel.from_pretrained(name, torch_dtype='auto')\n", False, False),
+    ("TP703", "import transformers as tf\nq = tf.BitsAndBytesConfig(load_in_4bit=True)\n", True, True),
+    ("TP703", "m = AutoModel.from_pretrained(name, load_in_8bit=flag)\n", True, True),
+])
+def test_narrowed_filters_keep_what_the_rule_reports(rule_code, code, candidate, reported):
+    is_candidate, filtered, unfiltered = _both_ways(code, rule_code)
+    assert is_candidate is candidate
+    assert filtered.new == unfiltered.new
+    assert _findings(filtered) == _findings(unfiltered)
+    assert bool(unfiltered.findings) is reported
+
+
+_UNRELATED = "def unrelated(x):\n    y = x + 1\n    return y * 2\n\n\n"
+
+
+@pytest.mark.parametrize("code,reported_lines", [
+    # the import inside a function: only that function is parsed, the rest left out
+    (_UNRELATED + "def init(cfg):\n    import deepspeed\n    return deepspeed.initialize(config=cfg)\n", [7]),
+    # an xformers import used only in a left-out function: the whole file decides (used)
+    ("import xformers\n\n\n" + _UNRELATED + "def attend(q):\n    return xformers.ops.unbind(q)\n", []),
+    ("import xformers\n\n\n" + _UNRELATED, [1]),
+    # a compiled extension used only in a CUDA branch of a left-out function: TP604's
+    ("import torch\nimport rotary_emb\n\n\n" + _UNRELATED
+     + "def rotate(x, c, s):\n    if x.is_cuda:\n        return rotary_emb.apply(x, c, s)\n    return x\n", []),
+    ("import torch\nimport rotary_emb\n\n\n" + _UNRELATED + "def rotate(x, c, s):\n    return rotary_emb.apply(x, c, s)\n",
+     [2]),
+])
+def test_tp603_segments_equal_the_whole_file(code, reported_lines):
+    rule = by_code("TP603")
+    data = code.encode()
+    reduced = migrate_source(data, Options(rules=[rule]), segments=True)
+    whole = migrate_source(data, Options(rules=[rule]), segments=False)
+    assert reduced.new == whole.new == data
+    assert _findings(reduced) == _findings(whole)
+    assert [f.line for f in whole.findings] == reported_lines
