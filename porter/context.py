@@ -8,7 +8,7 @@ the records into findings once the pass is over, when positions are worth resolv
 from __future__ import annotations
 
 import re
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Sequence
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -17,7 +17,7 @@ from porter.matching import ImportFacts, Resolver
 from porter.options import Options
 from porter.positions import locate
 from porter.rule import Finding, Rule, one_line
-from porter.segments import Reduced
+from porter.segments import Reduced, WholeFile
 
 
 class _Record(NamedTuple):
@@ -125,6 +125,13 @@ class FileContext:
     def rewrites(self) -> list[tuple[Rule, cst.CSTNode]]:
         """(rule, original node) of each rewrite recorded so far, in order."""
         return [(r.rule, r.node) for r in self._records if r.action == "rewrite"]
+
+    def see_all_uses_of(self, names: Sequence[str]) -> None:
+        """A use of ``names`` inside a definition left out (porter.segments) is invisible
+        to a count over the module: only the whole file can tell (the engine catches
+        WholeFile and parses the whole file)."""
+        if self.reduced is not None and not self.reduced.stub_names.isdisjoint(names):
+            raise WholeFile(", ".join(names))
 
     def keeps(self, node: cst.CSTNode) -> bool:
         """Whether ``node`` must stay as written: it only runs where CUDA is (a guard

@@ -130,6 +130,11 @@ class RuleContext(Protocol):
 
     def positions(self) -> Mapping[cst.CSTNode, CodeRange]: ...
 
+    def see_all_uses_of(self, names: Sequence[str]) -> None:
+        """For a rule that counts uses over ``module``: make sure every use of ``names``
+        is in it (a definition the engine left out may hold one: then the rules run
+        again over the whole file)."""
+
 
 class BaseRule:
     """What every rule has: identity, safety, documentation and examples."""

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from typing import Optional, Union
 
 import libcst as cst
 
 from porter.cuda_packages import COMPILED, IMPORT_ROOTS, advice_for
 from porter.matching import dotted_name
-from porter.rule import Example, Needs, Rule, Safety, keyword, positional, string_value
-from porter.segments import WholeFile
+from porter.rule import BYTES_GAP, Example, Needs, Rule, Safety, keyword, positional, string_value
 from porter.thirdparty import GuardTracker, example_code, under, uses
 
 _TRITON_DECORATORS = frozenset({"triton.jit", "triton.autotune", "triton.heuristics"})
@@ -370,6 +370,13 @@ _PACKAGES = {name: advice_for(name) for name in (
     "cuml", "cudf", "cugraph", "cupy", "cupyx", "pycuda", "cuda", "tensorrt", "torch_tensorrt",
     "tensorrt_llm", "numba.cuda", "flashinfer", "vllm", "auto_gptq", "exllamav2", "nvidia", "rmm",
 )}
+#: An import statement naming one of TP603's packages (`from numba import cuda`,
+#: `import os, cupy as cp`): the words alone (`cuda`, `nvidia`) are in most files.
+_IMPORTS_A_PACKAGE = re.compile(
+    rb"\b(?:from" + BYTES_GAP + rb"|import" + BYTES_GAP
+    + rb"(?:[A-Za-z_][\w.]*(?:" + BYTES_GAP + rb"as" + BYTES_GAP + rb"\w+)?" + BYTES_GAP + rb"," + BYTES_GAP + rb")*)"
+    + rb"(?:" + b"|".join(re.escape(root).encode() for root in sorted(
+        {name.split(".")[0] for name in (*_PACKAGES, *IMPORT_ROOTS)})) + rb")\b")
 #: Compiled CUDA extension modules, imported by their module name (`import rotary_emb`).
 _COMPILED = frozenset(COMPILED)
 
@@ -452,9 +459,10 @@ class CudaOnlyPackage(GuardTracker, Rule):
     # Only import statements are reported, so only the functions and classes that hold
     # one are parsed; the module-wide looks (is the import used, are all the uses of
     # an extension in CUDA branches: then it is TP604's) ask for the whole file when a
-    # left-out definition names what the import binds (see _needs_whole_file).
+    # left-out definition names what the import binds (`ctx.see_all_uses_of`).
     needs = Needs(
         targets=frozenset({*_PACKAGES, *IMPORT_ROOTS}),
+        byte_patterns=_IMPORTS_A_PACKAGE,
         unit_filter=lambda unit, file: _imports_any(unit.facts.imported, {*_PACKAGES, *IMPORT_ROOTS}),
     )
     chain_roots = frozenset({*_PACKAGES, *IMPORT_ROOTS})
@@ -508,7 +516,7 @@ class CudaOnlyPackage(GuardTracker, Rule):
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
         found = _lone_import(node)
         if found is not None and found[0] in _COMPILED:
-            _needs_whole_file(self.ctx, [found[1]])
+            self.ctx.see_all_uses_of([found[1]])
         if optional_import(self.ctx.module, node) is not None:
             self._optional = node.body[0]  # TP604 makes it optional
 
@@ -533,7 +541,7 @@ class CudaOnlyPackage(GuardTracker, Rule):
         bound = _bound_names(node)
         if not bound or uses(self.ctx.module, bound, node) > 0:
             return False
-        _needs_whole_file(self.ctx, bound)
+        self.ctx.see_all_uses_of(bound)
         self._seen.add(node)
         self.flag(node, f"`{module}` is imported but not used here; the import alone fails without "
                   "CUDA", suggestion="guard it with try/except ImportError, or drop it")
@@ -544,14 +552,6 @@ def _imports_any(imported: set[str], packages: set[str]) -> bool:
     """Whether one of the ``imported`` names (porter.prefilter's facts) is, or lies
     under, one of ``packages``."""
     return any(under(name, packages) for name in imported)
-
-
-def _needs_whole_file(ctx, names: list[str]) -> None:
-    """A use of ``names`` inside a definition the engine left out (porter.segments) is
-    invisible to a count over the module: only the whole file can tell (the engine
-    catches WholeFile and parses the whole file)."""
-    if ctx.reduced is not None and not ctx.reduced.stub_names.isdisjoint(names):
-        raise WholeFile(", ".join(names))
 
 
 #: On CUDA the failed import still raises where it did (the CUDA branches need the

@@ -104,3 +104,23 @@ def test_tp603_segments_equal_the_whole_file(code, reported_lines):
     assert reduced.new == whole.new == data
     assert _findings(reduced) == _findings(whole)
     assert [f.line for f in whole.findings] == reported_lines
+
+
+@pytest.mark.parametrize("code,candidate,reported", [
+    # the words alone (`cuda` is also cuda-python's package name): no import, skipped
+    ("import torch\nx = torch.zeros(2, device='cuda')\nprint('nvidia driver')\n", False, False),
+    ("import torch.cuda\nfrom torch import cuda\n", False, False),
+    ("from .cupy import x\n", False, False),
+    # every form of import statement TP603 reads
+    ("import cupy\nx = cupy.zeros(3)\n", True, True),
+    ("import os, cupy as cp\nx = cp.zeros(3)\n", True, True),
+    ("import os, \\\n    cupy\nx = cupy.zeros(3)\n", True, True),
+    ("from numba import cuda\n@cuda.jit\ndef k(a):\n    pass\n", True, True),
+    ("def f():\n    from  deepspeed.ops.adam import FusedAdam\n    return FusedAdam\n", True, True),
+    ("import flash_attn  # noqa\n", True, True),
+])
+def test_tp603_needs_an_import_statement(code, candidate, reported):
+    is_candidate, filtered, unfiltered = _both_ways(code, "TP603")
+    assert is_candidate is candidate
+    assert _findings(filtered) == _findings(unfiltered)
+    assert bool(filtered.findings) is reported
