@@ -41,6 +41,7 @@ import libcst as cst
 
 from porter.cuda_packages import is_cuda_only_module
 from porter.matching import dotted_name
+from porter.syntax import block_statements, bound_names, small_statements
 
 if TYPE_CHECKING:  # pragma: no cover
     from porter.context import FileContext
@@ -116,40 +117,25 @@ _IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "Exception"})
 
 def _small_statements(body: cst.BaseSuite) -> list[cst.BaseSmallStatement]:
     """The block's small statements; a compound statement shows as ``...`` (no probe part)."""
-    lines = body.body if isinstance(body, cst.IndentedBlock) else [body]
     found: list[cst.BaseSmallStatement] = []
-    for line in lines:
-        if isinstance(line, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
-            found += line.body
-        else:
-            found.append(cst.Expr(cst.Ellipsis()))
+    for line in block_statements(body):
+        found += small_statements(line) if isinstance(line, cst.SimpleStatementLine) else [cst.Expr(cst.Ellipsis())]
     return found
 
 
 def _cuda_only_import(small: cst.BaseSmallStatement, modules: list[str]) -> Optional[list[str]]:
     """The names an absolute import of CUDA-only modules binds, else None."""
     if isinstance(small, cst.Import):
-        bound = []
-        for alias in small.names:
-            full = dotted_name(alias.name) or ""
-            if not is_cuda_only_module(full):
-                return None
-            modules.append(full)
-            bound.append(alias.asname.name.value if _has_name_alias(alias) else full.split(".")[0])  # type: ignore
-        return bound
-    if not isinstance(small, cst.ImportFrom) or small.relative or small.module is None \
-            or isinstance(small.names, cst.ImportStar):
+        imported = [dotted_name(alias.name) or "" for alias in small.names]
+    elif isinstance(small, cst.ImportFrom) and not small.relative and small.module is not None \
+            and not isinstance(small.names, cst.ImportStar):
+        imported = [dotted_name(small.module) or ""]
+    else:
         return None
-    module = dotted_name(small.module) or ""
-    if not is_cuda_only_module(module):
+    if not all(is_cuda_only_module(name) for name in imported):
         return None
-    modules.append(module)
-    return [alias.asname.name.value if _has_name_alias(alias) else dotted_name(alias.name) or ""  # type: ignore
-            for alias in small.names]
-
-
-def _has_name_alias(alias: cst.ImportAlias) -> bool:
-    return alias.asname is not None and isinstance(alias.asname.name, cst.Name)
+    modules += imported
+    return bound_names(small)
 
 
 def _is_flag(small: cst.BaseSmallStatement) -> bool:

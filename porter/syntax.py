@@ -8,6 +8,7 @@ from typing import Iterator, Optional, Sequence
 
 import libcst as cst
 
+from porter.matching import dotted_name
 from porter.rule import RUNTIME, cuda_spec, keyword, string_value
 
 #: ``kw=value`` with no spaces, as PEP 8 writes keyword arguments.
@@ -135,3 +136,17 @@ def argument_pair(original: cst.Call, updated: cst.Call, name: str,
     if found is None or len(original.args) != len(updated.args):
         return None, None
     return found, updated.args[list(original.args).index(found)]
+
+
+def bound_names(node: cst.CSTNode) -> list[str]:
+    """The names an import statement binds (``import a.b`` binds ``a``)."""
+    if not isinstance(node, (cst.Import, cst.ImportFrom)) or isinstance(node.names, cst.ImportStar):
+        return []
+    found = []
+    for alias in node.names:
+        if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+            found.append(alias.asname.name.value)
+        else:
+            name = dotted_name(alias.name) or ""
+            found.append(name.split(".")[0] if isinstance(node, cst.Import) else name)
+    return found

@@ -10,6 +10,7 @@ import libcst as cst
 from porter.cuda_packages import COMPILED, IMPORT_ROOTS, advice_for
 from porter.matching import dotted_name
 from porter.rule import BYTES_GAP, Example, Needs, Rule, Safety, keyword, positional, string_value
+from porter.syntax import bound_names
 from porter.thirdparty import GuardTracker, example_code, under, uses
 
 _TRITON_DECORATORS = frozenset({"triton.jit", "triton.autotune", "triton.heuristics"})
@@ -414,20 +415,6 @@ def torch_alias(module: cst.Module) -> Optional[str]:
     return None
 
 
-def _bound_names(node: cst.CSTNode) -> list[str]:
-    """The names an import statement binds (``import a.b`` binds ``a``)."""
-    if not isinstance(node, (cst.Import, cst.ImportFrom)) or isinstance(node.names, cst.ImportStar):
-        return []
-    found = []
-    for alias in node.names:
-        if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-            found.append(alias.asname.name.value)
-        else:
-            name = dotted_name(alias.name) or ""
-            found.append(name.split(".")[0] if isinstance(node, cst.Import) else name)
-    return found
-
-
 class CudaOnlyPackage(GuardTracker, Rule):
     """Unguarded imports of CUDA-only packages (deepspeed, mamba-ssm, causal-conv1d, ...) are reported.
 
@@ -538,7 +525,7 @@ class CudaOnlyPackage(GuardTracker, Rule):
         of one that nothing uses (imported for its side effects) fails all the same."""
         if module.split(".")[0] not in IMPORT_ROOTS or self.guarded() or node in self._seen:
             return False
-        bound = _bound_names(node)
+        bound = bound_names(node)
         if not bound or uses(self.ctx.module, bound, node) > 0:
             return False
         self.ctx.see_all_uses_of(bound)
