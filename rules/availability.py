@@ -359,12 +359,9 @@ _FALLBACK_VALUES = frozenset({"gloo"})
 
 
 def _inert_statement(rule: Rule, stmt: cst.BaseSmallStatement, values: frozenset[str]) -> bool:
-    """A CUDA backend flag set or called, ``pass``, or ``name = <one of values>``; on the
-    CUDA side also a bare ``raise`` (a failed CUDA extension import stays fatal there)."""
+    """A CUDA backend flag set or called, ``pass``, or ``name = <one of values>``."""
     if isinstance(stmt, cst.Pass):
         return True
-    if isinstance(stmt, cst.Raise) and stmt.exc is None:
-        return values is _CUDA_VALUES
     if isinstance(stmt, cst.Expr) and isinstance(stmt.value, cst.Call):
         return (rule.qualname(stmt.value.func) or "").startswith(_CUDA_SETTINGS)
     if isinstance(stmt, cst.Assign):
@@ -414,8 +411,16 @@ def right_everywhere(rule: Rule, node: Union[cst.If, cst.IfExp], cuda_calls: lis
     cuda, other = sides if polarity else (sides[1], sides[0])
     if cuda is None and other is None:
         return False
-    return ((cuda is None or _inert(rule, cuda, _CUDA_VALUES))
+    return ((cuda is None or _inert(rule, cuda, _CUDA_VALUES) or _only_reraises(cuda))
             and (other is None or _inert(rule, other, _FALLBACK_VALUES)))
+
+
+def _only_reraises(side: cst.CSTNode) -> bool:
+    """A block that is a bare ``raise``: in a handler, what failed (a CUDA extension's
+    import, TP604) stays fatal where CUDA is, and nowhere else."""
+    stmts = block_statements(side) if isinstance(side, cst.BaseSuite) else []
+    small = [s for stmt in stmts for s in small_statements(stmt)]
+    return len(stmts) == 1 and len(small) == 1 and isinstance(small[0], cst.Raise) and small[0].exc is None
 
 
 _SUGGESTION = "porter_runtime.is_accelerator_available()"
