@@ -160,6 +160,8 @@ class SyntaxFacts:
     device_type_compares: set[str] = field(default_factory=set)
     #: a ``global`` / ``nonlocal`` statement: a stub of this unit would lose a binding
     rebinds: bool = False
+    #: what the imports inside a top-level ``try`` import (``try: import xformers``)
+    tried_imports: set[str] = field(default_factory=set)
     #: the functions and classes at module level (and, inside them, in class bodies)
     units: list["Unit"] = field(default_factory=list)
 
@@ -197,6 +199,11 @@ class SyntaxFacts:
         something under it (after ``resolve``)."""
         used = self.called if calls_only else self.used
         return any(name in used for name in names)
+
+    def tries_import_under(self, roots: Iterable[str]) -> bool:
+        """Whether a top-level ``try`` imports one of ``roots`` or something under it
+        (an import chain, or a probe that sets an availability flag)."""
+        return any(name == root or name.startswith(root + ".") for name in self.tried_imports for root in roots)
 
     def moves_result_of(self, names: Iterable[str]) -> bool:
         """A call of one of the qualified ``names`` whose result is moved at once:
@@ -305,6 +312,18 @@ def _import_target(node: ast.AST, alias: ast.alias) -> str:
     return runtime_alias(f"{module}.{alias.name}" if node.module else f"{module}{alias.name}")
 
 
+_TRIES = (ast.Try, ast.TryStar) if hasattr(ast, "TryStar") else (ast.Try,)
+
+
+def _imported_under(node: ast.AST) -> Iterator[str]:
+    """What every import in ``node`` (at any depth) imports."""
+    for inner in ast.walk(node):
+        if isinstance(inner, (ast.Import, ast.ImportFrom)):
+            for alias in inner.names:
+                if alias.name != "*":
+                    yield _import_target(inner, alias)
+
+
 def syntax_facts(tree: ast.Module) -> SyntaxFacts:
     facts = SyntaxFacts()
     imports = facts.imports
@@ -317,6 +336,8 @@ def syntax_facts(tree: ast.Module) -> SyntaxFacts:
                     imports.module_imports.setdefault(_bound_by_import(alias), set()).add(_import_target(node, alias))
     others = []
     for node in tree.body:
+        if isinstance(node, _TRIES):
+            facts.tried_imports.update(_imported_under(node))
         if isinstance(node, _BINDERS):
             facts.units.append(_unit(node, facts, top_level))
         else:

@@ -29,6 +29,20 @@ def under(name: Optional[str], prefixes: Iterable[str]) -> bool:
     return any(name == p or name.startswith(p + ".") for p in prefixes)
 
 
+def package_units(roots: Iterable[str]):
+    """A ``Needs.unit_filter`` for a rule whose evidence is every use of a package in
+    the module (import chains, availability flags and the stops on them): the units
+    that use the package, and every unit wherever a top-level ``try`` imports it (the
+    only place chains and flags are looked for; the names it binds may be read
+    anywhere, so the engine then parses the whole file)."""
+    roots = tuple(roots)
+
+    def wanted(unit, file) -> bool:
+        return file.tries_import_under(roots) or unit.facts.uses_any(roots)
+
+    return wanted
+
+
 def arguments_fit(call: cst.Call, max_positional: int, keywords: frozenset[str]) -> bool:
     """True when ``call`` passes at most ``max_positional`` positional arguments, only
     keywords from ``keywords``, and no ``*args`` / ``**kwargs``."""
@@ -117,6 +131,16 @@ def flags_set_false(module: cst.Module, roots: Iterable[str]) -> set[str]:
                             and small.value.value == "False":
                         found.update(t.target.value for t in small.targets if isinstance(t.target, cst.Name))
     return found
+
+
+def stop_evidence(rule, roots: Iterable[str], finder) -> tuple[set[str], bool]:
+    """(the module's availability flags for ``roots``, whether every use gets ported,
+    as ``finder`` (a UseFinder visitor with ``all_ported``) sees it). The uses are only
+    walked where there is a flag: without one there is no stop to decide on."""
+    flags = flags_set_false(rule.ctx.module, roots)
+    if flags:
+        rule.ctx.module.visit(finder)
+    return flags, not flags or finder.all_ported
 
 
 def _some_imports(body: cst.BaseSuite) -> list[tuple[str, str]]:

@@ -200,7 +200,7 @@ class TorchDeviceKeyword(Rule):
     name = "device-keyword-cuda"
     safety = Safety.SAFE
     needs = Needs(calls_only=True, targets=frozenset({"torch"}), words=frozenset({"cuda"}), strings=CUDA_SPEC,
-                  file_filter=_cuda_device_keyword)
+                  file_filter=_cuda_device_keyword, unit_filter=lambda unit, file: _cuda_device_keyword(unit.facts))
 
     valid = [
         "import torch\nx = torch.zeros(2, device='cpu')\n",
@@ -261,6 +261,7 @@ class MethodDeviceCuda(Rule):
         words=frozenset({"cuda"}),
         strings=CUDA_SPEC,
         file_filter=_moves_to_cuda,
+        unit_filter=lambda unit, file: _moves_to_cuda(unit.facts),
     )
 
     valid = [

@@ -9,8 +9,8 @@ import libcst as cst
 from porter.rule import Example, Needs, Rule, Safety, keyword
 from porter.syntax import literal_is
 from porter.thirdparty import (
-    UseFinder, arguments_fit, chain_alternatives, drop_dead_chains, example_code, flags_set_false, module_chains,
-    under, without_stops,
+    UseFinder, arguments_fit, chain_alternatives, drop_dead_chains, example_code, module_chains,
+    package_units, stop_evidence, under, without_stops,
 )
 
 _OPTIONS = ("dropout_p", "softmax_scale", "causal", "window_size", "softcap", "alibi_slopes",
@@ -105,8 +105,9 @@ class FlashAttnFunc(Rule):
     safety = Safety.SAFE
     needs = Needs(
         calls_only=False,  # an import chain is reported even where its names are only values
-        whole_file=True,  # an import chain is removed once no use is left in the file
         targets=frozenset({*_TARGETS, _FA3}),
+        # an import chain is removed once no use is left in the module
+        unit_filter=package_units(_ROOTS),
     )
 
     valid = [
@@ -327,9 +328,7 @@ class FlashAttnFunc(Rule):
     def _scan(self) -> tuple[set[str], bool]:
         """(the module's availability flags, whether every flash_attn use gets ported)."""
         if not hasattr(self, "_scanned"):
-            uses = _Uses(self)
-            self.ctx.module.visit(uses)
-            self._scanned = (flags_set_false(self.ctx.module, _ROOTS), uses.all_ported)
+            self._scanned = stop_evidence(self, _ROOTS, _Uses(self))
         return self._scanned
 
     def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:

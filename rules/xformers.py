@@ -9,7 +9,7 @@ import libcst as cst
 from porter.matching import Ambiguous
 from porter.rule import Example, Needs, Rule, Safety
 from porter.thirdparty import (
-    UseFinder, arguments_fit, drop_dead_chains, example_code, flags_set_false, without_stops,
+    UseFinder, arguments_fit, drop_dead_chains, example_code, package_units, stop_evidence, without_stops,
 )
 
 _MODULES = ("xformers.ops", "xformers.ops.fmha")
@@ -106,8 +106,8 @@ class XformersAttention(Rule):
     name = "xformers-attention"
     safety = Safety.SAFE
     needs = Needs(
-        whole_file=True,  # chains, flags and every xformers use of the module decide
         targets=_ATTENTION,
+        unit_filter=package_units(["xformers"]),  # chains, flags and every xformers use decide
     )
 
     valid = [
@@ -184,9 +184,7 @@ class XformersAttention(Rule):
     def _scan(self) -> tuple[set[str], bool]:
         """(the module's availability flags, whether every xformers use gets ported)."""
         if not hasattr(self, "_scanned"):
-            uses = _Uses(self)
-            self.ctx.module.visit(uses)
-            self._scanned = (flags_set_false(self.ctx.module, ["xformers"]), uses.all_ported)
+            self._scanned = stop_evidence(self, ["xformers"], _Uses(self))
         return self._scanned
 
     def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:

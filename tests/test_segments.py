@@ -155,3 +155,33 @@ def test_an_attribute_name_is_not_an_imported_name():
     for segments in (True, False):
         _, findings = _run(code, OPTIONS, segments)
         assert [(f[0], f[1]) for f in findings] == [("TP502", 5)]
+
+
+_ATTEND = ("class Block:\n    def norm(self, x):\n        return x * 2\n\n"
+           "    def attend(self, q, k, v):\n        return {call}(q, k, v)\n")
+PACKAGE_IMPORTS = [
+    ("xformers.ops.memory_efficient_attention", "import xformers.ops", "HAS_XFORMERS"),
+    ("flash_attn_func", "from flash_attn import flash_attn_func", "HAS_FLASH"),
+]
+
+
+@pytest.mark.parametrize("call,imports,flag", PACKAGE_IMPORTS)
+def test_package_rules_see_every_use_where_a_top_level_try_imports_the_package(call, imports, flag):
+    # TP101 and TP201 decide from every use of their package in the module: its
+    # import chains and availability flags (top-level `try` only). Behind an `if`, the
+    # definitions that don't use the package are left out; a top-level `try` whose
+    # flag a stubbed definition could read keeps the whole file.
+    guarded = f"import torch\nif USE_KERNELS:\n    {imports}\n\n" + _ATTEND.format(call=call)
+    probed = (f"try:\n    {imports}\n    {flag} = True\nexcept ImportError:\n    {flag} = False\n\n\n"
+              f"def check():\n    assert {flag}, 'install it'\n    return True\n\n\n" + _ATTEND.format(call=call))
+    for code, parts in ((guarded, True), (probed, False)):
+        rules, facts = candidate_rules(code.encode(), OPTIONS.source_rules)
+        reduced = reduce(code.encode(), facts, rules)
+        assert (reduced is not None) == parts, code
+        if parts:
+            assert b"def norm(): pass" in reduced.data and b"def attend(self" in reduced.data
+        new, findings = _run(code, OPTIONS, True)
+        assert (new, findings) == _run(code, OPTIONS, False)
+        assert b"porter_runtime." in new
+    new, _ = _run(probed, OPTIONS, True)
+    assert b"assert" not in new  # every use was ported: the stop went (whole file)
