@@ -67,3 +67,16 @@ class Needs:
 
 def _tuple(patterns: Union["re.Pattern[bytes]", Iterable["re.Pattern[bytes]"]]) -> tuple:
     return (patterns,) if isinstance(patterns, re.Pattern) else tuple(patterns)
+
+
+def literal_patterns(words: Iterable[Union[str, bytes]], whole_words: bool = False) -> tuple["re.Pattern[bytes]", ...]:
+    """``byte_patterns`` for "one of these words occurs": one pattern per word, not an
+    alternation. A pattern that starts with a literal is searched at C speed; an
+    alternation is tried at every position of the file. ``whole_words``: not inside a
+    longer identifier (the boundary is checked behind the literal, keeping it first)."""
+    out = []
+    for word in sorted({w.encode() if isinstance(w, str) else w for w in words}):
+        literal = re.escape(word)
+        out.append(re.compile(literal + rb"(?<=\b" + literal + rb")\b" if whole_words else literal))
+    return tuple(out)
+

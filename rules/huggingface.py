@@ -8,6 +8,7 @@ from typing import Optional
 
 import libcst as cst
 
+from porter.needs import literal_patterns
 from porter.rule import Example, Needs, Rule, Safety, cuda_spec, keyword, string_value
 from porter.syntax import is_true
 from porter.thirdparty import example_code
@@ -75,7 +76,8 @@ class HfFlashAttention(Rule):
     code = "TP701"
     name = "hf-flash-attention"
     safety = Safety.SAFE
-    needs = Needs(methods=_LOADERS, byte_patterns=re.compile(rb"\battn_implementation\b|\buse_flash_attention_2\b"),
+    needs = Needs(methods=_LOADERS,
+                  byte_patterns=literal_patterns(["attn_implementation", "use_flash_attention_2"], whole_words=True),
                   file_filter=_flash_keyword, unit_filter=lambda unit, file: _flash_keyword(unit.facts))
 
     valid = [
@@ -269,7 +271,7 @@ class HfQuantization(Rule):
     name = "hf-quantization"
     safety = Safety.REVIEW
     needs = Needs(methods=_LOADERS, targets=frozenset({"transformers.BitsAndBytesConfig"}),
-                  byte_patterns=re.compile(rb"BitsAndBytesConfig|load_in_[48]bit"),
+                  byte_patterns=(re.compile(rb"BitsAndBytesConfig"), re.compile(rb"load_in_[48]bit")),
                   file_filter=_quantises, unit_filter=lambda unit, file: _quantises(unit.facts))
 
     valid = [

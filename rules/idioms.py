@@ -18,6 +18,7 @@ from typing import Optional
 import libcst as cst
 
 from porter.matching import dotted_name
+from porter.needs import literal_patterns
 from porter.rule import BYTES_GAP, Example, Needs, Rule, Safety, string_value
 from porter.syntax import argument, argument_pair, int_value, is_runtime_call, replace_arg
 from porter.walk import nodes_of
@@ -57,10 +58,6 @@ _INDEX_USES = {use.call: use for use in (
     _IndexUse("cuda", "device", 0), _IndexUse("set_device", "index", 0), _IndexUse("device", "index", 1, "cuda"))}
 
 
-def _alternatives(words) -> bytes:
-    return b"|".join(re.escape(word).encode() for word in sorted(set(words)))
-
-
 _INDEX_VALUE = (rb"(?:\(" + BYTES_GAP + rb")*(?:[0-9]|"
                 rb"(?:[A-Za-z_][A-Za-z0-9_]*" + BYTES_GAP + rb"\." + BYTES_GAP + rb")*"
                 rb"(?:" + _INDEX_WORDS.encode() + rb")\b)")
@@ -73,8 +70,8 @@ _BYTE_PATTERNS = (
     re.compile(rb"device(?<=\bdevice)" + BYTES_GAP + rb"\(" + BYTES_GAP + rb"(?:[(\-]" + BYTES_GAP + rb")*[0-9]"),
     re.compile(rb"device(?<=\bdevice)\s+as\b"),
     # evidence for any other name, and the calls whose result is an index
-    re.compile(_alternatives(use.needle for use in _INDEX_USES.values())),
-    re.compile(_alternatives(name.rsplit(".", 1)[-1] for name in _SOURCES) + b"|" + _LOCAL_RANK.pattern.encode()),
+    *literal_patterns(use.needle for use in _INDEX_USES.values()),
+    *literal_patterns([*(name.rsplit(".", 1)[-1] for name in _SOURCES), _LOCAL_RANK.pattern]),
 )
 
 
