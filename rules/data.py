@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence
 
 import libcst as cst
@@ -422,9 +422,18 @@ def _assigned_name(stmt: cst.BaseStatement, call: cst.Call) -> Optional[str]:
 
 @dataclass
 class _Frame:
-    kind: str  # "function" | "class"
+    kind: str  # "function" | "class" | "module"
     name: str
-    bindings: dict[str, str] = field(default_factory=dict)  # name → "def" | "lambda" | "other"
+    node: Optional[cst.CSTNode] = None  # the function (or module) whose names ``bindings`` holds
+    _bindings: Optional[dict[str, str]] = None
+
+    @property
+    def bindings(self) -> dict[str, str]:
+        """name → "def" | "lambda" | "other", worked out when first asked: only a
+        DataLoader's worker function passed by name needs them."""
+        if self._bindings is None:
+            self._bindings = _bindings(self.node) if self.node is not None else {}
+        return self._bindings
 
 
 class _Bindings(cst.CSTVisitor):
@@ -523,13 +532,13 @@ class DataLoaderUnpicklableFn(Rule):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._frames: list[_Frame] = []
-        self._module: dict[str, str] = {}
+        self._module = _Frame("module", "")
 
     def visit_Module(self, node: cst.Module) -> None:
-        self._module = _bindings(node)
+        self._module = _Frame("module", "", node)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self._frames.append(_Frame("function", node.name.value, _bindings(node)))
+        self._frames.append(_Frame("function", node.name.value, node))
 
     def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
         self._frames.pop()
@@ -567,7 +576,7 @@ class DataLoaderUnpicklableFn(Rule):
                 if kind == "other":
                     return None
                 return self._error(depth, "<lambda>" if kind == "lambda" else node.value)
-        return self._error(0, "<lambda>") if self._module.get(node.value) == "lambda" else None
+        return self._error(0, "<lambda>") if self._module.bindings.get(node.value) == "lambda" else None
 
     def _error(self, depth: int, name: str) -> Optional[str]:
         """The pickling error for ``name`` defined in the first ``depth`` frames."""

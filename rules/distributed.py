@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 import libcst as cst
 
 from porter import dist_guard
-from porter.rule import Example, Needs, Rule, Safety, clean_args, string_value
+from porter.rule import BYTES_GAP, Example, Needs, Rule, Safety, clean_args, string_value
 from porter.syntax import EQ, argument, argument_pair, is_none, is_runtime_call, replace_arg
 
 _INIT_PARAMS = ("backend", "init_method", "timeout", "world_size", "rank", "store",
@@ -212,6 +213,8 @@ class DdpDeviceIds(Rule):
         if isinstance(node, cst.IfExp):
             return self._reaches_ddp(node.body) or self._reaches_ddp(node.orelse)
         if isinstance(node, cst.Name) and self.qualname(node) is None:
+            if not _assigned(node.value, self.ctx.source):
+                return False  # `_DdpNames` finds only names assigned somewhere
             if self._bound is None:
                 self._bound = set()
                 self.ctx.module.visit(_DdpNames(self))
@@ -219,6 +222,8 @@ class DdpDeviceIds(Rule):
         return False
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        if argument(original, "device_ids", 1) is None and argument(original, "output_device", 2) is None:
+            return updated  # nothing to rewrite, whatever the callee (and finding out may walk the module)
         if not self._reaches_ddp(original.func):
             return updated
         new = updated
@@ -246,6 +251,15 @@ class DdpDeviceIds(Rule):
         if isinstance(node, cst.List) and len(node.elements) == 1 and isinstance(node.elements[0], cst.Element):
             return node.elements[0].value
         return None
+
+
+def _assigned(name: str, source: bytes) -> bool:
+    """Whether ``source`` may assign ``name`` (``name = ...``, ``(name) = ...``): a
+    search of the bytes, which spares a walk of the whole module for every call of a
+    local name."""
+    word = re.escape(name.encode())
+    return re.search(word + rb"(?<=\b" + word + rb")(?:" + BYTES_GAP + rb"\))*" + BYTES_GAP + rb"=(?!=)",
+                     source) is not None
 
 
 class _DdpNames(cst.CSTVisitor):
