@@ -9,6 +9,7 @@ import libcst as cst
 
 from porter.cuda_packages import COMPILED, IMPORT_ROOTS, advice_for
 from porter.matching import dotted_name
+from porter.needs import literal_patterns
 from porter.rule import BYTES_GAP, Example, Needs, Rule, Safety, keyword, positional, string_value
 from porter.syntax import bound_names
 from porter.thirdparty import GuardTracker, example_code, under, uses
@@ -371,20 +372,26 @@ _PACKAGES = {name: advice_for(name) for name in (
     "cuml", "cudf", "cugraph", "cupy", "cupyx", "pycuda", "cuda", "tensorrt", "torch_tensorrt",
     "tensorrt_llm", "numba.cuda", "flashinfer", "vllm", "auto_gptq", "exllamav2", "nvidia", "rmm",
 )}
-#: An import statement naming one of TP603's packages (`from numba import cuda`,
-#: `import os, cupy as cp`): the words alone (`cuda`, `nvidia`) are in most files.
-_ROOT_NAMES = rb"(?:" + b"|".join(re.escape(root).encode() for root in sorted(
-    {name.split(".")[0] for name in (*_PACKAGES, *IMPORT_ROOTS)})) + rb")\b"
-#: (Two patterns, each starting with its keyword: searched at C speed, where one
-#: alternation would be tried at every position of the file.)
-_IMPORTS_A_PACKAGE = (
-    re.compile(rb"from(?<=\bfrom)" + BYTES_GAP + _ROOT_NAMES),
-    re.compile(rb"import(?<=\bimport)" + BYTES_GAP
-               + rb"(?:[A-Za-z_][\w.]*(?:" + BYTES_GAP + rb"as" + BYTES_GAP + rb"\w+)?" + BYTES_GAP + rb"," + BYTES_GAP + rb")*"
-               + _ROOT_NAMES),
-)
+def _imports_of(roots) -> tuple["re.Pattern[bytes]", ...]:
+    """Byte patterns for an import statement naming one of ``roots`` as its top-level
+    module (``from numba import cuda``, ``import os, cupy as cp``, ``import rotary_emb``):
+    two patterns, each starting with its keyword, so both are searched at C speed."""
+    names = rb"(?:" + b"|".join(re.escape(root).encode() for root in sorted(roots)) + rb")\b"
+    return (
+        re.compile(rb"from(?<=\bfrom)" + BYTES_GAP + names),
+        re.compile(rb"import(?<=\bimport)" + BYTES_GAP
+                   + rb"(?:[A-Za-z_][\w.]*(?:" + BYTES_GAP + rb"as" + BYTES_GAP + rb"\w+)?" + BYTES_GAP + rb","
+                   + BYTES_GAP + rb")*" + names),
+    )
+
+
+#: An import naming one of TP603's packages: the words alone (`cuda`, `nvidia`) are in most files.
+_IMPORTS_A_PACKAGE = _imports_of({name.split(".")[0] for name in (*_PACKAGES, *IMPORT_ROOTS)})
 #: Compiled CUDA extension modules, imported by their module name (`import rotary_emb`).
 _COMPILED = frozenset(COMPILED)
+#: A use of one needs its import (`rotary_emb` alone is an attribute in most models);
+#: a builder, its module's name.
+_IMPORTS_AN_EXTENSION = (*_imports_of(_COMPILED), *literal_patterns(["cpp_extension"]))
 
 
 def _lone_import(stmt: cst.CSTNode) -> Optional[tuple[str, str]]:
@@ -596,6 +603,7 @@ class CudaExtensionOptional(Rule):
     needs = Needs(
         whole_file=True,  # every use in the module decides
         targets=frozenset({*_COMPILED, *_BUILDERS}),
+        byte_patterns=_IMPORTS_AN_EXTENSION,
     )
 
     valid = [
