@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from typing import Any, Optional, TypeVar
 
-from . import _device
+from . import _device, _gloo_teardown
 
 T = TypeVar("T")
 
@@ -42,6 +42,7 @@ def init_process_group(backend: Optional[str] = None, **kwargs: Any) -> None:
 
     CUDA: forwarded unchanged (backend None stays None, as in the original).
     MPS / CPU: backend from dist_backend(); an MPS multi-process launch raises.
+    A Gloo group is also held until the interpreter exits (_gloo_teardown says why).
     """
     import torch.distributed as dist  # deferred: importing it is not free
 
@@ -49,7 +50,10 @@ def init_process_group(backend: Optional[str] = None, **kwargs: Any) -> None:
         dist.init_process_group(backend=backend, **kwargs)
         return
     check_launch(_world_size(kwargs))
-    dist.init_process_group(backend=dist_backend(backend), **kwargs)
+    chosen = dist_backend(backend)
+    dist.init_process_group(backend=chosen, **kwargs)
+    if chosen == "gloo":
+        _gloo_teardown.keep_until_exit(dist.group.WORLD)
 
 
 def ddp_device_ids(local_rank: int) -> Optional[list[int]]:

@@ -1,0 +1,35 @@
+"""Who destroys a Gloo process group: its own Python object, at exit, never DDP's Reducer.
+
+torch's Gloo backend joins its worker threads only in its destructor (unlike NCCL, whose
+``shutdown()`` in ``destroy_process_group`` stops its threads). After
+``destroy_process_group()`` the last owner of the group can be the C++ Reducer of a DDP
+model; when the model is freed (``main()`` returns), the Reducer's binding runs that
+destructor holding the GIL, and it joins the workers. A worker may be freeing a finished
+collective at that moment: a barrier keeps the works before it alive (weakly), so freeing
+the barrier frees the last ``all_reduce``, whose tensor Python owns, and that needs the
+GIL. Both wait forever (the worker is slower to let go of the barrier when CPUs are busy).
+
+The Python ``ProcessGroup`` object releases the GIL while it destroys the group, so the
+runtime holds one reference to each Gloo default group it created, and drops them at exit
+while the interpreter is still whole. The group's threads and sockets stay until then.
+"""
+from __future__ import annotations
+
+import atexit
+from typing import Any
+
+_kept: list[Any] = []
+
+
+def keep_until_exit(group: Any) -> None:
+    """Hold ``group`` (a ``torch.distributed`` ProcessGroup, or None) until exit."""
+    if group is None:
+        return
+    if not _kept:
+        atexit.register(release)
+    _kept.append(group)
+
+
+def release() -> None:
+    """Drop the held groups; a group nothing else holds is destroyed here, GIL released."""
+    _kept.clear()

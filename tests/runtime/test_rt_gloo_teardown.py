@@ -1,0 +1,80 @@
+"""A 2-process Gloo job that ends the way research code does (collectives, barrier,
+destroy_process_group, then the DDP model goes) exits, instead of deadlocking.
+
+The script makes the race behind the paper_repro hang happen on every run: with a long
+switch interval the main thread keeps the GIL, so the Gloo worker that finishes the
+barrier is still waiting for the GIL (to free the all_reduce's tensor) when the DDP
+model, whose Reducer owns the group's last reference, is freed. Launched with
+``init_process_group`` from torch itself (argument ``torch``) the job hangs nearly
+every time; with porter_runtime's (argument ``runtime``) the runtime holds the group,
+which is destroyed at exit with the GIL released.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+SCRIPT = textwrap.dedent('''
+    import sys
+    import time
+
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.fsdp  # noqa: F401  torch._dynamo first, as train.py imports it
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import porter_runtime
+
+
+    def main():
+        if sys.argv[1] == "runtime":
+            porter_runtime.init_process_group("nccl")
+        else:
+            dist.init_process_group("gloo")
+        model = DDP(torch.nn.Linear(2, 2))
+        model(torch.ones(1, 2)).sum().backward()
+        dist.barrier()
+        loss = torch.ones(())
+        sys.setswitchinterval(1000.0)  # from here on this thread lets go of the GIL only to block
+        dist.all_reduce(loss, async_op=True)  # handles dropped at once: the Gloo worker frees
+        dist.barrier(async_op=True)           # the barrier, and with it the all_reduce's tensor
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:  # both finish; the worker now waits for the GIL
+            pass
+        dist.destroy_process_group()
+        # returning frees the model: its Reducer owns the group's last reference unless the
+        # runtime holds one
+
+
+    main()
+    print("exited", flush=True)
+''')
+
+
+def launch(script, init: str, timeout: float = 180) -> tuple[int, str, str]:
+    """Run the script under torchrun; on a hang, kill the launcher and both ranks."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           str(script), init]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.terminate()  # torchrun passes SIGTERM on to the ranks (they run in their own sessions)
+        out, err = proc.communicate()
+        pytest.fail(f"the job hung for {timeout} s:\n{out}\n{err[-3000:]}")
+    return proc.returncode, out, err
+
+
+@pytest.mark.slow
+def test_ddp_job_on_gloo_exits_after_destroy_process_group(tmp_path):
+    script = tmp_path / "train_end.py"
+    script.write_text(SCRIPT)
+    returncode, out, err = launch(script, "runtime")
+    assert returncode == 0, err[-3000:]
+    assert out.count("exited") == 2, out
