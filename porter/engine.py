@@ -60,8 +60,9 @@ def process_file(path: Path, rel: str, options: Options, bootstrap: Bootstrap) -
 def _collector_paused() -> Iterator[None]:
     """Python's cycle collector off while one file is processed. Parsing makes millions
     of short-lived nodes (``ast`` and LibCST) that reference counting frees; the
-    collector's passes over them find next to nothing and cost about a tenth of a run
-    (bench/migrate.py). It runs again after the file, over whatever the file left."""
+    collector's passes over them find next to nothing, and cost a seventh of the CPU
+    time of the files that reach a parser (diffusers, the same files with and without,
+    interleaved). It runs again after the file, over whatever the file left."""
     enabled = gc.isenabled()
     gc.disable()
     try:

@@ -79,4 +79,3 @@ def literal_patterns(words: Iterable[Union[str, bytes]], whole_words: bool = Fal
         literal = re.escape(word)
         out.append(re.compile(literal + rb"(?<=\b" + literal + rb")\b" if whole_words else literal))
     return tuple(out)
-

@@ -271,7 +271,7 @@ class HfQuantization(Rule):
     name = "hf-quantization"
     safety = Safety.REVIEW
     needs = Needs(methods=_LOADERS, targets=frozenset({"transformers.BitsAndBytesConfig"}),
-                  byte_patterns=(re.compile(rb"BitsAndBytesConfig"), re.compile(rb"load_in_[48]bit")),
+                  byte_patterns=literal_patterns(["BitsAndBytesConfig", "load_in_4bit", "load_in_8bit"]),
                   file_filter=_quantises, unit_filter=lambda unit, file: _quantises(unit.facts))
 
     valid = [

@@ -350,3 +350,26 @@ def test_a_folder_porter_cannot_list_is_exit_2(tmp_path, monkeypatch):
     assert result.exit_code == 2, result.output
     skipped = json.loads(report.read_text())["skipped"]
     assert skipped == [{"path": "locked", "reason": "cannot list folder: Permission denied", "error": True}]
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_cycle_collector_is_left_as_it_was_found(tmp_path, enabled):
+    # porter pauses Python's cycle collector while it processes a file (parsing makes
+    # millions of acyclic nodes); a port, a failure and an error all give it back.
+    import gc
+
+    from porter.engine import Options, process_file
+    from porter.registry import all_rules
+
+    files = {"ok.py": b"import torch\nx = torch.zeros(2).cuda()\n", "broken.py": b"def f(:\n    x.cuda()\n"}
+    options = Options(rules=list(all_rules()))
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        for name, data in files.items():
+            (tmp_path / name).write_bytes(data)
+            result = process_file(tmp_path / name, name, options, None)
+            assert result.status == ("changed" if name == "ok.py" else "error")
+            assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
