@@ -7,6 +7,7 @@ from typing import Optional
 
 import libcst as cst
 
+from porter.needs import literal_patterns
 from porter.rule import CUDA_SPEC, Example, Needs, Rule, Safety, keyword, positional
 from porter.syntax import is_device_expr
 
@@ -85,7 +86,9 @@ class DeviceDtype(Rule):
     code = "PT604"
     name = "device-dtype"
     safety = Safety.SAFE
-    needs = Needs(targets=HAZARD_DTYPES, file_filter=_sees_a_move)
+    # a move `_sees_a_move` can see spells `cuda` ("cuda:0", `.cuda()`) or the runtime's name
+    needs = Needs(targets=HAZARD_DTYPES, byte_patterns=literal_patterns(["cuda", "porter_runtime"]),
+                  file_filter=_sees_a_move)
 
     valid = [
         "import torch\nx = torch.zeros(3, dtype=torch.float64)\n",

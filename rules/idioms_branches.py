@@ -9,7 +9,7 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rule import Example, Needs, Rule, Safety, string_value
+from porter.rule import BYTES_GAP, Example, Needs, Rule, Safety, string_value
 
 
 def _is_device_type(node: cst.BaseExpression) -> bool:
@@ -81,6 +81,16 @@ def _non_cpu_side(node: cst.CSTNode, test: cst.Comparison) -> Optional[cst.CSTNo
     return node.orelse.body if isinstance(node.orelse, cst.Else) else None
 
 
+_QUOTE = rb"(?:'''|\"\"\"|'|\")"
+#: What `_compares_with_cpu` looks for, in bytes: `<x>.device.type ==` / `!=` a "cpu"
+#: literal, in either order (a mention in a docstring or a comment is not enough).
+_CPU_COMPARE = (
+    re.compile(rb"type(?<=\btype)(?:" + BYTES_GAP + rb"\))*" + BYTES_GAP + rb"[!=]=" + BYTES_GAP
+               + rb"(?:\(" + BYTES_GAP + rb")*[rRuU]?" + _QUOTE + rb"cpu" + _QUOTE),
+    re.compile(rb"cpu(?<=['\"]cpu)" + _QUOTE + rb"(?:" + BYTES_GAP + rb"\))*" + BYTES_GAP + rb"[!=]="),
+)
+
+
 def _compares_with_cpu(facts) -> bool:
     return "cpu" in facts.device_type_compares  # `<x>.device.type == / != "cpu"`
 
@@ -117,6 +127,7 @@ class DeviceTypeBranch(Rule):
     needs = Needs(
         words=frozenset({"device", "type", "cpu"}),  # compared with "cpu"
         strings=re.compile(r"^cpu$"),
+        byte_patterns=_CPU_COMPARE,
         file_filter=_compares_with_cpu,
     )
 
