@@ -5,7 +5,7 @@ a ported ``from_pretrained(...)`` / ``TrainingArguments(...)`` means the same th
 """
 from __future__ import annotations
 
-from typing import Any, Optional, TypeVar
+from typing import Optional, TypeVar
 
 from . import _device, _thirdparty_libs
 
