@@ -7,7 +7,6 @@ reported.
 
 import json
 import re
-from pathlib import Path
 
 from porter.requirements import CUDA_ONLY
 

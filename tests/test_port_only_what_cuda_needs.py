@@ -3,8 +3,6 @@ real engine with every rule on a file written the way research code is, and chec
 what the patch changes, what it reports, and what the ported code does on this CPU."""
 
 import subprocess
-import sys
-from collections import Counter
 from textwrap import dedent
 
 from porter.engine import Options, migrate_source
