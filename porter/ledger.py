@@ -31,10 +31,12 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Iterable, Iterator, Optional, Sequence
 
+from porter.codeview import code_view
 from porter.cuda_packages import advice_for, is_cuda_only_module, looks_compiled
 from porter.guards import GuardFinder, Region, child_blocks, guard_ported, parse
 from porter.known_modules import KNOWN, is_standard
 from porter.matching import ast_dotted_name
+from porter.prefilter import enabled as prefilter_enabled
 from porter.rule import Finding, one_line
 
 CODE, NAME = "PT999", "cuda-touchpoint"
@@ -141,6 +143,15 @@ def trigger_lines(data: bytes, context: TreeContext) -> list[int]:
 
 
 _NEWLINE = re.compile(rb"\n")
+
+
+def _triggered_in_code(data: bytes, context: TreeContext) -> bool:
+    """Whether a trigger is left once comments and prose strings are out
+    (``porter.codeview``): no touchpoint is ever in one, so the file needs no parse."""
+    if not prefilter_enabled():
+        return True
+    code = code_view(data)
+    return code is None or code is data or bool(trigger_lines(code, context))
 
 
 # -- finding them ------------------------------------------------------------
@@ -497,7 +508,7 @@ def account(
     migrated bytes, when they differ (an import whose every use a rule rewrote is gone
     from them: the port removed it)."""
     lines = trigger_lines(data, context)
-    if not lines:
+    if not lines or not _triggered_in_code(data, context):
         return []
     tree = parse(data)
     if tree is None:

@@ -6,7 +6,9 @@ targets. Two cheap stages, both derived from what each rule declares in its ``ne
 filters), so there is one source of truth and a new rule can't be skipped by a stale
 filter:
 
-1. bytes: every needle of one of the rule's needle groups occurs in the raw bytes;
+1. bytes: every needle of one of the rule's needle groups occurs in the raw bytes, and
+   some rule's needles remain once comments and prose strings are out
+   (``porter.codeview``: a docstring's example is no use);
 2. syntax: the stdlib ``ast`` (C speed) shows a node the rule could match: an import of
    a target's root module plus a use of its last name, a call of a declared method, a
    string constant a declared pattern matches.
@@ -28,6 +30,7 @@ from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Iterable, Iterator, Optional, Sequence, Union
 
+from porter.codeview import code_view
 from porter.matching import ImportFacts, ast_dotted_name, runtime_alias
 from porter.needs import Needs
 from porter.rule import BYTES_GAP, Rule
@@ -600,19 +603,32 @@ def parse_for_filter(data: bytes) -> Optional[ast.AST]:
 
 
 #: Set to "0" to turn both stages off: every rule then sees every file, whole (no
-#: facts, so no segments either). The output is the same; only the time differs
-#: (tests/test_prefilter_equivalence.py holds porter to that).
+#: facts, so no segments either), and the ledger scans every file its words are in.
+#: The output is the same; only the time differs (tests/test_prefilter_equivalence.py
+#: holds porter to that).
 PREFILTER_ENV = "PORTER_PREFILTER"
+
+
+def enabled() -> bool:
+    """Whether the pre-filter is on (``PORTER_PREFILTER`` is not "0")."""
+    return os.environ.get(PREFILTER_ENV, "1") != "0"
+
+
+def words_only_in_text(data: bytes, rules: Sequence[type[Rule]]) -> bool:
+    """Whether every word ``rules`` need lies in comments and prose strings, where
+    no rule acts (``porter.codeview``): the file then needs no parse at all."""
+    code = code_view(data)
+    return code is not None and code is not data and not byte_candidates(code, rules)
 
 
 def candidate_rules(data: bytes, rules: Sequence[type[Rule]]) -> tuple[list[type[Rule]], Optional[SyntaxFacts]]:
     """The rules that may match ``data``, and the file's syntax facts (None when
     Python can't parse the file: it keeps its byte candidates, so that LibCST reports
     the error with its position)."""
-    if os.environ.get(PREFILTER_ENV, "1") == "0":
+    if not enabled():
         return list(rules), None
     candidates = byte_candidates(data, rules)
-    if not candidates:
+    if not candidates or words_only_in_text(data, rules):
         return [], None
     tree = parse_for_filter(data)
     if tree is None:
