@@ -28,7 +28,7 @@ import os
 import re
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
-from typing import Iterable, Iterator, Optional, Sequence, Union
+from typing import Iterable, Iterator, NamedTuple, Optional, Sequence, Union
 
 from porter.codeview import code_view
 from porter.matching import ImportFacts, ast_dotted_name, runtime_alias
@@ -36,9 +36,21 @@ from porter.needs import Needs
 from porter.rule import BYTES_GAP, Rule
 
 
-def needles(rule: type[Rule]) -> list[tuple[tuple[bytes, ...], Optional[bytes]]]:
+class Needle(NamedTuple):
+    """What one way for a rule to match needs in a file's bytes."""
+
+    #: words that must all occur (as whole identifiers)
+    words: frozenset
+    #: the word that must be called (``c(``, ``c.d(``, ``c as``, ``from ...c import``), if any
+    call: Optional[bytes] = None
+    #: for a target ``a.b.c``: (``a``, ``c``), a use of ``c`` the file's imports of
+    #: ``a`` can reach must occur (see ``ByteFilter``)
+    use: Optional[tuple[bytes, bytes]] = None
+
+
+def needles(rule: type[Rule]) -> list[Needle]:
     """Needle groups of ``rule``: words that must all occur in a file (as whole
-    identifiers), and the word that must be called there, if any.
+    identifiers), the word that must be called there and the use that must occur, if any.
 
     Any use of ``a.b.c`` needs ``a`` (in its import) and ``c`` (in the use or in a
     ``from a.b import c``) somewhere in the file. A ``calls_only`` target and a method
@@ -47,15 +59,16 @@ def needles(rule: type[Rule]) -> list[tuple[tuple[bytes, ...], Optional[bytes]]]
     """
     needs = rule.needs
     extra = tuple(w.encode() for w in sorted(needs.words))
-    found: list[tuple[tuple[bytes, ...], Optional[bytes]]] = []
+    found: list[Needle] = []
     for target in sorted(needs.targets):
         # ``import torch.cuda.nvtx as nv`` + ``nv.range()`` still spells every part.
         parts = tuple(dict.fromkeys(p.encode() for p in target.split(".")))
-        found.append((parts + extra, parts[-1] if needs.calls_only else None))
+        found.append(Needle(frozenset(parts + extra), parts[-1] if needs.calls_only else None,
+                            (parts[0], target.rsplit(".", 1)[-1].encode())))
     for method in sorted(needs.methods):
-        found.append(((method.encode(),) + extra, method.encode()))
+        found.append(Needle(frozenset((method.encode(),) + extra), method.encode()))
     if not found:
-        found.append((extra, None))
+        found.append(Needle(frozenset(extra)))
     return found
 
 
@@ -71,32 +84,119 @@ def _call_pattern(word: bytes) -> "re.Pattern[bytes]":
                       + BYTES_GAP + rb"(?:\(|import\b)|\s+as\b)")
 
 
+@lru_cache(maxsize=None)
+def _word_pattern(word: bytes) -> "re.Pattern[bytes]":
+    w = re.escape(word)
+    return re.compile(w + rb"(?<=\b" + w + rb")\b")
+
+
+_IMPORT_WORD = re.compile(rb"import(?<=\bimport)\b")
+_OPEN_PAREN = re.compile(rb"[ \t]*\(")
+#: The dotted name right before an attribute (``torch.distributions.`` before
+#: ``Poisson``), on one line; its first name is group 1.
+_RECEIVER = re.compile(rb"([A-Za-z_][A-Za-z0-9_]*)(?:[ \t]*\.[ \t]*[A-Za-z_][A-Za-z0-9_]*)*[ \t]*\.[ \t]*\Z")
+#: How far back a receiver is looked for; a longer one counts as a use.
+_RECEIVER_REACH = 256
+
+
+class _Imports:
+    """The words of a file's import statements, by the module word each mentions."""
+
+    def __init__(self, data: bytes) -> None:
+        self.statements = []
+        for match in _IMPORT_WORD.finditer(data):
+            text = _statement(data, match.start(), match.end())
+            self.statements.append(frozenset(_IDENTIFIER.findall(text)) | ({b"*"} if b"*" in text else set()))
+        self._reaching: dict[bytes, frozenset] = {}
+
+    def reaching(self, root: bytes) -> frozenset:
+        """Every name an import that mentions ``root`` may bind (its words)."""
+        if root not in self._reaching:
+            self._reaching[root] = frozenset().union(*(s for s in self.statements if root in s))
+        return self._reaching[root]
+
+
+def _statement(data: bytes, start: int, end: int) -> bytes:
+    """The import statement around the word ``import`` at ``start:end``: from its
+    line's start to its line's end, across backslash continuations and through a
+    parenthesized list of names (more than the statement is fine: only a superset of
+    the names it binds is wanted)."""
+    first = data.rfind(b"\n", 0, start) + 1
+    while first > 1 and (data[first - 2:first - 1] == b"\\" or data[first - 3:first - 1] == b"\\\r"):
+        first = data.rfind(b"\n", 0, first - 1) + 1
+    paren = _OPEN_PAREN.match(data, end)
+    if paren is not None:
+        close = data.find(b")", paren.end())
+        return data[first:close if close >= 0 else len(data)]
+    last = end
+    while True:
+        last = data.find(b"\n", last)
+        if last < 0:
+            return data[first:]
+        if data[last - 1:last] != b"\\" and data[last - 2:last] != b"\\\r":
+            return data[first:last]
+        last += 1
+
+
+def _may_use(data: bytes, use: tuple[bytes, bytes], imports: _Imports) -> bool:
+    """Whether some occurrence of ``last`` may be a use of a target ``root. ... .last``
+    as the ``ast`` stage resolves one: a dotted name whose first name an import that
+    mentions ``root`` binds (``torch.mode``, ``th.mode``, ``D.Poisson``), or the bare
+    name where such an import binds it (``from torch import mode``). ``latent.mode()``
+    and a keyword ``mode=`` are none."""
+    root, last = use
+    bound = imports.reaching(root)
+    if not bound:
+        return False
+    if b"*" in bound:
+        return True
+    for match in _word_pattern(last).finditer(data):
+        start = match.start()
+        before = data[max(0, start - _RECEIVER_REACH):start]
+        if not before.rstrip(b" \t").endswith(b"."):
+            if last in bound:
+                return True
+            continue
+        receiver = _RECEIVER.search(before)
+        if receiver is None or (receiver.start() == 0 and start > _RECEIVER_REACH) or receiver.group(1) in bound:
+            return True  # a receiver across lines or past the reach counts too
+    return False
+
 
 class ByteFilter:
     """The rules' needle words against the set of identifier-like words of a file:
-    one C-speed scan per file, then set lookups (and, for a group that needs a call,
-    one regex search for that word, made once per file)."""
+    one C-speed scan per file, then set lookups (and, for a group that needs a call
+    or a use, one regex search for that word, made once per file)."""
 
     def __init__(self, rules: Sequence[type[Rule]]) -> None:
-        self.groups = [(rule, [(frozenset(g), call) for g, call in needles(rule)]) for rule in rules]
-        self.words = frozenset(w for _, groups in self.groups for g, _ in groups for w in g)
+        self.groups = [(rule, needles(rule)) for rule in rules]
+        self.words = frozenset(w for _, groups in self.groups for g in groups for w in g.words)
 
     def candidates(self, data: bytes) -> list[type[Rule]]:
         present = self.words.intersection(_IDENTIFIER.findall(data))
         if not present:
             return []
         called: dict[bytes, bool] = {}
+        used: dict[tuple[bytes, bytes], bool] = {}
+        imports: list[_Imports] = []
 
         def is_called(word: bytes) -> bool:
             if word not in called:
                 called[word] = _call_pattern(word).search(data) is not None
             return called[word]
 
+        def is_used(use: tuple[bytes, bytes]) -> bool:
+            if use not in used:
+                if not imports:
+                    imports.append(_Imports(data))
+                used[use] = _may_use(data, use, imports[0])
+            return used[use]
+
         out = []
         for rule, groups in self.groups:
             patterns = rule.needs.byte_patterns
-            if any(g <= present and (call is None or is_called(call)) for g, call in groups) and (
-                    not patterns or any(p.search(data) for p in patterns)):
+            if any(g.words <= present and (g.call is None or is_called(g.call)) and (g.use is None or is_used(g.use))
+                   for g in groups) and (not patterns or any(p.search(data) for p in patterns)):
                 out.append(rule)
         return out
 
