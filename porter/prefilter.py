@@ -714,11 +714,12 @@ def enabled() -> bool:
     return os.environ.get(PREFILTER_ENV, "1") != "0"
 
 
-def words_only_in_text(data: bytes, rules: Sequence[type[Rule]]) -> bool:
-    """Whether every word ``rules`` need lies in comments and prose strings, where
-    no rule acts (``porter.codeview``): the file then needs no parse at all."""
+def words_only_in_text(data: bytes, candidates: Sequence[type[Rule]]) -> bool:
+    """Whether every word the ``candidates`` (the rules the raw bytes let through)
+    need lies in comments and prose strings, where no rule acts (``porter.codeview``):
+    the file then needs no parse at all."""
     code = code_view(data)
-    return code is not None and code is not data and not byte_candidates(code, rules)
+    return code is not None and code is not data and not ByteFilter(candidates).candidates(code)
 
 
 def candidate_rules(data: bytes, rules: Sequence[type[Rule]]) -> tuple[list[type[Rule]], Optional[SyntaxFacts]]:
@@ -728,7 +729,7 @@ def candidate_rules(data: bytes, rules: Sequence[type[Rule]]) -> tuple[list[type
     if not enabled():
         return list(rules), None
     candidates = byte_candidates(data, rules)
-    if not candidates or words_only_in_text(data, rules):
+    if not candidates or words_only_in_text(data, candidates):
         return [], None
     tree = parse_for_filter(data)
     if tree is None:
