@@ -56,6 +56,8 @@ class FileContext:
         self.frozen: frozenset[cst.CSTNode] = frozenset()
         #: positions already worked out (by porter.guards' check), shared by the passes
         self.located: dict = {}
+        #: (original node, what replaced it) for each node the rule pass replaced
+        self.replaced: list[tuple[cst.CSTNode, object]] = []
 
     def record(
         self,

@@ -44,6 +44,10 @@ class RulePass(Protocol):
     #: Set when ``module`` has some definitions stubbed (porter.segments).
     reduced: Optional["Reduced"]
 
+    #: (original node, what replaced it) for each node the rule pass replaced: a node,
+    #: a ``FlattenSentinel`` or a ``RemovalSentinel``.
+    replaced: list
+
     def recorded(self) -> bool:
         """Whether any rule recorded a rewrite or a finding."""
         ...
@@ -293,7 +297,7 @@ def _name_key(name: str) -> tuple:
 
 def remove_unused(new_module: cst.Module, ctx: RulePass) -> cst.Module:
     """Remove the top-level imports whose every use a rule rewrote."""
-    if not ctx.recorded():
+    if not ctx.recorded() or not _may_lose_a_use(ctx):
         return new_module
     # libcst.codemod is slow to import; only files that lost an import's last use need it.
     from libcst.codemod import CodemodContext
@@ -327,6 +331,52 @@ def remove_unused(new_module: cst.Module, ctx: RulePass) -> cst.Module:
     if not scheduled:
         return new_module
     return keep_layout(new_module, _remover(context, kept).transform_module(new_module))
+
+
+def _may_lose_a_use(ctx: RulePass) -> bool:
+    """Whether a name a top-level import binds is in a replaced node or in what replaced
+    it. Only there can a use of an import go (a rewrite took it) or change its meaning
+    (a rewrite bound the name), and the runtime's import binds ``porter_runtime``: if no
+    such name is, every import keeps the uses it had, and the two full scope passes
+    below (over the module before and after) would only say so."""
+    bound = _top_level_import_names(ctx.module)
+    if not bound:
+        return False
+    if RUNTIME in bound:
+        return True
+    collector = _NameCollector()
+    for original, replacement in ctx.replaced:
+        original.visit(collector)
+        for node in getattr(replacement, "nodes", (replacement,)):  # a FlattenSentinel holds several
+            if isinstance(node, cst.CSTNode):
+                node.visit(collector)
+    return not collector.names.isdisjoint(bound)
+
+
+class _NameCollector(cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.add(node.value)
+
+
+def _top_level_import_names(module: cst.Module) -> set[str]:
+    """The names the module's top-level import statements bind."""
+    names = set()
+    for stmt in module.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if not isinstance(small, (cst.Import, cst.ImportFrom)) or isinstance(small.names, cst.ImportStar):
+                continue
+            for alias in small.names:
+                if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                    names.add(alias.asname.name.value)
+                else:
+                    names.add((dotted_name(alias.name) or "").split(".")[0])
+    return names
 
 
 def _ignored_imports(ctx: RulePass) -> list[cst.SimpleStatementLine]:

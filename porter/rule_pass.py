@@ -32,7 +32,7 @@ def run_rules(
     for _ in range(3):
         ctx = FileContext(module, data, path, options, facts.imports if facts is not None else None, reduced)
         ctx.frozen, ctx.located = frozen, located
-        new_module = module.visit(RuleRunner((rule(ctx) for rule in rules), ctx.resolver))
+        new_module = module.visit(RuleRunner((rule(ctx) for rule in rules), ctx.resolver, ctx.replaced))
         more = cuda_only_rewrites(ctx, data)
         if not more:
             break
@@ -67,9 +67,11 @@ class RuleRunner(cst.CSTTransformer):
     """Runs many rules in one traversal, dispatching each node type to the rules
     that handle it, in the rules' order."""
 
-    def __init__(self, rules: Iterable[Rule], resolver: Resolver) -> None:
+    def __init__(self, rules: Iterable[Rule], resolver: Resolver, replaced: list) -> None:
         super().__init__()
         self._resolver = resolver
+        #: (original node, what replaced it) for each node a rule replaced (filled in)
+        self._replaced = replaced
         self._visitors: dict[str, list] = {}
         self._leavers: dict[str, list] = {}
         for rule in rules:
@@ -99,9 +101,16 @@ class RuleRunner(cst.CSTTransformer):
         return result
 
     def _leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):
-        for leave in self._leavers.get(type(original_node).__name__, ()):
+        leavers = self._leavers.get(type(original_node).__name__)
+        if not leavers:
+            return updated_node
+        incoming = updated_node
+        for leave in leavers:
             result = leave(original_node, updated_node)
             if not isinstance(result, type(original_node)):
+                self._replaced.append((original_node, result))
                 return result  # a rule replaced the node with another kind: stop here
             updated_node = result
+        if updated_node is not incoming:
+            self._replaced.append((original_node, updated_node))
         return updated_node

@@ -171,3 +171,42 @@ def test_an_import_list_with_porter_ignore_on_one_line_is_not_edited():
     # the same import without the comment loses the name the rewrite left unused
     plain = migrate(code.replace("  # porter: ignore", ""), "devices.py").new.decode()
     assert "from torch import (\n    ones,\n)\n" in plain
+
+
+def _every_source():
+    """Every rule example's code, and every Python file of the fixture repositories."""
+    from porter.rule import Rule
+    from porter_test_utils import FIXTURES
+
+    for rule in all_rules():
+        if issubclass(rule, Rule):
+            for i, example in enumerate(rule.invalid):
+                yield f"{rule.code}-{i}", example.before.encode()
+    for path in sorted((FIXTURES / "repos").rglob("*.py")):
+        yield str(path.relative_to(FIXTURES)), path.read_bytes()
+
+
+def _port(data: bytes, options: Options):
+    """The migrated bytes, or the error's type for a fixture LibCST can't parse."""
+    try:
+        return migrate_source(data, options).new
+    except Exception as exc:
+        return type(exc)
+
+
+def test_the_shortcut_past_the_scope_passes_changes_nothing(monkeypatch):
+    """``imports._may_lose_a_use``: where no replaced node names a top-level import,
+    the clean-up skips its two full scope passes. Forcing them everywhere gives the
+    same output on every rule example and fixture file, and the shortcut is taken."""
+    from porter import imports
+
+    options = Options(rules=list(all_rules()))
+    answers = []
+    real = imports._may_lose_a_use
+    monkeypatch.setattr(imports, "_may_lose_a_use", lambda ctx: answers.append(real(ctx)) or answers[-1])
+    sources = list(_every_source())
+    with_shortcut = [_port(data, options) for _, data in sources]
+    monkeypatch.setattr(imports, "_may_lose_a_use", lambda ctx: True)
+    without = [_port(data, options) for _, data in sources]
+    assert [name for (name, _), a, b in zip(sources, with_shortcut, without) if a != b] == []
+    assert False in answers and True in answers
