@@ -20,12 +20,15 @@ removed import and the trailing comma of an edited import list are kept.
 
 from __future__ import annotations
 
+import ast
 import sys
+from collections import Counter
 from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 import libcst as cst
 
 from porter.cuda_packages import IMPORT_ROOTS
+from porter.guards import parse
 from porter.matching import Resolver, dotted_name
 from porter.rule import RUNTIME
 
@@ -44,6 +47,8 @@ class RulePass(Protocol):
     #: Set when ``module`` has some definitions stubbed (porter.segments).
     reduced: Optional["Reduced"]
 
+    #: The file's bytes (before migration).
+    source: bytes
     #: (original node, what replaced it) for each node the rule pass replaced: a node,
     #: a ``FlattenSentinel`` or a ``RemovalSentinel``.
     replaced: list
@@ -334,32 +339,70 @@ def remove_unused(new_module: cst.Module, ctx: RulePass) -> cst.Module:
 
 
 def _may_lose_a_use(ctx: RulePass) -> bool:
-    """Whether a name a top-level import binds is in a replaced node or in what replaced
-    it. Only there can a use of an import go (a rewrite took it) or change its meaning
-    (a rewrite bound the name), and the runtime's import binds ``porter_runtime``: if no
-    such name is, every import keeps the uses it had, and the two full scope passes
-    below (over the module before and after) would only say so."""
+    """Whether an import may have lost its last use: the two full scope passes below
+    (over the module before and after the rewrites) answer exactly, this cheaply says
+    when they can only find nothing. Only a replaced node can take a use of a name a
+    top-level import binds; a replacement adds uses (which can't empty a count) unless
+    it binds a name; the runtime's import binds ``porter_runtime``. So nothing is lost
+    when no replacement binds a name and each import-bound name of the replaced nodes
+    is bound by imports alone (``Resolver.simple``) and loaded more often in the file
+    (the ``ast`` of its bytes: stubbed definitions count) than in the replaced nodes."""
     bound = _top_level_import_names(ctx.module)
     if not bound:
         return False
     if RUNTIME in bound:
         return True
-    collector = _NameCollector()
+    taken = _Names()
     for original, replacement in ctx.replaced:
-        original.visit(collector)
+        original.visit(taken)
         for node in getattr(replacement, "nodes", (replacement,)):  # a FlattenSentinel holds several
-            if isinstance(node, cst.CSTNode):
-                node.visit(collector)
-    return not collector.names.isdisjoint(bound)
+            if isinstance(node, cst.CSTNode) and _binds(node):
+                return True
+    at_risk = [name for name in taken.counts if name in bound]
+    if not at_risk:
+        return False
+    if not all(ctx.resolver.simple(name) for name in at_risk):
+        return True
+    tree = parse(ctx.source)
+    if tree is None:
+        return True
+    loads = Counter(node.id for node in ast.walk(tree) if type(node) is ast.Name and node.id in at_risk)
+    return any(loads[name] <= taken.counts[name] for name in at_risk)
 
 
-class _NameCollector(cst.CSTVisitor):
+class _Names(cst.CSTVisitor):
+    """How often each name occurs (as any ``Name`` node) in the nodes visited."""
+
     def __init__(self) -> None:
         super().__init__()
-        self.names: set[str] = set()
+        self.counts: Counter[str] = Counter()
 
     def visit_Name(self, node: cst.Name) -> None:
-        self.names.add(node.value)
+        self.counts[node.value] += 1
+
+
+#: The nodes that bind a name (or open a scope whose bindings a count can't follow).
+_BINDERS = (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.NamedExpr, cst.For, cst.With, cst.FunctionDef,
+            cst.ClassDef, cst.Lambda, cst.CompFor, cst.Import, cst.ImportFrom, cst.Global, cst.Nonlocal,
+            cst.ExceptHandler, cst.MatchAs, cst.MatchStar, cst.MatchMapping, cst.Del,
+            *(getattr(cst, name) for name in ("TypeAlias", "TypeParam") if hasattr(cst, name)))
+
+
+class _BinderFinder(cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found = False
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, _BINDERS):
+            self.found = True
+        return not self.found
+
+
+def _binds(node: cst.CSTNode) -> bool:
+    finder = _BinderFinder()
+    node.visit(finder)
+    return finder.found
 
 
 def _top_level_import_names(module: cst.Module) -> set[str]:

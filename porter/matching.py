@@ -466,6 +466,11 @@ class Resolver:
             return None  # no import binds this name anywhere
         return self._full().resolve_name(node)
 
+    def simple(self, name: str) -> bool:
+        """Whether every use of ``name`` in the module means the same import (imports
+        alone bind it, all to the same thing): known from the pre-filter's facts."""
+        return name in self._simple
+
     def name_for(self, qualname: str, at: cst.Name) -> Optional[str]:
         """A name that means ``qualname`` where ``at`` is used (e.g. the alias of
         ``torch`` a rewrite can use), or None."""
