@@ -63,6 +63,14 @@ def cuda_only_rewrites(ctx: FileContext, data: bytes) -> frozenset[cst.CSTNode]:
     return frozenset(n for n, span in where.items() if any(r.encloses(span) for r in open_regions))
 
 
+#: Nodes whose only children are parentheses and the whitespace in them. The pass
+#: doesn't step into them unless a rule visits those: LibCST then keeps the node as it
+#: is instead of building a copy of it (a Name is a tenth of a module's nodes).
+_LEAVES = (cst.Name, cst.SimpleString, cst.Integer, cst.Float, cst.Imaginary, cst.Ellipsis)
+_IN_LEAVES = frozenset({"LeftParen", "RightParen", "SimpleWhitespace", "ParenthesizedWhitespace",
+                        "TrailingWhitespace", "EmptyLine", "Newline", "Comment"})
+
+
 class RuleRunner(cst.CSTTransformer):
     """Runs many rules in one traversal, dispatching each node type to the rules
     that handle it, in the rules' order."""
@@ -72,20 +80,26 @@ class RuleRunner(cst.CSTTransformer):
         self._resolver = resolver
         #: (original node, what replaced it) for each node a rule replaced (filled in)
         self._replaced = replaced
-        self._visitors: dict[str, list] = {}
-        self._leavers: dict[str, list] = {}
+        self._visitors: dict[type, list] = {}
+        self._leavers: dict[type, list] = {}
+        handled = set()
         for rule in rules:
             for attr in dir(type(rule)):
-                if attr.startswith("visit_"):
-                    self._visitors.setdefault(attr[6:], []).append(getattr(rule, attr))
-                elif attr.startswith("leave_"):
-                    self._leavers.setdefault(attr[6:], []).append(getattr(rule, attr))
+                if attr.startswith(("visit_", "leave_")):
+                    kind = attr[6:]
+                    handled.add(kind)
+                    table = self._visitors if attr.startswith("visit_") else self._leavers
+                    table.setdefault(getattr(cst, kind), []).append(getattr(rule, attr))
+        self._leaves = frozenset() if handled & _IN_LEAVES else frozenset(_LEAVES)
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         self._resolver.enter(node)
-        for visit in self._visitors.get(type(node).__name__, ()):
-            visit(node)
-        return True
+        kind = type(node)
+        visitors = self._visitors.get(kind)
+        if visitors:
+            for visit in visitors:
+                visit(node)
+        return kind not in self._leaves
 
     # Rules never use LibCST's per-attribute hooks; skipping their lookup saves a
     # getattr per field of every node.
@@ -101,7 +115,7 @@ class RuleRunner(cst.CSTTransformer):
         return result
 
     def _leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):
-        leavers = self._leavers.get(type(original_node).__name__)
+        leavers = self._leavers.get(type(original_node))
         if not leavers:
             return updated_node
         incoming = updated_node
