@@ -149,8 +149,14 @@ class ScopeBuilder(cst.CSTVisitor):
         self.stack.pop()
 
     # -- names ----------------------------------------------------------------
-    def visit_Name(self, node: cst.Name) -> None:
+    def visit_Name(self, node: cst.Name) -> bool:
         self.name_scope[node] = self.scope
+        return False  # only parentheses below; not stepping in spares LibCST a copy of it
+
+    def _leaf(self, node: cst.CSTNode) -> bool:
+        return False  # a string or number: only parentheses below
+
+    visit_SimpleString = visit_Integer = visit_Float = visit_Imaginary = visit_Ellipsis = _leaf
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
         node.value.visit(self)  # ``x.attr``: ``attr`` is no use of a name ``attr``
