@@ -5,11 +5,14 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import signal
 import stat
 import tempfile
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable, Iterator, Optional
 
 import importlib.util
 
@@ -35,8 +38,34 @@ def write_atomic(path: Path, data: bytes, mode: Optional[int] = None) -> None:
     """Write ``data`` to a temporary file beside ``path`` and rename it over ``path``.
 
     A reader (or a crash) sees either the old file or the new one, never half of it;
-    the file's permission bits are kept.
+    the file's permission bits are kept. A Ctrl-C during the write takes effect once
+    it is done: an interrupt between creating the temporary file and the ``try`` that
+    removes it would leave the file behind in the user's tree.
     """
+    with _interrupts_deferred():
+        _write_atomic(path, data, mode)
+
+
+@contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """Hold SIGINT until the block ends, then act on it as the handler before would
+    (only the main thread may set a handler; elsewhere the block runs as is)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught and callable(previous):
+            previous(signal.SIGINT, caught[0])  # Python's default raises KeyboardInterrupt
+        elif caught and previous == signal.SIG_DFL:
+            raise KeyboardInterrupt
+
+
+def _write_atomic(path: Path, data: bytes, mode: Optional[int]) -> None:
     if mode is None:
         try:
             mode = stat.S_IMODE(path.stat().st_mode)

@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from porter.apply import Change, apply_changes, runtime_files, vendor_changes, write_atomic
 from porter_test_utils import run_porter, snapshot
 
@@ -179,3 +181,25 @@ def test_a_rerun_vendors_a_missing_runtime(tmp_path):
     shutil.rmtree(root / "porter_runtime")  # where the kill would have left it
     assert run_porter("migrate", root, "--write", "-j", "1").returncode == 0
     assert (root / "porter_runtime" / "__init__.py").exists()
+
+
+def test_ctrl_c_during_a_write_takes_effect_once_the_file_is_whole(tmp_path, monkeypatch):
+    """An interrupt that arrives while a file is written (here: at its fsync) is held
+    until the rename is done, then raised: the file is new, whole, and no temporary
+    file is left beside it (tests/test_harm.py sends a real Ctrl-C to a whole run)."""
+    from porter import apply
+
+    target = tmp_path / "train.py"
+    target.write_bytes(b"old\n")
+    real_fsync = os.fsync
+
+    def interrupted_fsync(fd):
+        os.kill(os.getpid(), signal.SIGINT)
+        real_fsync(fd)
+
+    monkeypatch.setattr(apply.os, "fsync", interrupted_fsync)
+    with pytest.raises(KeyboardInterrupt):
+        apply.write_atomic(target, b"new\n")
+    assert target.read_bytes() == b"new\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["train.py"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
