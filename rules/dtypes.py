@@ -8,7 +8,7 @@ from typing import Optional
 import libcst as cst
 
 from porter.needs import literal_patterns
-from porter.rule import CUDA_SPEC, Example, Needs, Rule, Safety, keyword, positional
+from porter.rule import BYTES_GAP, CUDA_SPEC, Example, Needs, Rule, Safety, keyword, positional
 from porter.syntax import is_device_expr
 
 #: Dtypes that ``porter_runtime.supported_dtype`` may replace on MPS.
@@ -158,6 +158,16 @@ class DeviceDtype(Rule):
         return _dtype_arg(self, call, method=True) if on_device else None
 
 
+_NOT_PAREN = rb"[^()'\"#]"
+#: ``from_numpy(...)`` whose closing parenthesis is followed by ``.to`` / ``.cuda``, in
+#: the bytes. The arguments are scanned two parentheses deep; deeper, or at a string or
+#: a comment (whose parentheses need not pair), the file passes, as it does where
+#: ``from_numpy`` is not called at once (``as fn``, ``(torch.from_numpy)(a)``).
+_MOVED_FROM_NUMPY = re.compile(
+    rb"from_numpy(?<=\bfrom_numpy)" + BYTES_GAP + rb"(?:[^(]|\((?:" + _NOT_PAREN + rb"|\((?:" + _NOT_PAREN
+    + rb"|\(" + _NOT_PAREN + rb"*\))*\))*+(?:[(#'\"]|\)" + BYTES_GAP + rb"\." + BYTES_GAP + rb"(?:to|cuda)\b))")
+
+
 def _moves_from_numpy(facts) -> bool:
     """PT605 reports only a ``from_numpy(...)`` call that is itself the receiver of a
     move; most files call from_numpy and move the tensor later, or never."""
@@ -190,7 +200,7 @@ class FromNumpyToDevice(Rule):
     name = "from-numpy-to-device"
     safety = Safety.REVIEW
     needs = Needs(targets=frozenset({"torch.from_numpy"}), file_filter=_moves_from_numpy,
-                  unit_filter=lambda unit, file: _moves_from_numpy(unit.facts))
+                  unit_filter=lambda unit, file: _moves_from_numpy(unit.facts), byte_patterns=_MOVED_FROM_NUMPY)
 
     valid = [
         "import torch\nx = torch.from_numpy(a).float().cuda()\n",

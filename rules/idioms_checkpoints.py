@@ -10,6 +10,7 @@ from typing import Optional
 
 import libcst as cst
 
+from porter.needs import literal_patterns
 from porter.rule import Example, Needs, Rule, Safety, string_value
 from porter.syntax import is_runtime_call
 
@@ -186,6 +187,9 @@ class WrappedCheckpoint(Rule):
         methods=frozenset({"load_state_dict"}),
         whole_file=True,  # the evidence (wrappers, saves) lies anywhere in the module
         file_filter=_wraps_a_model,
+        # The wrapper's name, as `_wraps_a_model` wants a call of one: most files that
+        # load a state dict wrap nothing and need no parse.
+        byte_patterns=literal_patterns({name.rsplit(".", 1)[-1] for name in _COMPILE | _PARALLEL}, whole_words=True),
     )
 
     valid = [

@@ -60,6 +60,15 @@ def _findings(result):
     ("PT605", "import torch\nx = torch.from_numpy(a).float().cuda()\n", False, False),
     ("PT605", "import torch as t\ndef f(a):\n    return t.from_numpy(a).to(device)\n", True, True),
     ("PT605", "from torch import from_numpy as fn\nx = (fn(a)).cuda()\n", True, True),
+    # ... its byte pattern scans the arguments two parentheses deep, passes the file at a
+    # string, a comment or a deeper parenthesis, and sees through spacing
+    ("PT605", "import torch\nx = torch.from_numpy(np.stack([f(a) for a in b])).to(dev)\n", True, True),
+    ("PT605", "import torch\nx = torch.from_numpy(f(g(h(a)))).cuda()\n", True, True),
+    ("PT605", "import torch\nx = torch.from_numpy(a  # a (n, d) array)\n).cuda()\n", True, True),
+    ("PT605", "import torch\nx = torch.from_numpy(load(')'))  \\\n    .to(dev)\n", True, True),
+    ("PT605", "import torch\nx = torch.from_numpy(np.zeros((2, 3))).float()\n", False, False),
+    # PT905: a state dict loaded where nothing is compiled or wrapped: no parse
+    ("PT905", "import torch\nm.load_state_dict(torch.load(p))\nn = torch.cuda.device_count()\n", False, False),
     # TP701: a loader with no flash attention keyword or string: skipped
     ("TP701", "m = AutoModel.from_pretrained(name, attn_implementation='sdpa')\n", False, False),
     ("TP701", "m = AutoModel.from_pretrained(name)\nmode = 'flash_attention_2'\n", False, False),
