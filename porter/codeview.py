@@ -25,6 +25,7 @@ goes on with the raw bytes.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Optional
 
 _DOUBLE = rb'"[^"\\\r\n]*+(?:\\.[^"\\\r\n]*+)*+"'
@@ -44,19 +45,12 @@ _RUN = re.compile(_KEPT + rb"(#[^\r\n]*+|" + _TRIPLE_DOUBLE + rb"|" + _TRIPLE_SI
 _PROSE = re.compile(rb"\S\s+\S")
 
 
-_last: tuple[Optional[bytes], Optional[bytes]] = (None, None)
-
-
+@lru_cache(maxsize=1)
 def code_view(data: bytes) -> Optional[bytes]:
     """``data`` without comments and with each prose string as ``""`` (None when the
     bytes don't lex as Python's strings and comments). The last answer is kept: the
     pre-filter and the ledger ask about the same file in turn."""
-    global _last
-    if _last[0] is not None and _last[0] == data:
-        return _last[1]
-    view = _view(data)
-    _last = (data, view)
-    return view
+    return _view(data)
 
 
 def _view(data: bytes) -> Optional[bytes]:

@@ -69,6 +69,20 @@ def _findings(result):
     ("PT605", "import torch\nx = torch.from_numpy(np.zeros((2, 3))).float()\n", False, False),
     # PT905: a state dict loaded where nothing is compiled or wrapped: no parse
     ("PT905", "import torch\nm.load_state_dict(torch.load(p))\nn = torch.cuda.device_count()\n", False, False),
+    # PT801: the byte stage wants a use the imports of torch can reach (prefilter._may_use):
+    # the first name of the dotted name before `mode` bound by an import that mentions torch
+    ("PT801", "import torch\nz = posterior.latent_dist.mode()\ny = F.interpolate(x, mode='nearest')\n", False, False),
+    ("PT801", "import torch\nv = self.torch.mode(x)\n", False, False),
+    ("PT801", "import torch\nv = torch.mode(x)\n", True, True),
+    ("PT801", "import torch as th\nv = th.mode(x)\n", True, True),
+    ("PT801", "from torch import mode\nv = mode(x)\n", True, True),
+    ("PT801", "from torch import (\n    mode,\n)\nv = mode(x)\n", True, True),
+    ("PT801", "import torch\nv = (torch\n     .mode(x))\n", True, True),
+    ("PT801", "import torch\nv = torch . mode(x)\n", True, True),
+    # a star import binds nothing porter can follow: neither stage nor the rule sees torch.mode
+    ("PT801", "from torch import *\nv = mode(x)\n", False, False),
+    ("PT801", "import torch.distributions as D\np = D.Poisson(rate)\n", True, True),
+    ("PT801", "from torch \\\n    import distributions\np = distributions.Poisson(rate)\n", True, True),
     # TP701: a loader with no flash attention keyword or string: skipped
     ("TP701", "m = AutoModel.from_pretrained(name, attn_implementation='sdpa')\n", False, False),
     ("TP701", "m = AutoModel.from_pretrained(name)\nmode = 'flash_attention_2'\n", False, False),
@@ -133,28 +147,3 @@ def test_tp603_needs_an_import_statement(code, candidate, reported):
     assert is_candidate is candidate
     assert _findings(filtered) == _findings(unfiltered)
     assert bool(filtered.findings) is reported
-
-
-@pytest.mark.parametrize("code,candidate,reported", [
-    # `.mode()` of a distribution, a keyword `mode=`: no use of torch.mode the imports reach
-    ("import torch\nz = posterior.latent_dist.mode()\ny = F.interpolate(x, mode='nearest')\n", False, False),
-    ("import torch\nv = self.torch.mode(x)\n", False, False),
-    # every way the imports of torch reach torch.mode
-    ("import torch\nv = torch.mode(x)\n", True, True),
-    ("import torch as th\nv = th.mode(x)\n", True, True),
-    ("from torch import mode\nv = mode(x)\n", True, True),
-    ("from torch import (\n    mode,\n)\nv = mode(x)\n", True, True),
-    ("import torch\nv = (torch\n     .mode(x))\n", True, True),
-    ("import torch\nv = torch . mode(x)\n", True, True),
-    # a star import binds nothing porter can follow: neither stage nor the rule sees torch.mode
-    ("from torch import *\nv = mode(x)\n", False, False),
-    ("import torch.distributions as D\np = D.Poisson(rate)\n", True, True),
-    ("from torch \\\n    import distributions\np = distributions.Poisson(rate)\n", True, True),
-])
-def test_pt801_needs_a_use_the_imports_of_torch_reach(code, candidate, reported):
-    """The byte stage's use check (``prefilter._may_use``): the first name of the
-    dotted name before `mode` must be bound by an import that mentions torch."""
-    is_candidate, filtered, unfiltered = _both_ways(code, "PT801")
-    assert is_candidate is candidate
-    assert _findings(filtered) == _findings(unfiltered)
-    assert bool(unfiltered.findings) is reported
