@@ -65,7 +65,7 @@ def cuda_only_rewrites(ctx: FileContext, data: bytes) -> frozenset[cst.CSTNode]:
 
 #: Nodes whose only children are parentheses and the whitespace in them. The pass
 #: doesn't step into them unless a rule visits those: LibCST then keeps the node as it
-#: is instead of building a copy of it (a Name is a tenth of a module's nodes).
+#: is instead of building and validating a copy of it.
 _LEAVES = (cst.Name, cst.SimpleString, cst.Integer, cst.Float, cst.Imaginary, cst.Ellipsis)
 _IN_LEAVES = frozenset({"LeftParen", "RightParen", "SimpleWhitespace", "ParenthesizedWhitespace",
                         "TrailingWhitespace", "EmptyLine", "Newline", "Comment"})
