@@ -32,7 +32,7 @@ from typing import Iterable, Iterator, NamedTuple, Optional, Sequence, Union
 
 from porter.codeview import code_view
 from porter.matching import ImportFacts, ast_dotted_name, runtime_alias
-from porter.needs import Needs
+from porter.needs import Needs, literal_patterns
 from porter.rule import BYTES_GAP, Rule
 
 
@@ -86,8 +86,7 @@ def _call_pattern(word: bytes) -> "re.Pattern[bytes]":
 
 @lru_cache(maxsize=None)
 def _word_pattern(word: bytes) -> "re.Pattern[bytes]":
-    w = re.escape(word)
-    return re.compile(w + rb"(?<=\b" + w + rb")\b")
+    return literal_patterns([word], whole_words=True)[0]
 
 
 _IMPORT_WORD = re.compile(rb"import(?<=\bimport)\b")
