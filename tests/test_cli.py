@@ -311,8 +311,8 @@ def test_an_internal_error_exits_2_never_the_1_of_pending_changes(tmp_path):
     root = Path(__file__).resolve().parent.parent
     checkout = tmp_path / "checkout"
     ignore = shutil.ignore_patterns("__pycache__")
-    shutil.copytree(root / "porter", checkout / "porter", ignore=ignore)
-    shutil.copytree(root / "rules", checkout / "porter" / "rules", ignore=ignore)  # no porter_runtime
+    shutil.copytree(root / "src" / "porter", checkout / "porter", ignore=ignore)
+    # the rules come with porter; no porter_runtime
     repo = tmp_path / "repo"
     repo.mkdir()
     (repo / "train.py").write_text("import torch\nx = torch.zeros(2).cuda()\n")

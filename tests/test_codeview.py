@@ -78,7 +78,7 @@ def _prose(string: str) -> bool:
 
 
 def _python_files():
-    return sorted(p for folder in ("fixtures", "porter", "rules", "runtime", "tests", "bench")
+    return sorted(p for folder in ("fixtures", "src", "tests", "bench")
                   for p in (ROOT / folder).rglob("*.py") if p.is_file() and not p.is_symlink())
 
 

@@ -3,7 +3,7 @@
 The graph is read from the source with ``ast``, not from ``sys.modules``: every
 ``import`` and ``from ... import`` anywhere in a module counts, the ones under ``if
 TYPE_CHECKING:`` and inside functions too (a late import hides a cycle, it doesn't
-break it). ``rules/`` is installed as ``porter.rules``, ``runtime/`` as ``porter_runtime``.
+break it). Folders under ``src/`` are the packages they install as.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
-#: Source folder → the package it is installed as (pyproject.toml's package-dir).
-PACKAGES = {"porter": "porter", "rules": "porter.rules", "runtime": "porter_runtime"}
+#: Source folder (under src/) → the package it is.
+PACKAGES = {"porter": "porter", "porter/rules": "porter.rules", "porter_runtime": "porter_runtime"}
 #: What the runtime may never import (the brief: it depends on torch alone).
 RUNTIME_FORBIDDEN = ("porter", "libcst", "click", "rich")
 #: Cycles tolerated while another change removes them; each entry must go with its cycle.
@@ -25,7 +25,7 @@ def modules(folder: str, root: Path = ROOT) -> dict[str, Path]:
     """Module name → file, for one installed package."""
     package = PACKAGES[folder]
     found = {}
-    for path in sorted((root / folder).glob("*.py")):
+    for path in sorted((root / "src" / folder).glob("*.py")):
         found[package if path.stem == "__init__" else f"{package}.{path.stem}"] = path
     return found
 
@@ -156,7 +156,7 @@ def cycle_report(edges: dict[str, dict[str, int]]) -> str:
 def test_the_graph_sees_every_kind_of_import():
     """The graph itself, on porter's own files: ``from package import module`` and the
     rule package's modules are edges (relative imports: the temporary trees below)."""
-    known = {**modules("porter"), **modules("rules")}
+    known = {**modules("porter"), **modules("porter/rules")}
     edges = graph(known)
     assert "porter.syntax" in edges["porter.rules.availability"]  # from porter.syntax import ...
     assert "porter.dist_guard" in edges["porter.rules.availability"]  # from porter import dist_guard
@@ -181,7 +181,7 @@ def test_a_late_import_still_closes_a_cycle(tmp_path):
 
 
 def test_porter_has_no_import_cycle():
-    known = {**modules("porter"), **modules("rules")}
+    known = {**modules("porter"), **modules("porter/rules")}
     edges = graph(known)
     found = groups(edges)
     new = {name: targets for name, targets in edges.items()}
@@ -197,7 +197,7 @@ def test_porter_has_no_import_cycle():
 def runtime_offences(root: Path) -> list[str]:
     """``file:line imports name`` for each import of porter or its tools in the runtime."""
     offending: dict[str, str] = {}
-    for module, path in modules("runtime", root).items():
+    for module, path in modules("porter_runtime", root).items():
         for name, line in imported_names(module, path):
             where = f"{path.relative_to(root)}:{line}"
             if name.split(".")[0] in RUNTIME_FORBIDDEN and len(name) < len(offending.get(where, name + ".")):
@@ -206,12 +206,12 @@ def runtime_offences(root: Path) -> list[str]:
 
 
 def test_a_runtime_import_of_porters_tools_is_named(tmp_path):
-    (tmp_path / "runtime").mkdir()
-    (tmp_path / "runtime" / "_device.py").write_text(
+    (tmp_path / "src" / "porter_runtime").mkdir(parents=True)
+    (tmp_path / "src" / "porter_runtime" / "_device.py").write_text(
         "import torch\nimport porter_runtime._log\ndef show():\n    from rich.console import Console\n")
-    (tmp_path / "runtime" / "_log.py").write_text("try:\n    import libcst\nexcept ImportError:\n    pass\n")
-    assert runtime_offences(tmp_path) == ["runtime/_device.py:4 imports rich.console",
-                                          "runtime/_log.py:2 imports libcst"]
+    (tmp_path / "src" / "porter_runtime" / "_log.py").write_text("try:\n    import libcst\nexcept ImportError:\n    pass\n")
+    assert runtime_offences(tmp_path) == ["src/porter_runtime/_device.py:4 imports rich.console",
+                                          "src/porter_runtime/_log.py:2 imports libcst"]
 
 
 def test_the_runtime_imports_nothing_of_porter_or_its_tools():

@@ -14,7 +14,7 @@ from porter.rule import RuleContext
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The rule modules and the rule base itself.
-SOURCES = [*sorted((ROOT / "rules").glob("*.py")), ROOT / "porter" / "rule.py"]
+SOURCES = [*sorted((ROOT / "src" / "porter" / "rules").glob("*.py")), ROOT / "src" / "porter" / "rule.py"]
 
 
 def declared() -> set[str]:

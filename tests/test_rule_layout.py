@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-RULE_FILES = sorted((ROOT / "rules").glob("*.py"))
+RULE_FILES = sorted((ROOT / "src" / "porter" / "rules").glob("*.py"))
 #: The rule base layer: the modules rules import their shared helpers from.
-BASE_LAYER = [ROOT / "porter" / name for name in (
+BASE_LAYER = [ROOT / "src" / "porter" / name for name in (
     "rule.py", "matching.py", "syntax.py", "thirdparty.py", "availability_checks.py", "dist_guard.py",
     "requirements.py", "cuda_packages.py")]
 

@@ -2,7 +2,7 @@
 
 A trial runs the user's command in a child process with PORTER_PEAK_MEMORY_FILE
 set; the vendored porter_runtime writes the run's peak memory there at exit
-(see runtime/_peak.py). The search goes down from the original value by halves
+(see porter_runtime/_peak.py). The search goes down from the original value by halves
 until a run fits, then up by binary search between the largest value that fits
 and the smallest that does not.
 """

@@ -10,7 +10,7 @@ from porter.matching import Ambiguous
 from porter.rule import Example, Needs, Rule, Safety
 from porter.thirdparty import UseFinder
 
-# The twins in porter_runtime.bnb_optim (runtime/_thirdparty_bnb.py), by family.
+# The twins in porter_runtime.bnb_optim (porter_runtime/_thirdparty_bnb.py), by family.
 _FAMILIES = {
     "Adam": ("adam", True), "AdamW": ("adamw", True), "SGD": ("sgd", False),
     "RMSprop": ("rmsprop", False), "Adagrad": ("adagrad", False),

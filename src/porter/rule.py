@@ -1,6 +1,6 @@
 """The rule framework: the Rule base class, findings, and examples.
 
-A rule is one class in one file under ``rules/``. It carries a stable ``code``, a
+A rule is one class in one file under ``porter/rules/``. It carries a stable ``code``, a
 ``name``, a ``safety``, a docstring with the sections What / Why / Fix safety / Known
 limits, and its own ``valid`` and ``invalid`` examples, which are both its tests
 (``tests/test_rule_examples.py``) and its documentation (``porter explain CODE``).
