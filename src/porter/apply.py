@@ -117,16 +117,19 @@ def vendored_version(folder: Path) -> Optional[str]:
     return match.group(1) if match else None
 
 
-def vendor_changes(target: Path, root: Path, write: bool = True) -> tuple[list[Change], str]:
+def vendor_changes(target: Path, root: Path, write: bool = True,
+                   modules: Optional[frozenset[str]] = None) -> tuple[list[Change], str]:
     """The file changes that bring ``target`` to porter's runtime, and a note (in the
     future tense, "would vendor", when the run writes nothing).
 
-    Nothing changes when the vendored copy is as new as porter's or newer; a copy of the
-    same version that differs (edited by hand) is left alone and the note says so.
+    ``modules`` are the runtime modules the port needs (porter.runtime_modules; None: all
+    of them); modules a copy already holds stay. Nothing changes when the vendored copy
+    is as new as porter's or newer; a copy of the same version that differs (edited by
+    hand) is left alone and the note says so.
     """
     ours = runtime_version()
     theirs = vendored_version(target)
-    wanted = runtime_files()
+    wanted = runtime_files(modules)
     rel = Path(os.path.relpath(target, root)).as_posix()
     if theirs is not None:
         if _version_tuple(theirs) > _version_tuple(ours):
@@ -144,18 +147,23 @@ def vendor_changes(target: Path, root: Path, write: bool = True) -> tuple[list[C
     if theirs and theirs != ours:
         note = (f"porter_runtime updated from {theirs} to {ours} at {rel}/" if write
                 else f"would update porter_runtime from {theirs} to {ours} at {rel}/")
+    elif theirs:
+        added = ", ".join(c.path.rsplit("/", 1)[-1] for c in changes)
+        note = f"porter_runtime at {rel}/: added {added}" if write else f"would add {added} to porter_runtime at {rel}/"
     else:
         note = f"porter_runtime {ours} vendored at {rel}/" if write else f"would vendor porter_runtime {ours} at {rel}/"
     return changes, note
 
 
-def runtime_files() -> dict[str, bytes]:
-    """The runtime's files, by path inside the package, plus the version stamp."""
+def runtime_files(modules: Optional[frozenset[str]] = None) -> dict[str, bytes]:
+    """The runtime's files, by path inside the package, plus the version stamp: every
+    module, or only ``modules`` (their stems)."""
     source = runtime_source()
     files = {
         p.relative_to(source).as_posix(): p.read_bytes()
         for p in sorted(source.rglob("*"))
-        if p.is_file() and "__pycache__" not in p.parts and (p.suffix == ".py" or p.name == "README.md")
+        if p.is_file() and "__pycache__" not in p.parts
+        and ((p.suffix == ".py" and (modules is None or p.stem in modules)) or p.name == "README.md")
     }
     version = runtime_version()
     files["VENDORED.txt"] = (

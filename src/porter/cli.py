@@ -76,12 +76,14 @@ def cli() -> None:
 @click.option("--config", "config_file", type=click.Path(path_type=Path, dir_okay=False, exists=True),
               help="Settings file (default: porter.toml, else pyproject.toml's [tool.porter], at the root).")
 @click.option("--unsafe-fixes", is_flag=True, default=None, help="Also apply fixes that may change behaviour on CUDA.")
+@click.option("--full-runtime", is_flag=True, default=None,
+              help="Vendor every module of porter_runtime, not only those the ported code uses.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
               help="Worker processes (default: all cores). Output is the same for any number.")
 @click.option("--no-progress", is_flag=True, help="Never show a progress bar.")
 @click.option("-q", "--quiet", is_flag=True, help="Print no summary (errors still go to stderr).")
 def migrate(paths, show_diff, write, check, fail_on, interactive, out_dir, reports, output_format, select, ignore,
-            exclude, runtime_dir, root, config_file, unsafe_fixes, jobs, no_progress, quiet) -> None:
+            exclude, runtime_dir, root, config_file, unsafe_fixes, full_runtime, jobs, no_progress, quiet) -> None:
     """Migrate PATHS (files or folders). Without --diff/--write/--check: a dry run.
 
     Settings come from porter.toml or [tool.porter] in pyproject.toml at the root;
@@ -89,7 +91,8 @@ def migrate(paths, show_diff, write, check, fail_on, interactive, out_dir, repor
     console = _stderr_console()
     try:
         _migrate(console, paths, show_diff, write, check, fail_on, interactive, out_dir, reports, output_format,
-                 select, ignore, exclude, runtime_dir, root, config_file, unsafe_fixes, jobs, no_progress, quiet)
+                 select, ignore, exclude, runtime_dir, root, config_file, unsafe_fixes, full_runtime, jobs, no_progress,
+                 quiet)
     except KeyboardInterrupt:
         # Writes are atomic: every file is as it was or fully ported, no temporary file left.
         console.print("porter: interrupted; every file is either untouched or fully written", markup=False)
@@ -97,7 +100,8 @@ def migrate(paths, show_diff, write, check, fail_on, interactive, out_dir, repor
 
 
 def _migrate(console, paths, show_diff, write, check, fail_on, interactive, out_dir, reports, output_format, select,
-             ignore, exclude, runtime_dir, root, config_file, unsafe_fixes, jobs, no_progress, quiet) -> None:
+             ignore, exclude, runtime_dir, root, config_file, unsafe_fixes, full_runtime, jobs, no_progress,
+             quiet) -> None:
     # Every input is checked before anything is written: a bad one stops the run whole.
     bad = False
     for p in paths:
@@ -120,6 +124,7 @@ def _migrate(console, paths, show_diff, write, check, fail_on, interactive, out_
         write = True
         config = _run_config(paths, root, settings, select, ignore, exclude, runtime_dir, unsafe_fixes, jobs)
     config.write = write or interactive
+    config.full_runtime = bool(full_runtime if full_runtime is not None else settings.full_runtime)
     quiet = quiet or output_format == "json"
     if interactive:
         result, write_failed = _interactive(config, console, show=not no_progress and not quiet)

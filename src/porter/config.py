@@ -11,6 +11,7 @@ that names the file and the key: a typo must never silently switch a rule back o
     exclude = ["experiments/*"]     # path globs to skip, relative to the root
     runtime-dir = "src/porter_runtime"   # where --write vendors the runtime
     unsafe-fixes = false
+    full-runtime = false            # vendor every runtime module, not only those the port uses
     dependencies = "marker"         # CUDA-only requirements: "marker" or "extra"
     [tool.porter.per-file-ignores]
     "tests/*" = ["PT201"]
@@ -49,6 +50,7 @@ class Config:
     exclude: Optional[list[str]] = None
     runtime_dir: Optional[Path] = None
     unsafe_fixes: Optional[bool] = None
+    full_runtime: Optional[bool] = None
     dependencies: Optional[str] = None
     per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
 
@@ -165,6 +167,12 @@ def _set_unsafe(config: Config, value: Any, where: str, base: Path) -> None:
     config.unsafe_fixes = value
 
 
+def _set_full_runtime(config: Config, value: Any, where: str, base: Path) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}: expected true or false")
+    config.full_runtime = value
+
+
 def _set_dependencies(config: Config, value: Any, where: str, base: Path) -> None:
     if value not in DEPENDENCY_MODES:
         raise ConfigError(f"{where}: expected \"marker\" or \"extra\", got {value!r}")
@@ -183,6 +191,7 @@ _KEYS = {
     "exclude": _set_exclude,
     "runtime-dir": _set_runtime_dir,
     "unsafe-fixes": _set_unsafe,
+    "full-runtime": _set_full_runtime,
     "dependencies": _set_dependencies,
     "per-file-ignores": _set_per_file,
 }

@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
 from porter import known_modules
-from porter.apply import Change, vendor_changes
+from porter.apply import Change, runtime_source, vendor_changes
 from porter.discover import Skipped, discover, relative_posix
 from porter.engine import process_file
 from porter.options import Options
 from porter.results import FileResult
+from porter.runtime_modules import modules_for, used_names
 from porter.runtime_home import Home, LazyBootstrap, Layout, home_of_import, manifest_change, refuse_home
 from porter.ledger import TreeContext
 
@@ -29,6 +30,8 @@ class RunConfig:
     jobs: int = 1
     #: the run writes what it finds (notes say "vendored", not "would vendor")
     write: bool = False
+    #: vendor every runtime module, not only those the ported code uses
+    full_runtime: bool = False
 
     @property
     def runtime_target(self) -> Path:
@@ -131,27 +134,33 @@ def run(
     tasks = [(path, relative_posix(path, root), layout) for path in files]
     #: each copy's folder -> why it could not be vendored ("" once it is)
     homes: dict[Path, str] = {}
+    #: each copy's folder -> the runtime modules vendored there so far (None: all of them)
+    held: dict[Path, Optional[frozenset[str]]] = {}
     shipped: list[Home] = []  # copies inside packages, which the build must ship
     pyproject: list[bytes] = []  # pyproject.toml as a rule of this run left it
 
-    def vendor(home: Home, needed: bool = True) -> str:
-        """Vendor one copy (once); why it could not be, or ""."""
+    def vendor(home: Home, code: Optional[bytes], needed: bool = True) -> str:
+        """Vendor one copy, with the modules ``code`` needs; why it could not be, or ""."""
+        modules = None if config.full_runtime or code is None else modules_for(used_names(code), runtime_source())
         if home.folder in homes:
-            return homes[home.folder]
+            have = held[home.folder]
+            if homes[home.folder] or have is None or (modules is not None and modules <= have):
+                return homes[home.folder]
+            modules = None if modules is None else modules | have
         problem = refuse_home(home, root)
         if problem and not needed:
             return problem  # a file already imports a folder porter does not own: the user's
         changes: list[Change] = []
         notes: list[str] = []
         if not problem:
-            changes, note = vendor_changes(home.folder, root, write=config.write)
+            changes, note = vendor_changes(home.folder, root, write=config.write, modules=modules)
             notes += [note] if note else []
-            if home.package:
+            if home.package and home.folder not in homes:
                 shipped.append(home)  # the build config is edited at the end (porter.runtime_home)
             for change in changes:
                 if sink is not None and not problem:
                     problem = sink(change) or ""
-        homes[home.folder] = problem
+        homes[home.folder], held[home.folder] = problem, modules
         if problem:
             result.notes.append(f"porter_runtime not vendored at {relative_posix(home.folder, root)}/: {problem}")
         else:
@@ -170,7 +179,7 @@ def run(
         if item.status == "changed" and item.path == "pyproject.toml" and item.new is not None:
             pyproject.append(item.new)
         if item.status == "changed":
-            problem = vendor(home_of(item, path)) if item.uses_runtime else ""
+            problem = vendor(home_of(item, path), item.new) if item.uses_runtime else ""
             if problem:  # never a source that imports a runtime that isn't there
                 item.status, item.error = "error", f"not written: it needs porter_runtime, which could not be vendored ({problem})"
                 item.old = item.new = None
@@ -180,7 +189,7 @@ def run(
                 if error:
                     item.status, item.error = "error", error
         elif item.uses_runtime and item.status == "unchanged":
-            vendor(home_of(item, path), needed=False)  # the code already imports the runtime: make sure it is there and current
+            vendor(home_of(item, path), _read(path), needed=False)  # the code already imports the runtime: make sure it is there and current
         result.files.append(item)
         if progress is not None:
             progress(done, len(tasks))
@@ -217,3 +226,10 @@ def _ship(config: RunConfig, result: RunResult, shipped: list[Home], edited: Opt
             continue
         result.runtime_changes.append(change)
         base = None if config.write else change.new
+
+
+def _read(path: Path) -> Optional[bytes]:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None

@@ -6,6 +6,7 @@ torch + stdlib only; importing it probes no device. See README.md.
 """
 from __future__ import annotations
 
+import importlib as _importlib
 import os as _os
 import sys as _sys
 from typing import MutableMapping as _MutableMapping
@@ -31,67 +32,72 @@ def _enable_mps_fallback(environ: _MutableMapping[str, str] = _os.environ,
 #: True when importing porter_runtime set PYTORCH_ENABLE_MPS_FALLBACK=1.
 MPS_FALLBACK_SET = _enable_mps_fallback()
 
-from ._amp import GradScaler, amp_dtype, autocast, custom_bwd, custom_fwd, grad_scaler  # noqa: E402
-from ._amp import cuda_amp_autocast  # noqa: E402
-from ._attention import (  # noqa: E402
-    attention,
-    attention_kvpacked,
-    attention_qkvpacked,
-    attention_varlen,
-    attention_varlen_kvpacked,
-    attention_varlen_qkvpacked,
-    sdpa_kernel,
-)
-from ._cast import double  # noqa: E402
-from ._compile import compile  # noqa: E402
-from ._data import (  # noqa: E402
-    dataloader_kwargs,
-    map_location,
-    pin_memory,
-    pin_memory_device,
-    pin_tensor,
-    to_device,
-)
-from ._device import device, device_str, device_type, is_accelerator_available  # noqa: E402
-from ._dist import (  # noqa: E402
-    barrier_device_ids,
-    ddp_device_ids,
-    ddp_output_device,
-    dist_backend,
-    init_process_group,
-)
-from ._dist import ShardedGradScaler, fsdp_sync_module_states, is_multiprocess_launch  # noqa: E402
-from ._dtypes import is_bf16_supported, supported_dtype  # noqa: E402
-from ._extensions import build_cuda_extension  # noqa: E402
-from ._fa3 import fa3_attention  # noqa: E402
-from ._huggingface import attn_implementation, cuda_option  # noqa: E402
-from ._idioms import load_state_dict, require_device, set_default_tensor_type  # noqa: E402
-from ._memory import (  # noqa: E402
-    max_memory_allocated,
-    max_memory_reserved,
-    mem_get_info,
-    memory_allocated,
-    memory_reserved,
-    reset_peak_memory_stats,
-)
-from ._thirdparty_adam_atan2 import AdamATan2  # noqa: E402
-from ._thirdparty_apex import FusedAdam, FusedLAMB, FusedLayerNorm, FusedRMSNorm  # noqa: E402
-from ._thirdparty_xformers import memory_efficient_attention  # noqa: E402
-from . import _thirdparty_bnb as bnb_optim  # noqa: E402
-from . import _thirdparty_xformers_bias as xformers_bias  # noqa: E402
-from ._timing import Event, WallClockEvent, nvtx_range, nvtx_range_pop, nvtx_range_push  # noqa: E402
-from ._twins import (  # noqa: E402
-    DeviceProperties,
-    current_device,
-    device_count,
-    device_name,
-    empty_cache,
-    get_device_properties,
-    manual_seed,
-    manual_seed_all,
-    set_device,
-    synchronize,
-)
+#: Each public name and the module that defines it. Names are imported on first use
+#: (PEP 562), so a copy vendored with only the modules its repository uses still imports,
+#: and ``import porter_runtime`` costs nothing until a name is used.
+_EXPORTS = {
+    "GradScaler": "_amp", "amp_dtype": "_amp", "autocast": "_amp", "custom_bwd": "_amp",
+    "custom_fwd": "_amp", "grad_scaler": "_amp", "cuda_amp_autocast": "_amp",
+    "attention": "_attention", "attention_kvpacked": "_attention",
+    "attention_qkvpacked": "_attention", "attention_varlen": "_attention",
+    "attention_varlen_kvpacked": "_attention", "attention_varlen_qkvpacked": "_attention",
+    "sdpa_kernel": "_attention",
+    "double": "_cast",
+    "compile": "_compile",
+    "dataloader_kwargs": "_data", "map_location": "_data", "pin_memory": "_data",
+    "pin_memory_device": "_data", "pin_tensor": "_data", "to_device": "_data",
+    "device": "_device", "device_str": "_device", "device_type": "_device",
+    "is_accelerator_available": "_device",
+    "barrier_device_ids": "_dist", "ddp_device_ids": "_dist", "ddp_output_device": "_dist",
+    "dist_backend": "_dist", "init_process_group": "_dist", "ShardedGradScaler": "_dist",
+    "fsdp_sync_module_states": "_dist", "is_multiprocess_launch": "_dist",
+    "is_bf16_supported": "_dtypes", "supported_dtype": "_dtypes",
+    "build_cuda_extension": "_extensions",
+    "fa3_attention": "_fa3",
+    "attn_implementation": "_huggingface", "cuda_option": "_huggingface",
+    "load_state_dict": "_idioms", "require_device": "_idioms",
+    "set_default_tensor_type": "_idioms",
+    "max_memory_allocated": "_memory", "max_memory_reserved": "_memory", "mem_get_info": "_memory",
+    "memory_allocated": "_memory", "memory_reserved": "_memory",
+    "reset_peak_memory_stats": "_memory",
+    "AdamATan2": "_thirdparty_adam_atan2",
+    "FusedAdam": "_thirdparty_apex", "FusedLAMB": "_thirdparty_apex",
+    "FusedLayerNorm": "_thirdparty_apex", "FusedRMSNorm": "_thirdparty_apex",
+    "memory_efficient_attention": "_thirdparty_xformers",
+    "bnb_optim": "_thirdparty_bnb",
+    "xformers_bias": "_thirdparty_xformers_bias",
+    "Event": "_timing", "WallClockEvent": "_timing", "nvtx_range": "_timing",
+    "nvtx_range_pop": "_timing", "nvtx_range_push": "_timing",
+    "DeviceProperties": "_twins", "current_device": "_twins", "device_count": "_twins",
+    "device_name": "_twins", "empty_cache": "_twins", "get_device_properties": "_twins",
+    "manual_seed": "_twins", "manual_seed_all": "_twins", "set_device": "_twins",
+    "synchronize": "_twins",
+}
+#: Names that are the module itself.
+_MODULES = {"bnb_optim", "xformers_bias"}
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        loaded = _importlib.import_module(f".{module}", __name__)
+    except ModuleNotFoundError as error:
+        if error.name != f"{__name__}.{module}":
+            raise
+        raise AttributeError(
+            f"porter_runtime.{name} lives in {module}.py, which this vendored copy does not hold "
+            "(porter vendors the modules the ported code uses): run `porter migrate --write` again "
+            "after adding code that uses it, or vendor the whole runtime with `--full-runtime`"
+        ) from None
+    value = loaded if name in _MODULES else getattr(loaded, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_EXPORTS))
 
 
 def _reset() -> None:
@@ -99,42 +105,13 @@ def _reset() -> None:
 
     For tests that simulate another machine; not needed in user code.
     """
-    from . import _attention, _device, _thirdparty_libs
+    for name in ("_device", "_attention", "_thirdparty_libs"):
+        module = _sys.modules.get(f"{__name__}.{name}")
+        if module is not None:  # a module never imported has decided nothing yet
+            module._reset()
 
-    _device._reset()
-    _attention._reset()
-    _thirdparty_libs._reset()
 
-
-__all__ = [
-    "__version__", "MPS_FALLBACK_SET",
-    # device
-    "device", "device_str", "device_type", "is_accelerator_available", "to_device", "map_location",
-    # torch.cuda twins
-    "synchronize", "empty_cache", "manual_seed", "manual_seed_all", "device_count",
-    "current_device", "set_device", "device_name", "get_device_properties",
-    "DeviceProperties", "memory_allocated", "max_memory_allocated", "memory_reserved",
-    "max_memory_reserved", "reset_peak_memory_stats", "mem_get_info", "Event",
-    "WallClockEvent", "nvtx_range_push", "nvtx_range_pop", "nvtx_range",
-    # precision
-    "autocast", "GradScaler", "grad_scaler", "custom_fwd", "custom_bwd", "amp_dtype",
-    "supported_dtype", "is_bf16_supported", "double",
-    # attention
-    "attention", "attention_qkvpacked", "attention_kvpacked", "attention_varlen",
-    "attention_varlen_qkvpacked", "attention_varlen_kvpacked", "sdpa_kernel",
-    # CUDA-only third-party libraries: the library on CUDA, exact torch elsewhere
-    "memory_efficient_attention", "xformers_bias", "FusedAdam", "FusedLAMB",
-    "FusedLayerNorm", "FusedRMSNorm", "AdamATan2", "bnb_optim",
-    # compile, distributed, data
-    "compile", "dist_backend", "init_process_group", "ddp_device_ids", "ddp_output_device",
-    "barrier_device_ids", "is_multiprocess_launch", "fsdp_sync_module_states",
-    "ShardedGradScaler", "cuda_amp_autocast", "pin_memory", "pin_memory_device", "pin_tensor",
-    "dataloader_kwargs",
-    # research-code idioms
-    "require_device", "set_default_tensor_type", "load_state_dict",
-    # FlashAttention-3, compiled extensions, Hugging Face options
-    "fa3_attention", "build_cuda_extension", "attn_implementation", "cuda_option",
-]
+__all__ = ["__version__", "MPS_FALLBACK_SET", *_EXPORTS]
 
 from . import _peak  # noqa: E402
 _peak.install()  # does nothing unless PORTER_PEAK_MEMORY_FILE is set (porter fit)

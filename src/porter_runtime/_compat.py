@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import re
+from typing import Any, Callable
 
 import torch
 
@@ -39,3 +40,14 @@ def mps_bf16_supported() -> bool:
         return True
     check = getattr(torch.backends.mps, "is_macos_or_newer", None)
     return bool(check is not None and check(14, 0))
+
+
+def mps_accelerator(name: str, neutral: Any) -> Any:
+    """torch.accelerator.<name>() on MPS where it works, else ``neutral``."""
+    fn: Callable[[], Any] | None = getattr(getattr(torch, "accelerator", None), name, None)
+    if fn is None:
+        return neutral
+    try:
+        return fn()
+    except (RuntimeError, AssertionError):
+        return neutral

@@ -8,22 +8,11 @@ so the neutral result 0 is returned (documented, never an error).
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
 
 import torch
 
+from ._compat import mps_accelerator as _mps_accelerator
 from ._twins import Dev, _forward, _on_mps
-
-
-def _mps_accelerator(name: str, neutral: Any) -> Any:
-    """torch.accelerator.<name>() on MPS where it works, else ``neutral``."""
-    fn: Callable[[], Any] | None = getattr(getattr(torch, "accelerator", None), name, None)
-    if fn is None:
-        return neutral
-    try:
-        return fn()
-    except (RuntimeError, AssertionError):
-        return neutral
 
 
 def memory_allocated(device: Dev = None) -> int:

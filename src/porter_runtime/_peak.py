@@ -160,11 +160,11 @@ def _device_peak(kind: str, recorder: Recorder) -> tuple[int, str]:
         peak = max(int(mod.max_memory_allocated(i)) for i in range(max(mod.device_count(), 1)))
         return peak, f"torch.{kind}.max_memory_allocated()"
     if kind == "mps":
-        from ._memory import _mps_accelerator
+        from ._compat import mps_accelerator
 
         now = int(torch.mps.driver_allocated_memory())
         try:
-            reserved = int(_mps_accelerator("max_memory_reserved", 0) or 0)
+            reserved = int(mps_accelerator("max_memory_reserved", 0) or 0)
         except Exception:  # a torch whose accelerator API fails otherwise on MPS
             reserved = 0
         return (max(recorder.mps_samples, now, reserved),

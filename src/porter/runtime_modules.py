@@ -1,0 +1,120 @@
+"""Which modules of porter_runtime a port needs: the runtime sized to the port.
+
+A 20-line port should not vendor 4,000 lines. ``porter_runtime/__init__.py`` maps each
+public name to the module that defines it (``_EXPORTS``) and imports that module on
+first use, so a vendored copy holding only some modules still imports. A port vendors
+the core (``__init__`` and what it imports when imported) and the modules that define
+the names its code uses (``porter_runtime.NAME``), closed over the runtime's own imports.
+
+The names are read from the ported sources as text. Code that reaches the runtime in a
+way this reading can't follow (``import porter_runtime as rt``, ``from porter_runtime
+import x``, ``getattr(porter_runtime, ...)``) gets the whole runtime: a missing module
+would be an ``AttributeError`` at run time, and size is never worth that.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable, Optional
+
+#: ``porter_runtime.NAME`` (spaces allowed around the dot, as code formatters never add them).
+_ATTRIBUTE = re.compile(rb"\bporter_runtime\s*\.\s*([A-Za-z_]\w*)")
+#: The imports porter itself writes: ``import porter_runtime``, ``from pkg import porter_runtime``.
+_IMPORT = re.compile(rb"^[ \t]*(?:import porter_runtime|from [\w.]+ import porter_runtime)[ \t]*(?:#.*)?$", re.M)
+_WORD = re.compile(rb"\bporter_runtime\b")
+_COMMENT = re.compile(rb"#[^\n]*")
+
+#: Modules every copy holds: the package, and what it imports while being imported.
+_CORE = ("__init__", "_peak")
+
+
+def used_names(source: bytes) -> Optional[frozenset[str]]:
+    """The runtime names ``source`` uses, or None when some use can't be read as text."""
+    names = frozenset(m.decode() for m in _ATTRIBUTE.findall(source))
+    rest = _COMMENT.sub(b"", _IMPORT.sub(b"", _ATTRIBUTE.sub(b"", source)))
+    return None if _WORD.search(rest) else names
+
+
+def modules_for(names: Optional[Iterable[str]], source: Path) -> Optional[frozenset[str]]:
+    """The module stems a copy needs for ``names`` (None: the whole runtime)."""
+    if names is None:
+        return None
+    exports, present = _exports(source), _module_stems(source)
+    wanted = set(_CORE)
+    for name in names:
+        if name in exports:
+            wanted.add(exports[name])
+        elif name in present:  # porter_runtime._device._reset and the like
+            wanted.add(name)
+        elif not _is_plain_attribute(name, source):
+            return None  # a name the runtime doesn't define: don't guess
+    return frozenset(_closure(wanted, source))
+
+
+def _is_plain_attribute(name: str, source: Path) -> bool:
+    """``__version__``, ``MPS_FALLBACK_SET`` and other names ``__init__`` itself binds."""
+    return name in _init_bindings(source)
+
+
+def _closure(wanted: set[str], source: Path) -> set[str]:
+    graph = _imports(source)
+    todo, seen = list(wanted), set()
+    while todo:
+        stem = todo.pop()
+        if stem in seen:
+            continue
+        seen.add(stem)
+        todo += graph.get(stem, ())
+    return seen
+
+
+@lru_cache(maxsize=4)
+def _module_stems(source: Path) -> frozenset[str]:
+    return frozenset(p.stem for p in source.glob("*.py"))
+
+
+@lru_cache(maxsize=4)
+def _exports(source: Path) -> dict[str, str]:
+    """``_EXPORTS`` of the runtime's ``__init__``, read without importing it (and torch)."""
+    for node in _tree(source / "__init__.py").body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in node.targets):
+            return dict(ast.literal_eval(node.value))
+    raise RuntimeError(f"{source / '__init__.py'} defines no _EXPORTS")
+
+
+@lru_cache(maxsize=4)
+def _init_bindings(source: Path) -> frozenset[str]:
+    names = set()
+    for node in _tree(source / "__init__.py").body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+    return frozenset(names)
+
+
+@lru_cache(maxsize=4)
+def _imports(source: Path) -> dict[str, frozenset[str]]:
+    """Each module's stem -> the runtime modules it imports, anywhere in its body."""
+    stems = _module_stems(source)
+    graph = {}
+    for stem in stems:
+        found = set()
+        for node in ast.walk(_tree(source / f"{stem}.py")):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                targets = [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
+                found.update(t for t in targets if t in stems)
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("porter_runtime."):
+                found.add(node.module.split(".")[1])
+            elif isinstance(node, ast.Import):
+                found.update(a.name.split(".")[1] for a in node.names if a.name.startswith("porter_runtime."))
+        graph[stem] = frozenset(found & stems)
+    return graph
+
+
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_bytes(), str(path))

@@ -1,0 +1,152 @@
+"""A runtime sized to the port: a copy holds the modules the ported code uses, and runs.
+
+Real ports of small repositories, then the ported code run on the CPU with real torch
+(the copy must import and answer every name the port calls), plus a proof over every
+public name that the modules porter picks for it are enough to use it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from porter.apply import runtime_files, runtime_source
+from porter.runtime_modules import modules_for, used_names
+from porter_test_utils import run_porter
+
+SOURCE = runtime_source()
+ALL_MODULES = {p.stem for p in SOURCE.glob("*.py")}
+
+
+def _repo(tmp_path: Path, files: dict[str, str]) -> Path:
+    repo = tmp_path / "repo"
+    repo.mkdir(parents=True)
+    (repo / "requirements.txt").write_text("torch\n")
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(textwrap.dedent(text))
+    return repo
+
+
+def _held(repo: Path) -> set[str]:
+    return {p.stem for p in (repo / "porter_runtime").glob("*.py")}
+
+
+def _run(repo: Path, script: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, script], cwd=repo, capture_output=True, text=True, timeout=300,
+                          env={"CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin"})
+
+
+TRAIN = """\
+    import torch
+
+    model = torch.nn.Linear(4, 2).cuda()
+    x = torch.randn(3, 4).cuda()
+    print(model(x).sum().item() == model(x).sum().item())
+"""
+
+
+def test_a_port_that_only_moves_tensors_vendors_the_core_and_runs(tmp_path):
+    repo = _repo(tmp_path, {"train.py": TRAIN})
+    assert run_porter("migrate", repo, "--write", "-q").returncode == 0
+    assert _held(repo) == {"__init__", "_peak", "_compat", "_device", "_log"}
+    proc = _run(repo, "train.py")
+    assert proc.returncode == 0 and proc.stdout.strip() == "True", proc.stderr
+    again = run_porter("migrate", repo, "--diff", "-q")
+    assert again.returncode == 0 and again.stdout == b""  # the fixed point: nothing to add
+
+
+def test_a_later_port_adds_the_modules_its_new_code_uses(tmp_path):
+    repo = _repo(tmp_path, {"train.py": TRAIN})
+    run_porter("migrate", repo, "--write", "-q")
+    before = {p: p.read_bytes() for p in (repo / "porter_runtime").iterdir()}
+    (repo / "bench.py").write_text(textwrap.dedent("""\
+        import torch
+
+        net = torch.compile(torch.nn.Linear(4, 4))
+        torch.cuda.synchronize()
+        print(type(net).__name__)
+    """))
+    proc = run_porter("migrate", repo, "--write")
+    assert proc.returncode == 0, proc.stderr
+    assert {"_compile", "_twins"} <= _held(repo)
+    assert all(p.read_bytes() == data for p, data in before.items())  # what it held stays as it was
+    assert b"added" in proc.stderr and b"_compile.py" in proc.stderr
+    for script in ("train.py", "bench.py"):
+        run = _run(repo, script)
+        assert run.returncode == 0, run.stderr
+
+
+def test_code_that_imports_names_from_the_runtime_gets_all_of_it(tmp_path):
+    repo = _repo(tmp_path, {"train.py": TRAIN})
+    run_porter("migrate", repo, "--write", "-q")
+    assert _held(repo) == {"__init__", "_peak", "_compat", "_device", "_log"}
+    (repo / "probe.py").write_text("from porter_runtime import device_count\n\nprint(device_count())\n")
+    run_porter("migrate", repo, "--write", "-q")
+    assert _held(repo) == ALL_MODULES
+    assert _run(repo, "probe.py").returncode == 0
+
+
+def test_full_runtime_vendors_every_module(tmp_path):
+    repo = _repo(tmp_path, {"train.py": TRAIN})
+    assert run_porter("migrate", repo, "--write", "-q", "--full-runtime").returncode == 0
+    assert _held(repo) == ALL_MODULES
+    settings = _repo(tmp_path / "other", {"train.py": TRAIN, "porter.toml": "full-runtime = true\n"})
+    run_porter("migrate", settings, "--write", "-q")
+    assert _held(settings) == ALL_MODULES
+
+
+def test_a_name_whose_module_is_not_vendored_says_how_to_get_it(tmp_path):
+    repo = _repo(tmp_path, {"train.py": TRAIN})
+    run_porter("migrate", repo, "--write", "-q")
+    (repo / "late.py").write_text("import porter_runtime\n\nporter_runtime.compile\n")
+    proc = _run(repo, "late.py")
+    assert proc.returncode == 1
+    assert "porter_runtime.compile lives in _compile.py, which this vendored copy does not hold" in proc.stderr
+    assert "--full-runtime" in proc.stderr
+
+
+@pytest.mark.parametrize(("source", "names"), [
+    (b"import porter_runtime\nx = porter_runtime.device()\n", {"device"}),
+    (b"from pkg import porter_runtime  # runtime\ny = porter_runtime . compile(m)\n", {"compile"}),
+    (b"import porter_runtime\n# porter_runtime.attention is used below\nporter_runtime.bnb_optim.AdamW8bit\n",
+     {"attention", "bnb_optim"}),  # a comment's name costs a module, never a missing one
+    (b"from porter_runtime import device\n", None),
+    (b"import porter_runtime as rt\n", None),
+    (b"import porter_runtime\nf = getattr(porter_runtime, name)\n", None),
+])
+def test_used_names_reads_what_porter_writes_and_gives_up_on_the_rest(source, names):
+    found = used_names(source)
+    assert (None if found is None else set(found)) == names
+
+
+def test_an_unknown_name_takes_the_whole_runtime():
+    assert modules_for({"no_such_name"}, SOURCE) is None
+    assert modules_for({"__version__", "MPS_FALLBACK_SET"}, SOURCE) == {"__init__", "_peak", "_compat", "_device",
+                                                                        "_log"}
+
+
+def test_every_public_name_works_from_the_modules_porter_picks_for_it(tmp_path):
+    """For each name in ``_EXPORTS``: a copy holding only modules_for({name}), under a
+    package name of its own so no module leaks from one copy to the next, imports and
+    yields the name."""
+    import ast
+
+    tree = ast.parse((SOURCE / "__init__.py").read_text())
+    exports = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                   and any(getattr(t, "id", "") == "_EXPORTS" for t in n.targets))
+    lines = []
+    for i, name in enumerate(sorted(exports)):
+        package = tmp_path / f"rt_{i}"
+        package.mkdir()
+        for file, data in runtime_files(modules_for({name}, SOURCE)).items():
+            (package / file).write_bytes(data)
+        lines.append(f"import rt_{i}; assert rt_{i}.{name} is not None, {name!r}")
+    script = tmp_path / "check.py"
+    script.write_text("\n".join(lines) + "\nprint('ok')\n")
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
