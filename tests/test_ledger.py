@@ -71,6 +71,7 @@ def touchpoints(root: Path, rules=None) -> dict[str, list[ledger.Touchpoint]]:
 
 
 def test_an_unresolved_import_is_named_with_its_line(tmp_path):
+    """An extension the repository's own build compiles, and not installed: a CUDA touchpoint."""
     root = write(tmp_path, {
         "layers.py": """\
             import torch
@@ -82,13 +83,45 @@ def test_an_unresolved_import_is_named_with_its_line(tmp_path):
         """,
         "helpers.py": "util = 1\n",
         "requirements.txt": "PyYAML>=6\n",
+        "lib/setup.py": """\
+            from setuptools import setup
+            from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+
+            setup(name="pointops", ext_modules=[CUDAExtension("pointops", ["src/pointops_api.cpp", "src/knn.cu"])],
+                  cmdclass={"build_ext": BuildExtension})
+        """,
     })
     found, result = touchpoints(root)
     [t] = found["layers.py"]
     assert (t.line, t.column, t.kind, t.state) == (6, 1, "unresolved-import", "unaccounted")
-    [finding] = [f for f in result.files[1].findings if f.code == "PT999"]
+    [finding] = [f for f in next(f for f in result.files if f.path == "layers.py").findings if f.code == "PT999"]
     assert finding.line == 6 and "pointops" in finding.message and "ModuleNotFoundError" in finding.message
+    assert "the repository's own build compiles" in finding.message
     assert "PyTorch implementation" in finding.suggestion
+
+
+def test_an_undeclared_import_with_no_sign_of_cuda_is_no_finding(tmp_path):
+    """Real repositories import pip packages their manifests forget (mpi4py, submitit,
+    natsort): not installed here, but nothing says CUDA, so nothing for a human."""
+    root = write(tmp_path, {
+        "dist_util.py": """\
+            import torch
+            from mpi4py import MPI
+            import submitit
+            import fused_softmax_cuda
+        """,
+        "requirements.txt": "torch\n",
+    })
+    found, result = touchpoints(root)
+    states = {t.what: (t.kind, t.state) for t in found["dist_util.py"]}
+    assert states == {"import mpi4py": ("undeclared-import", "inert"), "import submitit": ("undeclared-import", "inert"),
+                      "import fused_softmax_cuda": ("unresolved-import", "unaccounted")}
+    mpi = next(t for t in found["dist_util.py"] if t.what == "import mpi4py")
+    assert "not installed and not declared, with no sign of CUDA" in mpi.detail
+    assert [f.message for f in result.files[0].findings if f.code == "PT999"] == [
+        "CUDA touchpoint `import fused_softmax_cuda` that no rule ported or named: resolves to no module of the "
+        "tree, the standard library or the declared dependencies (a compiled CUDA extension by its name): "
+        "ModuleNotFoundError off CUDA"]
 
 
 def test_a_local_module_shadows_the_table(tmp_path):
@@ -110,7 +143,8 @@ def test_a_local_module_shadows_the_table(tmp_path):
     ("if is_pointops_available():\n    import pointops\n", "inert", "optional dependency"),
     ("def f():\n    if not has_pointops():\n        raise ImportError('pip install pointops')\n    import pointops\n",
      "inert", "checked first at line 2"),
-    ("def f():\n    import pointops\n", "unaccounted", "ModuleNotFoundError"),
+    ("def f():\n    import pointops_cuda\n", "unaccounted", "ModuleNotFoundError"),
+    ("def f():\n    import pointops\n", "inert", "no sign of CUDA"),
     ("m = DDP(model, device_ids=None)\n", "inert", "None"),
     ("m = DDP(model, device_ids=ids)\n", "unaccounted", "device_ids"),
     ("import porter_runtime\nm = DDP(model, device_ids=porter_runtime.ddp_device_ids(r))\n", "inert", "porter_runtime"),

@@ -159,7 +159,8 @@ def test_unported_cuda_import_fails_and_is_named_or_not(tmp_path):
     kernels = mods["pkg/kernels.py"]  # a CUDA extension porter can't see: a porter bug to fix
     assert kernels["error"] == "ModuleNotFoundError: No module named 'fused_kernels_cuda'"
     assert kernels["location"] == {"path": "pkg/kernels.py", "line": 4}
-    assert kernels["mapping"] == {"named": False, "text": "NOT NAMED by porter", "findings": [], "silenced_at": None}
+    assert kernels["mapping"] == {"named": False, "text": "NOT NAMED by porter", "findings": [], "silenced_at": None,
+                                  "missing_dependency": None}
     for path in ("pkg/streams.py", "train.py"):
         m = mods[path]
         assert "torch.cuda.Stream requires CUDA support" in m["error"]
@@ -167,7 +168,7 @@ def test_unported_cuda_import_fails_and_is_named_or_not(tmp_path):
         assert m["mapping"]["text"] == f"named by finding PT110 at pkg/streams.py:{stream_line}"
     assert data["summary"] | {"seconds": 0} == {
         "modules": 7, "ok": 2, "failed": 5, "timeout": 0, "crashed": 0, "named": 2, "not_named": 3,
-        "skipped": 0, "seconds": 0}
+        "missing_dependency": 0, "skipped": 0, "seconds": 0}
     assert not (tree / "MAIN_RAN").exists()  # imported, not run as __main__
 
     text = run_porter("verify", tree, "-j", "1")
@@ -180,6 +181,28 @@ def test_unported_cuda_import_fails_and_is_named_or_not(tmp_path):
     assert f"named by finding PT110 at pkg/streams.py:{stream_line}" in out
     assert "a print at import time" not in out
     assert "7 modules: 2 ok, 5 failed, 0 timed out; 2 named by porter's report, 3 NOT NAMED" in out
+
+
+def test_a_missing_pip_package_is_a_missing_dependency_not_a_porter_bug(tmp_path):
+    """Found on real repositories: a plain package the environment lacks (tiktoken, mpi4py)
+    was "NOT NAMED by porter (a porter bug ...)". With no sign of CUDA it is a missing
+    dependency: said so, and not counted as NOT NAMED; a compiled extension is porter's to name."""
+    tree = write_tree(tmp_path / "repo", {
+        "metrics.py": "import torch\nimport lab_metrics_toolkit\n",
+        "kernels.py": "import torch\nimport fused_gelu_cuda\n",
+    })
+    code, data, _ = verify(tree)
+    mods = by_path(data)
+    assert code == 1
+    assert mods["metrics.py"]["mapping"]["missing_dependency"] == "lab_metrics_toolkit"
+    assert mods["metrics.py"]["mapping"]["text"] == (
+        "not installed: lab_metrics_toolkit (a missing dependency, no sign of CUDA)")
+    assert mods["kernels.py"]["mapping"]["missing_dependency"] is None
+    assert mods["kernels.py"]["mapping"]["text"] == "named by finding PT999 at kernels.py:2"
+    assert (data["summary"]["named"], data["summary"]["not_named"], data["summary"]["missing_dependency"]) == (1, 0, 1)
+    out = run_porter("verify", tree, "-j", "1").stdout.decode()
+    assert "→ not installed: lab_metrics_toolkit (a missing dependency, no sign of CUDA): install it" in out
+    assert "1 named by porter's report, 0 NOT NAMED, 1 missing a dependency" in out
 
 
 def test_missing_module_named_by_the_rewrite_that_drops_its_import(copy_tree):
@@ -226,7 +249,7 @@ def test_a_module_that_hangs_times_out_and_the_rest_still_run(tmp_path):
     assert mods["one/evaluate.py"]["status"] == "ok" and mods["two/evaluate.py"]["error"] == "ValueError: two"
     assert data["summary"] | {"seconds": 0} == {
         "modules": 10, "ok": 6, "failed": 2, "timeout": 1, "crashed": 1, "named": 0, "not_named": 3,
-        "skipped": 0, "seconds": 0}
+        "missing_dependency": 0, "skipped": 0, "seconds": 0}
 
 
 # -- --run ------------------------------------------------------------------------------

@@ -92,6 +92,9 @@ PACKAGES: tuple[CudaPackage, ...] = (
     CudaPackage(("nvidia",), (),  # the distributions: DISTRIBUTION_PREFIXES
                 "nvidia-* packages (DALI, cuDNN, NCCL wheels) exist only for CUDA; use torch's own "
                 "data loading / ops off CUDA"),
+    CudaPackage(("isaacgym", "isaacgymenvs"), (),  # NVIDIA's download, not on PyPI
+                "Isaac Gym simulates on an NVIDIA GPU under Linux only: gymnasium / MuJoCo environments "
+                "(or Isaac Lab's CPU paths) off CUDA"),
     CudaPackage(("pynvml", "nvidia_smi"), (),
                 "guard NVML calls with try/except pynvml.NVMLError (no NVIDIA driver on a Mac); "
                 "torch.mps.current_allocated_memory() for memory"),

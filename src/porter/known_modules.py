@@ -108,6 +108,34 @@ def declared(root: Path) -> frozenset[str]:
     return frozenset(found)
 
 
+#: The name of a CUDA extension a build compiles: ``CUDAExtension("pkg.fused_cuda", ...)``,
+#: or ``cpp_extension.load(name="ops", sources=[...])`` in a file that names ``.cu`` sources.
+_CUDA_EXTENSION = re.compile(r"""\bCUDAExtension\(\s*(?:name\s*=\s*)?["']([\w.]+)["']""")
+_LOADED = re.compile(r"""\bload(?:_inline)?\(\s*name\s*=\s*["']([\w.]+)["']""")
+
+
+def extensions(root: Path, rel_paths: Iterable[str]) -> frozenset[str]:
+    """Module names of the CUDA extensions the tree's own build scripts compile (the last
+    part of each dotted name, and the whole name's first part)."""
+    found: set[str] = set()
+    for rel in rel_paths:
+        if not rel.endswith(".py"):
+            continue
+        try:
+            text = (root / rel).read_bytes()
+        except OSError:
+            continue
+        if b"CUDAExtension" not in text and b".cu" not in text:
+            continue
+        source = text.decode("utf-8", "replace")
+        names = _CUDA_EXTENSION.findall(source)
+        if ".cu'" in source or '.cu"' in source:
+            names += _LOADED.findall(source)
+        for name in names:
+            found.update({name.rsplit(".", 1)[-1], name.split(".")[0]})
+    return frozenset(found)
+
+
 def local(rel_paths: Iterable[str]) -> frozenset[str]:
     """Every module name the tree itself provides: each folder and each file's stem
     (scripts import their neighbours; ``sys.path`` tricks reach any folder)."""

@@ -70,6 +70,8 @@ class TreeContext:
     #: where porter.probes looks for another module reading a flag. Empty: one file alone.
     root: str = ""
     sources: frozenset[str] = frozenset()
+    #: Extension modules the tree's own build compiles (CUDAExtension / CppExtension names).
+    extensions: frozenset[str] = frozenset()
 
     def is_local(self, root: str) -> bool:
         return root in self.local
@@ -286,13 +288,26 @@ class _Scanner:
         for module in modules[:1] if isinstance(node, ast.ImportFrom) else modules:
             root = module.split(".")[0]
             if not self.context.resolves(root):
-                likely = "a compiled CUDA extension by its name" if looks_compiled(root) else \
-                    "often a compiled CUDA extension built by a setup script"
-                self._add(node, "unresolved-import", f"import {module}",
-                          f"resolves to no module of the tree, the standard library or the declared "
-                          f"dependencies ({likely}): ModuleNotFoundError off CUDA",
-                          self._type_checking(node) or self._optional(node))
+                self._unresolved(node, module, root)
                 return
+
+    def _unresolved(self, node: ast.AST, module: str, root: str) -> None:
+        """An import that resolves nowhere is a CUDA touchpoint only with CUDA evidence:
+        a compiled extension's name, or an extension the tree's own build compiles. Any
+        other is a dependency the repository does not declare (a pip package, most
+        often): no CUDA claim, and so no finding for a human."""
+        what = f"import {module}"
+        why = "resolves to no module of the tree, the standard library or the declared dependencies"
+        if looks_compiled(root) or root in self.context.extensions:
+            likely = ("a compiled CUDA extension by its name" if looks_compiled(root)
+                      else "a CUDA extension the repository's own build compiles")
+            self._add(node, "unresolved-import", what, f"{why} ({likely}): ModuleNotFoundError off CUDA",
+                      self._type_checking(node) or self._optional(node))
+        else:
+            self._add(node, "undeclared-import", what, why,
+                      self._type_checking(node) or self._optional(node)
+                      or "not installed and not declared, with no sign of CUDA: a dependency to add to the "
+                         "requirements, not a CUDA blocker")
 
     def _optional(self, node: ast.AST) -> Optional[str]:
         """An optional dependency imported behind its own availability test

@@ -204,7 +204,8 @@ def with_tree_context(config: RunConfig, rels: Sequence[str]) -> RunConfig:
     if config.options.ledger is not None:
         return config
     context = TreeContext(local=known_modules.local(rels), declared=known_modules.declared(config.root),
-                          root=str(config.root), sources=frozenset(r for r in rels if r.endswith((".py", ".ipynb"))))
+                          root=str(config.root), sources=frozenset(r for r in rels if r.endswith((".py", ".ipynb"))),
+                          extensions=known_modules.extensions(config.root, rels))
     return replace(config, options=replace(config.options, ledger=context))
 
 

@@ -125,9 +125,10 @@ class VerifyReport:
         for m in self.modules:
             out[m.status] += 1
         out["named"] = sum(1 for m in self.failures if m.mapping and m.mapping.named)
+        out["missing_dependency"] = sum(1 for m in self.failures if m.mapping and m.mapping.dependency)
         # a module that hangs is rarely CUDA's doing: only named ones count
-        out["not_named"] = sum(1 for m in self.failures
-                               if m.mapping and not m.mapping.named and m.status != "timeout")
+        out["not_named"] = sum(1 for m in self.failures if m.mapping and not m.mapping.named
+                               and not m.mapping.dependency and m.status != "timeout")
         out["skipped"] = len(self.skipped)
         return out
 

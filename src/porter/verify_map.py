@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
+from porter.cuda_packages import is_cuda_only_module, looks_compiled
 from porter.run import run
 
 
@@ -30,8 +31,13 @@ class Mapping:
     findings: list[dict] = field(default_factory=list)  # code, path, line, action, message
     #: where a ``# porter: ignore`` comment silenced the failing line (not named on purpose)
     silenced: Optional[tuple[str, int]] = None
+    #: the module a ModuleNotFoundError names, when nothing says it is CUDA's: a missing
+    #: dependency of the project, not a CUDA cause porter should have named
+    dependency: Optional[str] = None
 
     def text(self) -> str:
+        if self.dependency:
+            return f"not installed: {self.dependency} (a missing dependency, no sign of CUDA)"
         if not self.named:
             return "NOT NAMED by porter"
         first = self.findings[0]
@@ -155,11 +161,17 @@ def map_failure(frames: Sequence[tuple[str, int]], missing: Sequence[str], index
         if key not in seen:
             seen.add(key)
             unique.append({k: f[k] for k in ("code", "path", "line", "action", "message")})
-    silenced = None
+    silenced = dependency = None
     if not unique:
         silenced = next(((rel, line) for n, (rel, line) in enumerate(frames)
                          if not (n and index.is_import(rel, line)) and index.silenced(rel, line)), None)
-    return Mapping(bool(unique), unique, silenced)
+        dependency = next((name for name in missing if not _cuda_evidence(name)), None) if not silenced else None
+    return Mapping(bool(unique), unique, silenced, dependency)
+
+
+def _cuda_evidence(module: str) -> bool:
+    """The one table of CUDA-only packages, or a compiled extension's name."""
+    return is_cuda_only_module(module) or any(looks_compiled(part) for part in module.split("."))
 
 
 def analyse(config) -> list[dict]:

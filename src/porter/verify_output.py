@@ -18,7 +18,7 @@ def to_data(report: VerifyReport) -> dict[str, Any]:
         if m is None:
             return None
         return {"named": m.named, "text": m.text(), "findings": m.findings,
-                "silenced_at": where(m.silenced)}
+                "silenced_at": where(m.silenced), "missing_dependency": m.dependency}
 
     modules = []
     for m in report.modules:
@@ -97,6 +97,8 @@ def render(report: VerifyReport, console, quiet: bool = False) -> None:
     line = f"{c['modules']} module{'' if c['modules'] == 1 else 's'}: " + ", ".join(parts)
     if report.failures:
         line += f"; {c['named']} named by porter's report, {c['not_named']} NOT NAMED"
+        if c["missing_dependency"]:
+            line += f", {c['missing_dependency']} missing a dependency"
     if report.skipped:
         line += f"; {c['skipped']} files skipped"
     console.print(line + f"  ({report.seconds:.1f} s)", soft_wrap=True)
@@ -119,6 +121,8 @@ def _mapping_line(mapping: Mapping) -> str:
 
     if mapping.named:
         return f"[cyan]→ {escape(mapping.text())}[/]"
+    if mapping.dependency:
+        return f"[yellow]→ {escape(mapping.text())}[/]: install it (or declare it) and run verify again"
     if mapping.silenced:
         return (f"[magenta]→ NOT NAMED by porter[/]: silenced by `# porter: ignore` at "
                 f"{escape(mapping.silenced[0])}:{mapping.silenced[1]}")
