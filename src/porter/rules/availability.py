@@ -73,6 +73,37 @@ def ternary_choice(rule: Rule, node: cst.IfExp) -> Optional[Choice]:
     return found[0] if found is not None and not _names_mps(rule, found[1]) else None
 
 
+def _conjuncts(test: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The operands of an ``a and b and c`` chain (one operand for anything else)."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And) and not test.lpar:
+        return _conjuncts(test.left) + _conjuncts(test.right)
+    return [test]
+
+
+def _with_conjunct(test: cst.BaseExpression, index: int, new: cst.BaseExpression) -> cst.BaseExpression:
+    """``test`` (an ``and`` chain) with its ``index``-th operand replaced by ``new``."""
+    if not (isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And) and not test.lpar):
+        return new.with_changes(lpar=test.lpar, rpar=test.rpar) if index == 0 else test
+    left = len(_conjuncts(test.left))
+    if index < left:
+        return test.with_changes(left=_with_conjunct(test.left, index, new))
+    return test.with_changes(right=_with_conjunct(test.right, index - left, new))
+
+
+def gated_choice(rule: Rule, node: cst.IfExp) -> Optional[tuple[Choice, int]]:
+    """``"cuda" if torch.cuda.is_available() and args.cuda else "cpu"``: the CUDA choice of
+    a ternary whose test is an ``and`` of the availability call and other conditions,
+    and the position of that call in the chain."""
+    operands = _conjuncts(node.test)
+    found = [i for i, operand in enumerate(operands) if availability_test(rule, operand) is True]
+    if len(operands) < 2 or len(found) != 1:
+        return None
+    choice = _cuda_value(rule, node.body)
+    if choice is None or not _is_fallback(rule, node.orelse, choice[0]) or _names_mps(rule, node.orelse):
+        return None
+    return choice, found[0]
+
+
 def _lone_assign(block: cst.BaseSuite) -> Optional[cst.Assign]:
     """The single one-target assignment of a block with no comments, else None."""
     if not isinstance(block, cst.IndentedBlock) or block.header.comment is not None:
@@ -152,6 +183,9 @@ class CudaAvailableDevice(Rule):
     `else: d = "cpu"` statement → `d = porter_runtime.device_str()`. The fallback may
     be "cpu", "xpu" or a chain of them (`else "xpu" if ... else "cpu"`, `elif`), and
     `not torch.cuda.is_available()` with the branches swapped is understood. A
+    ternary that also asks the user (`"cuda" if torch.cuda.is_available() and
+    args.cuda else "cpu"`) keeps its other conditions: `porter_runtime.device_str()
+    if porter_runtime.is_accelerator_available() and args.cuda else "cpu"`. A
     choice that already picks "mps" is right on a Mac and is left alone (PT202
     does not report it either). The result keeps the original's type: a string
     stays a string.
@@ -164,6 +198,8 @@ class CudaAvailableDevice(Rule):
     runtime returns exactly that device, `device_str()` is `"cuda"`, and an index
     (`"cuda:1"`) is kept. Without CUDA the original picked the fallback; the runtime
     picks MPS, then XPU, then CPU, or what `PORTER_DEVICE` names: the intended port.
+    With other conditions, `is_accelerator_available()` is True exactly where
+    `torch.cuda.is_available()` is on a CUDA machine, and is asked first, as before.
 
     Known limits:
     Only literal device strings are understood; `f"cuda:{rank}"` and conditions on a
@@ -182,6 +218,9 @@ class CudaAvailableDevice(Rule):
         "import torch\ndevice = 'cuda' if use_cuda else 'cpu'\n",
         "import torch\nif x.device.type == 'cuda':\n    y = 1\n",
         "import torch\nif torch.cuda.is_available():\n    device = 'cuda'  # fast\nelse:\n    device = 'cpu'\n",
+        # "or" means something else: CUDA is not required for the CUDA arm
+        "import torch\ndevice = 'cuda' if torch.cuda.is_available() or args.force else 'cpu'\n",
+        "import torch\ndevice = 'cuda' if args.cuda and not torch.cuda.is_available() else 'cpu'\n",
         # already picks MPS on a Mac: right as written
         dedent("""\
             import torch
@@ -217,6 +256,31 @@ class CudaAvailableDevice(Rule):
             "elif args.xpu:\n    args.device = 'xpu'\nelse:\n    args.device = 'cpu'\nrun(args)\n",
             "import porter_runtime\n\n# pick the device\nargs.device = porter_runtime.device_str()\nrun(args)\n",
         ),
+        Example(  # cleanrl's scripts: the user's --cuda flag stays in charge
+            dedent("""\
+                import torch
+
+                device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+                """),
+            dedent("""\
+                import porter_runtime
+                import torch
+
+                device = torch.device(porter_runtime.device_str() if porter_runtime.is_accelerator_available() and args.cuda else "cpu")
+                """),
+        ),
+        Example(
+            dedent("""\
+                from torch.cuda import is_available
+
+                dev = "cuda:0" if use_gpu and is_available() and not cfg.cpu else "cpu"
+                """),
+            dedent("""\
+                import porter_runtime
+
+                dev = porter_runtime.device_str(0) if use_gpu and porter_runtime.is_accelerator_available() and not cfg.cpu else "cpu"
+                """),
+        ),
         Example(
             "import torch\nd = 'cpu' if not torch.cuda.is_available() else 'cuda'\n",
             "import porter_runtime\nimport torch\nd = porter_runtime.device_str()\n",
@@ -234,7 +298,7 @@ class CudaAvailableDevice(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         inner = _torch_device_arg(self, node)
-        if isinstance(inner, cst.IfExp):
+        if isinstance(inner, cst.IfExp) and gated_choice(self, inner) is None:
             self._inside_device_call.add(inner)  # the whole torch.device(...) is replaced
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
@@ -252,9 +316,22 @@ class CudaAvailableDevice(Rule):
             return updated
         choice = ternary_choice(self, original)
         if choice is None:
-            return updated
+            return self._gated(original, updated)
         new = self._value(choice).with_changes(lpar=updated.lpar, rpar=updated.rpar)
         return self.rewrite(original, new, "the CUDA-or-CPU choice now resolves to the best device here")
+
+    def _gated(self, original: cst.IfExp, updated: cst.IfExp) -> cst.BaseExpression:
+        """The choice keeps its other conditions (``and args.cuda``): only the test of
+        CUDA and the CUDA device become the runtime's."""
+        found = gated_choice(self, original)
+        if found is None:
+            return updated
+        choice, index = found
+        test = _with_conjunct(updated.test, index, self.runtime_call("is_accelerator_available"))
+        new = updated.with_changes(body=self._value(choice).with_changes(lpar=updated.body.lpar,
+                                                                         rpar=updated.body.rpar), test=test)
+        return self.rewrite(original, new, "the accelerator choice now takes the best device here, "
+                                           "under the same other conditions")
 
     def leave_If(self, original: cst.If, updated: cst.If) -> Union[cst.BaseStatement, cst.RemovalSentinel]:
         found = statement_choice(self, original)
@@ -621,8 +698,8 @@ class CudaAvailableGuard(Rule):
         return self._guard(original, updated, original.body, updated.body)
 
     def leave_IfExp(self, original: cst.IfExp, updated: cst.IfExp) -> cst.IfExp:
-        if ternary_choice(self, original) is not None:
-            return updated
+        if ternary_choice(self, original) is not None or gated_choice(self, original) is not None:
+            return updated  # PT201's
         return self._guard(original, updated, original.body, updated.body)
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
