@@ -1,5 +1,6 @@
 """Reading ``torch.cuda.is_available()`` checks: which way a test points, and a
-requirement (an ``assert`` or an ``if not ...:`` that reports and stops the program).
+requirement (an ``assert``, an ``if not ...:`` or the ``else`` of an ``if ...:`` that
+reports and stops the program).
 
 Shared by the availability rules (PT2xx), which leave a requirement to PT903, and by
 PT903, which ports it, so both read the same checks.
@@ -79,7 +80,20 @@ def requirement(rule: Rule, node: Union[cst.Assert, cst.If]) -> Optional[tuple[O
         return (_literal(node.msg),) if availability_test(rule, node.test) is True else None
     if availability_test(rule, node.test) is not False or node.orelse is not None:
         return None
-    body = node.body
+    return _reports_then_stops(rule, node.body)
+
+
+def else_requirement(rule: Rule, node: cst.If) -> Optional[tuple[Optional[cst.BaseExpression]]]:
+    """(message or None,) for ``if torch.cuda.is_available(): ... else: <report and stop>``:
+    the ``else`` only requires CUDA (dino's ``elif torch.cuda.is_available(): <one-GPU
+    setup> else: print("Does not support training without GPU."); sys.exit(1)``)."""
+    if availability_test(rule, node.test) is not True or not isinstance(node.orelse, cst.Else):
+        return None
+    return _reports_then_stops(rule, node.orelse.body)
+
+
+def _reports_then_stops(rule: Rule, body: cst.BaseSuite) -> Optional[tuple[Optional[cst.BaseExpression]]]:
+    """(message or None,) when ``body`` only reports and then stops the program."""
     if not isinstance(body, cst.IndentedBlock) or body.header.comment is not None or any(l.comment for l in body.footer):
         return None
     small = []

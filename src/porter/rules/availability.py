@@ -9,7 +9,7 @@ from typing import Optional, Union
 import libcst as cst
 
 from porter import dist_guard
-from porter.availability_checks import IS_AVAILABLE, availability_test, requirement
+from porter.availability_checks import IS_AVAILABLE, availability_test, else_requirement, requirement
 from porter.cuda_packages import is_cuda_only_module
 from porter.rule import Example, Needs, RUNTIME, Rule, Safety, cuda_spec, string_value
 from porter.syntax import block_statements, index_args, small_statements
@@ -518,7 +518,9 @@ class CudaAvailableGuard(Rule):
     (`torch.backends.cuda.*`, `torch.backends.cudnn.*`: harmless elsewhere) don't
     count as needing CUDA. A guard that is already right on every device is left
     alone with no finding: its CUDA side only sets CUDA backend flags or picks
-    "nccl", its other side (if any) only picks "gloo". Every
+    "nccl", its other side (if any) only picks "gloo". An `elif
+    torch.cuda.is_available():` whose `else` only reports and stops (`print(...)`;
+    `sys.exit(1)`) becomes that `else`, led by `porter_runtime.require_device(msg)`. Every
     other use (`use_cuda = torch.cuda.is_available()`, `assert`, `not ...`, a guard
     around CUDA-only code) is reported with a suggestion, except where the answer is
     only printed (`print(...)`, an f-string) and where it is a requirement
@@ -532,7 +534,9 @@ class CudaAvailableGuard(Rule):
     Safe. With CUDA both calls are True, so the same branch runs. Without CUDA the
     runtime says whether MPS or XPU is there (never a faked `is_available()`), and
     the guarded code, being free of CUDA-only calls, runs there. `PORTER_DEVICE=cpu`
-    makes it False.
+    makes it False. A required `elif`: on CUDA the same setup runs (the `else` never
+    did) and `require_device` does nothing; elsewhere the setup runs on the resolved
+    device instead of the program stopping.
 
     Known limits:
     The guarded code's callees are not followed: a guarded call of a local function
@@ -613,6 +617,50 @@ class CudaAvailableGuard(Rule):
         Example("import torch\nuse_cuda = not args.no_cuda and torch.cuda.is_available()\n"),
         Example("import torch\nif torch.cuda.is_available():\n    model = apex.amp.initialize(model)\n    x = x.cuda()\n"),
         Example("import torch\nif not torch.cuda.is_available():\n    args.amp = False\n"),
+        Example(  # dino's init_distributed_mode: the one-process setup needs no CUDA, the else only refuses
+            dedent("""\
+                import os
+                import sys
+                import torch
+
+                def init_distributed_mode(args):
+                    if "RANK" in os.environ:
+                        args.rank = int(os.environ["RANK"])
+                    elif torch.cuda.is_available():
+                        print("Will run the code on one GPU.")
+                        args.rank, args.gpu, args.world_size = 0, 0, 1
+                    else:
+                        print("Does not support training without GPU.")
+                        sys.exit(1)
+                """),
+            dedent("""\
+                import porter_runtime
+                import os
+                import torch
+
+                def init_distributed_mode(args):
+                    if "RANK" in os.environ:
+                        args.rank = int(os.environ["RANK"])
+                    else:
+                        porter_runtime.require_device("Does not support training without GPU.")
+                        print("Will run the code on one GPU.")
+                        args.rank, args.gpu, args.world_size = 0, 0, 1
+                """),
+        ),
+        Example(  # the setup itself still needs CUDA: reported, not rewritten
+            dedent("""\
+                from torch.cuda import is_available
+
+                if args.resume:
+                    load(args.resume)
+                elif is_available():
+                    import apex
+                    apex.amp.register_half_function(torch, "einsum")
+                else:
+                    raise SystemExit("needs a GPU")
+                """),
+            line=5, message="still needs CUDA",
+        ),
         Example(  # porter's own rewrite inside the guard does not hold it back
             dedent("""\
                 import porter_runtime
@@ -657,8 +705,11 @@ class CudaAvailableGuard(Rule):
         super().__init__(ctx)
         self._handled: set[cst.Call] = set()  # calls decided at their if/ternary
         self._dist_guards: Optional[set[int]] = None
+        self._elifs: set[int] = set()  # ids of the `elif` branches seen
 
     def visit_If(self, node: cst.If) -> None:
+        if isinstance(node.orelse, cst.If):
+            self._elifs.add(id(node.orelse))
         self._handled.update(self._calls(node.test))  # decided in leave_If (or by PT201)
         if self._skips_distributed(node):  # PT304's, also once ported
             self._handled.update(dist_guard.negated_availability(self, n) or n.left.expression
@@ -692,10 +743,24 @@ class CudaAvailableGuard(Rule):
         if string_value(node.key) == "pin_memory":
             self._handled.update(self._calls(node.value))  # PT401
 
-    def leave_If(self, original: cst.If, updated: cst.If) -> cst.If:
+    def leave_If(self, original: cst.If, updated: cst.If) -> Union[cst.If, cst.Else]:
         if statement_choice(self, original) is not None:
             return updated
+        found = else_requirement(self, original) if id(original) in self._elifs else None
+        if found is not None and cuda_residue(self, original.body, updated.body) is None:
+            return self._required(original, updated, found[0])
         return self._guard(original, updated, original.body, updated.body)
+
+    def _required(self, original: cst.If, updated: cst.If, message) -> Union[cst.If, cst.Else]:
+        """``elif torch.cuda.is_available(): <setup> else: <report and stop>`` becomes
+        ``else: porter_runtime.require_device(message); <setup>``: the setup ran wherever
+        CUDA was, and now runs on the device the runtime resolves."""
+        call = self.runtime_call("require_device", *([message] if message is not None else []))
+        body = updated.body.with_changes(body=[cst.SimpleStatementLine([cst.Expr(call)]), *updated.body.body])
+        new = cst.Else(body=body, leading_lines=original.leading_lines)
+        return self.rewrite(original, new, "the CUDA requirement of its `else` is now met by the device the "
+                                           "runtime resolves (MPS, XPU or CPU off CUDA), where the setup it "
+                                           "guarded runs")
 
     def leave_IfExp(self, original: cst.IfExp, updated: cst.IfExp) -> cst.IfExp:
         if ternary_choice(self, original) is not None or gated_choice(self, original) is not None:
