@@ -204,3 +204,51 @@ def test_a_package_copy_is_the_runtime_for_a_second_run(tmp_path):
     assert "from mypkg import porter_runtime\n" in ported and "barrier_device_ids([rank])" in ported
     again = run_porter("migrate", root, "--diff", "-q", "--no-progress")
     assert again.returncode == 0 and again.stdout == b"", again.stdout.decode()
+
+
+def _tree(root: Path, files: dict) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def _runs(repo: Path, *argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *argv], cwd=repo, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": ""})
+
+
+SAMPLER = "import torch\n\n\ndef noise(n):\n    return torch.randn(n).cuda()\n"
+
+
+def test_a_package_inside_namespace_folders_imports_the_runtime_by_its_full_name(tmp_path):
+    """latent-diffusion's layout: ``ldm/`` and ``ldm/models/`` have no ``__init__.py``, the
+    package ``ldm/models/diffusion/`` is imported as ``ldm.models.diffusion``. The port
+    once wrote ``from diffusion import porter_runtime``: broken on every machine."""
+    repo = _tree(tmp_path / "repo", {
+        "requirements.txt": "torch\n",
+        "ldm/models/diffusion/__init__.py": "",
+        "ldm/models/diffusion/ddim.py": SAMPLER,
+        "scripts/sample.py": "import os, sys\nsys.path.append(os.getcwd())\n"
+                             "from ldm.models.diffusion.ddim import noise\n\nprint(noise(3).shape)\n",
+    })
+    assert run_porter("migrate", repo, "--write", "-q").returncode == 0
+    assert "from ldm.models.diffusion import porter_runtime\n" in (repo / "ldm/models/diffusion/ddim.py").read_text()
+    proc = _runs(repo, "scripts/sample.py")
+    assert proc.returncode == 0 and "torch.Size([3])" in proc.stdout, proc.stderr
+    assert run_porter("migrate", repo, "--diff", "-q").stdout == b""
+
+
+def test_a_package_only_imported_by_its_own_name_keeps_it(tmp_path):
+    """detr's ``d2/detr/``: ``d2/`` has no ``__init__.py`` and its scripts import ``detr``
+    (``python d2/train_net.py`` puts ``d2/`` first on sys.path): ``from detr import ...``."""
+    repo = _tree(tmp_path / "repo", {
+        "requirements.txt": "torch\n",
+        "d2/detr/__init__.py": "",
+        "d2/detr/model.py": SAMPLER,
+        "d2/train_net.py": "from detr.model import noise\n\nprint(noise(2).shape)\n",
+    })
+    assert run_porter("migrate", repo, "--write", "-q").returncode == 0
+    assert "from detr import porter_runtime\n" in (repo / "d2/detr/model.py").read_text()
+    proc = _runs(repo, "d2/train_net.py")
+    assert proc.returncode == 0 and "torch.Size([2])" in proc.stdout, proc.stderr

@@ -7,6 +7,9 @@ the runtime"):
 - a module of a package, in a repository that builds (pyproject.toml, setup.py or
   setup.cfg) or under ``src/``: a copy inside its top-level package, like pip's own
   ``_vendor`` (``from mypkg import porter_runtime``), shipped by the package's build;
+- a package inside folders without ``__init__.py`` that the tree imports by its full
+  name (``ldm.models.diffusion``): a copy inside it, ``from ldm.models.diffusion import
+  porter_runtime``;
 - a script or notebook that imports such a package: the same copy, through the package;
 - a script or notebook in a subfolder that imports nothing of the repository: a copy
   beside it (Python puts the script's own folder first on ``sys.path``);
@@ -21,6 +24,7 @@ same name that it did not create.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
@@ -112,6 +116,9 @@ class Layout:
             return self.fixed, ""
         file = file.absolute()
         top = _top_package(file)
+        nested = _namespace_name(top, self.root) if top is not None else None
+        if nested is not None:
+            return Home(top / RUNTIME, nested), ""
         if top is not None and (self.installable or top.parent != self.root):
             return Home(top / RUNTIME, top.name), ""
         if top is not None:
@@ -187,6 +194,56 @@ def _top_package(file: Path) -> Optional[Path]:
         top = folder
         folder = folder.parent
     return top
+
+
+def _namespace_name(top: Path, root: Path) -> Optional[str]:
+    """The import name of a package that sits in folders without ``__init__.py`` (PEP 420
+    namespace packages: ``ldm/models/diffusion/`` is ``ldm.models.diffusion``), reached
+    from the root or ``src/``; None for a package at the top, or when a build script maps
+    package folders itself (``package_dir``, ``where``), which then decides the name."""
+    for base in (root / "src", root):
+        try:
+            parts = top.relative_to(base).parts
+        except ValueError:
+            continue
+        if len(parts) < 2:
+            return None
+        dotted = ".".join(parts)
+        if not all(part.isidentifier() for part in parts) or _maps_packages(root):
+            return None
+        return dotted if _imported_as(root, dotted) else None
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def _imported_as(root: Path, dotted: str) -> bool:
+    """Whether some Python file of the tree imports ``dotted`` (or a module in it) by
+    that full name: the repository puts the namespace's base on sys.path. A package only
+    ever imported by its own name (``d2/detr`` as ``detr``, from scripts in ``d2/``)
+    keeps that name."""
+    pattern = re.compile(rb"^\s*(?:from|import)\s+" + re.escape(dotted.encode()) + rb"\b", re.M)
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("__pycache__", RUNTIME, "node_modules")]
+        for name in files:
+            if name.endswith(".py"):
+                try:
+                    with open(os.path.join(folder, name), "rb") as handle:
+                        if pattern.search(handle.read(1 << 20)):
+                            return True
+                except OSError:
+                    continue
+    return False
+
+
+def _maps_packages(root: Path) -> bool:
+    for name in ("setup.py", "setup.cfg", "pyproject.toml"):
+        try:
+            text = (root / name).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if re.search(r"package[_-]dir|\bwhere\s*=", text):
+            return True
+    return False
 
 
 def _package_name(folder: Path) -> Optional[str]:
