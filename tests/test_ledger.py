@@ -148,6 +148,11 @@ def test_a_local_module_shadows_the_table(tmp_path):
     ("m = DDP(model, device_ids=None)\n", "inert", "None"),
     ("m = DDP(model, device_ids=ids)\n", "unaccounted", "device_ids"),
     ("import porter_runtime\nm = DDP(model, device_ids=porter_runtime.ddp_device_ids(r))\n", "inert", "porter_runtime"),
+    # porter's own output through a package's copy: a second pass finds nothing new (improved-diffusion)
+    ("from pkg import porter_runtime\nm = DDP(model, device_ids=porter_runtime.ddp_device_ids(r))\n", "inert",
+     "porter_runtime"),
+    ("from . import porter_runtime\nd = porter_runtime.device(f'cuda:{r % 8}')\n", "inert",
+     "porter_runtime.device"),
 ])
 def test_states(tmp_path, code, state, detail):
     """The ledger's own judgement: no rule runs."""

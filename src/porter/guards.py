@@ -76,9 +76,11 @@ class Names:
                     else:
                         root = alias.name.split(".")[0]
                         found.setdefault(root, set()).add(root)
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            elif isinstance(node, ast.ImportFrom):
                 for alias in node.names:
-                    if alias.name != "*":
+                    if alias.name == "porter_runtime":  # a vendored copy (`from mypkg import porter_runtime`)
+                        found.setdefault(alias.asname or alias.name, set()).add("porter_runtime")
+                    elif alias.name != "*" and node.module and not node.level:
                         found.setdefault(alias.asname or alias.name, set()).add(f"{node.module}.{alias.name}")
         self.imported = {name: next(iter(v)) for name, v in found.items() if len(v) == 1}
 
