@@ -191,22 +191,14 @@ def extract_present_blobs(repo: Path, commit: str, target: Path) -> None:
 # --------------------------------------------------------------------------- environments
 
 def torch_family() -> tuple[list[Path], list[str]]:
-    """This interpreter's torch install (its top-level folders) and its requirements, pinned."""
+    """This interpreter's torch install (its top-level folders) and its requirements, as
+    torch states them (ranges: a recipe's pins may need another fsspec than ours)."""
     dist = importlib.metadata.distribution("torch")
     site = Path(dist.locate_file(""))
     tops = {Path(str(f)).parts[0] for f in dist.files or ()}
     paths = [site / top for top in sorted(tops) if (site / top).exists() and not top.endswith(".pth")
              and top not in ("..", "bin")]
-    pins = []
-    for requirement in dist.requires or ():
-        if "extra ==" in requirement:
-            continue
-        name = re.split(r"[ ;<>=!~\[]", requirement, 1)[0]
-        try:
-            pins.append(f"{name}=={importlib.metadata.version(name)}")
-        except importlib.metadata.PackageNotFoundError:
-            pass
-    return paths, pins
+    return paths, [r for r in dist.requires or () if "extra ==" not in r]
 
 
 def environment(entry: Entry) -> Path:
@@ -317,6 +309,8 @@ class Row:
     verify_cuda_named: int = 0
     verify_other: int = 0
     verify_failures: list = field(default_factory=list)
+    #: modules that import unported (CUDA hidden) and fail once ported: the port broke them
+    verify_regressions: list = field(default_factory=list)
     recipe: Optional[str] = None     # "pass" | "fail" | None (no recipe)
     recipe_failure: str = ""
     recipe_original: Optional[str] = None
@@ -422,19 +416,30 @@ def _take(keys: list, key) -> bool:
     return False
 
 
-def measure_verify(entry: Entry, port: Path, venv: Path, scratch: Path, row: Row) -> None:
+def verify_json(tree: Path, venv: Path) -> Optional[dict]:
     proc = porter("verify", ".", "--format", "json", "-j", "2", "--timeout", "60",
-                  "--python", str(venv / "bin" / "python"), cwd=port, timeout=1800)
+                  "--python", str(venv / "bin" / "python"), cwd=tree, timeout=1800)
     try:
-        data = json.loads(proc.stdout)
+        return json.loads(proc.stdout)
     except json.JSONDecodeError:
-        row.verify_failures.append(f"verify did not answer (exit {proc.returncode}): {tail(proc.stderr, 3)}")
+        return {"error": f"verify did not answer (exit {proc.returncode}): {tail(proc.stderr, 3)}"}
+
+
+def measure_verify(entry: Entry, original: Path, port: Path, venv: Path, scratch: Path, row: Row) -> None:
+    data, before = verify_json(port, venv), verify_json(original, venv)
+    if "error" in data:
+        row.verify_failures.append(data["error"])
         return
-    (scratch / "verify.json").write_text(proc.stdout)
+    (scratch / "verify.json").write_text(json.dumps(data))
+    imported_before = {m["path"] for m in before.get("modules", ()) if m.get("status") == "ok"}
     for module in data.get("modules", ()):
         if module.get("status") == "ok":
             row.verify_ok += 1
             continue
+        if module["path"] in imported_before:  # the port broke what imported unported
+            where = module.get("location") or {}
+            row.verify_regressions.append(f"{module['path']}: {where.get('path', '?')}:{where.get('line', '?')}: "
+                                          f"{module.get('error', '')[:160]}")
         cause = verify_cause(module)
         named = bool((module.get("mapping") or {}).get("named"))
         if cause == "cuda" and not named:
@@ -539,7 +544,7 @@ def last_error(output: str, tree: Path) -> str:
 def run_one(entry: Entry, args) -> Row:
     row = Row(name=entry.name, tags=entry.tags, agnostic=entry.agnostic, recipe_issue=entry.recipe_issue)
     started = time.perf_counter()
-    scratch = cache_dir() / "work" / entry.name
+    scratch = (args.work or cache_dir() / "work") / entry.name
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
     try:
@@ -552,7 +557,7 @@ def run_one(entry: Entry, args) -> Row:
         measure_port(entry, original, port, scratch, row)
         venv = environment(entry)
         if not args.no_verify:
-            measure_verify(entry, port, venv, scratch, row)
+            measure_verify(entry, original, port, venv, scratch, row)
         if entry.recipe and not args.no_recipes:
             row.recipe, row.recipe_failure = run_recipe(entry, port, venv, scratch / "recipe-port.log")
             if not args.no_baseline:
@@ -579,6 +584,7 @@ def totals(rows: list[Row]) -> dict:
         "recipes_passing": sum(r.recipe == "pass" for r in with_recipe),
         "recipes_failing_unported": sum(r.recipe_original == "fail" for r in with_recipe),
         "verify_cuda_not_named": sum(r.verify_cuda_not_named for r in rows),
+        "verify_regressions": sum(len(r.verify_regressions) for r in rows),
         "needs_human": sum(r.needs_human for r in rows),
         "labelled_false": sum(r.labelled_false for r in rows),
         "unlabelled": sum(r.unlabelled for r in rows),
@@ -592,7 +598,8 @@ def totals(rows: list[Row]) -> dict:
 
 def markdown(rows: list[Row], when: str) -> str:
     head = ("| repository | tags | changed (files / lines) | vendored (copies / lines) | needs a human "
-            "(labelled false) | verify ok / CUDA NOT NAMED / other | recipe: original → port | check clean | "
+            "(labelled false) | verify ok / CUDA NOT NAMED / other / broken by the port | recipe: original → port | "
+            "check clean | "
             "idempotent | ruff F before → after | migrate s |")
     lines = [f"Gauntlet run of {when}.", "", head, "|" + "---|" * 11]
     for r in rows:
@@ -607,12 +614,13 @@ def markdown(rows: list[Row], when: str) -> str:
             f"| {r.name}{' (agnostic)' if r.agnostic else ''} | {', '.join(r.tags[:3])} | {r.files_changed} / "
             f"{r.lines_changed} | {r.runtime_copies} / {r.vendored_lines} | {r.needs_human} ({r.labelled_false}"
             f"{f', {r.unlabelled} unlabelled' if r.unlabelled else ''}) | {r.verify_ok} / {r.verify_cuda_not_named}"
-            f" / {r.verify_other} | {recipe} | {'yes' if r.check_clean else 'no'} | "
+            f" / {r.verify_other} / {len(r.verify_regressions)} | {recipe} | {'yes' if r.check_clean else 'no'} | "
             f"{'yes' if r.idempotent else 'no'} | {r.ruff_before} → {r.ruff_after} | {r.migrate_seconds} |")
     t = totals(rows)
     lines += ["", f"Totals: recipes passing unedited **{t['recipes_passing']} of {t['recipes']}** "
               f"({t['recipes_failing_unported']} of them fail unported); verify failures with a CUDA cause "
-              f"porter did not name: **{t['verify_cuda_not_named']}**; needs-a-human findings "
+              f"porter did not name: **{t['verify_cuda_not_named']}**; modules the port broke (they import "
+              f"unported, with CUDA hidden, and fail ported): **{t['verify_regressions']}**; needs-a-human findings "
               f"{t['needs_human']}, labelled false **{t['labelled_false']}** ({t['unlabelled']} unlabelled); "
               f"`--check` clean after `--write` {t['check_clean']} of {t['repositories'] - t['errors']}; "
               f"idempotent {t['idempotent']}; new ruff F errors {t['ruff_f_new']}; median vendored lines "
@@ -629,7 +637,7 @@ def text_row(r: Row) -> str:
     return (f"{r.name}: changed {r.files_changed} files / {r.lines_changed} lines; vendored {r.runtime_copies} / "
             f"{r.vendored_lines} lines; needs human {r.needs_human} (false {r.labelled_false}, unlabelled "
             f"{r.unlabelled}); verify {r.verify_ok} ok / {r.verify_cuda_not_named} CUDA NOT NAMED / "
-            f"{r.verify_other} other; {recipe}; check clean {r.check_clean}; idempotent {r.idempotent}; "
+            f"{r.verify_other} other, {len(r.verify_regressions)} broken by the port; {recipe}; check clean {r.check_clean}; idempotent {r.idempotent}; "
             f"ruff F {r.ruff_before} -> {r.ruff_after}; migrate {r.migrate_seconds} s; total {r.seconds} s")
 
 
@@ -647,7 +655,8 @@ def main(argv=None) -> int:
     parser.add_argument("--env", metavar="NAME", help="make (or reuse) NAME's environment and print its path")
     parser.add_argument("--mirror", type=Path, default=Path(os.environ.get("PORTER_GAUNTLET_MIRROR", "/work/.mirror")))
     parser.add_argument("--clone", action="store_true", help="clone a repository missing from --mirror from GitHub")
-    parser.add_argument("--keep", action="store_true", help="keep the scratch trees (cache/work/NAME/{orig,port})")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch trees (WORK/NAME/{orig,port})")
+    parser.add_argument("--work", type=Path, help="scratch folder (default: the cache's work/)")
     parser.add_argument("--no-verify", action="store_true")
     parser.add_argument("--no-recipes", action="store_true")
     parser.add_argument("--no-baseline", action="store_true", help="don't run recipes on the unported tree")

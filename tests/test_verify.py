@@ -416,3 +416,19 @@ def test_a_tree_whose_root_is_a_package_is_imported_from_its_parent(tmp_path):
     modules, _ = plan(root, sorted(root.rglob("*.py")))
     assert {m.rel: (m.name, m.root) for m in modules} == {
         "__init__.py": ("mypkg", tmp_path), "a.py": ("mypkg.a", tmp_path), "b.py": ("mypkg.b", tmp_path)}
+
+
+def test_a_relative_python_is_taken_from_where_porter_runs(tmp_path):
+    """Found by the gauntlet: `--python venv/bin/python` failed with "No such file or
+    directory", since the children start in the tree, not where the path was given."""
+    import subprocess
+    import sys
+
+    tree = write_tree(tmp_path / "repo", {"m.py": "import torch\n"})
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    (tmp_path / "bin" / "python").chmod(0o755)
+    proc = subprocess.run([sys.executable, "-m", "porter", "verify", str(tree), "--python", "bin/python",
+                           "--format", "json", "-j", "1"], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["summary"]["ok"] == 1

@@ -489,7 +489,7 @@ def verify(path, command, timeout, run_timeout, jobs, include_tests, exclude, al
     if shutil.which(python) is None:
         console.print(f"porter: error: --python {python}: not found", markup=False, soft_wrap=True)
         sys.exit(2)
-    python = shutil.which(python)
+    python = os.path.abspath(shutil.which(python))  # a relative --python names a file from here, not from the tree
     settings = _settings(root, config_file)
     # the analysis runs in this process, beside the import workers' threads (no fork)
     config = _run_config([path], root, settings, (), (), exclude, None, None, 1)
