@@ -153,6 +153,8 @@ def test_a_local_module_shadows_the_table(tmp_path):
      "porter_runtime"),
     ("from . import porter_runtime\nd = porter_runtime.device(f'cuda:{r % 8}')\n", "inert",
      "porter_runtime.device"),
+    ("import porter_runtime\nimport torch\nporter_runtime.set_default_tensor_type(torch.cuda.HalfTensor)\n", "inert",
+     "handed to `porter_runtime.set_default_tensor_type`"),  # llama's generation.py, second pass
 ])
 def test_states(tmp_path, code, state, detail):
     """The ledger's own judgement: no rule runs."""

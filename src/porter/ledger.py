@@ -372,6 +372,10 @@ class _Scanner:
         elif not called and isinstance(parent, ast.Dict) and node in parent.values and any(
                 isinstance(k, ast.Constant) and isinstance(k.value, str) for k in parent.keys):
             inert = "a value in a table keyed by name (called where that name applies)"
+        elif not called and isinstance(parent, ast.Call) and node in parent.args and (
+                self.names.qualname(parent.func) or "").startswith("porter_runtime."):
+            # porter's own rewrite: porter_runtime.set_default_tensor_type(torch.cuda.HalfTensor)
+            inert = f"handed to `{self.names.qualname(parent.func)}`, which maps it off CUDA"
         what = what.rstrip(".")
         self._add(node, "torch.cuda", what, why, inert)
 
