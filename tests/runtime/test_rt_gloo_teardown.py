@@ -78,3 +78,36 @@ def test_ddp_job_on_gloo_exits_after_destroy_process_group(tmp_path):
     returncode, out, err = launch(script, "runtime")
     assert returncode == 0, err[-3000:]
     assert out.count("exited") == 2, out
+
+
+
+LEFT_OPEN = textwrap.dedent('''
+    import atexit
+
+    import torch
+    import torch.distributed as dist
+
+    import porter_runtime
+
+    # registered first, so it runs last: after the runtime's own exit handler
+    atexit.register(lambda: print("initialized at exit:", dist.is_initialized(), flush=True))
+    porter_runtime.init_process_group("nccl")  # as written for CUDA: never destroyed
+    x = torch.ones(4)
+    dist.all_reduce(x)
+    print("sum", int(x[0]), flush=True)
+''')
+
+
+@pytest.mark.slow
+def test_a_gloo_group_the_program_never_destroys_is_destroyed_at_exit(tmp_path):
+    """llama's example scripts never call destroy_process_group (NCCL only warns); on Gloo
+    the group was then left to C++ static destructors after the interpreter was gone, and
+    the exit aborted ("terminate called without an active exception") in about a third of
+    the runs under load. The runtime destroys the group it made at exit, while Python is
+    still whole."""
+    script = tmp_path / "left_open.py"
+    script.write_text(LEFT_OPEN)
+    for _ in range(3):
+        returncode, out, err = launch(script, "unused")
+        assert returncode == 0 and "terminate called" not in err, err[-3000:]
+        assert out.count("initialized at exit: False") == 2, out
