@@ -248,9 +248,11 @@ def disable_cuda_built_torchvision(python: Path, site: Path) -> None:
 
 # --------------------------------------------------------------------------- processes
 
-def run(argv, cwd=None, env=None, timeout=600.0, check=True, shell=False) -> subprocess.CompletedProcess:
-    """A child process in its own session, killed with its children at the time limit."""
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+def run(argv, cwd=None, env=None, timeout=600.0, check=True, shell=False, merged=False) -> subprocess.CompletedProcess:
+    """A child process in its own session, killed with its children at the time limit;
+    ``merged``: stderr goes into stdout, in the order the child wrote them."""
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT if merged else subprocess.PIPE, text=True,
                             errors="replace", start_new_session=True, shell=shell,
                             executable="/bin/bash" if shell else None)
     try:
@@ -258,8 +260,8 @@ def run(argv, cwd=None, env=None, timeout=600.0, check=True, shell=False) -> sub
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
-        return subprocess.CompletedProcess(argv, 124, out, err + f"\n[gauntlet: timed out after {timeout:.0f} s]")
-    result = subprocess.CompletedProcess(argv, proc.returncode, out, err)
+        return subprocess.CompletedProcess(argv, 124, out, (err or "") + f"\n[gauntlet: timed out after {timeout:.0f} s]")
+    result = subprocess.CompletedProcess(argv, proc.returncode, out, err or "")
     if check and proc.returncode != 0:
         raise RuntimeError(f"{argv if not shell else argv[:80]} exited {proc.returncode}: {tail(out + err, 8)}")
     return result
@@ -484,7 +486,7 @@ def run_recipe(entry: Entry, tree: Path, venv: Path, log: Path) -> tuple[str, st
             command = step.command.replace("{tree}", str(tree))
             env = child_env(venv, {k: v.replace("{tree}", str(tree)) for k, v in step.env.items()})
             started = time.perf_counter()
-            proc = run(command, cwd=tree, env=env, timeout=step.timeout, check=False, shell=True)
+            proc = run(command, cwd=tree, env=env, timeout=step.timeout, check=False, shell=True, merged=True)
             out.write(f"$ {command}  (exit {proc.returncode}, {time.perf_counter() - started:.1f} s)\n"
                       f"{proc.stdout}{proc.stderr}\n")
             if proc.returncode != 0:
