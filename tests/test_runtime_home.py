@@ -252,3 +252,24 @@ def test_a_package_only_imported_by_its_own_name_keeps_it(tmp_path):
     assert "from detr import porter_runtime\n" in (repo / "d2/detr/model.py").read_text()
     proc = _runs(repo, "d2/train_net.py")
     assert proc.returncode == 0 and "torch.Size([2])" in proc.stdout, proc.stderr
+
+
+def test_the_runtime_import_comes_before_its_first_use_at_import_time(tmp_path):
+    """modded-nanogpt's train_gpt.py: module-level CUDA code between imports, then a
+    first-party import. The import went with the first-party group, after its first use:
+    NameError at import on every machine, CUDA included."""
+    repo = _tree(tmp_path / "repo", {
+        "requirements.txt": "torch\n",
+        "kernels_local.py": "SCALE = 2\n",
+        "train.py": (
+            "import os\nimport sys\n\nimport torch\n\n"
+            "torch.empty(1, device=f\"cuda:{os.environ.get('LOCAL_RANK', 0)}\", requires_grad=True).sum().backward()\n"
+            "import torch.nn.functional as F\n\nfrom kernels_local import SCALE\n\n\n"
+            "@torch.compile\ndef step(x):\n    return F.relu(x) * SCALE\n\n\nprint(step(torch.ones(2)).tolist())\n"
+        ),
+    })
+    assert run_porter("migrate", repo, "--write", "-q").returncode == 0
+    text = (repo / "train.py").read_text()
+    assert text.index("import porter_runtime\n") < text.index("porter_runtime.device(")
+    proc = _runs(repo, "train.py")
+    assert proc.returncode == 0 and "[2.0, 2.0]" in proc.stdout, proc.stderr

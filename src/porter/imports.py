@@ -182,10 +182,13 @@ def _blocks(body: list, start: int) -> list[tuple[int, int]]:
 
 
 def place_import(module: cst.Module, statement: str, package: str, first_party: frozenset) -> cst.Module:
-    """Insert ``statement`` where isort would put it in the file's import block."""
+    """Insert ``statement`` where isort would put it in the file's import block, and
+    always before the first top-level statement that uses the runtime as the module is
+    imported (a script's ``torch.empty(1, device=...)`` between its imports)."""
     body = list(module.body)
     start = _header_end(body)
-    blocks = _blocks(body, start)
+    first_use = next((k for k, stmt in enumerate(body) if k >= start and _uses_runtime_at_import(stmt)), len(body))
+    blocks = [(i, min(j, first_use)) for i, j in _blocks(body, start) if i < first_use]
     if not blocks:
         return _insert_alone(module, start, statement)
 
@@ -223,6 +226,31 @@ def place_import(module: cst.Module, statement: str, package: str, first_party: 
             body[at] = body[at].with_changes(leading_lines=[cst.EmptyLine(), *body[at].leading_lines])
     body.insert(at, new)
     return module.with_changes(body=body)
+
+
+class _ImportTimeUse(cst.CSTVisitor):
+    """Finds ``porter_runtime`` in what runs when a statement is executed at the top
+    level: everything but the bodies of functions (their decorators and defaults run)."""
+
+    def __init__(self) -> None:
+        self.found = False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.found = self.found or node.value == RUNTIME
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        for decorator in node.decorators:
+            decorator.visit(self)
+        node.params.visit(self)
+        return False
+
+
+def _uses_runtime_at_import(stmt: cst.CSTNode) -> bool:
+    if _is_import_line(stmt):
+        return False
+    finder = _ImportTimeUse()
+    stmt.visit(finder)
+    return finder.found
 
 
 def _insert_before(module, body, k, new, first_of_section: bool) -> cst.Module:
