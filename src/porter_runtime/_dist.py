@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from typing import Any, Optional, TypeVar
 
-from . import _device, _gloo_teardown
+from . import _device, _gloo_teardown, _log
 
 T = TypeVar("T")
 
@@ -41,8 +41,11 @@ def init_process_group(backend: Optional[str] = None, **kwargs: Any) -> None:
     """Twin of torch.distributed.init_process_group with the backend chosen per device.
 
     CUDA: forwarded unchanged (backend None stays None, as in the original).
-    MPS / CPU: backend from dist_backend(); an MPS multi-process launch raises.
-    A Gloo group is also held until the interpreter exits (_gloo_teardown says why).
+    MPS / CPU: backend from dist_backend(); an MPS multi-process launch raises;
+    ``device_id`` (which binds the group to a CUDA device, and which torch refuses for a
+    CPU device: "device_id parameter must be an accelerator with an index") is dropped,
+    with one info line. A Gloo group is also held until the interpreter exits
+    (_gloo_teardown says why).
     """
     import torch.distributed as dist  # deferred: importing it is not free
 
@@ -50,6 +53,11 @@ def init_process_group(backend: Optional[str] = None, **kwargs: Any) -> None:
         dist.init_process_group(backend=backend, **kwargs)
         return
     check_launch(_world_size(kwargs))
+    if kwargs.get("device_id") is not None:
+        _log.info_once("init_process_group.device_id",
+                       f"init_process_group: device_id={kwargs['device_id']} binds a group to a CUDA device; "
+                       "left out here")
+        kwargs = {k: v for k, v in kwargs.items() if k != "device_id"}
     chosen = dist_backend(backend)
     dist.init_process_group(backend=chosen, **kwargs)
     if chosen == "gloo":

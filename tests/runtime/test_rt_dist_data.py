@@ -57,6 +57,28 @@ def test_init_process_group_off_cuda_uses_gloo(simulate):
     assert recorder.calls == [((), {"backend": "gloo", "world_size": 2, "rank": 0})]
 
 
+def test_device_id_is_kept_on_cuda_and_left_out_elsewhere(simulate):
+    """modded-nanogpt: init_process_group(backend="cuda:nccl,cpu:gloo", device_id=device)
+    raised off CUDA ("device_id parameter must be an accelerator with an index")."""
+    machine = simulate("cuda")
+    recorder = machine.record(dist, "init_process_group")
+    porter_runtime.init_process_group("cuda:nccl,cpu:gloo", device_id=torch.device("cuda", 1))
+    machine = simulate("cpu")
+    recorder_cpu = machine.record(dist, "init_process_group")
+    porter_runtime.init_process_group("cuda:nccl,cpu:gloo", device_id=torch.device("cpu"), rank=0)
+    assert recorder.calls == [((), {"backend": "cuda:nccl,cpu:gloo", "device_id": torch.device("cuda", 1)})]
+    assert recorder_cpu.calls == [((), {"backend": "gloo", "rank": 0})]
+
+
+def test_real_gloo_group_with_a_cpu_device_id(tmp_path):
+    porter_runtime.init_process_group("nccl", init_method=f"file://{tmp_path}/store", world_size=1, rank=0,
+                                      device_id=torch.device("cpu"))
+    try:
+        assert dist.get_backend() == "gloo"
+    finally:
+        dist.destroy_process_group()
+
+
 def test_multi_process_mps_launch_is_a_clear_error(simulate, monkeypatch):
     machine = simulate("mps")
     recorder = machine.record(dist, "init_process_group")
