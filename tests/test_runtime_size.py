@@ -118,6 +118,9 @@ def test_a_name_whose_module_is_not_vendored_says_how_to_get_it(tmp_path):
     (b"from porter_runtime import device\n", None),
     (b"import porter_runtime as rt\n", None),
     (b"import porter_runtime\nf = getattr(porter_runtime, name)\n", None),
+    # a notebook: its code cells are read, not its JSON (DiT's run_DiT.ipynb)
+    (b'{"cells": [{"cell_type": "code", "source": ["import porter_runtime\\n", "x = porter_runtime.device()"]}]}',
+     {"device"}),
 ])
 def test_used_names_reads_what_porter_writes_and_gives_up_on_the_rest(source, names):
     found = used_names(source)

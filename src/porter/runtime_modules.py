@@ -15,6 +15,7 @@ would be an ``AttributeError`` at run time, and size is never worth that.
 from __future__ import annotations
 
 import ast
+import json
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -32,10 +33,23 @@ _CORE = ("__init__", "_peak")
 
 
 def used_names(source: bytes) -> Optional[frozenset[str]]:
-    """The runtime names ``source`` uses, or None when some use can't be read as text."""
+    """The runtime names ``source`` (Python, or a notebook's JSON) uses, or None when some
+    use can't be read as text."""
+    if source.lstrip()[:1] == b"{":
+        source = _notebook_code(source)
     names = frozenset(m.decode() for m in _ATTRIBUTE.findall(source))
     rest = _COMMENT.sub(b"", _IMPORT.sub(b"", _ATTRIBUTE.sub(b"", source)))
     return None if _WORD.search(rest) else names
+
+
+def _notebook_code(data: bytes) -> bytes:
+    """A notebook's code cells, one after another (the JSON itself if it is none)."""
+    try:
+        cells = json.loads(data).get("cells", [])
+        return "\n".join("".join(c.get("source", "")) if isinstance(c.get("source"), list) else c.get("source", "")
+                         for c in cells if c.get("cell_type") == "code").encode()
+    except (ValueError, AttributeError, TypeError):
+        return data
 
 
 def modules_for(names: Optional[Iterable[str]], source: Path) -> Optional[frozenset[str]]:
