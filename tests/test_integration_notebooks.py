@@ -143,3 +143,22 @@ def test_bad_notebook_is_reported_and_left_alone(tmp_path):
     assert "not a valid notebook" in errors["bad.ipynb"]
     assert errors["broken.ipynb"].startswith("cell 1: syntax error")
     assert broken.read_bytes() == data and bad.read_text() == '{"cells": ['
+
+
+def test_a_second_write_finds_the_package_copy_a_notebook_imports(tmp_path):
+    """minGPT: generate.ipynb got `from mingpt import porter_runtime`; a second --write read
+    the notebook's import as a bare one and vendored a second copy at the root."""
+    repo = tmp_path / "repo"
+    (repo / "mingpt").mkdir(parents=True)
+    (repo / "setup.py").write_text("from setuptools import setup\nsetup(name='mingpt', packages=['mingpt'])\n")
+    (repo / "mingpt" / "__init__.py").write_text("")
+    (repo / "mingpt" / "model.py").write_text("import torch\n\n\ndef gpt():\n    return torch.nn.Linear(2, 2)\n")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import torch\nfrom mingpt.model import gpt\nmodel = gpt().cuda()")]
+    nbformat.write(nb, str(repo / "generate.ipynb"))
+    assert run_porter("migrate", repo, "--write", "-q").returncode == 0
+    assert "from mingpt import porter_runtime" in (repo / "generate.ipynb").read_text()
+    assert (repo / "mingpt" / "porter_runtime").is_dir()
+    again = run_porter("migrate", repo, "--write")
+    assert again.returncode == 0 and b"vendored" not in again.stderr, again.stderr
+    assert not (repo / "porter_runtime").exists()

@@ -42,7 +42,7 @@ from porter.sources import describe_syntax_error
 #: after a comment (``x = 1  # why?``) or a string.
 _MAGIC = re.compile(r"^\s*(?:[%!]|[\w.,\[\] ]+=\s*[%!]|\?{1,2}[\w.]+\s*$|[\w.\[\]()]+\?{1,2}\s*$)")
 _TORCH_IMPORT = re.compile(r"^\s*(?:import\s+torch\b|from\s+torch\b)", re.M)
-_RUNTIME_IMPORT = re.compile(r"^\s*(?:import\s+porter_runtime\b|from\s+[\w.]+\s+import\s*(?:\([^)]*|[^#\n]*)\bporter_runtime\b)", re.M)
+_RUNTIME_IMPORT = re.compile(r"^\s*(?:import\s+porter_runtime\b|from\s+([\w.]+)\s+import\s*(?:\([^)]*|[^#\n]*)\bporter_runtime\b)", re.M)
 _MARK = "pass  # porter: the cell starts below"
 
 
@@ -206,8 +206,11 @@ def process_notebook(data: bytes, rel: str, options: Options, bootstrap=None) ->
         return FileResult(rel, "error", error=f"internal error: {type(exc).__name__}: {exc}")
     result = (FileResult(rel, "unchanged", findings=findings) if new == data
               else FileResult(rel, "changed", findings=findings, old=data, new=new))
-    result.uses_runtime = any(_RUNTIME_IMPORT.search(cell_text(c)) for c in load(new)[0]["cells"]
-                              if c.get("cell_type") == "code")  # the run vendors the runtime for it
+    found = next(filter(None, (_RUNTIME_IMPORT.search(cell_text(c)) for c in load(new)[0]["cells"]
+                               if c.get("cell_type") == "code")), None)
+    result.uses_runtime = found is not None  # the run vendors the runtime for it
+    # the copy an import it already has refers to (`from mingpt import porter_runtime`)
+    result.runtime_from = (found.group(1) or "") if found else ""
     if result.status == "changed":
         result.runtime_folder, result.runtime_package, result.runtime_note = runtime_home_fields(bootstrap, rel)
     return result
