@@ -153,3 +153,20 @@ def test_every_public_name_works_from_the_modules_porter_picks_for_it(tmp_path):
     script.write_text("\n".join(lines) + "\nprint('ok')\n")
     proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+def test_a_dry_run_shows_each_runtime_file_once(tmp_path):
+    """Two files needing different modules: --diff once showed the core twice (the second
+    file's modules were added to a copy that a dry run had not written), and git apply
+    refused the patch. The diff applied with git equals --write."""
+    repo = _repo(tmp_path, {"a.py": TRAIN, "b.py": "import torch\n\nnet = torch.compile(torch.nn.Linear(2, 2))\n"})
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    diff = run_porter("migrate", repo, "--diff", "-q").stdout
+    headers = [line for line in diff.splitlines() if line.startswith(b"diff --git")]
+    assert len(headers) == len(set(headers)) and b"+++ b/porter_runtime/_compile.py" in diff
+    applied = tmp_path / "applied"
+    subprocess.run(["cp", "-r", str(repo), str(applied)], check=True)
+    subprocess.run(["git", "apply"], cwd=applied, input=diff, check=True)
+    run_porter("migrate", repo, "--write", "-q")
+    for path in sorted(p for p in repo.rglob("*") if p.is_file() and ".git" not in p.parts):
+        assert (applied / path.relative_to(repo)).read_bytes() == path.read_bytes(), path

@@ -136,6 +136,9 @@ def run(
     homes: dict[Path, str] = {}
     #: each copy's folder -> the runtime modules vendored there so far (None: all of them)
     held: dict[Path, Optional[frozenset[str]]] = {}
+    #: each copy's folder -> the files this run already wrote or showed there (a dry run
+    #: writes nothing, so the folder on disk can't tell)
+    emitted: dict[Path, set[str]] = {}
     shipped: list[Home] = []  # copies inside packages, which the build must ship
     pyproject: list[bytes] = []  # pyproject.toml as a rule of this run left it
 
@@ -154,6 +157,12 @@ def run(
         notes: list[str] = []
         if not problem:
             changes, note = vendor_changes(home.folder, root, write=config.write, modules=modules)
+            if home.folder in emitted:  # a copy this run vendored: only the modules it lacks
+                changes = [c for c in changes if c.path not in emitted[home.folder]]
+                added = ", ".join(c.path.rsplit("/", 1)[-1] for c in changes)
+                note = f"{'added' if config.write else 'would add'} {added} to porter_runtime at " \
+                       f"{relative_posix(home.folder, root)}/" if changes else ""
+            emitted.setdefault(home.folder, set()).update(c.path for c in changes)
             notes += [note] if note else []
             if home.package and home.folder not in homes:
                 shipped.append(home)  # the build config is edited at the end (porter.runtime_home)
