@@ -116,6 +116,11 @@ def test_a_name_whose_module_is_not_vendored_says_how_to_get_it(tmp_path):
     (b"import porter_runtime\n# porter_runtime.attention is used below\nporter_runtime.bnb_optim.AdamW8bit\n",
      {"attention", "bnb_optim"}),  # a comment's name costs a module, never a missing one
     (b"from porter_runtime import device\n", None),
+    # merged into the package's own import list, as porter writes it (guided-diffusion)
+    (b"from guided_diffusion import dist_util, logger, porter_runtime\nporter_runtime.ddp_device_ids(0)\n",
+     {"ddp_device_ids"}),
+    (b"from pkg import (\n    logger,\n    porter_runtime,\n)\nporter_runtime.device()\n", {"device"}),
+    (b"from pkg import logger, porter_runtime as rt\n", None),
     (b"import porter_runtime as rt\n", None),
     (b"import porter_runtime\nf = getattr(porter_runtime, name)\n", None),
     # a notebook: its code cells are read, not its JSON (DiT's run_DiT.ipynb)

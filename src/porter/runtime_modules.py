@@ -23,8 +23,10 @@ from typing import Iterable, Optional
 
 #: ``porter_runtime.NAME`` (spaces allowed around the dot, as code formatters never add them).
 _ATTRIBUTE = re.compile(rb"\bporter_runtime\s*\.\s*([A-Za-z_]\w*)")
-#: The imports porter itself writes: ``import porter_runtime``, ``from pkg import porter_runtime``.
-_IMPORT = re.compile(rb"^[ \t]*(?:import porter_runtime|from [\w.]+ import porter_runtime)[ \t]*(?:#.*)?$", re.M)
+#: The imports porter itself writes: ``import porter_runtime``, ``from pkg import porter_runtime``,
+#: also merged into the package's own list (``from pkg import (dist_util, porter_runtime)``).
+_IMPORT = re.compile(rb"^[ \t]*(?:import porter_runtime[ \t]*(?:#[^\n]*)?$|from ([\w.]+) import[ \t]*"
+                     rb"(?:\([^)]*\)|[^\n]*))", re.M)
 _WORD = re.compile(rb"\bporter_runtime\b")
 _COMMENT = re.compile(rb"#[^\n]*")
 
@@ -38,8 +40,17 @@ def used_names(source: bytes) -> Optional[frozenset[str]]:
     if source.lstrip()[:1] == b"{":
         source = _notebook_code(source)
     names = frozenset(m.decode() for m in _ATTRIBUTE.findall(source))
-    rest = _COMMENT.sub(b"", _IMPORT.sub(b"", _ATTRIBUTE.sub(b"", source)))
+    rest = _COMMENT.sub(b"", _IMPORT.sub(_ours, _ATTRIBUTE.sub(b"", source)))
     return None if _WORD.search(rest) else names
+
+
+def _ours(match: re.Match) -> bytes:
+    """An import of a copy, as porter writes it, reads as nothing; any other import
+    (``from porter_runtime import device``, ``... porter_runtime as rt``) stays."""
+    module, text = match.group(1) or b"", match.group(0)
+    if module.split(b".")[0] == b"porter_runtime" or re.search(rb"\bporter_runtime\s+as\b", text):
+        return text
+    return b""
 
 
 def _notebook_code(data: bytes) -> bytes:
