@@ -63,9 +63,9 @@ REPOS = HERE / "gauntlet_repos"
 RUNTIME = "porter_runtime"
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 NAME = re.compile(r"^[a-z0-9_-]+$")
-ISSUES = {26: "never break CUDA", 27: "value flow", 28: "report", 29: "reliability", 30: "MPS"}
-# A failure off CUDA whose text points at CUDA (porter's own table decides package names).
-CUDA_TEXT = re.compile(r"cuda|nccl|nvidia|nvcc|cudnn|\bNCCL\b|triton|Torch not compiled with CUDA", re.I)
+# A failure off CUDA whose text points at CUDA (porter's own table decides package names); a
+# torch_extensions path is an extension build that needed nvcc and left no library.
+CUDA_TEXT = re.compile(r"cuda|nccl|nvidia|nvcc|cudnn|triton|torch_extensions|Torch not compiled with CUDA", re.I)
 QUIET_ENV = {
     "CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1",
     "MPLBACKEND": "Agg", "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
@@ -606,12 +606,12 @@ def markdown(rows: list[Row], when: str) -> str:
     lines = [f"Gauntlet run of {when}.", "", head, "|" + "---|" * 11]
     for r in rows:
         if r.error:
-            lines.append(f"| {r.name} | {', '.join(r.tags[:3])} | error: {r.error[:120]} |" + " |" * 8)
+            lines.append(f"| {r.name} | {', '.join(r.tags[:3])} | error: {_cell(r.error[:120])} |" + " |" * 8)
             continue
         recipe = "—" if r.recipe is None else f"{r.recipe_original or '?'} → **{r.recipe}**"
         if r.recipe == "fail":
             issue = f" (#{r.recipe_issue})" if r.recipe_issue else ""
-            recipe += f": `{r.recipe_failure[:110]}`{issue}"
+            recipe += f": `{_cell(r.recipe_failure[:110])}`{issue}"
         lines.append(
             f"| {r.name}{' (agnostic)' if r.agnostic else ''} | {', '.join(r.tags[:3])} | {r.files_changed} / "
             f"{r.lines_changed} | {r.runtime_copies} / {r.vendored_lines} | {r.needs_human} ({r.labelled_false}"
@@ -628,6 +628,11 @@ def markdown(rows: list[Row], when: str) -> str:
               f"idempotent {t['idempotent']}; new ruff F errors {t['ruff_f_new']}; median vendored lines "
               f"**{t['median_vendored_lines']:g}** (at most {t['max_runtime_copies']} copies in a repository)."]
     return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    """Text that stays one Markdown table cell in code quotes."""
+    return text.replace("`", "'").replace("|", "\\|")
 
 
 def text_row(r: Row) -> str:
