@@ -108,30 +108,23 @@ def declared(root: Path) -> frozenset[str]:
     return frozenset(found)
 
 
-#: The name of a CUDA extension a build compiles: ``CUDAExtension("pkg.fused_cuda", ...)``,
-#: or ``cpp_extension.load(name="ops", sources=[...])`` in a file that names ``.cu`` sources.
+#: The name of a CUDA extension a build script compiles: ``CUDAExtension("pkg.fused_cuda", ...)``.
 _CUDA_EXTENSION = re.compile(r"""\bCUDAExtension\(\s*(?:name\s*=\s*)?["']([\w.]+)["']""")
-_LOADED = re.compile(r"""\bload(?:_inline)?\(\s*name\s*=\s*["']([\w.]+)["']""")
 
 
 def extensions(root: Path, rel_paths: Iterable[str]) -> frozenset[str]:
-    """Module names of the CUDA extensions the tree's own build scripts compile (the last
-    part of each dotted name, and the whole name's first part)."""
+    """Module names of the CUDA extensions the tree's ``setup.py`` files compile (the last
+    part of each dotted name, and the whole name's first part): what an ``import`` of a
+    built extension names. Only build scripts are read, so a large tree costs nothing."""
     found: set[str] = set()
     for rel in rel_paths:
-        if not rel.endswith(".py"):
+        if rel.rsplit("/", 1)[-1] != "setup.py":
             continue
         try:
-            text = (root / rel).read_bytes()
+            text = (root / rel).read_bytes().decode("utf-8", "replace")
         except OSError:
             continue
-        if b"CUDAExtension" not in text and b".cu" not in text:
-            continue
-        source = text.decode("utf-8", "replace")
-        names = _CUDA_EXTENSION.findall(source)
-        if ".cu'" in source or '.cu"' in source:
-            names += _LOADED.findall(source)
-        for name in names:
+        for name in _CUDA_EXTENSION.findall(text):
             found.update({name.rsplit(".", 1)[-1], name.split(".")[0]})
     return frozenset(found)
 

@@ -293,7 +293,7 @@ class _Scanner:
 
     def _unresolved(self, node: ast.AST, module: str, root: str) -> None:
         """An import that resolves nowhere is a CUDA touchpoint only with CUDA evidence:
-        a compiled extension's name, or an extension the tree's own build compiles. Any
+        a compiled extension's name, or an extension the tree's own setup.py compiles. Any
         other is a dependency the repository does not declare (a pip package, most
         often): no CUDA claim, and so no finding for a human."""
         what = f"import {module}"
