@@ -187,8 +187,11 @@ def place_import(module: cst.Module, statement: str, package: str, first_party: 
     imported (a script's ``torch.empty(1, device=...)`` between its imports)."""
     body = list(module.body)
     start = _header_end(body)
-    first_use = next((k for k, stmt in enumerate(body) if k >= start and _uses_runtime_at_import(stmt)), len(body))
-    blocks = [(i, min(j, first_use)) for i, j in _blocks(body, start) if i < first_use]
+    blocks = _blocks(body, start)
+    # only the statements among the import blocks can come before the new import
+    last = blocks[-1][1] if blocks else start
+    first_use = next((k for k in range(start, last) if _uses_runtime_at_import(body[k])), len(body))
+    blocks = [(i, min(j, first_use)) for i, j in blocks if i < first_use]
     if not blocks:
         return _insert_alone(module, start, statement)
 
