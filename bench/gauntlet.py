@@ -51,7 +51,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import tomllib
 from dataclasses import asdict, dataclass, field

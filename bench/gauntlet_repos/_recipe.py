@@ -18,9 +18,6 @@ runner imports recipes to list them, in porter's own environment.
 
 from __future__ import annotations
 
-import io
-import os
-import pickle
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,3 +124,21 @@ def fake_hub_model(home: Path | str, repo_id: str, save) -> Path:
     (cache / "refs").mkdir(exist_ok=True)
     (cache / "refs" / "main").write_text(revision)
     return snapshot
+
+
+def tiny_llama(folder: Path | str, text: str, pad_token_id=None):
+    """A tiny random Llama's config and slow (SentencePiece) tokenizer, saved in ``folder``
+    from a tokenizer trained on ``text``; needs transformers and sentencepiece. Returns
+    (tokenizer, config): the weights are the recipe's to write, the way its checkpoint comes."""
+    import transformers
+
+    folder = Path(folder)
+    spm = train_sentencepiece(text, folder.parent / "spm" / "tok", vocab_size=96)
+    tokenizer = transformers.LlamaTokenizer(vocab_file=str(spm), legacy=True)
+    tokenizer.save_pretrained(folder)
+    config = transformers.LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=128,
+        bos_token_id=1, eos_token_id=2, pad_token_id=pad_token_id)
+    transformers.set_seed(0)
+    return tokenizer, config

@@ -4,7 +4,7 @@ export_hf_checkpoint.py merging the "tloen/alpaca-lora-7b" adapter (a local fold
 
 from pathlib import Path
 
-from _recipe import Step, save_cuda_checkpoint, synthetic_text, train_sentencepiece
+from _recipe import Step, save_cuda_checkpoint, synthetic_text, tiny_llama
 
 G = "_gauntlet"
 # Everything is local: fail fast instead of retrying the hub.
@@ -22,17 +22,10 @@ def prepare(tree: Path) -> None:
     root = Path(tree) / G
     root.mkdir(parents=True, exist_ok=True)
     text = synthetic_text(3000)
-    spm = train_sentencepiece(text, root / "spm" / "tok", vocab_size=96)
 
     # --base_model: a tiny random Llama with a slow (sentencepiece) LlamaTokenizer.
     llama = root / "llama"
-    tokenizer = transformers.LlamaTokenizer(vocab_file=str(spm), legacy=True)
-    tokenizer.save_pretrained(llama)
-    config = transformers.LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=128,
-        bos_token_id=1, eos_token_id=2, pad_token_id=0)
-    transformers.set_seed(0)
+    _, config = tiny_llama(llama, text, pad_token_id=0)
     transformers.LlamaForCausalLM(config).save_pretrained(llama)
 
     # --data_path: alpaca-format records (instruction / input / output), with and without input.

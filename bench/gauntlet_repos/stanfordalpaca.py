@@ -3,7 +3,7 @@ on a tiny random Llama and a synthetic alpaca_data.json, then weight_diff.py mak
 
 from pathlib import Path
 
-from _recipe import Step, save_cuda_checkpoint, synthetic_text, train_sentencepiece
+from _recipe import Step, save_cuda_checkpoint, synthetic_text, tiny_llama
 
 G = "_gauntlet"
 # everything is local: fail fast instead of retrying the hub when a path is missing
@@ -18,18 +18,11 @@ def prepare(tree: Path) -> None:
     root = Path(tree) / G
     root.mkdir(parents=True, exist_ok=True)
     text = synthetic_text(3000)
-    spm = train_sentencepiece(text, root / "spm" / "tok", vocab_size=96)
 
     # "<your_path_to_hf_converted_llama_ckpt_and_tokenizer>": config + slow tokenizer + weights
     # written on a CUDA machine (pytorch_model.bin, storages tagged cuda:0).
     llama = root / "llama"
-    tokenizer = transformers.LlamaTokenizer(vocab_file=str(spm), legacy=True)
-    tokenizer.save_pretrained(llama)
-    config = transformers.LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=128,
-        bos_token_id=1, eos_token_id=2, pad_token_id=None)
-    transformers.set_seed(0)
+    _, config = tiny_llama(llama, text)
     model = transformers.LlamaForCausalLM(config)
     config.save_pretrained(llama)
     save_cuda_checkpoint(model.state_dict(), llama / "pytorch_model.bin")
