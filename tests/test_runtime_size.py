@@ -121,6 +121,7 @@ def test_a_name_whose_module_is_not_vendored_says_how_to_get_it(tmp_path):
      {"ddp_device_ids"}),
     (b"from pkg import (\n    logger,\n    porter_runtime,\n)\nporter_runtime.device()\n", {"device"}),
     (b"from pkg import logger, porter_runtime as rt\n", None),
+    (b"import torch\r\nimport porter_runtime\r\nd = porter_runtime.device_str()\r\n", {"device_str"}),  # CRLF
     (b"import porter_runtime as rt\n", None),
     (b"import porter_runtime\nf = getattr(porter_runtime, name)\n", None),
     # a notebook: its code cells are read, not its JSON (DiT's run_DiT.ipynb)

@@ -25,7 +25,7 @@ from typing import Iterable, Optional
 _ATTRIBUTE = re.compile(rb"\bporter_runtime\s*\.\s*([A-Za-z_]\w*)")
 #: The imports porter itself writes: ``import porter_runtime``, ``from pkg import porter_runtime``,
 #: also merged into the package's own list (``from pkg import (dist_util, porter_runtime)``).
-_IMPORT = re.compile(rb"^[ \t]*(?:import porter_runtime[ \t]*(?:#[^\n]*)?$|from ([\w.]+) import[ \t]*"
+_IMPORT = re.compile(rb"^[ \t]*(?:import porter_runtime[ \t\r]*(?:#[^\n]*)?$|from ([\w.]+) import[ \t]*"
                      rb"(?:\([^)]*\)|[^\n]*))", re.M)
 _WORD = re.compile(rb"\bporter_runtime\b")
 _COMMENT = re.compile(rb"#[^\n]*")
