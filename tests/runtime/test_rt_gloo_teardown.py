@@ -83,6 +83,7 @@ def test_ddp_job_on_gloo_exits_after_destroy_process_group(tmp_path):
 
 LEFT_OPEN = textwrap.dedent('''
     import atexit
+    import sys
 
     import torch
     import torch.distributed as dist
@@ -90,7 +91,8 @@ LEFT_OPEN = textwrap.dedent('''
     import porter_runtime
 
     # registered first, so it runs last: after the runtime's own exit handler
-    atexit.register(lambda: print("initialized at exit:", dist.is_initialized(), flush=True))
+    # one write per rank (print writes its arguments one by one; the ranks share the pipe)
+    atexit.register(lambda: sys.stdout.write(f"initialized-at-exit-{dist.is_initialized()}\\n") and sys.stdout.flush())
     porter_runtime.init_process_group("nccl")  # as written for CUDA: never destroyed
     x = torch.ones(4)
     dist.all_reduce(x)
@@ -110,4 +112,4 @@ def test_a_gloo_group_the_program_never_destroys_is_destroyed_at_exit(tmp_path):
     for _ in range(3):
         returncode, out, err = launch(script, "unused")
         assert returncode == 0 and "terminate called" not in err, err[-3000:]
-        assert out.count("initialized at exit: False") == 2, out
+        assert out.count("initialized-at-exit-False") == 2, out
