@@ -52,10 +52,14 @@ import statistics
 import subprocess
 import sys
 import time
-import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: porter depends on tomli there
+    import tomli as tomllib
 
 HERE = Path(__file__).resolve().parent
 REPOS = HERE / "gauntlet_repos"
