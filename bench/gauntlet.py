@@ -303,6 +303,7 @@ class Row:
     labelled_false: int = 0
     labelled_real: int = 0
     unlabelled: int = 0
+    stale_labels: list = field(default_factory=list)
     migrate_seconds: float = 0.0
     idempotent: Optional[bool] = None
     check_clean: Optional[bool] = None
@@ -368,6 +369,13 @@ def label_of(finding: dict, labels: list[dict]) -> Optional[str]:
     return None
 
 
+def stale_labels(findings: list[dict], labels: list[dict]) -> list[str]:
+    """Labels no finding matches any more (porter stopped reporting it, or the label is
+    wrong): each one a ``code path match`` line, so the list stays honest."""
+    return [f"{label['code']} {label['path']} {label['match']!r}" for label in labels
+            if not any(label_of(f, [label]) for f in findings)]
+
+
 def ruff_f(tree: Path) -> int:
     proc = run([sys.executable, "-m", "ruff", "check", "--isolated", "--select", "F", "--output-format", "json",
                 "--exit-zero", "--no-cache", "--exclude", RUNTIME, "."], cwd=tree, check=False, timeout=300)
@@ -400,6 +408,7 @@ def measure_port(entry: Entry, original: Path, port: Path, scratch: Path, row: R
     verdicts = [label_of(f, entry.label) for f in findings]
     row.labelled_false, row.labelled_real = verdicts.count("false"), verdicts.count("real")
     row.unlabelled = verdicts.count(None)
+    row.stale_labels = stale_labels(findings, entry.label)
     # Second pass: the fixed point, and nothing new to review.
     written = tree_digest(port)
     second = scratch / "second.json"
@@ -593,6 +602,7 @@ def totals(rows: list[Row]) -> dict:
         "needs_human": sum(r.needs_human for r in rows),
         "labelled_false": sum(r.labelled_false for r in rows),
         "unlabelled": sum(r.unlabelled for r in rows),
+        "stale_labels": sum(len(r.stale_labels) for r in rows),
         "check_clean": sum(bool(r.check_clean) for r in rows),
         "idempotent": sum(bool(r.idempotent) for r in rows),
         "ruff_f_new": sum(max(0, r.ruff_after - r.ruff_before) for r in rows if not r.error),
@@ -646,7 +656,7 @@ def text_row(r: Row) -> str:
         recipe += f" [{r.recipe_failure}]"
     return (f"{r.name}: changed {r.files_changed} files / {r.lines_changed} lines; vendored {r.runtime_copies} / "
             f"{r.vendored_lines} lines; needs human {r.needs_human} (false {r.labelled_false}, unlabelled "
-            f"{r.unlabelled}); verify {r.verify_ok} ok / {r.verify_cuda_not_named} CUDA NOT NAMED / "
+            f"{r.unlabelled}, stale labels {len(r.stale_labels)}); verify {r.verify_ok} ok / {r.verify_cuda_not_named} CUDA NOT NAMED / "
             f"{r.verify_other} other, {len(r.verify_regressions)} broken by the port; {recipe}; check clean {r.check_clean}; idempotent {r.idempotent}; "
             f"ruff F {r.ruff_before} -> {r.ruff_after}; migrate {r.migrate_seconds} s; total {r.seconds} s")
 

@@ -105,3 +105,10 @@ def test_the_table_and_totals_add_up():
     table = gauntlet.markdown(rows, "2026-01-01")
     assert "fail → **fail**: `train: x.py:1: RuntimeError: boom` (#27)" in table
     assert "| c | " in table and "error: RuntimeError: no snapshot" in table
+
+
+def test_a_label_no_finding_matches_is_named_stale():
+    labels = [{"code": "PT999", "path": "a.py", "match": "mpi4py", "verdict": "false"},
+              {"code": "TP603", "path": "b.py", "match": "triton", "verdict": "real"}]
+    findings = [{"code": "PT999", "path": "a.py", "message": "import mpi4py resolves nowhere", "before": ""}]
+    assert gauntlet.stale_labels(findings, labels) == ["TP603 b.py 'triton'"]
