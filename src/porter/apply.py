@@ -135,13 +135,13 @@ def vendor_changes(target: Path, root: Path, write: bool = True,
         if _version_tuple(theirs) > _version_tuple(ours):
             return [], f"vendored runtime {theirs} at {rel}/ is newer than porter's {ours}; left as is"
         if theirs == ours:
-            edited = any(_read(target / n) not in (None, d) for n, d in wanted.items())
+            edited = any(read_or_none(target / n) not in (None, d) for n, d in wanted.items())
             note = f"vendored runtime at {rel}/ was edited by hand; left as is" if edited else ""
-            if edited or all(_read(target / n) == d for n, d in wanted.items()):
+            if edited or all(read_or_none(target / n) == d for n, d in wanted.items()):
                 return [], note
     changes = []
     for name, data in wanted.items():
-        old = _read(target / name)
+        old = read_or_none(target / name)
         if old != data:
             changes.append(Change(f"{rel}/{name}", old, data, runtime=True))
     if theirs and theirs != ours:
@@ -200,7 +200,7 @@ exclude = ["*"]  # porter's own code, checked where porter is developed
 """
 
 
-def _read(path: Path) -> Optional[bytes]:
+def read_or_none(path: Path) -> Optional[bytes]:
     try:
         return path.read_bytes()
     except OSError:

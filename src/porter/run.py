@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
 from porter import known_modules
-from porter.apply import Change, runtime_source, vendor_changes
+from porter.apply import Change, read_or_none, runtime_source, vendor_changes
 from porter.discover import Skipped, discover, relative_posix
 from porter.engine import process_file
 from porter.options import Options
@@ -198,7 +198,7 @@ def run(
                 if error:
                     item.status, item.error = "error", error
         elif item.uses_runtime and item.status == "unchanged":
-            vendor(home_of(item, path), _read(path), needed=False)  # the code already imports the runtime: make sure it is there and current
+            vendor(home_of(item, path), read_or_none(path), needed=False)  # the code already imports the runtime: make sure it is there and current
         result.files.append(item)
         if progress is not None:
             progress(done, len(tasks))
@@ -237,9 +237,3 @@ def _ship(config: RunConfig, result: RunResult, shipped: list[Home], edited: Opt
         result.runtime_changes.append(change)
         base = None if config.write else change.new
 
-
-def _read(path: Path) -> Optional[bytes]:
-    try:
-        return path.read_bytes()
-    except OSError:
-        return None

@@ -74,14 +74,9 @@ def modules_for(names: Optional[Iterable[str]], source: Path) -> Optional[frozen
             wanted.add(exports[name])
         elif name in present:  # porter_runtime._device._reset and the like
             wanted.add(name)
-        elif not _is_plain_attribute(name, source):
+        elif name not in _init_bindings(source):  # __version__, MPS_FALLBACK_SET: no module
             return None  # a name the runtime doesn't define: don't guess
     return frozenset(_closure(wanted, source))
-
-
-def _is_plain_attribute(name: str, source: Path) -> bool:
-    """``__version__``, ``MPS_FALLBACK_SET`` and other names ``__init__`` itself binds."""
-    return name in _init_bindings(source)
 
 
 def _closure(wanted: set[str], source: Path) -> set[str]:

@@ -80,20 +80,9 @@ def _conjuncts(test: cst.BaseExpression) -> list[cst.BaseExpression]:
     return [test]
 
 
-def _with_conjunct(test: cst.BaseExpression, index: int, new: cst.BaseExpression) -> cst.BaseExpression:
-    """``test`` (an ``and`` chain) with its ``index``-th operand replaced by ``new``."""
-    if not (isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And) and not test.lpar):
-        return new.with_changes(lpar=test.lpar, rpar=test.rpar) if index == 0 else test
-    left = len(_conjuncts(test.left))
-    if index < left:
-        return test.with_changes(left=_with_conjunct(test.left, index, new))
-    return test.with_changes(right=_with_conjunct(test.right, index - left, new))
-
-
-def gated_choice(rule: Rule, node: cst.IfExp) -> Optional[tuple[Choice, int]]:
+def gated_choice(rule: Rule, node: cst.IfExp) -> Optional[Choice]:
     """``"cuda" if torch.cuda.is_available() and args.cuda else "cpu"``: the CUDA choice of
-    a ternary whose test is an ``and`` of the availability call and other conditions,
-    and the position of that call in the chain."""
+    a ternary whose test is an ``and`` of the availability call and other conditions."""
     operands = _conjuncts(node.test)
     found = [i for i, operand in enumerate(operands) if availability_test(rule, operand) is True]
     if len(operands) < 2 or len(found) != 1:
@@ -101,7 +90,19 @@ def gated_choice(rule: Rule, node: cst.IfExp) -> Optional[tuple[Choice, int]]:
     choice = _cuda_value(rule, node.body)
     if choice is None or not _is_fallback(rule, node.orelse, choice[0]) or _names_mps(rule, node.orelse):
         return None
-    return choice, found[0]
+    return choice
+
+
+def accelerator_test(rule: Rule, original: cst.BaseExpression, updated: cst.BaseExpression) -> cst.BaseExpression:
+    """``updated`` with the availability call(s) swapped for the runtime's, walking ``and``
+    in step with ``original``."""
+    if availability_test(rule, original):
+        return rule.runtime_call("is_accelerator_available").with_changes(lpar=updated.lpar, rpar=updated.rpar)
+    if (isinstance(original, cst.BooleanOperation) and isinstance(original.operator, cst.And)
+            and isinstance(updated, cst.BooleanOperation)):
+        return updated.with_changes(left=accelerator_test(rule, original.left, updated.left),
+                                    right=accelerator_test(rule, original.right, updated.right))
+    return updated
 
 
 def _lone_assign(block: cst.BaseSuite) -> Optional[cst.Assign]:
@@ -323,13 +324,12 @@ class CudaAvailableDevice(Rule):
     def _gated(self, original: cst.IfExp, updated: cst.IfExp) -> cst.BaseExpression:
         """The choice keeps its other conditions (``and args.cuda``): only the test of
         CUDA and the CUDA device become the runtime's."""
-        found = gated_choice(self, original)
-        if found is None:
+        choice = gated_choice(self, original)
+        if choice is None:
             return updated
-        choice, index = found
-        test = _with_conjunct(updated.test, index, self.runtime_call("is_accelerator_available"))
         new = updated.with_changes(body=self._value(choice).with_changes(lpar=updated.body.lpar,
-                                                                         rpar=updated.body.rpar), test=test)
+                                                                         rpar=updated.body.rpar),
+                                   test=accelerator_test(self, original.test, updated.test))
         return self.rewrite(original, new, "the accelerator choice now takes the best device here, "
                                            "under the same other conditions")
 
@@ -793,20 +793,10 @@ class CudaAvailableGuard(Rule):
             self.flag(test, f"{_NOTE}; the code it guards still needs CUDA (`{residue}`), so it is not "
                       "rewritten; port the guarded code, then test the runtime", suggestion=f"if {_SUGGESTION}:")
             return updated
-        new_test = self._replace(original.test, updated.test)
+        new_test = accelerator_test(self, original.test, updated.test)
         if self.rewrite(original.test, new_test, "the guard now also admits MPS and XPU") is original.test:
             return updated  # suppressed by a `# porter: ignore` comment
         return updated.with_changes(test=new_test)
-
-    def _replace(self, original: cst.BaseExpression, updated: cst.BaseExpression) -> cst.BaseExpression:
-        """``updated`` with the availability call(s) swapped, walking ``and`` in step with ``original``."""
-        if availability_test(self, original):
-            return self.runtime_call("is_accelerator_available").with_changes(lpar=updated.lpar, rpar=updated.rpar)
-        if (isinstance(original, cst.BooleanOperation) and isinstance(original.operator, cst.And)
-                and isinstance(updated, cst.BooleanOperation)):
-            return updated.with_changes(left=self._replace(original.left, updated.left),
-                                        right=self._replace(original.right, updated.right))
-        return updated
 
     def _guard_calls(self, test: cst.BaseExpression) -> list[cst.Call]:
         """The availability calls that are ``test`` or ``and`` operands of it."""
