@@ -171,7 +171,7 @@ def runtime_import_literals() -> set[str]:
     """The strings and comments of the runtime import porter adds (both forms)."""
     import libcst as cst
 
-    from porter import imports
+    from porter.edits import imports
 
     out: set[str] = set()
     for statement in ("import porter_runtime", "from pkg import porter_runtime"):

@@ -3,7 +3,7 @@
     python bench/ledger.py [--corpus transformers==5.23.0 ...] [--jobs N] [--show N]
 
 Over the pinned wheels of ``bench/corpus.py`` (downloaded and cached by its ``fetch``),
-runs porter's dry run (``porter.run``: every rule, the ledger, nothing written) and
+runs porter's dry run (``porter.engine.run``: every rule, the ledger, nothing written) and
 checks that each file's counts add up to its touchpoints, that every unaccounted
 touchpoint has its PT999 finding at its line, and prints the counts per state, the
 unaccounted ones by kind, and ``--show`` examples of them. Exits 1 if it doesn't add up.
@@ -20,10 +20,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus import PINNED, fetch  # noqa: E402  (the one downloader of pinned corpora)
 
-from porter import known_modules, ledger  # noqa: E402
-from porter.engine import Options  # noqa: E402
-from porter.registry import all_rules  # noqa: E402
-from porter.run import RunConfig, run  # noqa: E402
+from porter.project import known_modules, ledger  # noqa: E402
+from porter.engine.process import Options  # noqa: E402
+from porter.engine.registry import all_rules  # noqa: E402
+from porter.engine.run import RunConfig, run  # noqa: E402
 
 
 def check(files) -> list[str]:

@@ -151,9 +151,9 @@ def test_huge_generated_file_without_cuda_is_cheap_and_untouched(tmp_path):
 def test_huge_generated_file_with_cuda_is_refused_clearly(tmp_path):
     """Parsing megabytes with LibCST takes minutes; a size limit turns that into a
     clear per-file error (the limit lives in the engine as MAX_PARSE_BYTES)."""
-    import porter.engine
+    import porter.engine.process
 
-    limit = getattr(porter.engine, "MAX_PARSE_BYTES", None)
+    limit = getattr(porter.engine.process, "MAX_PARSE_BYTES", None)
     if limit is None:
         pytest.skip("the engine has no parse size limit yet (issue 6: MAX_PARSE_BYTES)")
     rows = b"".join(b"TABLE_%d = [%d, %d]\n" % (i, i, i) for i in range(limit // 16))
@@ -213,8 +213,8 @@ def test_unreadable_file(tmp_path, monkeypatch):
         assert (root / "secret.py").read_bytes() == CUDA
         return
     # root reads every file whatever its mode: make the read itself fail, in process.
-    from porter.engine import Options, process_file
-    from porter.registry import all_rules
+    from porter.engine.process import Options, process_file
+    from porter.engine.registry import all_rules
 
     real = Path.read_bytes
 
@@ -289,9 +289,9 @@ def test_non_python_files_named_on_the_command_line(tmp_path):
 def test_files_vanishing_during_the_run(tmp_path):
     """A file deleted after discovery is an error; one deleted (or edited) after it was
     read is not written back: porter never resurrects or clobbers a file."""
-    from porter.apply import Change, apply_changes
-    from porter.engine import Options, process_file
-    from porter.registry import all_rules
+    from porter.files.apply import Change, apply_changes
+    from porter.engine.process import Options, process_file
+    from porter.engine.registry import all_rules
 
     root = make(tmp_path / "repo", {"gone.py": CUDA, "later.py": CUDA, "edited.py": CUDA})
     (root / "gone.py").unlink()
@@ -334,7 +334,7 @@ def test_a_folder_porter_cannot_list_is_exit_2(tmp_path, monkeypatch):
 
     from click.testing import CliRunner
 
-    from porter.cli import cli
+    from porter.cli.app import cli
 
     root = make(tmp_path / "repo", {"ok.py": CUDA, "locked/x.py": CUDA})
     real = os_module.scandir
@@ -344,7 +344,7 @@ def test_a_folder_porter_cannot_list_is_exit_2(tmp_path, monkeypatch):
             raise PermissionError(13, "Permission denied", str(path))
         return real(path)
 
-    monkeypatch.setattr("porter.discover.os.scandir", scandir)
+    monkeypatch.setattr("porter.engine.discover.os.scandir", scandir)
     report = tmp_path / "r.json"
     result = CliRunner().invoke(cli, ["migrate", str(root), "-j", "1", "--report", str(report)])
     assert result.exit_code == 2, result.output
@@ -358,8 +358,8 @@ def test_the_cycle_collector_is_left_as_it_was_found(tmp_path, enabled):
     # millions of acyclic nodes); a port, a failure and an error all give it back.
     import gc
 
-    from porter.engine import Options, process_file
-    from porter.registry import all_rules
+    from porter.engine.process import Options, process_file
+    from porter.engine.registry import all_rules
 
     files = {"ok.py": b"import torch\nx = torch.zeros(2).cuda()\n", "broken.py": b"def f(:\n    x.cuda()\n"}
     options = Options(rules=list(all_rules()))

@@ -201,7 +201,7 @@ def test_vendored_runtime_refreshed_only_when_older(tree):
 
 
 def test_readme_lists_every_rule_and_ci_runs_its_commands():
-    from porter.registry import all_rules
+    from porter.engine.registry import all_rules
     from porter_test_utils import ROOT
 
     readme = (ROOT / "README.md").read_text()
@@ -256,8 +256,8 @@ def test_scripts_find_the_runtime_from_any_folder_without_sys_path_code(tree, tm
     ("", True),
 ])
 def test_ignore_comments(tmp_path, comment, changed):
-    from porter.engine import Options, migrate_source
-    from porter.registry import all_rules
+    from porter.engine.process import Options, migrate_source
+    from porter.engine.registry import all_rules
 
     code = f"import torch\nx = torch.ones(1).cuda(){comment}\n"
     result = migrate_source(code.encode(), Options(rules=all_rules()))
@@ -284,8 +284,8 @@ def test_output_is_identical_for_one_and_two_jobs(tmp_path):
 def test_a_rewrite_thrown_away_by_an_outer_rewrite_is_not_reported():
     """PT002 rewrites torch.device("cuda:1") inside map_location, then PT601 rebuilds
     the whole argument from the original: only PT601's rewrite is in the output."""
-    from porter.engine import Options, migrate_source
-    from porter.registry import all_rules
+    from porter.engine.process import Options, migrate_source
+    from porter.engine.registry import all_rules
 
     code = b"import torch\nsd = torch.load(path, map_location=torch.device('cuda:1'))\n"
     result = migrate_source(code, Options(rules=all_rules()))
@@ -318,7 +318,7 @@ def test_an_internal_error_exits_2_never_the_1_of_pending_changes(tmp_path):
     (repo / "train.py").write_text("import torch\nx = torch.zeros(2).cuda()\n")
     # -S: no site hooks, so the installed (editable) porter and its runtime stay hidden
     code = (f"import sys; sys.path[:0] = [{str(checkout)!r}, {sysconfig.get_paths()['purelib']!r}]\n"
-            f"from porter.cli import main\nmain(['migrate', {str(repo)!r}, '--write'])\n")
+            f"from porter.cli.app import main\nmain(['migrate', {str(repo)!r}, '--write'])\n")
     proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
                           env={**os.environ, "NO_COLOR": "1"}, timeout=300)
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])

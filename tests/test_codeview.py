@@ -1,4 +1,4 @@
-"""The code view (porter/codeview.py): comments and prose strings out, nothing else.
+"""The code view (porter/rulebase/codeview.py): comments and prose strings out, nothing else.
 
 A file whose every CUDA word sits in a docstring's example or a comment needs no parse:
 the pre-filter and the ledger say "nothing here" from the view. These tests hold the
@@ -12,12 +12,12 @@ import tokenize
 
 import pytest
 
-from porter import ledger
-from porter.codeview import code_view
-from porter.engine import Options, migrate_source
-from porter.prefilter import byte_candidates, candidate_rules
-from porter.registry import all_rules
-from porter.rule import Rule
+from porter.project import ledger
+from porter.rulebase.codeview import code_view
+from porter.engine.process import Options, migrate_source
+from porter.engine.prefilter import byte_candidates, candidate_rules
+from porter.engine.registry import all_rules
+from porter.rulebase.rule import Rule
 from porter_test_utils import ROOT
 
 SOURCE_RULES = [r for r in all_rules() if issubclass(r, Rule)]

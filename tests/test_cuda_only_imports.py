@@ -8,7 +8,7 @@ reported.
 import json
 import re
 
-from porter.requirements import CUDA_ONLY
+from porter.project.requirements import CUDA_ONLY
 
 from porter_test_utils import run_porter
 

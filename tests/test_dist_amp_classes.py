@@ -5,8 +5,8 @@ from textwrap import dedent
 
 import pytest
 
-from porter.engine import Options, migrate_source
-from porter.registry import all_rules
+from porter.engine.process import Options, migrate_source
+from porter.engine.registry import all_rules
 
 OPTIONS = Options(rules=all_rules())
 

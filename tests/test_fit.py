@@ -23,11 +23,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from porter.cli import cli
-from porter.fit import GLIBC_ALLOCATOR, _allocator_env
+from porter.cli.app import cli
+from porter.fit.command import GLIBC_ALLOCATOR, _allocator_env
 
-from porter.fit_params import ParamError, apply, command_line, locate, processes
-from porter.fit_search import FITS, OVER, Budget, Space, Trial, search
+from porter.fit.params import ParamError, apply, command_line, locate, processes
+from porter.fit.search import FITS, OVER, Budget, Space, Trial, search
 from porter_test_utils import FIXTURES, WITHOUT_PORTER, run_porter
 
 ENV = {**{k: v for k, v in os.environ.items() if not k.startswith(("PORTER_", "MALLOC_"))},
@@ -273,7 +273,7 @@ def test_search_stops_at_the_trial_limit_with_the_best_so_far():
 
 
 def test_readme_documents_every_option():
-    from porter.fit import fit as command
+    from porter.fit.command import fit as command
     from porter_test_utils import ROOT
 
     section = (ROOT / "README.md").read_text().split("## Fit the batch size")[1].split("\n## ")[0]

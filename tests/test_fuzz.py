@@ -17,8 +17,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from porter.engine import Options, migrate_source
-from porter.registry import all_rules
+from porter.engine.process import Options, migrate_source
+from porter.engine.registry import all_rules
 
 _spec = importlib.util.spec_from_file_location("porter_bench_corpus", Path(__file__).parent.parent / "bench" / "corpus.py")
 corpus = sys.modules.setdefault("porter_bench_corpus", importlib.util.module_from_spec(_spec))

@@ -1,13 +1,13 @@
-"""porter.guards: which code only runs where CUDA is present, and the guard's line."""
+"""porter.rulebase.guards: which code only runs where CUDA is present, and the guard's line."""
 
 import ast
 from textwrap import dedent
 
 import pytest
 
-from porter.engine import Options, migrate_source
-from porter.guards import cuda_regions
-from porter.registry import all_rules
+from porter.engine.process import Options, migrate_source
+from porter.rulebase.guards import cuda_regions
+from porter.engine.registry import all_rules
 
 
 def guarded_lines(code: str) -> dict[int, tuple[int, str]]:

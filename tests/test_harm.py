@@ -152,7 +152,7 @@ def shared_tmp():
 def _nobody_can_run_porter(prefix: tuple) -> bool:
     """Whether ``nobody`` can import porter from this Python (not when the environment
     lies in a folder only root may enter, such as a private temporary folder)."""
-    probe = subprocess.run([*prefix, sys.executable, "-c", "import porter.cli"], cwd="/",
+    probe = subprocess.run([*prefix, sys.executable, "-c", "import porter.cli.app"], cwd="/",
                            capture_output=True, env={**os.environ, "HOME": "/tmp"})
     return probe.returncode == 0
 
@@ -325,9 +325,9 @@ def test_ctrl_c_exits_130_with_every_file_original_or_ported(tmp_path):
 # -- 9. the size limit comes before any parse -----------------------------------------------------
 
 def test_size_limit_is_checked_before_any_parse(tmp_path, monkeypatch):
-    from porter import python_stage
-    from porter.engine import Options, process_file
-    from porter.registry import all_rules
+    from porter.engine import python_stage
+    from porter.engine.process import Options, process_file
+    from porter.engine.registry import all_rules
 
     big = CUDA + b"y = 1\n" * 400_000  # 2.4 MB
     path = tmp_path / "big.py"

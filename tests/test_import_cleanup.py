@@ -1,14 +1,14 @@
 """What the clean-up after the rules removes: availability probes the port left dead
-(porter.probes), and never an import line the user marked ``# porter: ignore``."""
+(porter.edits.probes), and never an import line the user marked ``# porter: ignore``."""
 
 import json
 from pathlib import Path
 from textwrap import dedent
 
-from porter.engine import Options, migrate_source
-from porter.notebook import migrate_notebook
-from porter.registry import all_rules
-from porter.run import RunConfig, run
+from porter.engine.process import Options, migrate_source
+from porter.engine.notebook import migrate_notebook
+from porter.engine.registry import all_rules
+from porter.engine.run import RunConfig, run
 
 PROBE = dedent("""\
     \"\"\"Attention backends.\"\"\"
@@ -175,7 +175,7 @@ def test_an_import_list_with_porter_ignore_on_one_line_is_not_edited():
 
 def _every_source():
     """Every rule example's code, and every Python file of the fixture repositories."""
-    from porter.rule import Rule
+    from porter.rulebase.rule import Rule
     from porter_test_utils import FIXTURES
 
     for rule in all_rules():
@@ -198,7 +198,7 @@ def test_the_shortcut_past_the_scope_passes_changes_nothing(monkeypatch):
     """``imports._may_lose_a_use``: where no replaced node names a top-level import,
     the clean-up skips its two full scope passes. Forcing them everywhere gives the
     same output on every rule example and fixture file, and the shortcut is taken."""
-    from porter import imports
+    from porter.edits import imports
 
     options = Options(rules=list(all_rules()))
     answers = []

@@ -52,8 +52,8 @@ def test_porter_toml_wins_and_sets_the_runtime_folder(tmp_path):
 
 
 def test_dependencies_setting_reaches_the_options(tmp_path):
-    from porter.cli import _run_config
-    from porter.config import load_config
+    from porter.cli.app import _run_config
+    from porter.engine.config import load_config
 
     root = make_tree(tmp_path / "repo", {"pyproject.toml": '[tool.porter]\ndependencies = "extra"\n'})
     config = _run_config([root], root, load_config(root), (), (), (), None, None, 1)

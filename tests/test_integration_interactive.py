@@ -4,7 +4,7 @@ import ast
 
 from click.testing import CliRunner
 
-from porter.cli import cli
+from porter.cli.app import cli
 from porter_test_utils import snapshot
 from test_cli import make_tree
 

@@ -21,7 +21,7 @@ FILES = {
 
 def test_sarif_validates_against_the_official_schema(tmp_path):
     root = make_tree(tmp_path / "repo", FILES)
-    out = tmp_path / "porter.sarif"
+    out = tmp_path / "porter.report.sarif"
     proc = run_porter("migrate", root, "--report", out)
     assert proc.returncode == 2  # broken.py
     sarif = json.loads(out.read_text())
@@ -47,7 +47,7 @@ def test_sarif_validates_against_the_official_schema(tmp_path):
 
 def test_sarif_rule_help_is_the_rule_documentation(tmp_path):
     root = make_tree(tmp_path / "repo", SAMPLE)
-    out = tmp_path / "porter.sarif"
+    out = tmp_path / "porter.report.sarif"
     assert run_porter("migrate", root, "--report", out).returncode == 0
     rules = {r["id"]: r for r in json.loads(out.read_text())["runs"][0]["tool"]["driver"]["rules"]}
     explain = run_porter("explain", "PT001").stdout.decode()

@@ -1,4 +1,4 @@
-"""The ledger (porter.ledger): every CUDA touchpoint in exactly one state, through the real CLI."""
+"""The ledger (porter.project.ledger): every CUDA touchpoint in exactly one state, through the real CLI."""
 
 import json
 import subprocess
@@ -10,11 +10,12 @@ from textwrap import dedent
 import pytest
 from porter.rules import kernels
 
-from porter import cuda_packages, imports, ledger, requirements
-from porter.engine import Options, process_file
-from porter.registry import all_rules
-from porter.report import build, ledger_line, to_markdown
-from porter.run import RunConfig, run
+from porter.project import cuda_packages, ledger, requirements
+from porter.edits import imports
+from porter.engine.process import Options, process_file
+from porter.engine.registry import all_rules
+from porter.report.summary import build, ledger_line, to_markdown
+from porter.engine.run import RunConfig, run
 
 REPOS = Path(__file__).resolve().parent.parent / "fixtures" / "repos"
 

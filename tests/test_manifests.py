@@ -13,8 +13,8 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
-from porter.engine import Options, migrate_text
-from porter import requirements as reqs
+from porter.engine.process import Options, migrate_text
+from porter.project import requirements as reqs
 from porter.rules.manifests import PyprojectCudaOnly
 from porter_test_utils import FIXTURES, ROOT, run_porter
 

@@ -5,8 +5,8 @@ import ast
 import libcst as cst
 import pytest
 
-from porter.matching import Ambiguous, Resolver
-from porter.prefilter import syntax_facts
+from porter.rulebase.matching import Ambiguous, Resolver
+from porter.engine.prefilter import syntax_facts
 
 
 @pytest.fixture(params=["scopes", "ast-facts"], autouse=True)
@@ -93,8 +93,8 @@ def test_agreeing_imports_resolve():
 
 def test_import_statement_names_are_not_uses():
     """Names inside import statements, at any depth, are bindings: never rewritten."""
-    from porter.engine import Options, migrate_source
-    from porter.registry import all_rules
+    from porter.engine.process import Options, migrate_source
+    from porter.engine.registry import all_rules
 
     code = ("from torch import compile\n"
             "def f(g):\n    from torch import compile\n    import torch.cuda as cuda\n"

@@ -60,7 +60,7 @@ print("ok", os.environ.get("ATTN_BACKEND", "flash"))
 REWRITES = Counter({
     ("ops/attention.py", "TP101"): 2,  # the FA3 → FA2 chain goes, the call runs the twin
     ("ops/attention.py", "TP201"): 3,  # the stop on XFORMERS_AVAILABLE goes, the call is ported,
-                                       # then the try that set the flag (porter.probes)
+                                       # then the try that set the flag (porter.edits.probes)
     ("ops/attention.py", "TP202"): 1,
     ("ops/rotary.py", "TP604"): 1,     # `import rotary_emb` becomes optional
     ("ops/fused.py", "TP604"): 1,      # the load(...) build happens only with CUDA

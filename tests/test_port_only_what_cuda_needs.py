@@ -5,8 +5,8 @@ what the patch changes, what it reports, and what the ported code does on this C
 import subprocess
 from textwrap import dedent
 
-from porter.engine import Options, migrate_source
-from porter.registry import all_rules
+from porter.engine.process import Options, migrate_source
+from porter.engine.registry import all_rules
 from porter_test_utils import python_without_porter, run_porter
 
 ALL = Options(rules=all_rules())

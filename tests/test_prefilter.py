@@ -1,4 +1,4 @@
-"""The pre-filters (porter/prefilter.py) never skip what a rule changes."""
+"""The pre-filters (porter/engine/prefilter.py) never skip what a rule changes."""
 
 import ast
 import subprocess
@@ -6,10 +6,10 @@ import sys
 
 import pytest
 
-from porter.engine import Options, migrate_source
-from porter.prefilter import _call_pattern, byte_candidates, candidate_rules, syntax_facts
-from porter.registry import all_rules
-from porter.rule import Rule
+from porter.engine.process import Options, migrate_source
+from porter.engine.prefilter import _call_pattern, byte_candidates, candidate_rules, syntax_facts
+from porter.engine.registry import all_rules
+from porter.rulebase.rule import Rule
 from porter.rules import idioms
 
 SOURCE_RULES = [r for r in all_rules() if issubclass(r, Rule)]
@@ -72,7 +72,7 @@ def test_index_evidence_from_a_name_call_reaches_pt901():
 def test_the_rule_base_never_loads_the_prefilter():
     # The engine consults the pre-filter with each rule's `needs`; the rule base and
     # the rules only declare them.
-    code = "import sys, porter.rule, porter.rules.idioms; print('porter.prefilter' in sys.modules)"
+    code = "import sys, porter.rulebase.rule, porter.rules.idioms; print('porter.engine.prefilter' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 

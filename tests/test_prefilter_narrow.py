@@ -5,9 +5,9 @@ from textwrap import dedent
 
 import pytest
 
-from porter.engine import Options, migrate_source
-from porter.prefilter import candidate_rules
-from porter.registry import by_code
+from porter.engine.process import Options, migrate_source
+from porter.engine.prefilter import candidate_rules
+from porter.engine.registry import by_code
 
 
 def _both_ways(code: str, rule_code: str):

@@ -1,4 +1,4 @@
-"""Rules know the file they run on only as ``porter.rule.RuleContext``: what they read
+"""Rules know the file they run on only as ``porter.rulebase.rule.RuleContext``: what they read
 of their context is declared there, and the engine's ``FileContext`` provides all of it."""
 
 import ast
@@ -7,14 +7,14 @@ from pathlib import Path
 
 import libcst as cst
 
-from porter.context import FileContext
-from porter.options import Options
-from porter.registry import all_rules
-from porter.rule import RuleContext
+from porter.engine.context import FileContext
+from porter.engine.options import Options
+from porter.engine.registry import all_rules
+from porter.rulebase.rule import RuleContext
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The rule modules and the rule base itself.
-SOURCES = [*sorted((ROOT / "src" / "porter" / "rules").glob("*.py")), ROOT / "src" / "porter" / "rule.py"]
+SOURCES = [*sorted((ROOT / "src" / "porter" / "rules").glob("*.py")), ROOT / "src" / "porter" / "rulebase" / "rule.py"]
 
 
 def declared() -> set[str]:

@@ -2,10 +2,10 @@
 
 import pytest
 
-from porter.engine import Options, ledger_source, migrate_source, migrate_text
-from porter.explain import render
-from porter.registry import all_rules
-from porter.rule import Example, Rule, Safety, TextRule
+from porter.engine.process import Options, ledger_source, migrate_source, migrate_text
+from porter.report.explain import render
+from porter.engine.registry import all_rules
+from porter.rulebase.rule import Example, Rule, Safety, TextRule
 
 RULES = all_rules()
 VALID = [(rule, i, code) for rule in RULES for i, code in enumerate(rule.valid)]
@@ -16,7 +16,7 @@ def migrate(rule, code: str, path: str = "example.py"):
     options = Options(rules=[rule], unsafe_fixes=True)
     if issubclass(rule, TextRule):
         return migrate_text(code.encode(), options, path=path)
-    if not issubclass(rule, Rule):  # the ledger's catch-all, PT999 (porter.ledger)
+    if not issubclass(rule, Rule):  # the ledger's catch-all, PT999 (porter.project.ledger)
         return ledger_source(code.encode(), path)
     return migrate_source(code.encode(), options, path=path)
 

@@ -13,8 +13,9 @@ ROOT = Path(__file__).resolve().parent.parent
 RULE_FILES = sorted((ROOT / "src" / "porter" / "rules").glob("*.py"))
 #: The rule base layer: the modules rules import their shared helpers from.
 BASE_LAYER = [ROOT / "src" / "porter" / name for name in (
-    "rule.py", "matching.py", "syntax.py", "thirdparty.py", "availability_checks.py", "dist_guard.py",
-    "requirements.py", "cuda_packages.py")]
+    "rulebase/rule.py", "rulebase/matching.py", "rulebase/syntax.py", "rulebase/thirdparty.py",
+    "rulebase/availability_checks.py", "rulebase/dist_guard.py", "project/requirements.py",
+    "project/cuda_packages.py")]
 
 
 def _rule_imports(tree: ast.Module) -> list[tuple[int, str]]:
@@ -47,7 +48,7 @@ def test_the_check_sees_each_kind_of_rule_import():
               "import porter.rules.checkpoints\nfrom porter import rules\n"
               "def f():\n    from porter.rules import legacy\n")
     assert [line for line, _ in _rule_imports(ast.parse(source))] == [1, 2, 3, 4, 5, 7]
-    assert _rule_imports(ast.parse("from porter.syntax import argument\nimport porter_runtime\n")) == []
+    assert _rule_imports(ast.parse("from porter.rulebase.syntax import argument\nimport porter_runtime\n")) == []
 
 
 def _top_level_functions(path: Path):

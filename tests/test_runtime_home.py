@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from porter.engine import LazyBootstrap, Options, process_file
-from porter.registry import all_rules
-from porter.runtime_home import Layout
+from porter.engine.process import LazyBootstrap, Options, process_file
+from porter.engine.registry import all_rules
+from porter.project.runtime_home import Layout
 from porter_test_utils import FIXTURES, run_porter
 
 RUFF = Path(sys.executable).parent / "ruff"
@@ -84,7 +84,7 @@ def test_removed_import_keeps_blank_lines_and_trailing_commas():
     from libcst.codemod import CodemodContext
     from libcst.codemod.visitors import RemoveImportsVisitor
 
-    from porter.imports import keep_layout
+    from porter.edits.imports import keep_layout
 
     source = "import sys\n\nimport torch\nfrom a import (\n    b,\n    c,\n)\nimport os\n\nimport re\nimport q\nx = b\n"
     module = cst.parse_module(source)

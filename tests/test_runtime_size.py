@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from porter.apply import runtime_files, runtime_source
-from porter.runtime_modules import modules_for, used_names
+from porter.files.apply import runtime_files, runtime_source
+from porter.project.runtime_modules import modules_for, used_names
 from porter_test_utils import run_porter
 
 SOURCE = runtime_source()

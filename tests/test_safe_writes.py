@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from porter.apply import Change, apply_changes, runtime_files, vendor_changes, write_atomic
+from porter.files.apply import Change, apply_changes, runtime_files, vendor_changes, write_atomic
 from porter_test_utils import run_porter, snapshot
 
 CUDA = b"import torch\nx = torch.ones(1).cuda()\n"
@@ -187,7 +187,7 @@ def test_ctrl_c_during_a_write_takes_effect_once_the_file_is_whole(tmp_path, mon
     """An interrupt that arrives while a file is written (here: at its fsync) is held
     until the rename is done, then raised: the file is new, whole, and no temporary
     file is left beside it (tests/test_harm.py sends a real Ctrl-C to a whole run)."""
-    from porter import apply
+    from porter.files import apply
 
     target = tmp_path / "train.py"
     target.write_bytes(b"old\n")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from porter_test_utils import FIXTURES, run_porter, snapshot
-from porter.verify_modules import plan
+from porter.verify.modules import plan
 
 REPOS = sorted(p.name for p in (FIXTURES / "repos").iterdir() if (p / "porter_fixture.json").is_file())
 

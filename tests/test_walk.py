@@ -1,12 +1,12 @@
-"""porter.walk finds what a LibCST visitor pass finds; porter.guards parses a file once."""
+"""porter.rulebase.walk finds what a LibCST visitor pass finds; porter.rulebase.guards parses a file once."""
 
 from pathlib import Path
 
 import libcst as cst
 import pytest
 
-from porter import guards
-from porter.walk import _TRIVIA, nodes_of
+from porter.rulebase import guards
+from porter.rulebase.walk import _TRIVIA, nodes_of
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 FILES = sorted(FIXTURES.rglob("*.py"))

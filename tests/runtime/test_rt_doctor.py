@@ -9,7 +9,7 @@ import torch
 from click.testing import CliRunner
 
 import porter_runtime
-from porter.doctor import doctor
+from porter.cli.doctor import doctor
 from porter_runtime import _attn_core
 
 CHECK = {"type": "object", "required": ["name", "ok", "detail"],

@@ -6,9 +6,9 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.matching import Ambiguous
-from porter.rule import Example, Needs, Rule, Safety
-from porter.thirdparty import UseFinder
+from porter.rulebase.matching import Ambiguous
+from porter.rulebase.rule import Example, Needs, Rule, Safety
+from porter.rulebase.thirdparty import UseFinder
 
 # The twins in porter_runtime.bnb_optim (porter_runtime/_thirdparty_bnb.py), by family.
 _FAMILIES = {

@@ -6,8 +6,8 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rule import Example, Needs, Rule, Safety, cuda_spec, positional
-from porter.syntax import is_device_expr, with_arg
+from porter.rulebase.rule import Example, Needs, Rule, Safety, cuda_spec, positional
+from porter.rulebase.syntax import is_device_expr, with_arg
 
 _LOADERS = frozenset({"torch.load", "torch.serialization.load", "torch.jit.load"})
 

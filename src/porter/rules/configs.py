@@ -7,7 +7,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from porter.rule import Example, Needs, Rule, Safety, TextRule, string_value
+from porter.rulebase.rule import Example, Needs, Rule, Safety, TextRule, string_value
 
 CONFIG_PATTERNS = ("*.yaml", "*.yml", "*.json", "*.toml", "*.cfg", "*.ini")
 SHELL_PATTERNS = ("*.sh", "*.bash", "*.zsh", "*.slurm", "*.sbatch")

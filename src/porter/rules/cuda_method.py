@@ -7,7 +7,7 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rule import Example, Needs, Rule, Safety, clean_args, has_star_args
+from porter.rulebase.rule import Example, Needs, Rule, Safety, clean_args, has_star_args
 
 _DEFINES_CUDA = re.compile(rb"\bdef\s+cuda\s*\(")
 _PARAMS = ("device", "non_blocking", "memory_format")

@@ -17,7 +17,7 @@ from typing import ClassVar, Optional
 
 import libcst as cst
 
-from porter.rule import Example, Needs, Rule, Safety, has_star_args
+from porter.rulebase.rule import Example, Needs, Rule, Safety, has_star_args
 
 
 def _table(names: dict[str, str], *modules: str) -> dict[str, str]:

@@ -10,9 +10,9 @@ from typing import Iterator, Optional, Sequence
 
 import libcst as cst
 
-from porter.availability_checks import availability_test
-from porter.rule import Example, Needs, Rule, Safety, string_value
-from porter.syntax import (argument, argument_pair, block_statements, int_value, is_main_guard, is_runtime_call,
+from porter.rulebase.availability_checks import availability_test
+from porter.rulebase.rule import Example, Needs, Rule, Safety, string_value
+from porter.rulebase.syntax import (argument, argument_pair, block_statements, int_value, is_main_guard, is_runtime_call,
                            is_true, replace_arg, small_statements)
 
 DATALOADER = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})

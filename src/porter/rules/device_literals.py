@@ -7,8 +7,8 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rule import CUDA_SPEC, Example, Needs, Rule, Safety, cuda_spec, positional, string_value
-from porter.syntax import index_args
+from porter.rulebase.rule import CUDA_SPEC, Example, Needs, Rule, Safety, cuda_spec, positional, string_value
+from porter.rulebase.syntax import index_args
 
 
 class TorchDeviceCuda(Rule):

@@ -6,9 +6,9 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rule import Example, Needs, Rule, Safety, keyword
-from porter.syntax import literal_is
-from porter.thirdparty import (
+from porter.rulebase.rule import Example, Needs, Rule, Safety, keyword
+from porter.rulebase.syntax import literal_is
+from porter.rulebase.thirdparty import (
     UseFinder, arguments_fit, chain_alternatives, drop_dead_chains, example_code, module_chains,
     package_units, stop_evidence, under, without_stops,
 )
@@ -72,7 +72,7 @@ class FlashAttnFunc(Rule):
     A stop on the module's own flag (`HAS_FLASH = False` in `except ImportError:`,
     then `if not HAS_FLASH: raise ...` / `assert HAS_FLASH`) goes once every flash_attn
     use in the file is ported, and is reported otherwise; the `try` that sets the flag
-    goes too once nothing in the tree reads its names (porter.probes).
+    goes too once nothing in the tree reads its names (porter.edits.probes).
 
     Why:
     flash-attn does not build without CUDA (`pip install flash-attn` fails on a Mac), so
@@ -245,7 +245,7 @@ class FlashAttnFunc(Rule):
             """),
         ),
         # the module's own flag stops the ported path off CUDA: the stop goes, then
-        # the probe, whose names nothing reads any more (porter.probes)
+        # the probe, whose names nothing reads any more (porter.edits.probes)
         Example(
             example_code("""
             try:

@@ -8,10 +8,10 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.needs import literal_patterns
-from porter.rule import Example, Needs, Rule, Safety, cuda_spec, keyword, string_value
-from porter.syntax import is_true
-from porter.thirdparty import example_code
+from porter.rulebase.needs import literal_patterns
+from porter.rulebase.rule import Example, Needs, Rule, Safety, cuda_spec, keyword, string_value
+from porter.rulebase.syntax import is_true
+from porter.rulebase.thirdparty import example_code
 
 #: The loaders whose keywords these rules read (``AutoModelForCausalLM.from_pretrained``).
 _LOADERS = frozenset({"from_pretrained", "from_config"})

@@ -17,11 +17,11 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.matching import dotted_name
-from porter.needs import literal_patterns
-from porter.rule import BYTES_GAP, Example, Needs, Rule, Safety, string_value
-from porter.syntax import argument, argument_pair, int_value, is_runtime_call, replace_arg
-from porter.walk import nodes_of
+from porter.rulebase.matching import dotted_name
+from porter.rulebase.needs import literal_patterns
+from porter.rulebase.rule import BYTES_GAP, Example, Needs, Rule, Safety, string_value
+from porter.rulebase.syntax import argument, argument_pair, int_value, is_runtime_call, replace_arg
+from porter.rulebase.walk import nodes_of
 
 # -- integer devices (PT901): what the rule knows, said once ----------------------
 
@@ -272,7 +272,7 @@ class IntegerDeviceTo(Rule):
     @property
     def _indices(self) -> set[str]:
         """The names this file itself uses as CUDA devices: one extra look at the
-        module's assignments and calls (porter.walk), only when a `.to(name)` needs it."""
+        module's assignments and calls (porter.rulebase.walk), only when a `.to(name)` needs it."""
         if self._found is None:
             uses = _DeviceIndexUses(self)
             for node in nodes_of(self.ctx.module, (cst.Assign, cst.Call)):

@@ -9,7 +9,7 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rule import BYTES_GAP, Example, Needs, Rule, Safety, string_value
+from porter.rulebase.rule import BYTES_GAP, Example, Needs, Rule, Safety, string_value
 
 
 def _is_device_type(node: cst.BaseExpression) -> bool:

@@ -10,9 +10,9 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.needs import literal_patterns
-from porter.rule import Example, Needs, Rule, Safety, string_value
-from porter.syntax import is_runtime_call
+from porter.rulebase.needs import literal_patterns
+from porter.rulebase.rule import Example, Needs, Rule, Safety, string_value
+from porter.rulebase.syntax import is_runtime_call
 
 #: Receivers that are not models: their load_state_dict has other semantics, and the
 #: runtime would only forward the call, so they are left as written.

@@ -8,9 +8,9 @@ from typing import Union
 
 import libcst as cst
 
-from porter.availability_checks import IS_AVAILABLE, requirement
-from porter.rule import Example, Needs, Rule, Safety, cuda_spec, string_value
-from porter.syntax import argument_pair, replace_arg
+from porter.rulebase.availability_checks import IS_AVAILABLE, requirement
+from porter.rulebase.rule import Example, Needs, Rule, Safety, cuda_spec, string_value
+from porter.rulebase.syntax import argument_pair, replace_arg
 
 
 class CudaRequirement(Rule):

@@ -7,12 +7,12 @@ from typing import Optional, Union
 
 import libcst as cst
 
-from porter.cuda_packages import COMPILED, IMPORT_ROOTS, advice_for
-from porter.matching import dotted_name
-from porter.needs import literal_patterns
-from porter.rule import BYTES_GAP, Example, Needs, Rule, Safety, keyword, positional, string_value
-from porter.syntax import bound_names
-from porter.thirdparty import GuardTracker, example_code, under, uses
+from porter.project.cuda_packages import COMPILED, IMPORT_ROOTS, advice_for
+from porter.rulebase.matching import dotted_name
+from porter.rulebase.needs import literal_patterns
+from porter.rulebase.rule import BYTES_GAP, Example, Needs, Rule, Safety, keyword, positional, string_value
+from porter.rulebase.syntax import bound_names
+from porter.rulebase.thirdparty import GuardTracker, example_code, under, uses
 
 _TRITON_DECORATORS = frozenset({"triton.jit", "triton.autotune", "triton.heuristics"})
 
@@ -362,7 +362,7 @@ class CudaExtension(Rule):
         return updated
 
 
-#: The CUDA-only packages no other rule ports, with their advice (porter.cuda_packages).
+#: The CUDA-only packages no other rule ports, with their advice (porter.project.cuda_packages).
 _PACKAGES = {name: advice_for(name) for name in (
     "triton", "deepspeed", "mamba_ssm", "selective_scan_cuda", "causal_conv1d", "liger_kernel",
     "transformer_engine", "transformer_engine_torch", "fused_dense_lib", "xentropy_cuda_lib",
@@ -548,7 +548,7 @@ class CudaOnlyPackage(GuardTracker, Rule):
 
 
 def _imports_any(imported: set[str], packages: set[str]) -> bool:
-    """Whether one of the ``imported`` names (porter.prefilter's facts) is, or lies
+    """Whether one of the ``imported`` names (porter.engine.prefilter's facts) is, or lies
     under, one of ``packages``."""
     return any(under(name, packages) for name in imported)
 

@@ -6,8 +6,8 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rule import Example, Needs, Rule, Safety, has_star_args
-from porter.syntax import with_arg
+from porter.rulebase.rule import Example, Needs, Rule, Safety, has_star_args
+from porter.rulebase.syntax import with_arg
 
 # torch.cuda.<Type>Tensor -> the dtype it holds (torch/cuda/__init__.py, torch 2.13).
 _TYPES = {

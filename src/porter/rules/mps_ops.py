@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 import libcst as cst
 
-from porter.rule import Example, Needs, Rule, Safety
+from porter.rulebase.rule import Example, Needs, Rule, Safety
 
 
 class MissingOp(NamedTuple):

@@ -1,11 +1,11 @@
-"""The catch-all of the ledger (porter.ledger): a CUDA touchpoint nothing accounts for."""
+"""The catch-all of the ledger (porter.project.ledger): a CUDA touchpoint nothing accounts for."""
 
 from __future__ import annotations
 
 from textwrap import dedent
 
-from porter.ledger import CODE, NAME
-from porter.rule import BaseRule, Example, Safety
+from porter.project.ledger import CODE, NAME
+from porter.rulebase.rule import BaseRule, Example, Safety
 
 
 class CudaTouchpoint(BaseRule):

@@ -6,9 +6,9 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.matching import Ambiguous
-from porter.rule import Example, Needs, Rule, Safety
-from porter.thirdparty import (
+from porter.rulebase.matching import Ambiguous
+from porter.rulebase.rule import Example, Needs, Rule, Safety
+from porter.rulebase.thirdparty import (
     UseFinder, arguments_fit, drop_dead_chains, example_code, package_units, stop_evidence, without_stops,
 )
 
@@ -93,7 +93,7 @@ class XformersAttention(Rule):
     XFORMERS_AVAILABLE: raise ...`, `assert XFORMERS_AVAILABLE`) before the ported
     path, that stop is removed once every xformers use in the file is ported, and
     reported otherwise; the `try` that sets the flag goes too once nothing in the
-    tree reads its names (porter.probes).
+    tree reads its names (porter.edits.probes).
 
     Known limits:
     `op=` (the choice of xformers kernel) has no meaning off CUDA and is ignored
@@ -149,7 +149,7 @@ class XformersAttention(Rule):
             """),
         ),
         # the module's own flag stops the ported path off CUDA: the stop goes, then
-        # the probe, whose names nothing reads any more (porter.probes)
+        # the probe, whose names nothing reads any more (porter.edits.probes)
         Example(
             example_code("""
             try:

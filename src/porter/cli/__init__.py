@@ -1,0 +1,1 @@
+"""The command line: parsing flags and printing; the work is done elsewhere."""

@@ -1,0 +1,1 @@
+"""The migration pipeline: discover, pre-filter, parse, run the rules, collect results."""

@@ -1,0 +1,246 @@
+"""Finding the Python files of a run: skip what is not the user's code.
+
+Skipped: ``.git`` and other VCS folders, virtual environments (any folder holding a
+``pyvenv.cfg``, or named like one), build and cache folders, the vendored runtime, paths
+matching ``--exclude`` globs, and whatever ``.gitignore`` files ignore. Symbolic links
+are never followed: a link is reported and skipped, so porter can't write outside the
+tree or walk in a loop.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Optional, Sequence
+
+from porter.project.runtime_home import is_vendored
+
+SKIP_DIRS = frozenset({
+    ".git", ".hg", ".svn", ".venv", "venv", ".env", ".tox", ".nox", ".eggs",
+    "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".hypothesis",
+    "node_modules", "site-packages", ".ipynb_checkpoints",
+})
+#: Skipped only when it is what the name says (a virtual environment): ``env/`` in
+#: research code is as often a package of RL environments.
+VENV_NAMES = frozenset({"env"})
+#: Build output by name: skipped, and said so when they hold Python files (name one on
+#: the command line to port it).
+OUTPUT_DIRS = frozenset({"build", "dist"})
+
+
+@dataclass
+class Skipped:
+    path: str
+    reason: str
+    #: True when porter could not look (an unreadable folder), as opposed to a
+    #: deliberate skip (a symbolic link): it makes the run exit 2.
+    error: bool = False
+
+
+@dataclass
+class Discovery:
+    files: list[Path] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+
+
+class GitIgnore:
+    """The subset of gitignore semantics that matters for source trees."""
+
+    def __init__(self, base: Path, lines: Sequence[str]) -> None:
+        self.base = base
+        self.rules: list[tuple[re.Pattern[str], bool, bool]] = []
+        for raw in lines:
+            line = raw.rstrip("\n").rstrip()
+            if not line or line.startswith("#"):
+                continue
+            negate = line.startswith("!")
+            line = line[1:] if negate else line
+            dir_only = line.endswith("/")
+            line = line.strip("/") if dir_only else line
+            anchored = "/" in line.rstrip("/")
+            self.rules.append((_glob_regex(line.lstrip("/"), anchored), negate, dir_only))
+
+    @classmethod
+    def load(cls, folder: Path) -> Optional["GitIgnore"]:
+        path = folder / ".gitignore"
+        try:
+            return cls(folder, path.read_text(encoding="utf-8", errors="replace").splitlines())
+        except OSError:
+            return None
+
+    def ignored(self, path: Path, is_dir: bool) -> Optional[bool]:
+        rel = path.relative_to(self.base).as_posix()
+        verdict: Optional[bool] = None
+        for pattern, negate, dir_only in self.rules:
+            if dir_only and not is_dir:
+                continue
+            if pattern.match(rel):
+                verdict = not negate
+        return verdict
+
+
+def _glob_regex(pattern: str, anchored: bool) -> re.Pattern[str]:
+    out = ""
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out += "(?:.*/)?"
+            i += 3
+        elif pattern.startswith("**", i):
+            out += ".*"
+            i += 2
+        elif pattern[i] == "*":
+            out += "[^/]*"
+            i += 1
+        elif pattern[i] == "?":
+            out += "[^/]"
+            i += 1
+        else:
+            out += re.escape(pattern[i])
+            i += 1
+    prefix = "" if anchored else "(?:.*/)?"
+    return re.compile(f"^{prefix}{out}$")
+
+
+def _excluded(rel: str, excludes: Sequence[str]) -> bool:
+    name = rel.rsplit("/", 1)[-1]
+    return any(fnmatch.fnmatch(rel, g) or fnmatch.fnmatch(name, g) or fnmatch.fnmatch(rel, g.rstrip("/") + "/*")
+               for g in excludes)
+
+
+def _is_venv(folder: Path) -> bool:
+    try:
+        return (folder / "pyvenv.cfg").exists() or (folder / "conda-meta").is_dir() or (
+            folder.name in VENV_NAMES and ((folder / "bin" / "python").exists()
+                                           or (folder / "Scripts" / "python.exe").exists()))
+    except OSError:  # an unreadable folder: the walk reports it
+        return False
+
+
+def _holds_python(folder: Path) -> bool:
+    try:
+        for _, _, names in os.walk(folder):
+            if any(n.endswith((".py", ".ipynb")) for n in names):
+                return True
+    except OSError:
+        pass
+    return False
+
+
+def discover(
+    paths: Sequence[Path], root: Path, excludes: Sequence[str] = (), skip: Sequence[Path] = (),
+    patterns: Sequence[str] = ("*.py",),
+) -> Discovery:
+    """The files under ``paths`` whose names match ``patterns`` (files named directly
+    are taken as given)."""
+    found = Discovery()
+    skip_resolved = {p.resolve() for p in skip}
+    seen: set[Path] = set()
+    for path in paths:
+        if path.is_symlink():
+            found.skipped.append(Skipped(relative_posix(path, root), "symbolic link, not followed"))
+        elif path.is_dir():
+            for file in _walk(path, root, excludes, skip_resolved, found, patterns):
+                if file not in seen:
+                    seen.add(file)
+                    found.files.append(file)
+        elif not path.is_file():
+            found.skipped.append(Skipped(relative_posix(path, root), "not a regular file or folder"))
+        elif path not in seen:
+            if not any(fnmatch.fnmatch(path.name, p) for p in patterns):
+                found.skipped.append(Skipped(relative_posix(path, root), "not a Python file or a file any rule reads"))
+                continue
+            seen.add(path)
+            found.files.append(path)
+    return found
+
+
+def _walk(top: Path, root: Path, excludes, skip_resolved, found: Discovery, patterns) -> Iterator[Path]:
+    ignores: list[GitIgnore] = []
+    try:
+        between = top.resolve().relative_to(root.resolve())
+    except ValueError:  # a path outside the root: only its own .gitignore files count
+        between = Path(".")
+    for folder in [*reversed(between.parents), Path(".")][:-1]:
+        loaded = GitIgnore.load(root / folder)
+        if loaded:
+            ignores.append(loaded)
+    yield from _walk_dir(top, root, excludes, skip_resolved, found, ignores, patterns)
+
+
+def _walk_dir(folder: Path, root, excludes, skip_resolved, found, ignores, patterns) -> Iterator[Path]:
+    own = GitIgnore.load(folder)
+    ignores = ignores + [own] if own else ignores
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError as exc:
+        found.skipped.append(Skipped(relative_posix(folder, root), f"cannot list folder: {exc.strerror}", error=True))
+        return
+    for entry in entries:
+        path = Path(entry.path)
+        rel = relative_posix(path, root)
+        is_dir = entry.is_dir(follow_symlinks=False)
+        if _excluded(rel, excludes) or _gitignored(path, is_dir, ignores):
+            continue
+        if entry.is_symlink():
+            if entry.name.endswith(".py") or _links_to_dir(entry):
+                found.skipped.append(Skipped(rel, "symbolic link, not followed"))
+            continue
+        if is_dir:
+            if entry.name in SKIP_DIRS or entry.name.endswith(".egg-info") or _is_venv(path):
+                continue
+            if entry.name in OUTPUT_DIRS:
+                if _holds_python(path):
+                    found.skipped.append(Skipped(rel, f"skipped: a folder named {entry.name}/ is taken for build "
+                                                      "output; name it on the command line to port it"))
+                continue
+            if path.resolve() in skip_resolved or is_vendored(path):
+                continue  # porter's own runtime, wherever it was vendored: never ported
+            yield from _walk_dir(path, root, excludes, skip_resolved, found, ignores, patterns)
+        elif entry.is_file(follow_symlinks=False) and any(fnmatch.fnmatch(entry.name, p) for p in patterns):
+            yield path
+
+
+def _links_to_dir(entry: os.DirEntry) -> bool:
+    """Whether a link points at a folder; a dangling link or a loop does not."""
+    try:
+        return entry.is_dir()
+    except OSError:  # ELOOP: a link cycle
+        return False
+
+
+def _gitignored(path: Path, is_dir: bool, ignores: Sequence[GitIgnore]) -> bool:
+    verdict = False
+    for ignore in ignores:
+        result = ignore.ignored(path, is_dir)
+        if result is not None:
+            verdict = result
+    return verdict
+
+
+def relative_posix(path: Path, root: Path) -> str:
+    """``path`` relative to ``root`` with forward slashes (as written in reports), or as given."""
+    try:
+        return path.absolute().relative_to(root.absolute()).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+#: Files that mark the top of a Python project.
+PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", "requirements.txt")
+
+
+def find_root(paths: Sequence[Path]) -> Path:
+    """The project holding the first path: the nearest folder at or above it with a
+    project file (pyproject.toml, setup.py, setup.cfg, requirements.txt) or a ``.git``,
+    else the path's own folder. A project inside another repository (a vendored
+    package, an example folder) is its own root."""
+    first = paths[0].absolute()
+    start = first if first.is_dir() else first.parent
+    for folder in [start, *start.parents]:
+        if (folder / ".git").exists() or any((folder / m).is_file() for m in PROJECT_MARKERS):
+            return folder
+    return start

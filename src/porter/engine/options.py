@@ -1,0 +1,48 @@
+"""What a run applies to every file: the rules, the opt-in fixes, the settings."""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, replace
+from typing import Optional, Sequence
+
+from porter.project import ledger
+from porter.engine.config import ignored_codes
+from porter.rulebase.rule import BaseRule, Rule, TextRule
+
+
+@dataclass
+class Options:
+    """What a run applies; shared by every file of the run."""
+
+    rules: Sequence[type[BaseRule]]
+    unsafe_fixes: bool = False
+    #: Where the dependency-manifest rules move CUDA-only requirements: "marker"
+    #: (an environment marker) or "extra" (an optional extra); from [tool.porter].
+    dependencies: str = "marker"
+    #: (glob, code prefixes) pairs from ``per-file-ignores``: rules skipped for those paths.
+    per_file_ignores: Sequence[tuple[str, Sequence[str]]] = ()
+    #: What the scanned tree tells the ledger about imports (porter.project.ledger) and the probe
+    #: clean-up about its sources (porter.edits.probes); None: nothing, one file alone.
+    ledger: Optional["ledger.TreeContext"] = None
+
+    def for_path(self, rel: str) -> "Options":
+        """These options less the rules that ``per-file-ignores`` turns off for ``rel``."""
+        if not self.per_file_ignores:
+            return self
+        codes = ignored_codes(self.per_file_ignores, rel)
+        if not codes:
+            return self
+        rules = [r for r in self.rules if not r.code.startswith(codes)]
+        return replace(self, rules=rules, per_file_ignores=())
+
+    @property
+    def source_rules(self) -> list[type[Rule]]:
+        return [r for r in self.rules if issubclass(r, Rule)]
+
+    @property
+    def text_rules(self) -> list[type[TextRule]]:
+        return [r for r in self.rules if issubclass(r, TextRule)]
+
+    def text_rules_for(self, name: str) -> list[type[TextRule]]:
+        return [r for r in self.text_rules if any(fnmatch.fnmatch(name, p) for p in r.patterns)]

@@ -1,0 +1,239 @@
+"""One migration run over a set of paths: discover, process, collect."""
+
+from __future__ import annotations
+
+import os
+import signal
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Iterator, Optional, Sequence
+
+from porter.project import known_modules
+from porter.files.apply import Change, read_or_none, runtime_source, vendor_changes
+from porter.engine.discover import Skipped, discover, relative_posix
+from porter.engine.process import process_file
+from porter.engine.options import Options
+from porter.engine.results import FileResult
+from porter.project.runtime_modules import modules_for, used_names
+from porter.project.runtime_home import Home, LazyBootstrap, Layout, home_of_import, manifest_change, refuse_home
+from porter.project.ledger import TreeContext
+
+
+@dataclass
+class RunConfig:
+    paths: Sequence[Path]
+    root: Path
+    options: Options
+    excludes: Sequence[str] = ()
+    runtime_dir: Optional[Path] = None  # default: per file, porter.project.runtime_home
+    jobs: int = 1
+    #: the run writes what it finds (notes say "vendored", not "would vendor")
+    write: bool = False
+    #: vendor every runtime module, not only those the ported code uses
+    full_runtime: bool = False
+
+    @property
+    def runtime_target(self) -> Path:
+        return self.runtime_dir if self.runtime_dir is not None else self.root / "porter_runtime"
+
+    def layout(self) -> Layout:
+        """The repository's layout; LayoutError for a runtime folder porter must not use."""
+        return Layout.of(self.root, self.runtime_dir)
+
+
+@dataclass
+class RunResult:
+    root: Path
+    files: list[FileResult] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    runtime_changes: list[Change] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> list[FileResult]:
+        return [f for f in self.files if f.status == "changed"]
+
+    @property
+    def errors(self) -> list[FileResult]:
+        return [f for f in self.files if f.status == "error"]
+
+    @property
+    def reviews(self) -> int:
+        return sum(len(f.reviews) for f in self.files)
+
+    def changes(self) -> list[Change]:
+        """Every file change kept by a run without a sink: the runtime, then sources."""
+        own = [Change(f.path, f.old, f.new) for f in self.changed if f.new is not None]
+        return self.runtime_changes + own
+
+
+Task = tuple[Path, str, Layout]  # the file, its path in the report, the repository's layout
+_worker_options: Optional[Options] = None
+
+
+def _init_worker(options: Options) -> None:
+    global _worker_options
+    _worker_options = options
+    # Ctrl-C is the parent's to handle (it stops the run and exits 130); a worker that
+    # took it too would print a traceback of its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _work(task: Task) -> FileResult:
+    assert _worker_options is not None
+    path, rel, layout = task
+    return process_file(path, rel, _worker_options, LazyBootstrap(path, layout))
+
+
+def iter_results(config: RunConfig, tasks: Sequence[Task]) -> Iterator[FileResult]:
+    """Results in the order of ``tasks``, whatever the number of worker processes."""
+    jobs = max(1, min(config.jobs, len(tasks)))
+    if jobs == 1:
+        for path, rel, layout in tasks:
+            yield process_file(path, rel, config.options, LazyBootstrap(path, layout))
+        return
+    # Small chunks: a few files (trainer.py and its neighbours in transformers) take
+    # seconds each; in one large chunk at the end of the run they leave a worker idle.
+    chunk = max(1, min(4, len(tasks) // (jobs * 8)))
+    pool = ProcessPoolExecutor(jobs, initializer=_init_worker, initargs=(config.options,))
+    try:
+        yield from pool.map(_work, tasks, chunksize=chunk)
+    finally:  # on Ctrl-C, files not started yet are dropped, not processed first
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def default_jobs() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+Sink = Callable[[Change], Optional[str]]
+
+
+def run(
+    config: RunConfig,
+    sink: Optional[Sink] = None,
+    progress: Optional[Callable[[int, int], None]] = None,
+) -> RunResult:
+    """Process every file in path order.
+
+    With a ``sink``, each change is handed to it as soon as its file is done and its
+    bytes are dropped, so memory is bounded by the largest file, not by the tree. The
+    runtime's files go first, before the first source change: a run killed half-way
+    never leaves code that imports a runtime that isn't there. A sink returns an error
+    text when it could not apply a change; the file is then reported as failed.
+    """
+    root = config.root
+    layout = config.layout()
+    patterns = ["*.py", "*.ipynb", *sorted({p for rule in config.options.text_rules for p in rule.patterns})]
+    skip = [layout.fixed.folder] if layout.fixed is not None else []
+    found = discover(config.paths, root, config.excludes, skip=skip, patterns=patterns)
+    result = RunResult(root=root, skipped=found.skipped)
+    files = sorted(found.files, key=lambda p: relative_posix(p, root))
+    config = with_tree_context(config, [relative_posix(p, root) for p in files])
+    tasks = [(path, relative_posix(path, root), layout) for path in files]
+    #: each copy's folder -> why it could not be vendored ("" once it is)
+    homes: dict[Path, str] = {}
+    #: each copy's folder -> the runtime modules vendored there so far (None: all of them)
+    held: dict[Path, Optional[frozenset[str]]] = {}
+    #: each copy's folder -> the files this run already wrote or showed there (a dry run
+    #: writes nothing, so the folder on disk can't tell)
+    emitted: dict[Path, set[str]] = {}
+    shipped: list[Home] = []  # copies inside packages, which the build must ship
+    pyproject: list[bytes] = []  # pyproject.toml as a rule of this run left it
+
+    def vendor(home: Home, code: Optional[bytes], needed: bool = True) -> str:
+        """Vendor one copy, with the modules ``code`` needs; why it could not be, or ""."""
+        modules = None if config.full_runtime or code is None else modules_for(used_names(code), runtime_source())
+        if home.folder in homes:
+            have = held[home.folder]
+            if homes[home.folder] or have is None or (modules is not None and modules <= have):
+                return homes[home.folder]
+            modules = None if modules is None else modules | have
+        problem = refuse_home(home, root)
+        if problem and not needed:
+            return problem  # a file already imports a folder porter does not own: the user's
+        changes: list[Change] = []
+        notes: list[str] = []
+        if not problem:
+            changes, note = vendor_changes(home.folder, root, write=config.write, modules=modules)
+            if home.folder in emitted:  # a copy this run vendored: only the modules it lacks
+                changes = [c for c in changes if c.path not in emitted[home.folder]]
+                added = ", ".join(c.path.rsplit("/", 1)[-1] for c in changes)
+                note = f"{'added' if config.write else 'would add'} {added} to porter_runtime at " \
+                       f"{relative_posix(home.folder, root)}/" if changes else ""
+            emitted.setdefault(home.folder, set()).update(c.path for c in changes)
+            notes += [note] if note else []
+            if home.package and home.folder not in homes:
+                shipped.append(home)  # the build config is edited at the end (porter.project.runtime_home)
+            for change in changes:
+                if sink is not None and not problem:
+                    problem = sink(change) or ""
+        homes[home.folder], held[home.folder] = problem, modules
+        if problem:
+            result.notes.append(f"porter_runtime not vendored at {relative_posix(home.folder, root)}/: {problem}")
+        else:
+            result.runtime_changes += changes
+            result.notes += notes
+        return problem
+
+    def home_of(item: FileResult, path: Path) -> Home:
+        if item.runtime_folder:
+            return Home(root / item.runtime_folder, item.runtime_package)
+        return home_of_import(layout, path, item.runtime_from)
+
+    for done, (item, (path, _, _)) in enumerate(zip(iter_results(config, tasks), tasks), 1):
+        if item.runtime_note and item.status == "changed":
+            result.notes.append(item.runtime_note)
+        if item.status == "changed" and item.path == "pyproject.toml" and item.new is not None:
+            pyproject.append(item.new)
+        if item.status == "changed":
+            problem = vendor(home_of(item, path), item.new) if item.uses_runtime else ""
+            if problem:  # never a source that imports a runtime that isn't there
+                item.status, item.error = "error", f"not written: it needs porter_runtime, which could not be vendored ({problem})"
+                item.old = item.new = None
+            elif sink is not None:
+                error = sink(Change(item.path, item.old, item.new))  # type: ignore[arg-type]
+                item.old = item.new = None
+                if error:
+                    item.status, item.error = "error", error
+        elif item.uses_runtime and item.status == "unchanged":
+            vendor(home_of(item, path), read_or_none(path), needed=False)  # the code already imports the runtime: make sure it is there and current
+        result.files.append(item)
+        if progress is not None:
+            progress(done, len(tasks))
+    _ship(config, result, shipped, pyproject[-1] if pyproject else None, sink)
+    return result
+
+
+def with_tree_context(config: RunConfig, rels: Sequence[str]) -> RunConfig:
+    """``config`` with what the tree tells the ledger about imports: its own modules
+    and its declared dependencies (porter.project.ledger, porter.project.known_modules); and its
+    sources, where porter.edits.probes checks that no other module reads a flag it removes."""
+    if config.options.ledger is not None:
+        return config
+    context = TreeContext(local=known_modules.local(rels), declared=known_modules.declared(config.root),
+                          root=str(config.root), sources=frozenset(r for r in rels if r.endswith((".py", ".ipynb"))),
+                          extensions=known_modules.extensions(config.root, rels))
+    return replace(config, options=replace(config.options, ledger=context))
+
+
+def _ship(config: RunConfig, result: RunResult, shipped: list[Home], edited: Optional[bytes], sink) -> None:
+    """Add the package copies to a hand-written package list in pyproject.toml. Done last,
+    on top of what a manifest rule of this run made of the file (written, or in the diff)."""
+    base = None if config.write else edited
+    for home in shipped:
+        manifest = manifest_change(config.root, home, write=config.write, base=base)
+        if manifest is None:
+            continue
+        change, note = manifest
+        result.notes.append(note)
+        if change is None:
+            continue
+        error = sink(change) if sink is not None else None
+        if error:
+            result.notes.append(f"pyproject.toml: not written: {error}")
+            continue
+        result.runtime_changes.append(change)
+        base = None if config.write else change.new
+

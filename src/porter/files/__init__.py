@@ -1,0 +1,1 @@
+"""Reading the user's files and writing them back: atomic writes, diffs, the ported copy."""

@@ -1,0 +1,329 @@
+"""Turning results into changes on disk or on stdout: atomic writes, diffs, vendoring."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import signal
+import stat
+import tempfile
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator, Optional
+
+import importlib.util
+
+from porter.files.sources import source_encoding
+
+_VERSION = re.compile(r'^__version__\s*=\s*["\']([^"\']+)["\']', re.M)
+
+
+@dataclass
+class Change:
+    """A whole-file change: ``old`` None means a new file."""
+
+    path: str  # relative to the root, "/" separators
+    old: Optional[bytes]
+    new: bytes
+    #: a file of the vendored runtime (or the manifest line that ships it), not the user's code
+    runtime: bool = False
+
+
+# -- atomic writes -------------------------------------------------------------
+
+def write_atomic(path: Path, data: bytes, mode: Optional[int] = None) -> None:
+    """Write ``data`` to a temporary file beside ``path`` and rename it over ``path``.
+
+    A reader (or a crash) sees either the old file or the new one, never half of it;
+    the file's permission bits are kept. A Ctrl-C during the write takes effect once
+    it is done: an interrupt between creating the temporary file and the ``try`` that
+    removes it would leave the file behind in the user's tree.
+    """
+    with _interrupts_deferred():
+        _write_atomic(path, data, mode)
+
+
+@contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """Hold SIGINT until the block ends, then act on it as the handler before would
+    (only the main thread may set a handler; elsewhere the block runs as is)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught and callable(previous):
+            previous(signal.SIGINT, caught[0])  # Python's default raises KeyboardInterrupt
+        elif caught and previous == signal.SIG_DFL:
+            raise KeyboardInterrupt
+
+
+def _write_atomic(path: Path, data: bytes, mode: Optional[int]) -> None:
+    if mode is None:
+        try:
+            mode = stat.S_IMODE(path.stat().st_mode)
+        except FileNotFoundError:
+            mode = 0o644
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".porter-tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+# -- vendoring -----------------------------------------------------------------
+
+def runtime_source() -> Path:
+    """The installed runtime's folder, found without importing it (and so torch)."""
+    spec = importlib.util.find_spec("porter_runtime")
+    if spec is None or spec.origin is None:  # pragma: no cover - broken install
+        raise RuntimeError("porter_runtime is not installed next to porter")
+    return Path(spec.origin).parent
+
+
+def runtime_version() -> str:
+    version = vendored_version(runtime_source())
+    if version is None:  # pragma: no cover - broken install
+        raise RuntimeError("porter_runtime has no __version__")
+    return version
+
+
+def _version_tuple(text: str) -> tuple:
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"[.+-]", text))
+
+
+def vendored_version(folder: Path) -> Optional[str]:
+    try:
+        match = _VERSION.search((folder / "__init__.py").read_text(encoding="utf-8"))
+    except OSError:
+        return None
+    return match.group(1) if match else None
+
+
+def vendor_changes(target: Path, root: Path, write: bool = True,
+                   modules: Optional[frozenset[str]] = None) -> tuple[list[Change], str]:
+    """The file changes that bring ``target`` to porter's runtime, and a note (in the
+    future tense, "would vendor", when the run writes nothing).
+
+    ``modules`` are the runtime modules the port needs (porter.project.runtime_modules; None: all
+    of them); modules a copy already holds stay. Nothing changes when the vendored copy
+    is as new as porter's or newer; a copy of the same version that differs (edited by
+    hand) is left alone and the note says so.
+    """
+    ours = runtime_version()
+    theirs = vendored_version(target)
+    wanted = runtime_files(modules)
+    rel = Path(os.path.relpath(target, root)).as_posix()
+    if theirs is not None:
+        if _version_tuple(theirs) > _version_tuple(ours):
+            return [], f"vendored runtime {theirs} at {rel}/ is newer than porter's {ours}; left as is"
+        if theirs == ours:
+            edited = any(read_or_none(target / n) not in (None, d) for n, d in wanted.items())
+            note = f"vendored runtime at {rel}/ was edited by hand; left as is" if edited else ""
+            if edited or all(read_or_none(target / n) == d for n, d in wanted.items()):
+                return [], note
+    changes = []
+    for name, data in wanted.items():
+        old = read_or_none(target / name)
+        if old != data:
+            changes.append(Change(f"{rel}/{name}", old, data, runtime=True))
+    if theirs and theirs != ours:
+        note = (f"porter_runtime updated from {theirs} to {ours} at {rel}/" if write
+                else f"would update porter_runtime from {theirs} to {ours} at {rel}/")
+    elif theirs:
+        added = ", ".join(c.path.rsplit("/", 1)[-1] for c in changes)
+        note = f"porter_runtime at {rel}/: added {added}" if write else f"would add {added} to porter_runtime at {rel}/"
+    else:
+        note = f"porter_runtime {ours} vendored at {rel}/" if write else f"would vendor porter_runtime {ours} at {rel}/"
+    return changes, note
+
+
+def runtime_files(modules: Optional[frozenset[str]] = None) -> dict[str, bytes]:
+    """The runtime's files, by path inside the package, plus the version stamp: every
+    module, or only ``modules`` (their stems)."""
+    source = runtime_source()
+    files = {
+        p.relative_to(source).as_posix(): p.read_bytes()
+        for p in sorted(source.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+        and ((p.suffix == ".py" and (modules is None or p.stem in modules)) or p.name == "README.md")
+    }
+    version = runtime_version()
+    files["VENDORED.txt"] = (
+        f"porter_runtime {version}, vendored by porter.\n"
+        "Do not edit: `porter migrate --write` refreshes this folder when porter's copy is newer.\n"
+        "It needs nothing but torch.\n"
+    ).encode()
+    files["pyproject.toml"] = _PYPROJECT.format(version=version).encode()
+    return files
+
+
+#: Makes a vendored copy installable on its own (``pip install ./porter_runtime``: the
+#: folder is the package) and keeps the repository's ruff off porter's code.
+_PYPROJECT = """\
+# porter_runtime, vendored by porter. `pip install ./porter_runtime` installs this folder
+# as the porter_runtime package, for scripts that run from outside the repository root.
+[build-system]
+requires = ["setuptools>=61"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "porter-runtime"
+version = "{version}"
+description = "The device shim that code ported by porter calls"
+requires-python = ">=3.9"
+dependencies = ["torch"]
+
+[tool.setuptools]
+package-dir = {{"porter_runtime" = "."}}
+packages = ["porter_runtime"]
+
+[tool.ruff]
+exclude = ["*"]  # porter's own code, checked where porter is developed
+"""
+
+
+def read_or_none(path: Path) -> Optional[bytes]:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+# -- diffs -----------------------------------------------------------------------
+
+def _decode(data: bytes) -> tuple[str, str]:
+    try:
+        encoding = source_encoding(data)
+    except SyntaxError:
+        encoding = "utf-8"
+    try:
+        return data.decode(encoding, errors="surrogateescape"), encoding
+    except UnicodeError:  # a codec without surrogateescape (UTF-16): bytes as latin-1
+        return data.decode("latin-1"), "latin-1"
+
+
+_GIT_ESCAPES = {0x07: "\\a", 0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0B: "\\v", 0x0C: "\\f", 0x0D: "\\r",
+                0x22: '\\"', 0x5C: "\\\\"}
+
+
+def git_quote(name: str) -> str:
+    """A path as git writes it in a diff header: as is, or in double quotes with C escapes
+    and octal bytes when it holds a control character, a quote, a backslash or a byte
+    outside ASCII (``core.quotePath``); ``git apply`` reads both."""
+    data = os.fsencode(name)
+    if not any(b < 0x20 or b >= 0x7F or b in (0x22, 0x5C) for b in data):
+        return name
+    return '"' + "".join(_GIT_ESCAPES.get(b) or (chr(b) if 0x20 <= b < 0x7F else f"\\{b:03o}") for b in data) + '"'
+
+
+def unified_diff(change: Change) -> bytes:
+    """A ``git apply``-able diff of one file, in the file's own encoding."""
+    new_text, encoding = _decode(change.new)
+    old_text = _decode(change.old)[0] if change.old is not None else ""
+    a, b = git_quote(f"a/{change.path}"), git_quote(f"b/{change.path}")
+    old_name = a if change.old is not None else "/dev/null"
+    header = f"diff --git {a} {b}\n"
+    if change.old is None:
+        header += "new file mode 100644\n"
+    header += f"--- {old_name}\n+++ {b}\n"
+    body = []
+    lines = difflib.unified_diff(
+        old_text.splitlines(keepends=True), new_text.splitlines(keepends=True), lineterm="", n=3
+    )
+    for line in list(lines)[2:]:  # difflib's own ---/+++ lines are replaced by ours
+        if line.startswith("@@"):
+            body.append(line + "\n")
+        elif line.endswith("\n"):
+            body.append(line)
+        else:
+            body.append(line + "\n\\ No newline at end of file\n")
+    return header.encode("utf-8") + "".join(body).encode(encoding, errors="surrogateescape")
+
+
+_COLOURS = {b"+": b"\x1b[32m", b"-": b"\x1b[31m", b"@": b"\x1b[36m"}
+
+
+def colourise(diff: bytes) -> bytes:
+    out = []
+    for line in diff.splitlines(keepends=True):
+        if line.startswith((b"+++", b"---", b"diff --git", b"new file")):
+            out.append(b"\x1b[1m" + line.rstrip(b"\n") + b"\x1b[0m\n")
+        elif line[:1] in _COLOURS:
+            out.append(_COLOURS[line[:1]] + line.rstrip(b"\n") + b"\x1b[0m\n")
+        else:
+            out.append(line)
+    return b"".join(out)
+
+
+def apply_changes(root: Path, changes: Iterable[Change]) -> list[tuple[str, str]]:
+    """Write every change atomically; returns (path, error) for the ones that failed.
+
+    A change is written only onto the bytes it was computed from: a file that vanished,
+    was edited during the run, is read-only, or lies behind a symbolic link is left
+    exactly as it is and reported.
+    """
+    failed = []
+    for change in changes:
+        path = root / change.path
+        problem = _unsafe_target(root, change)
+        if problem:
+            failed.append((change.path, problem))
+            continue
+        try:
+            write_atomic(path, change.new)
+        except OSError as exc:
+            failed.append((change.path, f"cannot write: {exc.strerror or exc}"))
+    return failed
+
+
+def _unsafe_target(root: Path, change: Change) -> Optional[str]:
+    """Why writing ``change`` would lose data or leave the tree, or None."""
+    link = _link_on_path(root, change.path)
+    if link:
+        return f"not written: {link} is a symbolic link (porter never writes through links)"
+    path = root / change.path
+    if change.old is None:
+        return None
+    try:
+        current = path.read_bytes()
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "not written: the file vanished during the run"
+    except OSError as exc:
+        return f"cannot write: {exc.strerror or exc}"
+    if current != change.old:
+        return "not written: the file changed on disk during the run"
+    if not mode & 0o222 or not os.access(path, os.W_OK):
+        return "not written: the file is read-only"
+    return None
+
+
+def _link_on_path(root: Path, rel: str) -> Optional[str]:
+    """The first component of ``rel`` below ``root`` that is a symbolic link."""
+    parts = Path(rel).parts
+    if ".." in parts:  # a --runtime-dir outside the root: the user named it
+        return None
+    here = root
+    for part in parts:
+        here = here / part
+        if here.is_symlink():
+            return Path(*here.relative_to(root).parts).as_posix()
+    return None

@@ -1,0 +1,1 @@
+"""porter fit: find the largest setting (batch size, ...) that fits in memory."""

@@ -1,0 +1,379 @@
+"""Where the vendored runtime lives for each file, and how that file imports it.
+
+No ported file changes ``sys.path``: each file imports a copy of the runtime that
+Python already finds from where the file runs (README, "How the ported code finds
+the runtime"):
+
+- a module of a package, in a repository that builds (pyproject.toml, setup.py or
+  setup.cfg) or under ``src/``: a copy inside its top-level package, like pip's own
+  ``_vendor`` (``from mypkg import porter_runtime``), shipped by the package's build;
+- a package inside folders without ``__init__.py`` that the tree imports by its full
+  name (``ldm.models.diffusion``): a copy inside it, ``from ldm.models.diffusion import
+  porter_runtime``;
+- a script or notebook that imports such a package: the same copy, through the package;
+- a script or notebook in a subfolder that imports nothing of the repository: a copy
+  beside it (Python puts the script's own folder first on ``sys.path``);
+- any other file: the copy at the root (``import porter_runtime``). Scripts at the root,
+  packages at the root (``python -m pkg.train``) and scripts that import the repository's
+  own root modules find it the way they find those.
+
+A folder porter vendored holds ``VENDORED.txt``: porter refreshes only folders with
+that marker, never ports a file inside one, and refuses to write into a folder of the
+same name that it did not create.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Optional, Union
+
+from porter.files.apply import Change
+
+RUNTIME = "porter_runtime"
+MARKER = "VENDORED.txt"
+_BUILD_FILES = ("setup.py", "setup.cfg")
+
+
+@dataclass(frozen=True)
+class Home:
+    """One vendored copy: its folder and the package that holds it ("" for none)."""
+
+    folder: Path
+    package: str = ""
+
+    @property
+    def statement(self) -> str:
+        return f"from {self.package} import {RUNTIME}" if self.package else f"import {RUNTIME}"
+
+
+class LayoutError(Exception):
+    """A runtime folder porter must not use; the message names it and says why."""
+
+
+@dataclass
+class Layout:
+    """What porter needs to know of a repository to place the runtime."""
+
+    root: Path
+    installable: bool = False
+    #: top-level names ruff's isort calls first-party (folders and modules at the root and in src/)
+    first_party: frozenset = frozenset()
+    #: the top-level packages the repository's build can ship: name -> folder
+    packages: dict = field(default_factory=dict)
+    #: --runtime-dir / runtime-dir: every file uses this one copy
+    fixed: Optional[Home] = None
+
+    @classmethod
+    def of(cls, root: Path, runtime_dir: Optional[Path] = None) -> "Layout":
+        root = root.absolute()
+        names: set[str] = set()
+        packages: dict[str, Path] = {}
+        for base in (root, root / "src"):
+            for entry in _entries(base):
+                name = entry.name[:-3] if entry.name.endswith(".py") else entry.name
+                if name.isidentifier():
+                    names.add(name)
+                    if _is_file(entry / "__init__.py") and entry.name != RUNTIME:
+                        packages.setdefault(name, entry)
+        layout = cls(root, _installable(root), frozenset(names), packages)
+        if runtime_dir is not None:
+            layout.fixed = layout.check_runtime_dir(runtime_dir)
+        return layout
+
+    @property
+    def root_home(self) -> Home:
+        return Home(self.root / RUNTIME)
+
+    def check_runtime_dir(self, folder: Path) -> Home:
+        """The home a ``--runtime-dir`` names, or LayoutError: it must lie inside the root,
+        be called porter_runtime, and sit where imports find it (the root or a package)."""
+        folder = Path(os.path.normpath(folder.absolute()))
+        shown = _shown(folder, self.root)
+        try:
+            rel = folder.relative_to(self.root)
+        except ValueError:
+            raise LayoutError(f"{shown}: outside the root {self.root}; porter writes only inside the root") from None
+        if folder.name != RUNTIME:
+            raise LayoutError(f"{shown}: the ported code imports '{RUNTIME}', so the folder must be named "
+                              f"{RUNTIME} (for example {(rel / RUNTIME).as_posix()})")
+        parent = folder.parent
+        if parent == self.root:
+            return Home(folder)
+        package = _package_name(parent)
+        if package is None:
+            raise LayoutError(f"{shown}: {parent.relative_to(self.root).as_posix()}/ is neither the root nor a "
+                              "package (no __init__.py), so the ported code could not import the runtime there")
+        return Home(folder, package)
+
+    def home_for(self, file: Path, imported: Iterable[str] = ()) -> tuple[Home, str]:
+        """The copy ``file`` imports, and a note when it finds it only under conditions."""
+        if self.fixed is not None:
+            return self.fixed, ""
+        file = file.absolute()
+        top = _top_package(file)
+        nested = _namespace_name(top, self.root) if top is not None else None
+        if nested is not None:
+            return Home(top / RUNTIME, nested), ""
+        if top is not None and (self.installable or top.parent != self.root):
+            return Home(top / RUNTIME, top.name), ""
+        if top is not None:
+            return self.root_home, ""
+        imported = list(imported)
+        for name in imported:
+            if name in self.packages and (self.installable or self.packages[name].parent != self.root):
+                return Home(self.packages[name] / RUNTIME, name), ""
+        if file.parent == self.root or any(n in self.first_party and n != RUNTIME for n in imported):
+            return self.root_home, ""
+        # A script or notebook in a subfolder that imports nothing of the repository:
+        # Python puts only its own folder on sys.path (``python scripts/plot.py`` from the
+        # root, or from scripts/), so its copy sits beside it.
+        return Home(file.parent / RUNTIME), ""
+
+    def first_party_for(self, home: Home) -> frozenset:
+        """What isort (ruff's ``src = [".", "src"]``) will call first-party once ``home``
+        exists: a copy at the root or inside a package is the repository's own code; one
+        beside a script in a subfolder is not, unless a root copy exists too."""
+        if home.package or home.folder.parent in (self.root, self.root / "src"):
+            return self.first_party | {RUNTIME}
+        return self.first_party
+
+
+def home_of_import(layout: "Layout", file: Path, package: str) -> Home:
+    """The copy an existing ``from package import porter_runtime`` (or, with no package,
+    ``import porter_runtime``) in ``file`` refers to."""
+    if not package:
+        if layout.fixed is not None and not layout.fixed.package:
+            return layout.fixed
+        beside = file.absolute().parent / RUNTIME
+        if beside.parent != layout.root and is_vendored(beside):
+            return Home(beside)  # a standalone script's own copy (first on its sys.path)
+        return layout.root_home
+    top = _top_package(file.absolute())
+    bases = [layout.root, layout.root / "src"] + ([top.parent] if top is not None else [])
+    for base in bases:
+        folder = base.joinpath(*package.split("."))
+        if _is_file(folder / "__init__.py"):
+            return Home(folder / RUNTIME, package)
+    return Home(layout.root.joinpath(*package.split(".")) / RUNTIME, package)
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:  # an unreadable folder: the walk reports it
+        return False
+
+
+def _entries(base: Path) -> list[Path]:
+    try:
+        return [Path(e.path) for e in os.scandir(base) if e.is_dir(follow_symlinks=False) or e.name.endswith(".py")]
+    except OSError:
+        return []
+
+
+def _installable(root: Path) -> bool:
+    if any(_is_file(root / name) for name in _BUILD_FILES):
+        return True
+    try:
+        text = (root / "pyproject.toml").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return "[project]" in text or "[build-system]" in text or "[tool.poetry]" in text
+
+
+def _top_package(file: Path) -> Optional[Path]:
+    """The topmost package folder holding ``file`` (None for a file outside packages)."""
+    top = None
+    folder = file.parent
+    while _is_file(folder / "__init__.py"):
+        top = folder
+        folder = folder.parent
+    return top
+
+
+def _namespace_name(top: Path, root: Path) -> Optional[str]:
+    """The import name of a package that sits in folders without ``__init__.py`` (PEP 420
+    namespace packages: ``ldm/models/diffusion/`` is ``ldm.models.diffusion``), reached
+    from the root or ``src/``; None for a package at the top, or when a build script maps
+    package folders itself (``package_dir``, ``where``), which then decides the name."""
+    for base in (root / "src", root):
+        try:
+            parts = top.relative_to(base).parts
+        except ValueError:
+            continue
+        if len(parts) < 2:
+            return None
+        dotted = ".".join(parts)
+        if not all(part.isidentifier() for part in parts) or _maps_packages(root):
+            return None
+        return dotted if _imported_as(root, dotted) else None
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def _imported_as(root: Path, dotted: str) -> bool:
+    """Whether some Python file of the tree imports ``dotted`` (or a module in it) by
+    that full name: the repository puts the namespace's base on sys.path. A package only
+    ever imported by its own name (``d2/detr`` as ``detr``, from scripts in ``d2/``)
+    keeps that name."""
+    pattern = re.compile(rb"^\s*(?:from|import)\s+" + re.escape(dotted.encode()) + rb"\b", re.M)
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("__pycache__", RUNTIME, "node_modules")]
+        for name in files:
+            if name.endswith(".py"):
+                try:
+                    with open(os.path.join(folder, name), "rb") as handle:
+                        if pattern.search(handle.read(1 << 20)):
+                            return True
+                except OSError:
+                    continue
+    return False
+
+
+def _maps_packages(root: Path) -> bool:
+    for name in ("setup.py", "setup.cfg", "pyproject.toml"):
+        try:
+            text = (root / name).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if re.search(r"package[_-]dir|\bwhere\s*=", text):
+            return True
+    return False
+
+
+def _package_name(folder: Path) -> Optional[str]:
+    if not _is_file(folder / "__init__.py"):
+        return None
+    parts = [folder.name]
+    here = folder.parent
+    while _is_file(here / "__init__.py"):
+        parts.insert(0, here.name)
+        here = here.parent
+    return ".".join(parts)
+
+
+def _shown(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def is_vendored(folder: Path) -> bool:
+    """Whether porter vendored ``folder`` (it holds porter's marker file)."""
+    return _is_file(folder / MARKER) and _is_file(folder / "__init__.py")
+
+
+def stdlib_names() -> frozenset:
+    return frozenset(sys.stdlib_module_names)
+
+
+def refuse_home(home: Home, root: Path) -> str:
+    """Why porter must not write the copy at ``home`` ("" when it may): outside the root,
+    behind a symbolic link, or a folder (or file) of that name porter did not create."""
+    folder = home.folder
+    try:
+        rel = folder.absolute().relative_to(root.absolute())
+    except ValueError:
+        return f"{folder} is outside the root {root}"
+    here = root
+    for part in rel.parts:
+        here = here / part
+        if here.is_symlink():
+            return f"{_shown(here, root)} is a symbolic link (porter never writes through links)"
+    if folder.exists() and not folder.is_dir():
+        return f"{rel.as_posix()} exists and is not a folder"
+    if folder.is_dir() and not is_vendored(folder):
+        try:
+            empty = not any(folder.iterdir())
+        except OSError as exc:
+            return f"cannot list {rel.as_posix()}/: {exc.strerror or exc}"
+        if not empty:
+            return (f"{rel.as_posix()}/ exists and porter did not create it (no {MARKER}); porter never "
+                    "overwrites it: rename that folder, or pass --runtime-dir")
+    return ""
+
+
+def manifest_change(root: Path, home: Home, write: bool = True, base: Optional[bytes] = None):
+    """For a copy inside a package that pyproject.toml lists by hand
+    (``[tool.setuptools] packages = ["mypkg"]``): the change that ships it too, and a
+    note; a list in setup.py or setup.cfg gets a note only. None when nothing is needed."""
+    if not home.package:
+        return None
+    wanted = f"{home.package}.{RUNTIME}"
+    pyproject = root / "pyproject.toml"
+    try:
+        data = base if base is not None else pyproject.read_bytes()
+    except OSError:
+        data = b""
+    text = data.decode("utf-8", errors="surrogateescape")
+    match = _SETUPTOOLS_PACKAGES.search(text)
+    if match and wanted not in match.group("list"):
+        entry = re.search(r"""(["'])%s\1\s*,?""" % re.escape(home.package), match.group("list"))
+        if entry:
+            quote = entry.group(1)
+            at = match.start("list") + entry.end()
+            listed = match.group("list")
+            if "\n" in listed[entry.start():]:
+                line_start = text.rfind("\n", 0, match.start("list") + entry.start()) + 1
+                indent = text[line_start:match.start("list") + entry.start()]
+                addition = ("" if entry.group(0).rstrip().endswith(",") else ",") + f"\n{indent}{quote}{wanted}{quote},"
+            else:
+                addition = ("" if entry.group(0).rstrip().endswith(",") else ",") + f" {quote}{wanted}{quote}"
+                if entry.group(0).rstrip().endswith(","):
+                    addition = f" {quote}{wanted}{quote},"
+                    at = match.start("list") + entry.end()
+            new = text[:at] + addition + text[at:]
+            verb = "added" if write else "would add"
+            return (Change("pyproject.toml", data, new.encode("utf-8", errors="surrogateescape"), runtime=True),
+                    f"pyproject.toml: {verb} {wanted} to [tool.setuptools] packages, so that the build ships it")
+    for name in ("setup.py", "setup.cfg"):
+        try:
+            other = (root / name).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if re.search(r"""packages\s*=\s*\[?[^\n]*["']?%s["']?""" % re.escape(home.package), other) and \
+                "find_packages" not in other and "find:" not in other and wanted not in other:
+            return None, f"{name} lists its packages by hand: add '{wanted}' to them, so that the build ships the runtime"
+    return None
+
+
+_SETUPTOOLS_PACKAGES = re.compile(
+    r"^\[tool\.setuptools\][^\[]*?^packages\s*=\s*\[(?P<list>[^\]]*)\]", re.M | re.S)
+
+
+# -- one file at a time ----------------------------------------------------------------
+
+class LazyBootstrap:
+    """How one file imports the runtime, worked out only if the file needs the import
+    (a few files of a large tree). No ``sys.path`` code: the name is kept for the
+    engine's callers."""
+
+    def __init__(self, file: Path, layout: Layout) -> None:
+        self.file = file
+        self.layout = layout
+        self.home: Optional[Home] = None
+        self.note = ""
+
+    @property
+    def first_party(self) -> frozenset:
+        """isort's first-party names, once the copy this file imports exists."""
+        return self.layout.first_party_for(self.home) if self.home is not None else self.layout.first_party
+
+    def __call__(self, imported: Iterable[str] = ()) -> Home:
+        self.home, self.note = self.layout.home_for(self.file, imported)
+        return self.home
+
+
+def runtime_home_fields(bootstrap: Union[None, str, "LazyBootstrap"], rel: str) -> tuple[str, str, str]:
+    """(home folder relative to the root, its package, note) of the copy a file now imports."""
+    if not isinstance(bootstrap, LazyBootstrap) or bootstrap.home is None:
+        return "", "", ""
+    home = bootstrap.home
+    folder = os.path.relpath(home.folder, bootstrap.layout.root).replace(os.sep, "/")
+    return folder, home.package, bootstrap.note

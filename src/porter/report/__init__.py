@@ -1,0 +1,1 @@
+"""The migration report: its data, Markdown, JSON, SARIF and the rule documentation."""

@@ -1,0 +1,198 @@
+"""The migration report: one data model, rendered as JSON, Markdown and a terminal table."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+import porter
+from porter.project import ledger
+from porter.engine.registry import by_code
+from porter.engine.run import RunResult
+
+SCHEMA_VERSION = 1
+
+
+def build(result: RunResult, mode: str) -> dict[str, Any]:
+    """The report as plain data; the JSON schema (``schema_version`` 1) is this dict."""
+    rewrites: Counter[str] = Counter()
+    reviews: Counter[str] = Counter()
+    files = []
+    for item in result.files:
+        for finding in item.findings:
+            (rewrites if finding.action == "rewrite" else reviews)[finding.code] += 1
+        if item.status == "unchanged" and not item.findings:
+            continue
+        files.append({
+            "path": item.path,
+            "status": item.status,
+            "error": item.error or None,
+            "rewrites": [_finding(f) for f in item.rewrites],
+            "findings": [_finding(f) for f in item.reviews],
+        })
+    by_rule = []
+    for code in sorted(set(rewrites) | set(reviews)):
+        rule = by_code(code)
+        by_rule.append({
+            "code": code,
+            "name": rule.name if rule else "",
+            "safety": rule.safety.value if rule else "",
+            "rewrites": rewrites[code],
+            "findings": reviews[code],
+        })
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "porter", "version": porter.__version__},
+        "mode": mode,
+        "root": str(result.root),
+        "summary": {
+            "files_scanned": len(result.files),
+            "files_changed": len(result.changed),
+            "files_failed": len(result.errors),
+            "files_skipped": len(result.skipped),
+            "rewrites": sum(rewrites.values()),
+            "findings": sum(reviews.values()),
+        },
+        "rules": by_rule,
+        "files": files,
+        "skipped": [{"path": s.path, "reason": s.reason, "error": s.error} for s in result.skipped],
+        "runtime": {"changes": [c.path for c in result.runtime_changes], "notes": result.notes},
+        "ledger": _ledger(result),
+    }
+
+
+def _ledger(result: RunResult) -> dict[str, Any]:
+    """Every CUDA touchpoint and its state (porter.project.ledger): counts for the run and per
+    file, and each file's touchpoints. Added to schema 1 without changing a field:
+    readers of the first schema-1 reports see one key more."""
+    files = [{"path": item.path, "counts": ledger.counts(item.ledger), "touchpoints": [t.to_dict() for t in item.ledger]}
+             for item in result.files if item.ledger]
+    return {"states": list(ledger.STATES), "counts": ledger.counts(t for item in result.files for t in item.ledger),
+            "files": files}
+
+
+def _finding(finding) -> dict[str, Any]:
+    data = finding.to_dict()
+    data.pop("path")
+    return data
+
+
+def to_json(report: dict[str, Any]) -> str:
+    return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(report: dict[str, Any]) -> str:
+    """A report for people and pull-request descriptions."""
+    s = report["summary"]
+    lines = [
+        "# Porter migration report",
+        "",
+        f"porter {report['tool']['version']} · mode `{report['mode']}` · root `{report['root']}`",
+        "",
+        "| files scanned | files changed | rewrites | needs a human | failed | skipped |",
+        "|---:|---:|---:|---:|---:|---:|",
+        f"| {s['files_scanned']} | {s['files_changed']} | {s['rewrites']} | {s['findings']} "
+        f"| {s['files_failed']} | {s['files_skipped']} |",
+        "",
+    ]
+    if report["rules"]:
+        lines += ["## By rule", "", "| code | rule | safety | rewrites | needs a human |", "|---|---|---|---:|---:|"]
+        lines += [f"| {r['code']} | {r['name']} | {r['safety']} | {r['rewrites']} | {r['findings']} |"
+                  for r in report["rules"]]
+        lines.append("")
+    reviews = [(f["path"], x) for f in report["files"] for x in f["findings"]]
+    if reviews:
+        lines += ["## Needs a human", ""]
+        for path, x in reviews:
+            lines.append(f"- [ ] `{path}:{x['line']}` **{x['code']}** {_cell(x['message'])}")
+            if x["before"]:
+                lines.append(f"  - code: `{_cell(x['before'])}`")
+            if x["suggestion"]:
+                lines.append(f"  - suggestion: `{_cell(x['suggestion'])}`")
+        lines.append("")
+    failed = [f for f in report["files"] if f["status"] == "error"]
+    if failed or report["skipped"]:
+        lines += ["## Files not processed", "", "| file | reason |", "|---|---|"]
+        lines += [f"| `{f['path']}` | {_cell(f['error'])} |" for f in failed]
+        lines += [f"| `{x['path']}` | {_cell(x['reason'])} (skipped) |" for x in report["skipped"]]
+        lines.append("")
+    changed = [f for f in report["files"] if f["rewrites"]]
+    if changed:
+        lines += ["## Rewrites", ""]
+        for f in changed:
+            lines += [f"### `{f['path']}`", "", "| line | code | before | after |", "|---:|---|---|---|"]
+            lines += [f"| {x['line']} | {x['code']} | `{_cell(x['before'])}` | `{_cell(x['after'])}` |"
+                      for x in f["rewrites"]]
+            lines.append("")
+    if report["runtime"]["notes"]:
+        lines += ["## Runtime", ""] + [f"- {n}" for n in report["runtime"]["notes"]] + [""]
+    lines += _ledger_markdown(report.get("ledger"))
+    return "\n".join(lines)
+
+
+def _ledger_markdown(data) -> list[str]:
+    """The ledger's counts per state and per file; unaccounted touchpoints are PT999
+    findings, listed under "Needs a human"."""
+    if not data or not data["files"]:
+        return []
+    states = data["states"]
+    lines = ["## CUDA touchpoints", "",
+             "Every CUDA touchpoint porter found, and how the port accounts for it "
+             "(unaccounted ones are PT999 findings).", "",
+             "| file | " + " | ".join(states) + " |", "|---|" + "---:|" * len(states)]
+    lines.append("| **all files** | " + " | ".join(f"**{data['counts'][s]}**" for s in states) + " |")
+    lines += [f"| `{f['path']}` | " + " | ".join(str(f["counts"][s]) for s in states) + " |" for f in data["files"]]
+    return lines + [""]
+
+
+def ledger_line(report: dict[str, Any]) -> str:
+    """The ledger in one line, for the terminal."""
+    data = report.get("ledger") or {}
+    counts = data.get("counts") or {}
+    total = sum(counts.values())
+    parts = ", ".join(f"{counts[s]} {s}" for s in data.get("states", ()))
+    return f"ledger: {total} CUDA touchpoint{'s' if total != 1 else ''}" + (f": {parts}" if total else "")
+
+
+def render_summary(report: dict[str, Any], console) -> None:
+    """The terminal summary (rich, on stderr)."""
+    from rich.table import Table
+
+    s = report["summary"]
+    table = Table(title="porter migrate", show_header=True, header_style="bold")
+    for column in ("files scanned", "would change" if report["mode"] in ("dry-run", "check", "diff") else "changed",
+                   "rewrites", "needs a human", "failed"):
+        table.add_column(column, justify="right")
+    table.add_row(str(s["files_scanned"]), str(s["files_changed"]), str(s["rewrites"]),
+                  str(s["findings"]), str(s["files_failed"]))
+    console.print(table)
+    if report["rules"]:
+        rules = Table(show_header=True, header_style="bold", title="by rule")
+        for column in ("code", "rule", "safety", "rewrites", "needs a human"):
+            rules.add_column(column)
+        for r in report["rules"]:
+            rules.add_row(r["code"], r["name"], r["safety"], str(r["rewrites"]), str(r["findings"]))
+        console.print(rules)
+    from rich.text import Text
+
+    def line(*parts) -> None:
+        console.print(Text.assemble(*parts), soft_wrap=True)
+
+    for f in report["files"]:
+        for x in f["findings"]:
+            line((f"{f['path']}:{x['line']}:{x['column']} ", "yellow"), (x["code"], "bold"), " ", x["message"])
+            if x["suggestion"]:
+                line("    suggestion: ", x["suggestion"])
+        if f["status"] == "error":
+            line((f["path"], "red"), ": error: ", f["error"])
+    for x in report["skipped"]:
+        line((f"{x['path']}: skipped: {x['reason']}", "dim"))
+    for note in report["runtime"]["notes"]:
+        line((note, "green"))
+    unaccounted = (report.get("ledger") or {}).get("counts", {}).get("unaccounted", 0)
+    line((ledger_line(report), "yellow" if unaccounted else "dim"))

@@ -1,0 +1,1 @@
+"""What rules are built on: the Rule class, name matching, syntax helpers, CUDA guards."""

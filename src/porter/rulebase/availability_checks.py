@@ -1,0 +1,109 @@
+"""Reading ``torch.cuda.is_available()`` checks: which way a test points, and a
+requirement (an ``assert``, an ``if not ...:`` or the ``else`` of an ``if ...:`` that
+reports and stops the program).
+
+Shared by the availability rules (PT2xx), which leave a requirement to PT903, and by
+PT903, which ports it, so both read the same checks.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import libcst as cst
+
+from porter.rulebase.rule import Rule, string_value
+
+IS_AVAILABLE = "torch.cuda.is_available"
+
+
+def availability_test(rule: Rule, test: cst.BaseExpression) -> Optional[bool]:
+    """True for ``torch.cuda.is_available()``, False for ``not torch.cuda.is_available()``."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = availability_test(rule, test.expression)
+        return None if inner is None else not inner
+    if isinstance(test, cst.Call) and not test.args and rule.matches(test.func, IS_AVAILABLE):
+        return True
+    return None
+
+
+# A requirement: ``assert torch.cuda.is_available()`` or ``if not torch.cuda.is_available():``
+# whose body only reports and then stops the program (PT903 rewrites both).
+_STOPS = frozenset({"sys.exit", "os._exit"})
+_REPORTS = frozenset({"print", "warn", "warning", "error", "critical", "info", "exception", "fatal"})
+
+
+def _literal(node: Optional[cst.BaseExpression]) -> Optional[cst.BaseExpression]:
+    """The message to keep: a string literal as it is; a formatted one (f-string,
+    ``"...".format(...)``, ``"..." % x``) as a lambda, because the original evaluated
+    it only when the requirement failed, and on CUDA it must still not be evaluated."""
+    if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)) and string_value(node):
+        return node
+    formatted = isinstance(node, cst.FormattedString) or (
+        isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "format"
+        and string_value(node.func.value) is not None) or (
+        isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo)
+        and string_value(node.left) is not None)
+    return cst.Lambda(params=cst.Parameters(), body=node) if formatted else None
+
+
+def _first_literal(call: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    if isinstance(call, cst.Call) and call.args and call.args[0].keyword is None:
+        return _literal(call.args[0].value)
+    return None
+
+
+def _stop_message(rule: Rule, stmt: cst.BaseSmallStatement) -> Optional[tuple[Optional[cst.BaseExpression]]]:
+    """(message or None,) for ``raise E("...")`` / ``sys.exit("...")`` / ``exit(1)``; else None."""
+    if isinstance(stmt, cst.Raise) and stmt.exc is not None:
+        return (_first_literal(stmt.exc),)
+    if isinstance(stmt, cst.Expr) and isinstance(stmt.value, cst.Call):
+        func = stmt.value.func
+        builtin = isinstance(func, cst.Name) and func.value in ("exit", "quit") and rule.qualname(func) is None
+        if builtin or rule.matches(func, *_STOPS):
+            return (_first_literal(stmt.value),)
+    return None
+
+
+def _is_report(stmt: cst.BaseSmallStatement) -> bool:
+    """``print(...)``, ``logger.error(...)``, ``warnings.warn(...)``: a line that only reports."""
+    if not isinstance(stmt, cst.Expr) or not isinstance(stmt.value, cst.Call):
+        return False
+    func = stmt.value.func
+    name = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else ""
+    return name in _REPORTS
+
+
+def requirement(rule: Rule, node: Union[cst.Assert, cst.If]) -> Optional[tuple[Optional[cst.BaseExpression]]]:
+    """(the original's message or None,) when ``node`` only requires CUDA, else None."""
+    if isinstance(node, cst.Assert):
+        return (_literal(node.msg),) if availability_test(rule, node.test) is True else None
+    if availability_test(rule, node.test) is not False or node.orelse is not None:
+        return None
+    return _reports_then_stops(rule, node.body)
+
+
+def else_requirement(rule: Rule, node: cst.If) -> Optional[tuple[Optional[cst.BaseExpression]]]:
+    """(message or None,) for ``if torch.cuda.is_available(): ... else: <report and stop>``:
+    the ``else`` only requires CUDA (dino's ``elif torch.cuda.is_available(): <one-GPU
+    setup> else: print("Does not support training without GPU."); sys.exit(1)``)."""
+    if availability_test(rule, node.test) is not True or not isinstance(node.orelse, cst.Else):
+        return None
+    return _reports_then_stops(rule, node.orelse.body)
+
+
+def _reports_then_stops(rule: Rule, body: cst.BaseSuite) -> Optional[tuple[Optional[cst.BaseExpression]]]:
+    """(message or None,) when ``body`` only reports and then stops the program."""
+    if not isinstance(body, cst.IndentedBlock) or body.header.comment is not None or any(l.comment for l in body.footer):
+        return None
+    small = []
+    for stmt in body.body:
+        if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+            return None
+        if stmt.trailing_whitespace.comment is not None or any(l.comment for l in stmt.leading_lines):
+            return None
+        small.append(stmt.body[0])
+    stop = _stop_message(rule, small[-1]) if small else None
+    if stop is None or not all(_is_report(s) for s in small[:-1]):
+        return None
+    return stop if stop[0] is not None else (next(filter(None, (_first_literal(s.value) for s in small[:-1])), None),)

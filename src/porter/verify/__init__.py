@@ -1,0 +1,1 @@
+"""porter verify: import and run the ported code with CUDA hidden, and map failures."""
