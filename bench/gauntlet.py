@@ -470,7 +470,7 @@ def measure_verify(entry: Entry, original: Path, port: Path, venv: Path, scratch
 def verify_cause(module: dict) -> str:
     """cuda when the failure points at CUDA: a hidden CUDA-only package, a missing module porter's
     table calls CUDA-only, or CUDA in the error text; else other."""
-    from porter.project import cuda_packages
+    from porter.rulebase import cuda_packages
 
     if module.get("hidden_packages"):
         return "cuda"

@@ -10,7 +10,8 @@ from textwrap import dedent
 import pytest
 from porter.rules import kernels
 
-from porter.project import cuda_packages, ledger, requirements
+from porter.project import ledger, requirements
+from porter.rulebase import cuda_packages
 from porter.edits import imports
 from porter.engine.process import Options, process_file
 from porter.engine.registry import all_rules

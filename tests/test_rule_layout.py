@@ -15,7 +15,7 @@ RULE_FILES = sorted((ROOT / "src" / "porter" / "rules").glob("*.py"))
 BASE_LAYER = [ROOT / "src" / "porter" / name for name in (
     "rulebase/rule.py", "rulebase/matching.py", "rulebase/syntax.py", "rulebase/thirdparty.py",
     "rulebase/availability_checks.py", "rulebase/dist_guard.py", "project/requirements.py",
-    "project/cuda_packages.py")]
+    "rulebase/cuda_packages.py")]
 
 
 def _rule_imports(tree: ast.Module) -> list[tuple[int, str]]:

@@ -16,13 +16,13 @@ import click
 
 import porter
 from porter.cli.doctor import doctor
-from porter.report import summary as reporting
-from porter.files.apply import Change, apply_changes, colourise, unified_diff
 from porter.engine.config import Config, ConfigError, load_config
 from porter.engine.discover import find_root
 from porter.engine.options import Options
 from porter.engine.registry import all_rules, by_code, select_rules
 from porter.engine.run import RunConfig, default_jobs, run
+from porter.files.apply import Change, apply_changes, colourise, unified_diff
+from porter.report import summary as reporting
 
 EXIT_CODES = """\b
 Exit codes:
@@ -255,7 +255,7 @@ def _run_config(paths, root, settings: Config, select, ignore, exclude, runtime_
 
 def _prepare_copy(paths, root: Path, out_dir: Path, runtime_dir: Optional[Path]):
     """Copy the tree to ``out_dir``; the run then works on the copy."""
-    from porter.files.outtree import OutError, check_target, copy_tree, map_paths
+    from porter.engine.outtree import OutError, check_target, copy_tree, map_paths
 
     out = out_dir.absolute()
     try:
@@ -343,7 +343,13 @@ def _interactive(config: RunConfig, console, show: bool):
 def _run_with_progress(config: RunConfig, console, sink, show: bool):
     if not (show and console.is_terminal):
         return run(config, sink)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     with Progress(TextColumn("porter"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as bar:
@@ -477,7 +483,8 @@ def verify(path, command, timeout, run_timeout, jobs, include_tests, exclude, al
     import shutil
 
     from porter.engine.discover import discover
-    from porter.verify.command import VerifyOptions, verify as run_verify
+    from porter.verify.command import VerifyOptions
+    from porter.verify.command import verify as run_verify
     from porter.verify.output import render, to_data
 
     console = _stderr_console()

@@ -26,9 +26,9 @@ import libcst as cst
 
 from porter.edits import imports
 from porter.files.apply import Change, unified_diff
-from porter.rulebase.rule import Finding
-from porter.project.runtime_home import LazyBootstrap
 from porter.files.sources import python_syntax_error, source_encoding
+from porter.project.runtime_home import LazyBootstrap
+from porter.rulebase.rule import Finding
 
 _IMPORT = re.compile(r"^\s*(?:from\s+[\w.]+\s+)?import\s")
 _IMPORT_TAIL = re.compile(r"^\s*[\w, ]+\)?\s*$")  # the lines of a parenthesised from-import

@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 import libcst as cst
 
-from porter.project.cuda_packages import IMPORT_ROOTS
+from porter.rulebase.cuda_packages import IMPORT_ROOTS
 from porter.rulebase.guards import parse
 from porter.rulebase.matching import Resolver, dotted_name
-from porter.rulebase.rule import RUNTIME
+from porter.rulebase.rule import RUNTIME, WholeFile
 
 if TYPE_CHECKING:  # pragma: no cover
     from porter.engine.segments import Reduced
@@ -556,7 +556,7 @@ def _keep_trailing_comma(old: cst.BaseStatement, new: cst.BaseStatement) -> cst.
     return new.with_changes(body=body)  # type: ignore[attr-defined]
 
 
-#: Packages that do not install without CUDA (porter.project.cuda_packages). A plain ``import``
+#: Packages that do not install without CUDA (porter.rulebase.cuda_packages). A plain ``import``
 #: of one of them that a rewrite left without a use would still fail on the port, so it
 #: goes too; so does a
 #: standard-library module (``import sys`` once ``sys.exit`` became
@@ -569,8 +569,6 @@ def _not_used_in_stubs(ctx: RulePass, name: str) -> None:
     """A use inside a definition the engine stubbed (porter.engine.segments) is invisible
     to the counts: only the whole file can tell whether the import is dead."""
     if ctx.reduced is not None and name in ctx.reduced.stub_names:
-        from porter.engine.segments import WholeFile
-
         raise WholeFile(name)
 
 

@@ -18,7 +18,7 @@ would leave a ``try`` that sets a flag nobody reads.
 
 The statement goes only when all of these hold, so nothing that could read it loses it:
 
-- it is only a probe: its body imports CUDA-only modules (porter.project.cuda_packages) and
+- it is only a probe: its body imports CUDA-only modules (porter.rulebase.cuda_packages) and
   sets constant flags; each handler catches ImportError, ModuleNotFoundError or
   Exception and only sets flags or passes;
 - a rewrite made it dead: before the port the file used one of its names, after the
@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, NamedTuple, Optional
 
 import libcst as cst
 
-from porter.project.cuda_packages import is_cuda_only_module
+from porter.rulebase.cuda_packages import is_cuda_only_module
 from porter.rulebase.matching import dotted_name
 from porter.rulebase.syntax import block_statements, bound_names, small_statements
 

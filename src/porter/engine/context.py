@@ -13,11 +13,11 @@ from typing import NamedTuple, Optional, Sequence
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from porter.rulebase.matching import ImportFacts, Resolver
-from porter.engine.options import Options
 from porter.edits.positions import locate
-from porter.rulebase.rule import Finding, Rule, one_line
-from porter.engine.segments import Reduced, WholeFile
+from porter.engine.options import Options
+from porter.engine.segments import Reduced
+from porter.rulebase.matching import ImportFacts, Resolver
+from porter.rulebase.rule import Finding, Rule, WholeFile, one_line
 
 
 class _Record(NamedTuple):

@@ -33,9 +33,9 @@ from porter.edits import imports
 from porter.engine.options import Options
 from porter.engine.python_stage import migrate_source
 from porter.engine.results import FileResult
-from porter.rulebase.rule import Finding
-from porter.project.runtime_home import runtime_home_fields
 from porter.files.sources import describe_syntax_error
+from porter.project.runtime_home import runtime_home_fields
+from porter.rulebase.rule import Finding
 
 #: Line magics and shell escapes (``%pip``, ``!ls``, ``files = !ls``) and help lines
 #: (``torch.cuda?``, ``??x``): a ``?`` ends a help line only after a bare name, never

@@ -6,8 +6,8 @@ import fnmatch
 from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
-from porter.project import ledger
 from porter.engine.config import ignored_codes
+from porter.project import ledger
 from porter.rulebase.rule import BaseRule, Rule, TextRule
 
 

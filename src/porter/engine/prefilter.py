@@ -24,13 +24,12 @@ rules read them through ``SyntaxFacts``' helpers (``passed_names``, ``passed_str
 from __future__ import annotations
 
 import ast
-import os
 import re
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Iterable, Iterator, NamedTuple, Optional, Sequence, Union
 
-from porter.rulebase.codeview import code_view
+from porter.rulebase.codeview import code_view, prefilter_enabled
 from porter.rulebase.matching import ImportFacts, ast_dotted_name, runtime_alias
 from porter.rulebase.needs import Needs, literal_patterns
 from porter.rulebase.rule import BYTES_GAP, Rule
@@ -705,12 +704,6 @@ def parse_for_filter(data: bytes) -> Optional[ast.AST]:
 #: facts, so no segments either), and the ledger scans every file its words are in.
 #: The output is the same; only the time differs (tests/test_prefilter_equivalence.py
 #: holds porter to that).
-PREFILTER_ENV = "PORTER_PREFILTER"
-
-
-def enabled() -> bool:
-    """Whether the pre-filter is on (``PORTER_PREFILTER`` is not "0")."""
-    return os.environ.get(PREFILTER_ENV, "1") != "0"
 
 
 def words_only_in_text(data: bytes, candidates: Sequence[type[Rule]]) -> bool:
@@ -725,7 +718,7 @@ def candidate_rules(data: bytes, rules: Sequence[type[Rule]]) -> tuple[list[type
     """The rules that may match ``data``, and the file's syntax facts (None when
     Python can't parse the file: it keeps its byte candidates, so that LibCST reports
     the error with its position)."""
-    if not enabled():
+    if not prefilter_enabled():
         return list(rules), None
     candidates = byte_candidates(data, rules)
     if not candidates or words_only_in_text(data, candidates):

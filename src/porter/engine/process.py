@@ -22,10 +22,15 @@ from typing import Callable, Iterator, Union
 
 from porter.engine.notebook import process_notebook
 from porter.engine.options import Options
-from porter.engine.python_stage import MAX_PARSE_BYTES, ledger_source, migrate_source, process_python
+from porter.engine.python_stage import (
+    MAX_PARSE_BYTES,
+    ledger_source,
+    migrate_source,
+    process_python,
+)
 from porter.engine.results import FileResult, SourceResult
-from porter.project.runtime_home import LazyBootstrap
 from porter.engine.text_stage import migrate_text, process_text
+from porter.project.runtime_home import LazyBootstrap
 
 __all__ = [
     "FileResult", "LazyBootstrap", "MAX_PARSE_BYTES", "Options", "SourceResult", "ledger_source",

@@ -23,17 +23,20 @@ from typing import Optional, Sequence, Union
 import libcst as cst
 
 from porter.edits import imports, probes
-from porter.project import ledger
 from porter.engine.context import ignore_comments
 from porter.engine.options import Options
 from porter.engine.prefilter import SyntaxFacts, byte_candidates, candidate_rules
 from porter.engine.results import FileResult, SourceResult
-from porter.rulebase.rule import Finding, Rule
 from porter.engine.rule_pass import run_rules
+from porter.engine.segments import Reduced, reduce
+from porter.files.sources import (
+    decode_error,
+    describe_syntax_error,
+    python_syntax_error,
+)
+from porter.project import ledger
 from porter.project.runtime_home import LazyBootstrap, runtime_home_fields
-from porter.engine.segments import Reduced, WholeFile, reduce
-from porter.files.sources import decode_error, describe_syntax_error, python_syntax_error
-
+from porter.rulebase.rule import Finding, Rule, WholeFile
 
 #: Set to "0" to parse every file whole (porter.engine.segments); the output is the same.
 SEGMENTS_ENV = "PORTER_SEGMENTS"

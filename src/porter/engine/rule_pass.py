@@ -11,14 +11,14 @@ from typing import Iterable, Optional, Sequence
 
 import libcst as cst
 
+from porter.edits.positions import locate
 from porter.engine.context import FileContext
+from porter.engine.options import Options
+from porter.engine.prefilter import SyntaxFacts
+from porter.engine.segments import Reduced
 from porter.rulebase.guards import cuda_regions, guard_ported, parse
 from porter.rulebase.matching import Resolver
-from porter.engine.options import Options
-from porter.edits.positions import locate
-from porter.engine.prefilter import SyntaxFacts
 from porter.rulebase.rule import Rule
-from porter.engine.segments import Reduced
 
 
 def run_rules(

@@ -9,15 +9,22 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
-from porter.project import known_modules
-from porter.files.apply import Change, read_or_none, runtime_source, vendor_changes
 from porter.engine.discover import Skipped, discover, relative_posix
-from porter.engine.process import process_file
 from porter.engine.options import Options
+from porter.engine.process import process_file
 from porter.engine.results import FileResult
-from porter.project.runtime_modules import modules_for, used_names
-from porter.project.runtime_home import Home, LazyBootstrap, Layout, home_of_import, manifest_change, refuse_home
+from porter.files.apply import Change, read_or_none, runtime_source, vendor_changes
+from porter.project import known_modules
 from porter.project.ledger import TreeContext
+from porter.project.runtime_home import (
+    Home,
+    Layout,
+    LazyBootstrap,
+    home_of_import,
+    manifest_change,
+    refuse_home,
+)
+from porter.project.runtime_modules import modules_for, used_names
 
 
 @dataclass

@@ -32,10 +32,6 @@ from porter.engine.prefilter import SyntaxFacts, Unit, unit_wanted
 from porter.rulebase.rule import Rule
 
 
-class WholeFile(Exception):
-    """Raised while migrating a reduced module when only the whole file is exact."""
-
-
 class Stub(NamedTuple):
     line: bytes  # the stub's exact line in the reduced module
     original: bytes  # the lines it stands for

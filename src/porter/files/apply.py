@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import os
 import re
 import signal
@@ -13,8 +14,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
-
-import importlib.util
 
 from porter.files.sources import source_encoding
 

@@ -14,9 +14,26 @@ from typing import Optional
 
 import click
 
-from porter.fit.params import STYLES, Param, ParamError, apply, command_line, locate, processes
-from porter.fit.search import (DEFAULT_FRACTION, ERROR, Budget, Outcome, Runner, Space, Trial, human,
-                               search)
+from porter.fit.params import (
+    STYLES,
+    Param,
+    ParamError,
+    apply,
+    command_line,
+    locate,
+    processes,
+)
+from porter.fit.search import (
+    DEFAULT_FRACTION,
+    ERROR,
+    Budget,
+    Outcome,
+    Runner,
+    Space,
+    Trial,
+    human,
+    search,
+)
 
 EXIT_CODES = """\b
 Exit codes:

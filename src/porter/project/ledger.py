@@ -1,7 +1,7 @@
 """The ledger: every CUDA touchpoint of a file, each in exactly one state.
 
 Independently of the rules, the ledger finds with the stdlib ``ast`` what ties a file
-to CUDA (the *touchpoints*): imports of CUDA-only modules (porter.project.cuda_packages),
+to CUDA (the *touchpoints*): imports of CUDA-only modules (porter.rulebase.cuda_packages),
 imports that resolve nowhere (porter.project.known_modules), ``torch.cuda.*``, ``.cuda()``,
 ``"cuda"`` / ``"nccl"`` strings, ``cpp_extension`` builds, ``is_cuda`` tests, DDP's
 ``device_ids`` / ``output_device``, and CUDA environment variables. Then it accounts
@@ -31,12 +31,21 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Iterable, Iterator, Optional, Sequence
 
-from porter.rulebase.codeview import code_view
-from porter.project.cuda_packages import advice_for, is_cuda_only_module, looks_compiled
-from porter.rulebase.guards import GuardFinder, Region, child_blocks, guard_ported, parse
 from porter.project.known_modules import KNOWN, is_standard
+from porter.rulebase.codeview import code_view, prefilter_enabled
+from porter.rulebase.cuda_packages import (
+    advice_for,
+    is_cuda_only_module,
+    looks_compiled,
+)
+from porter.rulebase.guards import (
+    GuardFinder,
+    Region,
+    child_blocks,
+    guard_ported,
+    parse,
+)
 from porter.rulebase.matching import ast_dotted_name
-from porter.engine.prefilter import enabled as prefilter_enabled
 from porter.rulebase.rule import Finding, one_line
 
 CODE, NAME = "PT999", "cuda-touchpoint"

@@ -12,7 +12,11 @@ import re
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
-from porter.project.cuda_packages import DISTRIBUTION_PREFIXES, DISTRIBUTIONS, PORTABLE_DISTRIBUTIONS
+from porter.rulebase.cuda_packages import (
+    DISTRIBUTION_PREFIXES,
+    DISTRIBUTIONS,
+    PORTABLE_DISTRIBUTIONS,
+)
 
 #: The marker that keeps a requirement off macOS, the one platform with no CUDA.
 #: Linux and Windows, where CUDA exists, are left exactly as before.
@@ -23,7 +27,7 @@ PLATFORM_MARKER = 'sys_platform != {q}darwin{q}'
 TORCH_MINIMUM = (2, 5)
 TORCH_MINIMUM_TEXT = "2.5"
 
-#: Packages with no macOS build, by PEP 503 normalised name (porter.project.cuda_packages).
+#: Packages with no macOS build, by PEP 503 normalised name (porter.rulebase.cuda_packages).
 CUDA_ONLY = DISTRIBUTIONS
 CUDA_ONLY_PREFIXES = DISTRIBUTION_PREFIXES
 #: nvidia-* packages that are pure Python and install anywhere (NVML bindings).

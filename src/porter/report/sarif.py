@@ -12,8 +12,8 @@ import json
 from typing import Any
 
 import porter
-from porter.report.explain import render
 from porter.engine.registry import all_rules
+from porter.report.explain import render
 
 SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 _BASE = "SRCROOT"

@@ -7,9 +7,9 @@ from collections import Counter
 from typing import Any
 
 import porter
-from porter.project import ledger
 from porter.engine.registry import by_code
 from porter.engine.run import RunResult
+from porter.project import ledger
 
 SCHEMA_VERSION = 1
 

@@ -24,6 +24,7 @@ goes on with the raw bytes.
 
 from __future__ import annotations
 
+import os
 import re
 from functools import lru_cache
 from typing import Optional
@@ -85,3 +86,13 @@ def _view(data: bytes) -> Optional[bytes]:
         return data
     pieces.append(data[kept_from:])
     return b"".join(pieces)
+
+
+#: ``PORTER_PREFILTER=0`` turns off every shortcut that skips text (the pre-filter's and
+#: the ledger's), to check that they change nothing.
+PREFILTER_ENV = "PORTER_PREFILTER"
+
+
+def prefilter_enabled() -> bool:
+    """Whether the shortcuts are on (``PORTER_PREFILTER`` is not "0")."""
+    return os.environ.get(PREFILTER_ENV, "1") != "0"

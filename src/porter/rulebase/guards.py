@@ -22,7 +22,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
-from porter.project.cuda_packages import IMPORT_ROOTS, is_cuda_only_module
+from porter.rulebase.cuda_packages import IMPORT_ROOTS, is_cuda_only_module
 from porter.rulebase.matching import ast_dotted_name
 
 Position = tuple[int, int]  # (line, column)

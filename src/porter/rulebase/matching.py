@@ -20,7 +20,6 @@ the enclosing function.
 from __future__ import annotations
 
 import ast
-
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Optional, Union

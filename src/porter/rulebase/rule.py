@@ -102,6 +102,12 @@ class RuleDoc:
 BYTES_GAP = rb"(?:[\s\\]++|#[^\r\n]*+)*+"
 
 
+class WholeFile(Exception):
+    """Raised while migrating a module with some definitions left out (the engine's
+    segments) when only the whole file gives the exact answer: the engine then parses
+    the whole file. Raised by the rule context and by the import clean-up."""
+
+
 class RuleContext(Protocol):
     """What a rule may use of the file it runs on (the engine's ``FileContext`` is one).
 

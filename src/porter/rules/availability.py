@@ -9,9 +9,22 @@ from typing import Optional, Union
 import libcst as cst
 
 from porter.rulebase import dist_guard
-from porter.rulebase.availability_checks import IS_AVAILABLE, availability_test, else_requirement, requirement
-from porter.project.cuda_packages import is_cuda_only_module
-from porter.rulebase.rule import Example, Needs, RUNTIME, Rule, Safety, cuda_spec, string_value
+from porter.rulebase.availability_checks import (
+    IS_AVAILABLE,
+    availability_test,
+    else_requirement,
+    requirement,
+)
+from porter.rulebase.cuda_packages import is_cuda_only_module
+from porter.rulebase.rule import (
+    RUNTIME,
+    Example,
+    Needs,
+    Rule,
+    Safety,
+    cuda_spec,
+    string_value,
+)
 from porter.rulebase.syntax import block_statements, index_args, small_statements
 
 _FALLBACKS = frozenset({"cpu", "mps", "xpu"})

@@ -8,7 +8,16 @@ from typing import Optional, Sequence
 import libcst as cst
 
 from porter.rulebase.matching import dotted_name
-from porter.rulebase.rule import Example, Needs, Rule, Safety, has_star_args, keyword, positional, string_value
+from porter.rulebase.rule import (
+    Example,
+    Needs,
+    Rule,
+    Safety,
+    has_star_args,
+    keyword,
+    positional,
+    string_value,
+)
 
 # ``torch.set_autocast_dtype("cuda", ...)`` and friends change what an autocast
 # without a dtype means; the legacy class's defaults would then differ.

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import ast
-
 from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence
 
@@ -12,8 +11,17 @@ import libcst as cst
 
 from porter.rulebase.availability_checks import availability_test
 from porter.rulebase.rule import Example, Needs, Rule, Safety, string_value
-from porter.rulebase.syntax import (argument, argument_pair, block_statements, int_value, is_main_guard, is_runtime_call,
-                           is_true, replace_arg, small_statements)
+from porter.rulebase.syntax import (
+    argument,
+    argument_pair,
+    block_statements,
+    int_value,
+    is_main_guard,
+    is_runtime_call,
+    is_true,
+    replace_arg,
+    small_statements,
+)
 
 DATALOADER = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
 _PIN_INDEX = 7  # pin_memory's position in DataLoader(...)

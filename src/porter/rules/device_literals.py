@@ -7,7 +7,16 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rulebase.rule import CUDA_SPEC, Example, Needs, Rule, Safety, cuda_spec, positional, string_value
+from porter.rulebase.rule import (
+    CUDA_SPEC,
+    Example,
+    Needs,
+    Rule,
+    Safety,
+    cuda_spec,
+    positional,
+    string_value,
+)
 from porter.rulebase.syntax import index_args
 
 

@@ -8,8 +8,23 @@ from typing import Optional
 import libcst as cst
 
 from porter.rulebase import dist_guard
-from porter.rulebase.rule import BYTES_GAP, Example, Needs, Rule, Safety, clean_args, string_value
-from porter.rulebase.syntax import EQ, argument, argument_pair, is_none, is_runtime_call, replace_arg
+from porter.rulebase.rule import (
+    BYTES_GAP,
+    Example,
+    Needs,
+    Rule,
+    Safety,
+    clean_args,
+    string_value,
+)
+from porter.rulebase.syntax import (
+    EQ,
+    argument,
+    argument_pair,
+    is_none,
+    is_runtime_call,
+    replace_arg,
+)
 
 _INIT_PARAMS = ("backend", "init_method", "timeout", "world_size", "rank", "store",
                 "group_name", "pg_options", "device_id")

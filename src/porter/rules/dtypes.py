@@ -8,7 +8,16 @@ from typing import Optional
 import libcst as cst
 
 from porter.rulebase.needs import literal_patterns
-from porter.rulebase.rule import BYTES_GAP, CUDA_SPEC, Example, Needs, Rule, Safety, keyword, positional
+from porter.rulebase.rule import (
+    BYTES_GAP,
+    CUDA_SPEC,
+    Example,
+    Needs,
+    Rule,
+    Safety,
+    keyword,
+    positional,
+)
 from porter.rulebase.syntax import is_device_expr
 
 #: Dtypes that ``porter_runtime.supported_dtype`` may replace on MPS.

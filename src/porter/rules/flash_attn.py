@@ -9,8 +9,16 @@ import libcst as cst
 from porter.rulebase.rule import Example, Needs, Rule, Safety, keyword
 from porter.rulebase.syntax import literal_is
 from porter.rulebase.thirdparty import (
-    UseFinder, arguments_fit, chain_alternatives, drop_dead_chains, example_code, module_chains,
-    package_units, stop_evidence, under, without_stops,
+    UseFinder,
+    arguments_fit,
+    chain_alternatives,
+    drop_dead_chains,
+    example_code,
+    module_chains,
+    package_units,
+    stop_evidence,
+    under,
+    without_stops,
 )
 
 _OPTIONS = ("dropout_p", "softmax_scale", "causal", "window_size", "softcap", "alibi_slopes",

@@ -9,7 +9,15 @@ from typing import Optional
 import libcst as cst
 
 from porter.rulebase.needs import literal_patterns
-from porter.rulebase.rule import Example, Needs, Rule, Safety, cuda_spec, keyword, string_value
+from porter.rulebase.rule import (
+    Example,
+    Needs,
+    Rule,
+    Safety,
+    cuda_spec,
+    keyword,
+    string_value,
+)
 from porter.rulebase.syntax import is_true
 from porter.rulebase.thirdparty import example_code
 

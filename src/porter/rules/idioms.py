@@ -20,7 +20,13 @@ import libcst as cst
 from porter.rulebase.matching import dotted_name
 from porter.rulebase.needs import literal_patterns
 from porter.rulebase.rule import BYTES_GAP, Example, Needs, Rule, Safety, string_value
-from porter.rulebase.syntax import argument, argument_pair, int_value, is_runtime_call, replace_arg
+from porter.rulebase.syntax import (
+    argument,
+    argument_pair,
+    int_value,
+    is_runtime_call,
+    replace_arg,
+)
 from porter.rulebase.walk import nodes_of
 
 # -- integer devices (PT901): what the rule knows, said once ----------------------

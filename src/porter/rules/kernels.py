@@ -7,10 +7,19 @@ from typing import Optional, Union
 
 import libcst as cst
 
-from porter.project.cuda_packages import COMPILED, IMPORT_ROOTS, advice_for
+from porter.rulebase.cuda_packages import COMPILED, IMPORT_ROOTS, advice_for
 from porter.rulebase.matching import dotted_name
 from porter.rulebase.needs import literal_patterns
-from porter.rulebase.rule import BYTES_GAP, Example, Needs, Rule, Safety, keyword, positional, string_value
+from porter.rulebase.rule import (
+    BYTES_GAP,
+    Example,
+    Needs,
+    Rule,
+    Safety,
+    keyword,
+    positional,
+    string_value,
+)
 from porter.rulebase.syntax import bound_names
 from porter.rulebase.thirdparty import GuardTracker, example_code, under, uses
 
@@ -362,7 +371,7 @@ class CudaExtension(Rule):
         return updated
 
 
-#: The CUDA-only packages no other rule ports, with their advice (porter.project.cuda_packages).
+#: The CUDA-only packages no other rule ports, with their advice (porter.rulebase.cuda_packages).
 _PACKAGES = {name: advice_for(name) for name in (
     "triton", "deepspeed", "mamba_ssm", "selective_scan_cuda", "causal_conv1d", "liger_kernel",
     "transformer_engine", "transformer_engine_torch", "fused_dense_lib", "xentropy_cuda_lib",

@@ -12,11 +12,22 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from porter.rulebase.rule import Example, Needs, Rule, Safety, TextRule
 from porter.project.requirements import (
-    PLATFORM_MARKER, TORCH_MINIMUM_TEXT, Site, apply_edits, is_cuda_only, normalise, parse,
-    pyproject_sites, requirement_part, requirements_sites, torch_bound, url_requirement, with_platform_marker,
+    PLATFORM_MARKER,
+    TORCH_MINIMUM_TEXT,
+    Site,
+    apply_edits,
+    is_cuda_only,
+    normalise,
+    parse,
+    pyproject_sites,
+    requirement_part,
+    requirements_sites,
+    torch_bound,
+    url_requirement,
+    with_platform_marker,
 )
+from porter.rulebase.rule import Example, Needs, Rule, Safety, TextRule
 
 REQUIREMENTS_PATTERNS = ("*requirements*.txt", "*requirements*.in")
 PYPROJECT_PATTERNS = ("pyproject.toml",)

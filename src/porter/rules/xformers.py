@@ -9,7 +9,13 @@ import libcst as cst
 from porter.rulebase.matching import Ambiguous
 from porter.rulebase.rule import Example, Needs, Rule, Safety
 from porter.rulebase.thirdparty import (
-    UseFinder, arguments_fit, drop_dead_chains, example_code, package_units, stop_evidence, without_stops,
+    UseFinder,
+    arguments_fit,
+    drop_dead_chains,
+    example_code,
+    package_units,
+    stop_evidence,
+    without_stops,
 )
 
 _MODULES = ("xformers.ops", "xformers.ops.fmha")

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Optional, Sequence
 
+from porter.rulebase.cuda_packages import verify_hidden
 from porter.verify.mapping import FindingIndex, Mapping, analyse, map_failure
 from porter.verify.modules import ModuleSpec, SkippedFile, plan, search_path
 
@@ -143,7 +144,7 @@ def child_environment(root: Path, guard_dir: Path, allow: Sequence[str], python:
         "ROCR_VISIBLE_DEVICES": "",
         "PYTHONDONTWRITEBYTECODE": "1",  # leave no __pycache__ in the user's tree
         "MPLBACKEND": "Agg",  # a plot at import time opens no window
-        "PORTER_VERIFY_GUARD": json.dumps({"roots": [str(root)], "allow": list(allow)}),
+        "PORTER_VERIFY_GUARD": json.dumps({"roots": [str(root)], "allow": list(allow), **verify_hidden()}),
     })
     env["PYTHONPATH"] = os.pathsep.join([str(guard_dir), *filter(None, [os.environ.get("PYTHONPATH")])])
     # `python` in a --run command is the interpreter that imports the modules

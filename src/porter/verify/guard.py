@@ -5,7 +5,8 @@ the standard library only and never imports porter, torch or the target's code.
 
 What it does, when ``PORTER_VERIFY_GUARD`` (JSON) is set:
 
-* CUDA-only packages installed here (flash_attn, xformers, apex, triton, ...) become
+* CUDA-only packages installed here (flash_attn, xformers, apex, triton, ...: porter's
+  one table, ``porter/rulebase/cuda_packages.py``, handed over in the JSON) become
   "not installed": every import finder's answer for them is dropped unless the module
   lives inside the verified tree, so ``importlib.util.find_spec`` returns None and
   ``import flash_attn`` raises the plain ``ModuleNotFoundError`` a Mac would raise. A
@@ -20,23 +21,11 @@ False even on a CUDA machine.
 
 import json
 import os
+import re
 import sys
 
 CONFIG_VARIABLE = "PORTER_VERIFY_GUARD"
 
-#: Top-level modules that exist only where CUDA does: the packages and the compiled
-#: extension modules they build. A module named ``*_cuda`` is hidden too.
-CUDA_ONLY_MODULES = frozenset({
-    "flash_attn", "flash_attn_interface", "flash_attn_2_cuda", "flash_attn_3", "flashinfer",
-    "xformers", "apex", "amp_C", "fused_layer_norm_cuda", "fused_adam_cuda", "syncbn",
-    "fused_dense_cuda", "fast_layer_norm", "bitsandbytes", "triton", "deepspeed",
-    "mamba_ssm", "causal_conv1d", "causal_conv1d_cuda", "selective_scan_cuda",
-    "rotary_emb", "dropout_layer_norm", "fused_dense_lib", "fused_softmax_lib",
-    "xentropy_cuda_lib", "ft_attention", "transformer_engine", "liger_kernel", "vllm",
-    "auto_gptq", "exllamav2", "cupy", "cupyx", "pycuda", "tensorrt", "tensorrt_llm",
-    "torch_tensorrt", "cuml", "cudf", "cugraph", "cuspatial", "rmm", "pynvml",
-})
-CUDA_ONLY_SUFFIXES = ("_cuda",)
 RUNTIME = "porter_runtime"
 
 #: Names this process hid (the child runner reads it to explain a ModuleNotFoundError).
@@ -63,10 +52,12 @@ def _inside(path, roots):
 class _Filter:
     """A meta path finder that answers like ``finder`` but never with a hidden module."""
 
-    def __init__(self, finder, roots, allowed):
+    def __init__(self, finder, roots, allowed, hidden, pattern):
         self._finder = finder
         self._roots = roots
         self._allowed = allowed
+        self._hidden = hidden
+        self._pattern = pattern
 
     def find_spec(self, name, path=None, target=None):
         spec = self._finder.find_spec(name, path, target)
@@ -79,7 +70,7 @@ class _Filter:
         top = name.partition(".")[0]
         if top in self._allowed:
             return False
-        if top != RUNTIME and top not in CUDA_ONLY_MODULES and not top.endswith(CUDA_ONLY_SUFFIXES):
+        if top != RUNTIME and top not in self._hidden and not (self._pattern and self._pattern.match(top)):
             return False
         places = [spec.origin] if spec.origin else []
         places += list(spec.submodule_search_locations or [])
@@ -95,11 +86,16 @@ class _Filter:
 def install(config):
     roots = [r for r in (_real(p) for p in config.get("roots", [])) if r]
     allowed = frozenset(config.get("allow", []))
+    hidden = frozenset(config.get("hidden", []))
+    try:
+        pattern = re.compile(config["hidden_pattern"]) if config.get("hidden_pattern") else None
+    except re.error:
+        pattern = None
     if any(isinstance(f, _Filter) for f in sys.meta_path):
         return
     sys.meta_path[:] = [
         f if not hasattr(f, "find_spec") or getattr(f, "__name__", "") in ("BuiltinImporter", "FrozenImporter")
-        else _Filter(f, roots, allowed)
+        else _Filter(f, roots, allowed, hidden, pattern)
         for f in sys.meta_path
     ]
 

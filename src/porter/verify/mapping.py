@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
-from porter.project.cuda_packages import is_cuda_only_module, looks_compiled
 from porter.engine.run import run
+from porter.rulebase.cuda_packages import is_cuda_only_module, looks_compiled
 
 
 @dataclass

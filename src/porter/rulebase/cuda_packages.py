@@ -46,7 +46,8 @@ PACKAGES: tuple[CudaPackage, ...] = (
                 "torch.nn.SyncBatchNorm, DistributedDataParallel instead of apex",
                 ("amp_C", "fused_layer_norm_cuda", "fused_adam_cuda", "syncbn", "apex_C",
                  "fused_weight_gradient_mlp_cuda", "scaled_masked_softmax_cuda",
-                 "scaled_upper_triang_masked_softmax_cuda", "fused_rotary_positional_embedding")),
+                 "scaled_upper_triang_masked_softmax_cuda", "fused_rotary_positional_embedding",
+                 "fast_layer_norm", "fused_dense_cuda")),
     CudaPackage(("bitsandbytes",), ("bitsandbytes",),
                 "torch.optim.AdamW for bnb.optim.*8bit; full-precision weights for load_in_4bit/8bit"),
     CudaPackage(("adam_atan2",), ("adam-atan2",), "porter_runtime.AdamATan2 (the same update in PyTorch)",
@@ -81,6 +82,7 @@ PACKAGES: tuple[CudaPackage, ...] = (
     CudaPackage(("cudf",), ("cudf", "cudf-cu11", "cudf-cu12"), "pandas (cudf mirrors its API)"),
     CudaPackage(("cuml",), ("cuml", "cuml-cu11", "cuml-cu12"), "scikit-learn (cuml mirrors its API)"),
     CudaPackage(("cugraph",), ("cugraph", "cugraph-cu11", "cugraph-cu12"), "networkx"),
+    CudaPackage(("cuspatial",), ("cuspatial", "cuspatial-cu11", "cuspatial-cu12"), "geopandas / shapely"),
     CudaPackage(("rmm",), ("rmm", "rmm-cu11", "rmm-cu12"), "nothing: plain host memory off CUDA"),
     CudaPackage(("cupy", "cupyx"), ("cupy",), "numpy / scipy (cupy mirrors their API), or torch tensors"),
     CudaPackage(("pycuda",), ("pycuda",), "torch tensors and ops instead of hand-written kernels"),
@@ -133,6 +135,14 @@ COMPILED_ADVICE = {
     "fused_adam_cuda": "torch.optim.Adam / AdamW",
     "syncbn": "torch.nn.SyncBatchNorm (BatchNorm2d in a single process)",
 }
+
+
+def verify_hidden() -> dict:
+    """What ``porter verify``'s guard (a standard-library-only ``sitecustomize`` in the
+    target's interpreter) hides as not installed: the table's top-level import names and
+    compiled modules, and the pattern of compiled CUDA extension names."""
+    names = IMPORT_ROOTS | {name.partition(".")[0] for name in COMPILED}
+    return {"hidden": sorted(names), "hidden_pattern": _COMPILED_NAME.pattern}
 
 
 def package_for(module: str) -> Optional[CudaPackage]:
