@@ -78,8 +78,11 @@ class TorchCompile(_Rename, Rule):
     Fix safety:
     Safe. On CUDA `porter_runtime.compile(model, **kw)` is `torch.compile(model, **kw)`,
     `porter_runtime.compile(**kw)` returns a decorator that calls it, and the bare
-    decorator form compiles the function. Elsewhere the model is returned unchanged
-    with one warning, unless `PORTER_COMPILE=1` asks to compile there.
+    decorator form compiles the function. Elsewhere it runs eagerly with one warning,
+    unless `PORTER_COMPILE=1` asks to compile there: a module comes back wrapped as
+    torch.compile wraps it (an `OptimizedModule` with `_orig_mod`, so state-dict keys
+    keep their `_orig_mod.` prefix and checkpoints cross between machines), calling
+    the model with Dynamo off; a function comes back unchanged.
 
     Known limits:
     `DISABLE_COMPILE=1` skips compiling off CUDA only; on CUDA the runtime ignores it
