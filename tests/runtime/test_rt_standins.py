@@ -58,3 +58,82 @@ def test_compile_off_cuda_calls_the_model_without_dynamo(simulate):
     ported(torch.randn(2, 4)).sum().backward()
     assert model[0].weight.grad is not None
     assert sum(counters["frames"].values()) == before
+
+
+# -- autocast -------------------------------------------------------------------
+
+def _mps_torch(monkeypatch, version: tuple[int, int]) -> None:
+    monkeypatch.setattr(porter_runtime._compat, "mps_bf16_supported", lambda: True)
+    monkeypatch.setattr(porter_runtime._compat, "at_least", lambda a, b: version >= (a, b))
+
+
+@pytest.mark.parametrize("call", [lambda: porter_runtime.autocast(),
+                                  lambda: porter_runtime.autocast(dtype=torch.float16),
+                                  lambda: porter_runtime.cuda_amp_autocast()])
+def test_autocast_keeps_cuda_float16_on_cpu_and_mps(simulate, monkeypatch, call):
+    simulate("cuda")
+    on_cuda = call()  # torch.autocast("cuda"), the original's context
+    assert on_cuda.device == "cuda" and on_cuda.fast_dtype == torch.float16
+    simulate("mps")
+    _mps_torch(monkeypatch, (2, 8))
+    on_mps = call()
+    assert (on_mps.device, on_mps.fast_dtype, on_mps._enabled) == ("mps", torch.float16, True)
+    simulate("cpu")
+    with call():
+        out = torch.nn.Linear(4, 2)(torch.randn(3, 4))
+    assert out.dtype == on_cuda.fast_dtype
+    assert out.detach().cpu().numpy().dtype.name == "float16"  # bfloat16 raises here
+
+
+def test_autocast_says_once_where_it_cannot_keep_float16(simulate, monkeypatch):
+    simulate("mps")
+    _mps_torch(monkeypatch, (2, 7))  # no GradScaler for mps before torch 2.8
+    with pytest.warns(UserWarning, match="torch.bfloat16 on mps instead of CUDA's torch.float16"):
+        assert porter_runtime.autocast().fast_dtype == torch.bfloat16
+
+
+# -- GradScaler -----------------------------------------------------------------
+
+def _enabled_state() -> dict:
+    """What an enabled scaler's state_dict() holds (one class for every device)."""
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=7)
+    scaler._growth_tracker = torch.full((), 3, dtype=torch.int32)
+    return scaler.state_dict()
+
+
+def test_scaler_on_cuda_is_cudas_and_on_cpu_a_real_one(simulate):
+    machine = simulate("cuda")
+    made = machine.record(torch.amp, "GradScaler", "cuda scaler")
+    assert porter_runtime.GradScaler(init_scale=1024.0) == "cuda scaler"
+    assert made.calls == [(("cuda",), {"init_scale": 1024.0})]
+    machine.monkeypatch.undo()
+    simulate("cpu")
+    scaler = porter_runtime.GradScaler(init_scale=1024.0, growth_interval=7)
+    assert scaler.is_enabled() and scaler.state_dict().keys() == _enabled_state().keys()
+
+
+@pytest.mark.filterwarnings("ignore:porter_runtime")
+@pytest.mark.parametrize("machine", ["mps", "cpu"])
+def test_scaler_the_runtime_disabled_answers_as_an_enabled_one(simulate, monkeypatch, machine):
+    simulate(machine)
+    if machine == "mps":
+        _mps_torch(monkeypatch, (2, 7))
+    else:
+        monkeypatch.setenv("PORTER_AMP_DTYPE", "bfloat16")
+    scaler = porter_runtime.GradScaler(init_scale=1024.0, growth_interval=7)
+    assert not scaler.is_enabled() and isinstance(scaler, torch.amp.GradScaler)
+    state = scaler.state_dict()
+    assert state.keys() == _enabled_state().keys()
+    assert (state["scale"], state["growth_interval"], scaler.get_growth_interval()) == (1024.0, 7, 7)
+    assert (scaler.get_growth_factor(), scaler.get_backoff_factor()) == (2.0, 0.5)
+    scaler.load_state_dict(_enabled_state())  # a CUDA checkpoint's scaler
+    assert scaler.state_dict() == _enabled_state()
+    back_on_cuda = torch.amp.GradScaler("cpu")  # enabled: refuses the {} of torch's disabled one
+    back_on_cuda.load_state_dict(scaler.state_dict())
+    assert back_on_cuda.get_scale() == 1024.0
+
+
+def test_scaler_the_caller_disabled_stays_torchs(simulate):
+    simulate("cpu")
+    scaler = porter_runtime.GradScaler(enabled=False)
+    assert type(scaler) is torch.amp.GradScaler and scaler.state_dict() == {}  # as on CUDA
