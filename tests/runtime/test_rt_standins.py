@@ -137,3 +137,52 @@ def test_scaler_the_caller_disabled_stays_torchs(simulate):
     simulate("cpu")
     scaler = porter_runtime.GradScaler(enabled=False)
     assert type(scaler) is torch.amp.GradScaler and scaler.state_dict() == {}  # as on CUDA
+
+
+# -- sdpa_kernel ----------------------------------------------------------------
+
+def _switches() -> tuple[bool, bool]:
+    return torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.math_sdp_enabled()
+
+
+def _attend() -> torch.Tensor:
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 64, 32) for _ in range(3))
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # torch.backends.cuda.sdp_kernel is deprecated
+@pytest.mark.parametrize("form", ["old", "new"])
+def test_sdpa_kernel_math_restriction_keeps_its_effect_on_cpu(simulate, form):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def restrict(original: bool):
+        """The restriction as the original wrote it (torch's) or as ported (the runtime's)."""
+        if form == "old":
+            manager = torch.backends.cuda.sdp_kernel if original else porter_runtime.sdpa_kernel
+            return manager(enable_flash=False, enable_math=True, enable_mem_efficient=False)
+        return (sdpa_kernel if original else porter_runtime.sdpa_kernel)([SDPBackend.MATH])
+
+    simulate("cuda")
+    with restrict(original=False):
+        on_cuda = _switches()
+    with restrict(original=True):  # the original, as it ran on this CPU before the port
+        original = _attend()
+    simulate("cpu")
+    with restrict(original=False):
+        assert _switches() == on_cuda == (False, True)
+        ported = _attend()
+    assert torch.equal(ported, original)
+    assert not torch.equal(_attend(), original)  # the flash kernel's numbers differ
+
+
+def test_sdpa_kernel_says_once_what_it_cannot_keep(simulate):
+    from torch.nn.attention import SDPBackend
+
+    simulate("cpu")
+    with pytest.warns(UserWarning, match="FLASH_ATTENTION.*also allows MATH"):
+        with porter_runtime.sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            assert _switches() == (True, True)
+    with pytest.warns(UserWarning, match="EFFICIENT_ATTENTION.*restricts nothing"):
+        with porter_runtime.sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]):
+            assert _switches() == (True, True)
