@@ -41,7 +41,7 @@ _EXPORTS = {
     "attention": "_attention", "attention_kvpacked": "_attention",
     "attention_qkvpacked": "_attention", "attention_varlen": "_attention",
     "attention_varlen_kvpacked": "_attention", "attention_varlen_qkvpacked": "_attention",
-    "sdpa_kernel": "_attention",
+    "sdpa_kernel": "_sdpa",
     "double": "_cast",
     "compile": "_compile",
     "dataloader_kwargs": "_data", "map_location": "_data", "pin_memory": "_data",

@@ -10,10 +10,9 @@ is announced by one warning naming what runs instead.
 """
 from __future__ import annotations
 
-import contextlib
 import importlib
 from types import ModuleType
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 
@@ -222,30 +221,3 @@ def attention_varlen_kvpacked(q: torch.Tensor, kv: torch.Tensor, cu_seqlens_q: t
     k, v = kv.unbind(1)
     return attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                             **options)
-
-
-_OLD_SDP_KEYWORDS = {"enable_flash", "enable_math", "enable_mem_efficient", "enable_cudnn"}
-
-
-@contextlib.contextmanager
-def _no_kernel_choice() -> Iterator[None]:
-    # A generator context manager, so that it also works as a decorator.
-    yield
-
-
-def sdpa_kernel(*args: Any, **kwargs: Any) -> Any:
-    """Twin of torch.nn.attention.sdpa_kernel and torch.backends.cuda.sdp_kernel.
-
-    CUDA: the old keyword form (enable_flash=..., enable_math=..., ...) goes to
-    torch.backends.cuda.sdp_kernel, the backends form to torch.nn.attention.sdpa_kernel,
-    with the same arguments. MPS / CPU: a no-op context (restricting backends there
-    fails with "No available kernel", facts §4).
-    """
-    if not _device.is_cuda():
-        return _no_kernel_choice()
-    if _OLD_SDP_KEYWORDS & kwargs.keys() or (args and isinstance(args[0], bool)) or \
-            (not args and not kwargs):
-        return torch.backends.cuda.sdp_kernel(*args, **kwargs)
-    from torch.nn.attention import sdpa_kernel as new_sdpa_kernel
-
-    return new_sdpa_kernel(*args, **kwargs)

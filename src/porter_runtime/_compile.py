@@ -6,6 +6,16 @@ compiler (facts §5). PORTER_COMPILE=1 opts in there; DISABLE_COMPILE=1 keeps
 eager there. On CUDA only torch's own variables (TORCH_COMPILE_DISABLE,
 TORCHDYNAMO_DISABLE, which torch.compile reads itself) change what happens:
 porter's variables are ignored there, with one warning.
+
+Eager still keeps what torch.compile returns for a module: an OptimizedModule
+whose ``_orig_mod`` is the model, so ``model._orig_mod`` works and state-dict
+keys carry the ``_orig_mod.`` prefix as on CUDA (a checkpoint saved on either
+machine loads on the other). It is made by ``torch.compiler.disable(model)``,
+not by ``torch.compile(model, backend="eager")``: the eager backend still runs
+Dynamo, which traces every new input shape (a second or so each, recompiling up
+to its cache limit) and can itself fail on code it cannot trace, and Dynamo is
+part of what is being avoided off CUDA. The disabled wrapper calls the model
+directly, with Dynamo off inside it.
 """
 from __future__ import annotations
 
@@ -68,15 +78,35 @@ def _guarded(eager: Callable[..., Any], compiled: Callable[..., Any]) -> Callabl
     return call
 
 
+def uncompiled(model: Callable[..., Any]) -> Any:
+    """``model`` run eagerly, in the shape torch.compile returns it.
+
+    A module: an OptimizedModule around it (``_orig_mod``, ``_orig_mod.``-prefixed
+    state-dict keys), calling it with Dynamo off. A function: the function itself,
+    since what torch.compile returns for one is a plain wrapper with its name and
+    signature, and wrapping it in a disabled one would also stop an enclosing
+    compiled function from tracing into it.
+    """
+    if not isinstance(model, torch.nn.Module):
+        return model
+    wrapped = torch.compiler.disable(model)
+    if not hasattr(wrapped, "_orig_mod"):  # a torch whose disable() does not wrap modules
+        _log.warn_once("compile:bare", f"torch {torch.__version__} cannot wrap a module "
+                       "without compiling it: the model is returned unwrapped, so "
+                       "`_orig_mod` and the `_orig_mod.` state-dict prefix are missing")
+        return model
+    return wrapped
+
+
 def _compile_off_cuda(model: Callable[..., Any], kind: str, kwargs: dict[str, Any]) -> Any:
     if not _log.env_flag("PORTER_COMPILE"):
         _log.warn_once("compile:off", f"torch.compile is not used on {kind}: running eagerly "
                        "(set PORTER_COMPILE=1 to compile here)")
-        return model
+        return uncompiled(model)
     problem = setup_problem(kind, kwargs.get("backend"))
     if problem is not None:
         _log.warn_once("compile:setup", f"{problem}; running eagerly")
-        return model
+        return uncompiled(model)
     compiled = torch.compile(model, **kwargs)
     # Modules get the setup checks above only: an OptimizedModule cannot be
     # swapped for its eager module behind the caller's back.
@@ -87,10 +117,12 @@ def compile(model: Optional[Callable[..., Any]] = None, **kwargs: Any) -> Any:
     """Twin of torch.compile, with its call forms: ``compile(m)``, ``compile(m, mode=...)``,
     ``@compile`` and ``@compile(mode=...)``.
 
-    CUDA: ``torch.compile(model, **kwargs)``. MPS / CPU: ``model`` unchanged with one
-    warning, unless PORTER_COMPILE=1; then torch.compile after checking it can be
-    set up (backend present, C++ compiler on CPU, torch >= 2.8 on MPS), falling
-    back to eager with a warning otherwise. DISABLE_COMPILE=1: unchanged off CUDA.
+    CUDA: ``torch.compile(model, **kwargs)``. MPS / CPU: eager with one warning,
+    unless PORTER_COMPILE=1; then torch.compile after checking it can be set up
+    (backend present, C++ compiler on CPU, torch >= 2.8 on MPS), falling back to
+    eager with a warning otherwise. DISABLE_COMPILE=1: eager off CUDA. Eager is
+    ``uncompiled(model)``: a module comes back wrapped as torch.compile wraps it
+    (``_orig_mod``, same state-dict keys), a function unchanged.
     On CUDA, PORTER_COMPILE and DISABLE_COMPILE are ignored (one warning): torch
     reads its own TORCH_COMPILE_DISABLE / TORCHDYNAMO_DISABLE.
     """
@@ -102,7 +134,7 @@ def compile(model: Optional[Callable[..., Any]] = None, **kwargs: Any) -> Any:
         return torch.compile(model, **kwargs)
     if _log.env_flag("DISABLE_COMPILE"):
         _log.info_once("compile:disabled", "DISABLE_COMPILE is set: torch.compile skipped")
-        return model
+        return uncompiled(model)
     return _compile_off_cuda(model, kind, kwargs)
 
 

@@ -114,9 +114,9 @@ def ShardedGradScaler(*args: Any, **kwargs: Any) -> Any:
 
     CUDA: the same class with the caller's arguments. Elsewhere it follows the
     runtime's autocast as ``porter_runtime.GradScaler`` does: on the resolved
-    device, disabled where autocast uses bfloat16 in place of float16.
+    device, disabled where autocast uses bfloat16 in place of float16, and then
+    answering state_dict() and the getters as an enabled one (``_amp.KeptState``).
     """
-    import torch
     from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler as Sharded
 
     from . import _amp
@@ -126,6 +126,7 @@ def ShardedGradScaler(*args: Any, **kwargs: Any) -> Any:
     if kind == "cuda":
         return Sharded(**options)
     options["device"] = kind
-    if options.get("enabled", True) and _amp.amp_dtype(None) != torch.float16:
-        options["enabled"] = False
+    if _amp.disabled_by_runtime(options):
+        kept = type("KeptStateShardedGradScaler", (_amp.KeptState, Sharded), {})
+        return kept(**options).keep_state(options)
     return Sharded(**options)

@@ -87,7 +87,12 @@ def device_count() -> int:
 
 
 def current_device() -> int:
-    """Index of the current device. CUDA: torch.cuda.current_device(). MPS, CPU: 0."""
+    """Index of the current device. CUDA: torch.cuda.current_device(). MPS, CPU: 0.
+
+    An index, as on CUDA, for code that means one (``get_device_name(i)``, a rank,
+    ``f"cuda:{i}"``). torch reads a bare int device as ``cuda:i``, so where ported
+    code passes it as a device, porter wraps it: ``device(current_device())`` is
+    ``cuda:i`` on CUDA and the resolved device elsewhere (rule PT901)."""
     mod = _forward()
     return int(mod.current_device()) if mod is not None else 0
 

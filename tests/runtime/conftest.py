@@ -15,7 +15,8 @@ import torch
 
 import porter_runtime
 
-_ENV = ("PORTER_DEVICE", "PORTER_COMPILE", "DISABLE_COMPILE", "PORTER_QUIET", "WORLD_SIZE")
+_ENV = ("PORTER_DEVICE", "PORTER_COMPILE", "DISABLE_COMPILE", "PORTER_QUIET", "WORLD_SIZE",
+        "PORTER_AMP_DTYPE")
 
 
 @dataclass

@@ -21,11 +21,28 @@ def test_cuda_autocast_is_exactly_torch_autocast_cuda(simulate):
     ]
 
 
-def test_mps_autocast_uses_bf16_with_one_warning(simulate, monkeypatch):
+@pytest.mark.parametrize("torch_version", [(2, 8), (2, 13)])
+def test_mps_autocast_keeps_cuda_fp16_where_mps_has_a_scaler(simulate, monkeypatch, torch_version):
     machine = simulate("mps")
     monkeypatch.setattr(_compat, "mps_bf16_supported", lambda: True)
+    monkeypatch.setattr(_compat, "at_least", lambda a, b: torch_version >= (a, b))
     recorder = machine.record(torch, "autocast", "cm")
-    with pytest.warns(UserWarning, match="bfloat16.*float16.*loss scaling"):
+    scaler = machine.record(torch.amp, "GradScaler", "scaler")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        porter_runtime.autocast()
+        porter_runtime.GradScaler()
+    assert recorder.calls[0] == (("mps",), {"dtype": torch.float16, "enabled": True,
+                                            "cache_enabled": None})
+    assert scaler.calls == [(("mps",), {})]
+
+
+def test_mps_before_2_8_uses_bf16_with_one_warning(simulate, monkeypatch):
+    machine = simulate("mps")
+    monkeypatch.setattr(_compat, "mps_bf16_supported", lambda: True)
+    monkeypatch.setattr(_compat, "at_least", lambda a, b: (2, 7) >= (a, b))
+    recorder = machine.record(torch, "autocast", "cm")
+    with pytest.warns(UserWarning, match="bfloat16.*float16.*no GradScaler for mps.*loss scaling"):
         porter_runtime.autocast()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -33,6 +50,18 @@ def test_mps_autocast_uses_bf16_with_one_warning(simulate, monkeypatch):
     assert recorder.calls[0] == (("mps",), {"dtype": torch.bfloat16, "enabled": True,
                                             "cache_enabled": None})
     assert recorder.calls[1][1]["dtype"] == torch.bfloat16
+
+
+def test_porter_amp_dtype_asks_for_bf16_off_cuda_only(simulate, monkeypatch):
+    monkeypatch.setenv("PORTER_AMP_DTYPE", "bfloat16")
+    machine = simulate("cpu")
+    recorder = machine.record(torch, "autocast", "cm")
+    with pytest.warns(UserWarning, match="bfloat16 on cpu.*PORTER_AMP_DTYPE"):
+        porter_runtime.autocast()
+    assert recorder.calls[-1][1]["dtype"] == torch.bfloat16
+    simulate("cuda")
+    porter_runtime.autocast()
+    assert recorder.calls[-1] == (("cuda",), {"dtype": None, "enabled": True, "cache_enabled": None})
 
 
 def test_mps_without_bf16_or_scaler_turns_autocast_off(simulate, monkeypatch):
@@ -63,18 +92,20 @@ def test_explicit_other_dtypes_pass_through(simulate):
     assert recorder.calls[0][1]["dtype"] == torch.float32
 
 
-def test_cpu_autocast_really_runs_bf16():
-    with pytest.warns(UserWarning, match="bfloat16"):
+def test_cpu_autocast_really_runs_cuda_fp16():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         ctx = porter_runtime.autocast()
     with ctx:
         out = torch.ones(2, 2) @ torch.ones(2, 2)
-    assert out.dtype == torch.bfloat16
+    assert out.dtype == torch.float16
+    assert out.numpy().dtype.name == "float16"  # bfloat16 would raise here
 
     @porter_runtime.autocast()
     def decorated() -> torch.Tensor:
         return torch.ones(2, 2) @ torch.ones(2, 2)
 
-    assert decorated().dtype == torch.bfloat16
+    assert decorated().dtype == torch.float16
 
 
 @pytest.mark.parametrize("args,kwargs,expected", [
@@ -98,8 +129,24 @@ def test_grad_scaler_function_form(simulate):
     assert recorder.calls == [(("cuda",), {"enabled": False, "init_scale": 2.0})]
 
 
+def test_cpu_grad_scaler_is_a_real_cpu_scaler():
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = porter_runtime.GradScaler(init_scale=1024.0)
+    assert scaler.is_enabled() is True
+    with porter_runtime.autocast():
+        loss = model(torch.ones(1, 2)).float().sum()
+    scaler.scale(loss).backward()
+    before = model.weight.detach().clone()
+    scaler.step(opt)
+    scaler.update()
+    assert not torch.equal(before, model.weight)
+    assert scaler.state_dict()["scale"] == 1024.0
+
+
 @pytest.mark.filterwarnings("ignore:porter_runtime")
-def test_cpu_grad_scaler_is_an_honest_passthrough():
+def test_scaler_the_runtime_disabled_is_an_honest_passthrough(monkeypatch):
+    monkeypatch.setenv("PORTER_AMP_DTYPE", "bf16")
     model = torch.nn.Linear(2, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     scaler = porter_runtime.GradScaler()
@@ -112,8 +159,6 @@ def test_cpu_grad_scaler_is_an_honest_passthrough():
     scaler.step(opt)
     scaler.update()
     assert not torch.equal(before, model.weight)
-    assert scaler.state_dict() == {}
-    scaler.load_state_dict({"scale": 65536.0, "growth_factor": 2.0, "_growth_tracker": 0})
     assert scaler.get_scale() == 1.0
 
 
@@ -149,7 +194,7 @@ def test_custom_fwd_on_cpu_casts_to_the_autocast_dtype():
     x = torch.ones(2, requires_grad=True)
     with porter_runtime.autocast():
         Double.apply(x).sum().backward()
-    assert seen["dtype"] == torch.bfloat16 and torch.equal(x.grad, torch.full((2,), 2.0))
+    assert seen["dtype"] == torch.float16 and torch.equal(x.grad, torch.full((2,), 2.0))
 
 
 @pytest.mark.parametrize("machine", ["cuda", "cpu"])

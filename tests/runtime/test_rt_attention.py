@@ -348,16 +348,17 @@ def test_sdpa_kernel_on_cuda_forwards_both_forms(simulate, monkeypatch):
     assert new.calls == [((backends,), {"set_priority": True})]
 
 
+@pytest.mark.filterwarnings("ignore:porter_runtime")
 @pytest.mark.parametrize("machine", ["mps", "cpu"])
-def test_sdpa_kernel_is_a_no_op_elsewhere(simulate, machine):
+def test_sdpa_kernel_never_leaves_attention_without_a_kernel_elsewhere(simulate, machine):
     simulate(machine)
     from torch.nn.attention import SDPBackend
 
     with porter_runtime.sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         q, k, v = _inputs(4, 4, 2, 2, torch.float32)
-        porter_runtime.attention(q, k, v, dropout_p=0.5)  # would fail if restricted on CPU
-    with porter_runtime.sdpa_kernel(enable_flash=True, enable_math=False):
-        pass
+        porter_runtime.attention(q, k, v, dropout_p=0.5)  # flash alone has no dropout on CPU
+    with porter_runtime.sdpa_kernel(enable_flash=False, enable_math=False):
+        porter_runtime.attention(q, k, v)  # efficient / cuDNN only: nothing here restricts
 
     @porter_runtime.sdpa_kernel(enable_math=False)
     def decorated() -> int:

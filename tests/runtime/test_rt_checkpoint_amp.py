@@ -64,10 +64,14 @@ def test_sdpa_kernel_forwards_both_forms_on_cuda(simulate):
     assert old.calls == [((), {"enable_flash": False})]
 
 
-def test_sdpa_kernel_is_a_no_op_on_mps(simulate):
+def test_sdpa_kernel_on_mps_keeps_only_math(simulate):
     simulate("mps")
-    with porter_runtime.sdpa_kernel(enable_math=False):
-        pass
+    with pytest.warns(UserWarning, match="restricts nothing here"):
+        with porter_runtime.sdpa_kernel(enable_math=False):
+            assert torch.backends.cuda.math_sdp_enabled()
+    with porter_runtime.sdpa_kernel(enable_flash=False, enable_math=True):
+        assert torch.backends.cuda.math_sdp_enabled()
+        assert not torch.backends.cuda.mem_efficient_sdp_enabled()
 
 
 class _Castable:

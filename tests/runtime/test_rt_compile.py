@@ -34,12 +34,12 @@ def test_cuda_compiles_with_every_call_form(simulate):
 
 
 @pytest.mark.parametrize("machine", ["mps", "cpu"])
-def test_off_cuda_returns_the_model_unchanged_with_one_warning(simulate, machine):
+def test_off_cuda_runs_eagerly_with_one_warning(simulate, machine):
     m = simulate(machine)
     recorder = m.record(torch, "compile", "compiled")
     model = torch.nn.Linear(1, 1)
     with pytest.warns(UserWarning, match=f"not used on {machine}.*PORTER_COMPILE=1"):
-        assert porter_runtime.compile(model) is model
+        assert porter_runtime.compile(model)._orig_mod is model
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert porter_runtime.compile(_double, mode="reduce-overhead") is _double
@@ -69,6 +69,8 @@ def test_disable_compile_keeps_eager_off_cuda(simulate, monkeypatch):
     monkeypatch.setenv("DISABLE_COMPILE", "1")
     monkeypatch.setenv("PORTER_COMPILE", "1")
     assert porter_runtime.compile(_double) is _double
+    model = torch.nn.Linear(1, 1)
+    assert porter_runtime.compile(model)._orig_mod is model
     assert not recorder.calls
 
 
@@ -84,6 +86,8 @@ def test_opt_in_without_a_cxx_compiler_falls_back(monkeypatch):
     monkeypatch.setattr(_compile, "_has_cxx", lambda: False)
     with pytest.warns(UserWarning, match="C\\+\\+ compiler"):
         assert porter_runtime.compile(_double) is _double
+    model = torch.nn.Linear(1, 1)
+    assert porter_runtime.compile(model)._orig_mod is model
 
 
 def test_opt_in_with_a_missing_backend_falls_back(monkeypatch):

@@ -51,8 +51,17 @@ def test_sharded_scaler_off_cuda_follows_autocast(simulate):
     simulate("cpu")
     scaler = porter_runtime.ShardedGradScaler(enabled=True)
     assert isinstance(scaler, sgs.ShardedGradScaler)
-    assert not scaler.is_enabled()  # bf16 autocast on this CPU: no loss scaling
-    assert scaler.get_scale() == 1.0 and scaler.state_dict() == {}
+    assert scaler.is_enabled()  # fp16 autocast on CPU, as on CUDA: loss scaling
+
+
+@pytest.mark.filterwarnings("ignore:porter_runtime")
+def test_sharded_scaler_the_runtime_disabled_keeps_its_state(simulate, monkeypatch):
+    monkeypatch.setenv("PORTER_AMP_DTYPE", "bfloat16")
+    simulate("cpu")
+    scaler = porter_runtime.ShardedGradScaler(init_scale=1024.0)
+    assert isinstance(scaler, sgs.ShardedGradScaler)
+    assert not scaler.is_enabled()  # bf16 autocast: no loss scaling
+    assert scaler.get_scale() == 1.0 and scaler.state_dict()["scale"] == 1024.0
 
 
 def test_legacy_autocast_value_keeps_the_class_signature(simulate):
@@ -69,4 +78,4 @@ def test_legacy_autocast_value_off_cuda_autocasts_here(simulate):
     ctx = porter_runtime.cuda_amp_autocast(dtype=torch.float16)
     with ctx:
         out = torch.nn.Linear(4, 4)(torch.randn(2, 4))
-    assert out.dtype == torch.bfloat16
+    assert out.dtype == torch.float16

@@ -206,22 +206,37 @@ class TorchLoadMapLocation(Rule):
             # ``updated``: torch.device(...) may already be the runtime's device (PT002).
             return self.runtime_call("map_location", updated)
         if isinstance(original, cst.Lambda):
-            return self._lambda(original)
+            return self._lambda(original, updated)
         return None
 
 
-    def _lambda(self, original: cst.Lambda) -> Optional[cst.BaseExpression]:
+    def _lambda(self, original: cst.Lambda, updated: cst.BaseExpression) -> Optional[cst.BaseExpression]:
         location = _lambda_location(original)
         if location is not None:
             return self.runtime_call("map_location", cst.SimpleString(f'"{location}"'))
         index = _lambda_index(original)
         if index is not None:
+            index = self._updated_index(updated) or index
             # ``s.cuda(i)`` and the location ``torch.device("cuda", i)`` restore alike.
             return self.runtime_call("map_location", self.runtime_call("device", index))
         if _calls_cuda(original):
             self.flag(original, "a map_location that calls `.cuda()` fails without CUDA",
                       suggestion='map_location=porter_runtime.map_location("cuda")')
         return None
+
+
+    def _updated_index(self, updated: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+        """The index of ``lambda s, loc: s.cuda(i)`` as other rules left it: PT104 makes
+        `torch.cuda.current_device()` the runtime's twin, and the `.cuda(i)` rule writes
+        `s.to(porter_runtime.device(i))`. Taking it from the original would undo both."""
+        body = updated.body if isinstance(updated, cst.Lambda) else None
+        if not isinstance(body, cst.Call) or len(body.args) != 1 or not isinstance(body.func, cst.Attribute):
+            return None
+        value = body.args[0].value
+        if body.func.attr.value == "cuda":
+            return value
+        moved = isinstance(value, cst.Call) and len(value.args) == 1 and value.func.deep_equals(self.runtime("device"))
+        return value.args[0].value if moved and body.func.attr.value == "to" else None
 
 
 _MESSAGE = "a CUDA checkpoint now loads where the runtime's device can take it"

@@ -87,8 +87,11 @@ class TorchCompile(_Rename, Rule):
     Fix safety:
     Safe. On CUDA `porter_runtime.compile(model, **kw)` is `torch.compile(model, **kw)`,
     `porter_runtime.compile(**kw)` returns a decorator that calls it, and the bare
-    decorator form compiles the function. Elsewhere the model is returned unchanged
-    with one warning, unless `PORTER_COMPILE=1` asks to compile there.
+    decorator form compiles the function. Elsewhere it runs eagerly with one warning,
+    unless `PORTER_COMPILE=1` asks to compile there: a module comes back wrapped as
+    torch.compile wraps it (an `OptimizedModule` with `_orig_mod`, so state-dict keys
+    keep their `_orig_mod.` prefix and checkpoints cross between machines), calling
+    the model with Dynamo off; a function comes back unchanged.
 
     Known limits:
     `DISABLE_COMPILE=1` skips compiling off CUDA only; on CUDA the runtime ignores it
@@ -147,8 +150,9 @@ class CudaAutocast(Rule):
 
     Why:
     Off CUDA, CUDA autocast warns and disables itself, so training silently runs
-    in float32; on a Mac the runtime autocasts on MPS, with bfloat16 in place of
-    float16 where that needs no loss scaling.
+    in float32. The runtime autocasts on the device it resolves, keeping CUDA's
+    float16 (the output dtype that code relies on) wherever torch has a loss scaler
+    for it (CPU; MPS from torch 2.8); elsewhere bfloat16 stands in, with one warning.
 
     Fix safety:
     Safe. On CUDA `porter_runtime.autocast(dtype, enabled, cache_enabled)` is
@@ -261,7 +265,8 @@ class CudaGradScaler(Rule):
     Why:
     Off CUDA a CUDA scaler warns and disables itself. The runtime's scaler matches
     the runtime's autocast: a real scaler where autocast uses float16, an honest
-    disabled passthrough where it uses bfloat16.
+    disabled passthrough where it uses bfloat16 that still answers `state_dict()`
+    and the getters as an enabled one and loads a CUDA scaler's state.
 
     Fix safety:
     Safe. On CUDA the runtime returns `torch.amp.GradScaler("cuda", ...)` with the
@@ -531,7 +536,7 @@ class ShardedGradScalerDevice(Rule):
     Off CUDA a CUDA `ShardedGradScaler` warns and disables itself; the runtime's
     follows the runtime's autocast instead, like `porter_runtime.GradScaler` (PT503):
     a real scaler on the resolved device where autocast uses float16, an honest
-    disabled one where it uses bfloat16.
+    disabled one where it uses bfloat16 (answering `state_dict()` as an enabled one).
 
     Fix safety:
     Safe. On CUDA the twin constructs `ShardedGradScaler` with exactly the caller's
@@ -622,10 +627,11 @@ class ScalerStateRead(Rule):
     of a conditional).
 
     Why:
-    Off CUDA the scaler is often the runtime's disabled one (autocast uses
-    bfloat16, which needs no loss scaling), and a disabled scaler's `state_dict()`
-    is `{}`: the read raises `KeyError: 'scale'`. The getters answer for a disabled
-    scaler too (`get_scale()` is 1.0).
+    A disabled torch scaler's `state_dict()` is `{}`: the read raises
+    `KeyError: 'scale'`. The runtime's scalers keep their entries where the runtime
+    disabled them (autocast in bfloat16), but a scaler it did not make may still be
+    disabled off CUDA; `get_scale()` answers for any disabled scaler (1.0), and the
+    other getters for the runtime's.
 
     Fix safety:
     Safe. An enabled scaler's `state_dict()` builds each entry from the same getter,

@@ -236,7 +236,9 @@ class CudaDeviceQuery(_TwinCall, Rule):
     Fix safety:
     Safe. On CUDA each twin calls the torch.cuda function with the same arguments and
     returns its result. Off CUDA: `device_count()` is `torch.mps.device_count()` on MPS
-    and 1 on CPU (one device to run on), `current_device()` is 0, `device_name()` is
+    and 1 on CPU (one device to run on), `current_device()` is the index 0 (where it
+    is passed as a device, PT901 wraps it in `porter_runtime.device(...)`, as torch
+    reads a bare 0 as `cuda:0`), `device_name()` is
     the MPS name or `"CPU (<machine>)"`, and `get_device_properties()` is a
     `DeviceProperties` named tuple with `name`, `type`, `total_memory`,
     `multi_processor_count`, `major=0` and `minor=0`.

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from textwrap import dedent
 from typing import Optional
 
 import libcst as cst
@@ -39,6 +40,8 @@ _INDEX_NAME = re.compile(rf"^(?:{_INDEX_WORDS})$")
 _CURRENT = frozenset({"torch.cuda.current_device", "porter_runtime.current_device"})
 _COUNT = frozenset({"torch.cuda.device_count", "porter_runtime.device_count"})
 _SOURCES = _CURRENT | _COUNT
+#: Tensor methods that make a tensor on `device=` (`x.new_zeros(n, device=i)`).
+_TENSOR_FACTORIES = frozenset({"new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"})
 #: The launcher's variable: `int(os.environ["LOCAL_RANK"])` is a CUDA index.
 _LOCAL_RANK = re.compile(r"LOCAL_RANK")
 
@@ -187,7 +190,8 @@ class IntegerDeviceTo(Rule):
     `gpu = int(os.environ["LOCAL_RANK"])`, `dev = torch.cuda.current_device()`).
     The call becomes `x.to(porter_runtime.device(i), ...)`, other arguments kept.
     The same goes for `device=i` of a torch function or class
-    (`torch.zeros(n, device=local_rank)`) and for `torch.cuda.current_device()` or
+    (`torch.zeros(n, device=local_rank)`) or of a tensor's `new_*` method
+    (`x.new_zeros(n, device=i)`), and for `torch.cuda.current_device()` or
     porter's own `porter_runtime.current_device()` (0 off CUDA) passed as the device.
     `torch.device(0)` becomes `porter_runtime.device(0)`.
 
@@ -220,6 +224,7 @@ class IntegerDeviceTo(Rule):
 
     valid = [
         "x = x.to(dtype)\ny = y.to(other)\n",
+        "pad = x.new_zeros(3, device=x.device)\nmine = build(device=torch.cuda.current_device())\n",
         "import mylib\nmylib.to(0)\n",
         "def f(torch):\n    return torch.device(0)\n",
         "import mylib as torch\ndev = torch.device(0)\n",
@@ -269,6 +274,21 @@ class IntegerDeviceTo(Rule):
             "import porter_runtime\nloss = loss.to(porter_runtime.current_device())\n",
             "import porter_runtime\nloss = loss.to(porter_runtime.device(porter_runtime.current_device()))\n",
         ),
+        Example(  # the current device as `device=` of a torch class and of a tensor's new_* method
+            dedent("""\
+            import torch
+            from torch.cuda import current_device
+            gen = torch.Generator(device=current_device())
+            pad = x.new_zeros(3, device=torch.cuda.current_device())
+            """),
+            dedent("""\
+            import porter_runtime
+            import torch
+            from torch.cuda import current_device
+            gen = torch.Generator(device=porter_runtime.device(current_device()))
+            pad = x.new_zeros(3, device=porter_runtime.device(torch.cuda.current_device()))
+            """),
+        ),
     ]
 
     def __init__(self, ctx) -> None:
@@ -293,6 +313,8 @@ class IntegerDeviceTo(Rule):
         name = self.qualname(func)
         if name is not None and name.startswith("torch.") and not name.startswith("torch.cuda."):
             return self._device_keyword(original, updated)
+        if isinstance(func, cst.Attribute) and func.attr.value in _TENSOR_FACTORIES and name is None:
+            return self._device_keyword(original, updated)
         if not isinstance(func, cst.Attribute) or func.attr.value != "to" or self.qualname(func.value) is not None:
             return updated
         old, new = argument_pair(original, updated, "device", 0)
@@ -302,9 +324,13 @@ class IntegerDeviceTo(Rule):
         return self.rewrite(original, call, "an integer device is a CUDA index; it now resolves on this machine")
 
     def _device_keyword(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        """`device=i` of a torch function or class (`torch.zeros(n, device=local_rank)`)."""
+        """`device=i` of a torch function or class (`torch.zeros(n, device=local_rank)`)
+        or of a tensor's `new_*` method."""
         old, new = argument_pair(original, updated, "device")
-        if old is None or not new.value.deep_equals(old.value) or not self._is_index(old.value):
+        if old is None or not self._is_index(old.value):
+            return updated
+        # Unchanged by other rules, or only `torch.cuda.current_device()` made the twin.
+        if not (new.value.deep_equals(old.value) or self._is_current_twin(new.value)):
             return updated
         call = replace_arg(updated, new, self.runtime_call("device", new.value))
         return self.rewrite(original, call, "an integer device is a CUDA index; it now resolves on this machine")
@@ -317,6 +343,11 @@ class IntegerDeviceTo(Rule):
             return updated
         return self.rewrite(original, self.runtime_call("device", args[0].value),
                             "an integer device is a CUDA index; it now resolves on this machine")
+
+    def _is_current_twin(self, node: cst.BaseExpression) -> bool:
+        """`porter_runtime.current_device()` as PT104 writes it (new nodes have no
+        qualified names to match)."""
+        return isinstance(node, cst.Call) and not node.args and node.func.deep_equals(self.runtime("current_device"))
 
     def _is_index(self, node: cst.BaseExpression) -> bool:
         if isinstance(node, cst.Integer) or (isinstance(node, cst.Call) and self.matches(node.func, *_CURRENT)):

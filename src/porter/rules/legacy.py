@@ -206,12 +206,15 @@ class SdpKernel(Rule):
     Fix safety:
     Safe. On CUDA the twin calls `torch.backends.cuda.sdp_kernel(...)` for the old
     keyword / boolean form and `torch.nn.attention.sdpa_kernel(...)` for the backends
-    form, with the same arguments. Elsewhere it is a no-op context.
+    form, with the same arguments. Elsewhere it restricts attention to the requested
+    backends the device runs (CPU: flash and math; MPS: math), so
+    `sdpa_kernel(SDPBackend.MATH)` keeps giving the math kernel's results on CPU.
 
     Known limits:
     Global switches (`torch.backends.cuda.enable_flash_sdp(False)`) are left alone;
-    so are references that are not calls. Off CUDA a `sdpa_kernel(SDPBackend.MATH)`
-    restriction no longer applies.
+    so are references that are not calls. Off CUDA a flash-only request also allows
+    math (CPU flash has no dropout), and a request for backends the device lacks
+    (memory-efficient, cuDNN) restricts nothing; the runtime warns once for each.
     """
 
     code = "PT603"
@@ -247,4 +250,4 @@ class SdpKernel(Rule):
         if not self.matches(original.func):
             return updated
         new = updated.with_changes(func=self.runtime("sdpa_kernel"))
-        return self.rewrite(original, new, "attention backend selection now applies on CUDA only")
+        return self.rewrite(original, new, "attention backend selection now keeps the backends each device runs")
