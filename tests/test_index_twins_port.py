@@ -8,9 +8,9 @@ from textwrap import dedent
 
 import torch
 
-from porter.engine import migrate_source
-from porter.options import Options
-from porter.registry import all_rules
+from porter.engine.process import migrate_source
+from porter.engine.options import Options
+from porter.engine.registry import all_rules
 
 ORIGINAL = dedent("""\
     import torch

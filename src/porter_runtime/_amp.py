@@ -146,9 +146,17 @@ class KeptState:
         return kept["growth_interval"] if kept is not None else super().get_growth_interval()  # type: ignore[misc]
 
 
-class KeptStateGradScaler(KeptState, torch.amp.GradScaler):
-    """torch.amp.GradScaler with KeptState: what the runtime returns where it
-    disables a scaler the caller asked for."""
+def kept_state(base: type) -> type:
+    """``base`` (torch.amp.GradScaler, ShardedGradScaler) with KeptState: what the
+    runtime returns where it disables a scaler the caller asked for. Made when first
+    needed, from the class torch has then, so nothing is subclassed at import."""
+    made = _KEPT.get(base)
+    if made is None:
+        made = _KEPT[base] = type(f"KeptState{base.__name__}", (KeptState, base), {})
+    return made
+
+
+_KEPT: dict = {}
 
 
 def disabled_by_runtime(options: dict[str, Any]) -> bool:
@@ -167,7 +175,7 @@ def GradScaler(*args: Any, **kwargs: Any) -> torch.amp.GradScaler:
     for another named device (``GradScaler("cpu")``) is that device's on every machine.
     MPS / CPU: the device's real scaler where autocast uses fp16 there (CPU; MPS
     from torch 2.8). Where autocast uses bf16 instead, a disabled
-    ``KeptStateGradScaler(<device>)``: scale() returns the loss unchanged, step()
+    ``kept_state(torch.amp.GradScaler)(<device>)``: scale() returns the loss unchanged, step()
     calls optimizer.step(), and state_dict(), the getters and load_state_dict()
     behave as an enabled scaler's (KeptState). A scaler the caller disabled
     (``enabled=False``) is torch's, as on CUDA.
@@ -179,7 +187,7 @@ def GradScaler(*args: Any, **kwargs: Any) -> torch.amp.GradScaler:
     if kind == "cuda":
         return torch.amp.GradScaler("cuda", **options)
     if disabled_by_runtime(options):
-        return KeptStateGradScaler(kind, **options).keep_state(options)
+        return kept_state(torch.amp.GradScaler)(kind, **options).keep_state(options)
     return torch.amp.GradScaler(kind, **options)
 
 

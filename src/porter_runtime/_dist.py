@@ -127,6 +127,6 @@ def ShardedGradScaler(*args: Any, **kwargs: Any) -> Any:
         return Sharded(**options)
     options["device"] = kind
     if _amp.disabled_by_runtime(options):
-        kept = type("KeptStateShardedGradScaler", (_amp.KeptState, Sharded), {})
+        kept = _amp.kept_state(Sharded)
         return kept(**options).keep_state(options)
     return Sharded(**options)
