@@ -13,11 +13,12 @@ Tensors stay on the CPU; the device resolver answers "mps" to every policy
 Which tensors are "on the device": those made by a factory given the resolved device
 (``porter_runtime.device()``, the marked ``cpu:0``), those moved there with
 ``.to(device)``, and whatever an operator computes from one of them. A tensor made
-without a device, or moved with ``.to("cpu")``, is a host tensor, as on a Mac. The
-mark sits on the tensor's storage, so views, ``param.data = ...`` and in-place ops
-keep it. Known gaps: ``x.cpu()`` of a device tensor returns the same CPU tensor (still
-marked); threads other than the one that imported the runtime are not checked (the
-mode is per thread); numerics and speed are the CPU's, not MPS's.
+without a device, or moved with ``.to("cpu")`` / ``.cpu()``, is a host tensor, as on
+a Mac (those two copy a device tensor, as they do there). The mark sits on the
+tensor's storage, so views, ``param.data = ...`` and in-place ops keep it. Known gaps:
+a factory given ``device=x.device`` makes a host tensor (``x.device`` reads ``cpu``);
+threads other than the one that imported the runtime are not checked (the mode is
+per thread); numerics and speed are the CPU's, not MPS's.
 """
 from __future__ import annotations
 
@@ -209,6 +210,42 @@ def _gloo_error(func: Any, tensors: list) -> str:
             f" [porter_runtime: {LABEL}; Gloo, the only backend on macOS, cannot send MPS tensors]")
 
 
+def _to_host(tensor: torch.Tensor, moved: torch.Tensor) -> torch.Tensor:
+    """``moved`` (the result of ``.cpu()`` / ``.to("cpu")``): on a Mac a device tensor's
+    move to the host is a copy; here the CPU returns the tensor itself, so copy it and
+    leave the copy unmarked."""
+    if moved is not tensor or not _marked(tensor):
+        return moved
+    copy = tensor.clone()
+    try:
+        delattr(copy.untyped_storage(), _MARK)
+    except AttributeError:
+        pass
+    return copy
+
+
+def _names_host(args: tuple, kwargs: dict) -> bool:
+    wanted = kwargs.get("device", args[0] if args and isinstance(args[0], (str, torch.device)) else None)
+    try:
+        return wanted is not None and torch.device(wanted) == torch.device("cpu")
+    except (RuntimeError, TypeError):
+        return False
+
+
+def patch_host_moves() -> None:
+    """``x.cpu()`` and ``x.to("cpu")`` of a device tensor copy it to the host, as on MPS."""
+    cpu, to = torch.Tensor.cpu, torch.Tensor.to
+
+    def to_cpu(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return _to_host(self, cpu(self, *args, **kwargs))
+
+    def move(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        moved = to(self, *args, **kwargs)
+        return _to_host(self, moved) if _names_host(args, kwargs) else moved
+
+    torch.Tensor.cpu, torch.Tensor.to = to_cpu, move
+
+
 def spawn_by_default() -> None:
     """macOS starts processes with spawn: make it the default start method without
     fixing it, so that the code's own ``set_start_method`` still works as there."""
@@ -230,6 +267,7 @@ def install() -> Optional[MpsContract]:
         return _mode
     _mode = MpsContract(_compat.torch_version(), fallback_enabled())
     _mode.__enter__()  # stays on for the life of the thread that imported the runtime
+    patch_host_moves()
     spawn_by_default()
     fallback = "on" if _mode.fallback else "off"
     _log.info_once("emulate", f"{LABEL} (torch {torch.__version__}'s MPS kernels, "
