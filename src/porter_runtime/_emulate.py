@@ -191,10 +191,18 @@ def missing_kernel_message(op: str) -> str:
 
 def _check_dtype(dtype: torch.dtype) -> None:
     if dtype == torch.float64:
-        raise TypeError(f"{FLOAT64} [porter_runtime: {LABEL}]")
+        _refuse(TypeError(f"{FLOAT64} [porter_runtime: {LABEL}]"))
     if dtype in _UNSUPPORTED:
-        raise TypeError(f"Trying to convert {_UNSUPPORTED[dtype]} to the MPS backend but it does not have "
-                        f"support for that dtype. [porter_runtime: {LABEL}]")
+        _refuse(TypeError(f"Trying to convert {_UNSUPPORTED[dtype]} to the MPS backend but it does not have "
+                          f"support for that dtype. [porter_runtime: {LABEL}]"))
+
+
+def _refuse(error: TypeError) -> None:
+    """Raise MPS's TypeError, saying where first: an operator (``a + b``) turns a
+    TypeError into Python's "unsupported operand type(s)", which names no cause."""
+    site = call_site()
+    _log.info_once(f"emulate:refused:{site}", f"MPS refuses this at {site}: {error}")
+    raise error
 
 
 def _gloo_error(func: Any, tensors: list) -> str:
@@ -246,6 +254,22 @@ def patch_host_moves() -> None:
     torch.Tensor.cpu, torch.Tensor.to = to_cpu, move
 
 
+def _restore(storage: Any, location: str) -> Any:
+    """``torch.load(..., map_location=device)`` with the emulated device (``"cpu:0"``):
+    stock torch knows no such location; MPS's own deserializer moves the storage to the
+    device, so here it is marked as on the device."""
+    if location != str(_device.EMULATED):
+        return None
+    setattr(storage, _MARK, True)
+    return storage
+
+
+def load_to_the_device() -> None:
+    import torch.serialization as serialization
+
+    serialization.register_package(11, lambda obj: None, _restore)
+
+
 def spawn_by_default() -> None:
     """macOS starts processes with spawn: make it the default start method without
     fixing it, so that the code's own ``set_start_method`` still works as there."""
@@ -268,6 +292,7 @@ def install() -> Optional[MpsContract]:
     _mode = MpsContract(_compat.torch_version(), fallback_enabled())
     _mode.__enter__()  # stays on for the life of the thread that imported the runtime
     patch_host_moves()
+    load_to_the_device()
     spawn_by_default()
     fallback = "on" if _mode.fallback else "off"
     _log.info_once("emulate", f"{LABEL} (torch {torch.__version__}'s MPS kernels, "

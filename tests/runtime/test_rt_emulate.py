@@ -165,3 +165,16 @@ def test_processes_start_with_spawn_as_on_macos(code, expected):
     out = subprocess.run([sys.executable, "-c", f"import multiprocessing as mp, porter_runtime; {code}"],
                          capture_output=True, text=True, env=env, timeout=120)
     assert out.stdout.split() == [expected], out.stderr
+
+
+def test_a_checkpoint_loads_onto_the_emulated_device(emulated, tmp_path):
+    _emulate.load_to_the_device()
+    path = tmp_path / "ckpt.pt"
+    torch.save({"w": torch.ones(2), "h": torch.zeros(2, dtype=torch.float64)}, path)
+    with contract():
+        for location in (emulated, str(emulated)):  # what nanoGPT's map_location=device passes
+            state = torch.load(path, map_location=location)
+            assert (state["w"] * 2).sum().item() == 4
+            with pytest.raises(TypeError):  # float64 on the device, as MPS's deserializer leaves it
+                state["h"].add(1)
+        assert torch.load(path, map_location="cpu")["h"].add(1).dtype == torch.float64
