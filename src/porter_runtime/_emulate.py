@@ -15,10 +15,11 @@ Which tensors are "on the device": those made by a factory given the resolved de
 ``.to(device)``, and whatever an operator computes from one of them. A tensor made
 without a device, or moved with ``.to("cpu")`` / ``.cpu()``, is a host tensor, as on
 a Mac (those two copy a device tensor, as they do there). The mark sits on the
-tensor's storage, so views, ``param.data = ...`` and in-place ops keep it. Known gaps:
-a factory given ``device=x.device`` makes a host tensor (``x.device`` reads ``cpu``);
-threads other than the one that imported the runtime are not checked (the mode is
-per thread); numerics and speed are the CPU's, not MPS's.
+tensor's storage, so views, ``param.data = ...`` and in-place ops keep it, and a
+marked tensor's ``.device`` is the emulated device, so ``device=x.device`` and
+``.to(x.device)`` stay on it. Known gaps: threads other than the one that imported the
+runtime are not checked (the mode is per thread); numerics and speed are the CPU's,
+not MPS's.
 """
 from __future__ import annotations
 
@@ -241,8 +242,14 @@ def _names_host(args: tuple, kwargs: dict) -> bool:
 
 
 def patch_host_moves() -> None:
-    """``x.cpu()`` and ``x.to("cpu")`` of a device tensor copy it to the host, as on MPS."""
+    """``x.cpu()`` and ``x.to("cpu")`` of a device tensor copy it to the host, as on MPS;
+    a device tensor's ``.device`` is the emulated device (an MPS tensor's is ``mps:0``)."""
     cpu, to = torch.Tensor.cpu, torch.Tensor.to
+    real_device = torch._C.TensorBase.device.__get__
+
+    def device(self: torch.Tensor) -> torch.device:
+        found = real_device(self)
+        return _device.EMULATED if found.type == "cpu" and _marked(self) else found
 
     def to_cpu(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         return _to_host(self, cpu(self, *args, **kwargs))
@@ -252,6 +259,7 @@ def patch_host_moves() -> None:
         return _to_host(self, moved) if _names_host(args, kwargs) else moved
 
     torch.Tensor.cpu, torch.Tensor.to = to_cpu, move
+    torch.Tensor.device = property(device, doc=torch._C.TensorBase.device.__doc__)
 
 
 def _restore(storage: Any, location: str) -> Any:

@@ -79,6 +79,7 @@ def contract(version=(2, 13), fallback=False) -> MpsContract:
 def test_float64_on_the_device_raises_mps_text_and_the_host_keeps_it(emulated, monkeypatch):
     monkeypatch.setattr(torch.Tensor, "cpu", torch.Tensor.cpu)  # undone after the test
     monkeypatch.setattr(torch.Tensor, "to", torch.Tensor.to)
+    monkeypatch.setattr(torch.Tensor, "device", torch.Tensor.device)
     _emulate.patch_host_moves()
     with contract():
         host = torch.zeros(3, dtype=torch.float64)  # the host: fine, as on a Mac
@@ -94,6 +95,9 @@ def test_float64_on_the_device_raises_mps_text_and_the_host_keeps_it(emulated, m
         assert x.cpu().double().dtype == torch.float64
         with pytest.raises(TypeError):
             x.to(emulated).double()  # still on the device
+        assert x.device == emulated and host.device == torch.device("cpu")
+        with pytest.raises(TypeError, match="Cannot convert a MPS Tensor to float64"):
+            torch.zeros(2, dtype=torch.float64, device=x.device)  # x.device is the device
         with pytest.raises(TypeError, match="Trying to convert ComplexDouble to the MPS backend"):
             torch.zeros(2, dtype=torch.complex128, device=emulated)
 
