@@ -541,8 +541,9 @@ LAUNCH_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]:\s?")
 
 def last_error(output: str, tree: Path) -> str:
     """Where a failed step failed: of the tracebacks in its output (a launcher's children
-    print theirs with a ``[rankN]:`` prefix), the last one with a frame inside the tree,
-    as its deepest such frame and its exception line; without one, the last line that
+    print theirs with a ``[rankN]:`` prefix), the last one with a frame inside the tree
+    (the vendored runtime's frames passed over, as porter verify does), as its deepest
+    such frame and its exception line; without one, the last line that
     isn't porter_runtime's own note."""
     lines = [LAUNCH_PREFIX.sub("", line) for line in output.rstrip().splitlines()]
     if not lines:
@@ -555,7 +556,9 @@ def last_error(output: str, tree: Path) -> str:
             if match:
                 where = Path(match.group(1))
                 if where.is_absolute() and where.resolve().is_relative_to(tree.resolve()):
-                    frame = f"{where.resolve().relative_to(tree.resolve())}:{match.group(2)}"
+                    rel = where.resolve().relative_to(tree.resolve())
+                    if RUNTIME not in rel.parts[:-1]:  # the vendored runtime's frames: the caller's line
+                        frame = f"{rel}:{match.group(2)}"
             elif line.strip() and not line.startswith(" "):
                 exception = line.strip()
                 break
