@@ -15,6 +15,10 @@ child processes:
   its worker and a new worker takes the rest of the batch, so one failure or hang
   never hides another module's result.
 
+With ``--emulate mps`` the children also get ``PORTER_EMULATE=mps``: the vendored runtime
+then runs the code on the CPU under MPS's rules (``porter_runtime/_emulate.py``) and
+writes each process's CPU fallbacks to a folder read back here (:func:`emulation_results`).
+
 Each failure is matched against porter's own analysis of the tree (the engine in
 dry-run mode): a finding at a line of the failure's traceback inside the tree, or at
 an import of the module a ``ModuleNotFoundError`` names, means porter named it;
