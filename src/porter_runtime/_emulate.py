@@ -155,7 +155,7 @@ class MpsContract(TorchDispatchMode):
         tensors = [a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
         if not (_is_emulated(target) or any(_marked(t) for t in tensors)):
             return func(*args, **kwargs)
-        if func.namespace == "c10d":
+        if func.namespace in ("c10d", "_c10d_functional"):  # Gloo is the only backend on macOS
             raise RuntimeError(_gloo_error(func, tensors))
         self._check_kernel(op_key(func))
         out = func(*args, **kwargs)
