@@ -7,7 +7,6 @@ and checking each operator against MPS's contract. Each failure here passes with
 """
 
 import pytest
-
 from test_verify import lines_of, port, verify, write_tree
 
 TRAIN = """

@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 
 import porter_runtime
-from porter_runtime import _data, _device, _emulate, _timing
+from porter_runtime import _device, _emulate, _timing
 from porter_runtime._emulate import MpsContract
 
 SRC = str(Path(porter_runtime.__file__).resolve().parents[1])

@@ -9,7 +9,6 @@ import libcst as cst
 from porter.rule import Example, Needs, Rule, Safety, keyword, string_value
 from porter.syntax import is_device_expr
 
-
 #: The dtypes no MPS release can hold (bfloat16 can, from macOS 14).
 FLOAT64_DTYPES = frozenset({"torch.float64", "torch.double", "torch.complex128", "torch.cdouble"})
 
