@@ -26,7 +26,11 @@ a scratch folder, and on the copy ``port``:
 4. ``porter verify`` in the recipe's environment: modules ok / failed for a CUDA cause that
    porter's report does not name / failed for another cause;
 5. the recipe, with CUDA hidden, on the original and on the port: pass, or the failing step
-   and the deepest line of the tree in its traceback.
+   and the deepest line of the tree in its traceback;
+6. the recipe on a fresh copy of the port under the runtime's MPS emulation
+   (``PORTER_EMULATE=mps``, what ``porter verify --emulate mps`` sets): a Mac in the loop.
+   A recipe that passes on the CPU and fails here is a Mac-only failure; the operators
+   that fell back to the CPU are listed with their calls and first call site.
 
 Everything runs in child processes with time limits; a repository that breaks never stops
 the others. Results go to ``--json FILE`` and the Markdown table to ``--markdown FILE``. A
@@ -322,7 +326,17 @@ class Row:
     recipe_original: Optional[str] = None
     recipe_original_failure: str = ""
     recipe_issue: Optional[int] = None
+    #: the recipe on the port under PORTER_EMULATE=mps: "pass" | "fail" | None (not run)
+    recipe_mps: Optional[str] = None
+    recipe_mps_failure: str = ""
+    #: operators that fell back to the CPU under the emulation: op, calls, first_at, always
+    mps_fallbacks: list = field(default_factory=list)
     seconds: float = 0.0
+
+    @property
+    def mac_only(self) -> bool:
+        """The port's recipe passes on the CPU and fails under MPS's rules."""
+        return self.recipe == "pass" and self.recipe_mps == "fail"
 
 
 def own_python_files(tree: Path) -> dict[str, Path]:
@@ -484,8 +498,9 @@ def verify_cause(module: dict) -> str:
 
 # --------------------------------------------------------------------------- recipes
 
-def run_recipe(entry: Entry, tree: Path, venv: Path, log: Path) -> tuple[str, str]:
-    """Prepare and every step; ("pass", "") or ("fail", where it failed)."""
+def run_recipe(entry: Entry, tree: Path, venv: Path, log: Path, extra: Optional[dict] = None) -> tuple[str, str]:
+    """Prepare and every step (the steps with ``extra`` in their environment);
+    ("pass", "") or ("fail", where it failed)."""
     python = venv / "bin" / "python"
     prepare = (f"import sys; sys.path.insert(0, {str(REPOS)!r}); from pathlib import Path; "
                f"import {entry.name} as recipe; recipe.prepare(Path({str(tree)!r}))")
@@ -496,7 +511,7 @@ def run_recipe(entry: Entry, tree: Path, venv: Path, log: Path) -> tuple[str, st
             return "fail", f"prepare: {last_error(proc.stdout + proc.stderr, tree)}"
         for step in load_steps(entry):
             command = step.command.replace("{tree}", str(tree))
-            env = child_env(venv, {k: v.replace("{tree}", str(tree)) for k, v in step.env.items()})
+            env = child_env(venv, {**(extra or {}), **{k: v.replace("{tree}", str(tree)) for k, v in step.env.items()}})
             started = time.perf_counter()
             proc = run(command, cwd=tree, env=env, timeout=step.timeout, check=False, shell=True, merged=True)
             out.write(f"$ {command}  (exit {proc.returncode}, {time.perf_counter() - started:.1f} s)\n"
@@ -526,8 +541,9 @@ LAUNCH_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]:\s?")
 
 def last_error(output: str, tree: Path) -> str:
     """Where a failed step failed: of the tracebacks in its output (a launcher's children
-    print theirs with a ``[rankN]:`` prefix), the last one with a frame inside the tree,
-    as its deepest such frame and its exception line; without one, the last line that
+    print theirs with a ``[rankN]:`` prefix), the last one with a frame inside the tree
+    (the vendored runtime's frames passed over, as porter verify does), as its deepest
+    such frame and its exception line; without one, the last line that
     isn't porter_runtime's own note."""
     lines = [LAUNCH_PREFIX.sub("", line) for line in output.rstrip().splitlines()]
     if not lines:
@@ -540,7 +556,9 @@ def last_error(output: str, tree: Path) -> str:
             if match:
                 where = Path(match.group(1))
                 if where.is_absolute() and where.resolve().is_relative_to(tree.resolve()):
-                    frame = f"{where.resolve().relative_to(tree.resolve())}:{match.group(2)}"
+                    rel = where.resolve().relative_to(tree.resolve())
+                    if RUNTIME not in rel.parts[:-1]:  # the vendored runtime's frames: the caller's line
+                        frame = f"{rel}:{match.group(2)}"
             elif line.strip() and not line.startswith(" "):
                 exception = line.strip()
                 break
@@ -573,7 +591,11 @@ def run_one(entry: Entry, args) -> Row:
         if not args.no_verify:
             measure_verify(entry, original, port, venv, scratch, row)
         if entry.recipe and not args.no_recipes:
+            if not args.no_emulate:  # a pristine copy: the CPU run leaves checkpoints a recipe may resume from
+                shutil.copytree(scratch / "port", scratch / "port-mps", symlinks=True)
             row.recipe, row.recipe_failure = run_recipe(entry, port, venv, scratch / "recipe-port.log")
+            if not args.no_emulate:
+                run_emulated(entry, scratch, venv, row)
             if not args.no_baseline:
                 row.recipe_original, row.recipe_original_failure = run_recipe(
                     entry, original, venv, scratch / "recipe-orig.log")
@@ -581,9 +603,24 @@ def run_one(entry: Entry, args) -> Row:
         row.error = f"{type(error).__name__}: {str(error)[:300]}"
     row.seconds = round(time.perf_counter() - started, 1)
     if not args.keep:
-        for tree in ("orig", "port"):
+        for tree in ("orig", "port", "port-mps"):
             shutil.rmtree(scratch / tree, ignore_errors=True)
     return row
+
+
+def run_emulated(entry: Entry, scratch: Path, venv: Path, row: Row) -> None:
+    """The recipe on the port under the runtime's MPS emulation (step 6)."""
+    from porter.verify.command import emulation_results  # the one reader of the runtime's reports
+
+    reports = scratch / "emulate"
+    shutil.rmtree(reports, ignore_errors=True)
+    reports.mkdir()
+    tree = scratch / "port-mps" / entry.subdir
+    extra = {"PORTER_EMULATE": "mps", "PORTER_EMULATE_REPORT_DIR": str(reports)}
+    row.recipe_mps, row.recipe_mps_failure = run_recipe(entry, tree, venv, scratch / "recipe-mps.log", extra)
+    started, row.mps_fallbacks = emulation_results(reports)
+    if not started and row.recipe_mps == "pass":
+        row.recipe_mps_failure = "the emulation never started (no step imported porter_runtime)"
 
 
 # --------------------------------------------------------------------------- output
@@ -598,6 +635,8 @@ def totals(rows: list[Row]) -> dict:
         "recipes_passing": sum(r.recipe == "pass" for r in with_recipe),
         "recipes_failing_unported": sum(r.recipe_original == "fail" for r in with_recipe),
         "verify_cuda_not_named": sum(r.verify_cuda_not_named for r in rows),
+        "recipes_emulated": sum(r.recipe_mps is not None for r in rows),
+        "mac_only_failures": sum(r.mac_only for r in rows),
         "verify_regressions": sum(len(r.verify_regressions) for r in rows),
         "needs_human": sum(r.needs_human for r in rows),
         "labelled_false": sum(r.labelled_false for r in rows),
@@ -614,12 +653,12 @@ def totals(rows: list[Row]) -> dict:
 def markdown(rows: list[Row], when: str) -> str:
     head = ("| repository | tags | changed (files / lines) | vendored (copies / lines) | needs a human "
             "(labelled false) | verify ok / CUDA NOT NAMED / other / broken by the port | recipe: original → port | "
-            "check clean | "
+            "port under --emulate mps (fallbacks) | check clean | "
             "idempotent | ruff F before → after | migrate s |")
-    lines = [f"Gauntlet run of {when}.", "", head, "|" + "---|" * 11]
+    lines = [f"Gauntlet run of {when}.", "", head, "|" + "---|" * 12]
     for r in rows:
         if r.error:
-            lines.append(f"| {r.name} | {', '.join(r.tags[:3])} | error: {_cell(r.error[:120])} |" + " |" * 8)
+            lines.append(f"| {r.name} | {', '.join(r.tags[:3])} | error: {_cell(r.error[:120])} |" + " |" * 9)
             continue
         recipe = "—" if r.recipe is None else f"{r.recipe_original or '?'} → **{r.recipe}**"
         if r.recipe == "fail":
@@ -629,11 +668,14 @@ def markdown(rows: list[Row], when: str) -> str:
             f"| {r.name}{' (agnostic)' if r.agnostic else ''} | {', '.join(r.tags[:3])} | {r.files_changed} / "
             f"{r.lines_changed} | {r.runtime_copies} / {r.vendored_lines} | {r.needs_human} ({r.labelled_false}"
             f"{f', {r.unlabelled} unlabelled' if r.unlabelled else ''}) | {r.verify_ok} / {r.verify_cuda_not_named}"
-            f" / {r.verify_other} / {len(r.verify_regressions)} | {recipe} | {'yes' if r.check_clean else 'no'} | "
+            f" / {r.verify_other} / {len(r.verify_regressions)} | {recipe} | {_emulated_cell(r)} | "
+            f"{'yes' if r.check_clean else 'no'} | "
             f"{'yes' if r.idempotent else 'no'} | {r.ruff_before} → {r.ruff_after} | {r.migrate_seconds} |")
     t = totals(rows)
     lines += ["", f"Totals: recipes passing unedited **{t['recipes_passing']} of {t['recipes']}** "
-              f"({t['recipes_failing_unported']} of them fail unported); verify failures with a CUDA cause "
+              f"({t['recipes_failing_unported']} of them fail unported); Mac-only failures (pass on the CPU, fail "
+              f"under --emulate mps): **{t['mac_only_failures']} of {t['recipes_emulated']}**; verify failures with "
+              f"a CUDA cause "
               f"porter did not name: **{t['verify_cuda_not_named']}**; modules the port broke (they import "
               f"unported, with CUDA hidden, and fail ported): **{t['verify_regressions']}**; needs-a-human findings "
               f"{t['needs_human']}, labelled false **{t['labelled_false']}** ({t['unlabelled']} unlabelled); "
@@ -641,6 +683,21 @@ def markdown(rows: list[Row], when: str) -> str:
               f"idempotent {t['idempotent']}; new ruff F errors {t['ruff_f_new']}; median vendored lines "
               f"**{t['median_vendored_lines']:g}** (at most {t['max_runtime_copies']} copies in a repository)."]
     return "\n".join(lines) + "\n"
+
+
+def _fallbacks(r: Row) -> str:
+    return ", ".join(f"{f['op'].replace('aten::', '')} ×{f['calls']}" for f in r.mps_fallbacks[:4]) + \
+        (f" +{len(r.mps_fallbacks) - 4}" if len(r.mps_fallbacks) > 4 else "")
+
+
+def _emulated_cell(r: Row) -> str:
+    """Pass / fail (bold when Mac-only) and where, then the operators that fell back."""
+    if r.recipe_mps is None:
+        return "—"
+    cell = f"**{r.recipe_mps}**" if r.mac_only else r.recipe_mps
+    if r.recipe_mps_failure:
+        cell += f": `{_cell(r.recipe_mps_failure[:110])}`"
+    return cell + (f" ({_cell(_fallbacks(r))})" if r.mps_fallbacks else "")
 
 
 def _cell(text: str) -> str:
@@ -654,6 +711,10 @@ def text_row(r: Row) -> str:
     recipe = "no recipe" if r.recipe is None else f"recipe {r.recipe_original or '-'} -> {r.recipe}"
     if r.recipe == "fail":
         recipe += f" [{r.recipe_failure}]"
+    if r.recipe_mps is not None:
+        recipe += f"; under --emulate mps {r.recipe_mps}{' (MAC-ONLY)' if r.mac_only else ''}"
+        recipe += f" [{r.recipe_mps_failure}]" if r.recipe_mps_failure else ""
+        recipe += f" fallbacks: {_fallbacks(r)}" if r.mps_fallbacks else ""
     return (f"{r.name}: changed {r.files_changed} files / {r.lines_changed} lines; vendored {r.runtime_copies} / "
             f"{r.vendored_lines} lines; needs human {r.needs_human} (false {r.labelled_false}, unlabelled "
             f"{r.unlabelled}, stale labels {len(r.stale_labels)}); verify {r.verify_ok} ok / {r.verify_cuda_not_named} CUDA NOT NAMED / "
@@ -680,6 +741,8 @@ def main(argv=None) -> int:
     parser.add_argument("--no-verify", action="store_true")
     parser.add_argument("--no-recipes", action="store_true")
     parser.add_argument("--no-baseline", action="store_true", help="don't run recipes on the unported tree")
+    parser.add_argument("--no-emulate", action="store_true",
+                        help="don't run the port's recipe again under the runtime's MPS emulation")
     parser.add_argument("-j", "--jobs", type=int, default=1, help="repositories at a time")
     parser.add_argument("--json", type=Path, help="write the rows and totals here")
     parser.add_argument("--markdown", type=Path, help="write the Markdown table here")

@@ -69,6 +69,9 @@ def test_last_error_names_the_deepest_frame_in_the_tree(tmp_path):
     )
     assert gauntlet.last_error(output, tmp_path) == "pkg/model.py:42: AssertionError: Torch not compiled with CUDA enabled"
     assert gauntlet.last_error("all good\nexit 3\n", tmp_path) == "exit 3"
+    in_runtime = output.replace('/usr/lib/python3/site-packages/torch/cuda/__init__.py',
+                                f'{tmp_path}/pkg/porter_runtime/_emulate.py')
+    assert gauntlet.last_error(in_runtime, tmp_path).startswith("pkg/model.py:42: ")  # the caller's line
 
 
 def test_findings_are_matched_to_labels_by_code_path_and_fragment():
@@ -105,6 +108,22 @@ def test_the_table_and_totals_add_up():
     table = gauntlet.markdown(rows, "2026-01-01")
     assert "fail → **fail**: `train: x.py:1: RuntimeError: boom` (#27)" in table
     assert "| c | " in table and "error: RuntimeError: no snapshot" in table
+
+
+def test_a_recipe_that_fails_only_under_the_mps_emulation_is_mac_only():
+    heaviside = {"op": "aten::heaviside", "calls": 3, "first_at": "model.py:9", "always": False}
+    rows = [gauntlet.Row(name="a", tags=[], agnostic=False, recipe="pass", recipe_mps="fail",
+                         recipe_mps_failure="train: model.py:4: TypeError: Cannot convert a MPS Tensor to float64"),
+            gauntlet.Row(name="b", tags=[], agnostic=False, recipe="pass", recipe_mps="pass", mps_fallbacks=[heaviside]),
+            gauntlet.Row(name="c", tags=[], agnostic=False, recipe="fail", recipe_mps="fail")]
+    assert [r.mac_only for r in rows] == [True, False, False]
+    totals = gauntlet.totals(rows)
+    assert totals["mac_only_failures"] == 1 and totals["recipes_emulated"] == 3
+    table = gauntlet.markdown(rows, "2026-01-01")
+    assert "| **fail**: `train: model.py:4: TypeError: Cannot convert a MPS Tensor to float64` |" in table
+    assert "| pass (heaviside ×3) |" in table
+    assert "Mac-only failures (pass on the CPU, fail under --emulate mps): **1 of 3**" in table
+    assert "under --emulate mps pass fallbacks: heaviside ×3" in gauntlet.text_row(rows[1])
 
 
 def test_a_label_no_finding_matches_is_named_stale():

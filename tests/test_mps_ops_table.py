@@ -1,11 +1,18 @@
-"""PT801's table: every op is MISSING in torch 2.13 and every name exists in torch."""
+"""PT801's table: every op is MISSING in torch 2.13 and every name exists in torch.
 
+The coverage table itself has one home, porter_runtime/_mps_coverage.py (the runtime's
+MPS emulation reads it, and it ships without porter); it is generated from the
+reference by bench/mps_coverage_table.py and checked against it here.
+"""
+
+import importlib.util
 from pathlib import Path
 
 import pytest
 import torch
 
 from porter.rules.mps_ops import ALWAYS_CPU, MISSING_2_13
+from porter_runtime import _mps_coverage
 
 #: ../shared/ sits beside the checkout (on developers' machines and in CI).
 COVERAGE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "mps_ops_coverage.txt"
@@ -18,12 +25,18 @@ def _resolve(name: str):
     return obj
 
 
-@pytest.mark.skipif(not COVERAGE.exists(), reason="the coverage reference is not on this machine")
 def test_every_op_is_missing_in_2_13():
-    rows = [line.split() for line in COVERAGE.read_text().splitlines() if line and not line.startswith("#")]
-    last = {row[0]: row[-1] for row in rows}
     for op in MISSING_2_13:
-        assert last.get(op) == "MISSING", op
+        assert _mps_coverage.missing(op, (2, 13)) == "M", op
+
+
+@pytest.mark.skipif(not COVERAGE.exists(), reason="the coverage reference is not on this machine")
+def test_the_runtime_table_is_the_reference():
+    spec = importlib.util.spec_from_file_location("mps_coverage_table",
+                                                  Path(__file__).resolve().parents[1] / "bench" / "mps_coverage_table.py")
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    assert Path(_mps_coverage.__file__).read_text() == generator.render(COVERAGE.read_text())
 
 
 @pytest.mark.parametrize("table", [MISSING_2_13, ALWAYS_CPU])

@@ -53,7 +53,7 @@ TRAIN = """\
 def test_a_port_that_only_moves_tensors_vendors_the_core_and_runs(tmp_path):
     repo = _repo(tmp_path, {"train.py": TRAIN})
     assert run_porter("migrate", repo, "--write", "-q").returncode == 0
-    assert _held(repo) == {"__init__", "_peak", "_compat", "_device", "_log"}
+    assert _held(repo) == {"__init__", "_peak", "_compat", "_device", "_log", "_emulate", "_mps_coverage"}
     proc = _run(repo, "train.py")
     assert proc.returncode == 0 and proc.stdout.strip() == "True", proc.stderr
     again = run_porter("migrate", repo, "--diff", "-q")
@@ -84,7 +84,7 @@ def test_a_later_port_adds_the_modules_its_new_code_uses(tmp_path):
 def test_code_that_imports_names_from_the_runtime_gets_all_of_it(tmp_path):
     repo = _repo(tmp_path, {"train.py": TRAIN})
     run_porter("migrate", repo, "--write", "-q")
-    assert _held(repo) == {"__init__", "_peak", "_compat", "_device", "_log"}
+    assert _held(repo) == {"__init__", "_peak", "_compat", "_device", "_log", "_emulate", "_mps_coverage"}
     (repo / "probe.py").write_text("from porter_runtime import device_count\n\nprint(device_count())\n")
     run_porter("migrate", repo, "--write", "-q")
     assert _held(repo) == ALL_MODULES
@@ -135,8 +135,8 @@ def test_used_names_reads_what_porter_writes_and_gives_up_on_the_rest(source, na
 
 def test_an_unknown_name_takes_the_whole_runtime():
     assert modules_for({"no_such_name"}, SOURCE) is None
-    assert modules_for({"__version__", "MPS_FALLBACK_SET"}, SOURCE) == {"__init__", "_peak", "_compat", "_device",
-                                                                        "_log"}
+    assert modules_for({"__version__", "MPS_FALLBACK_SET"}, SOURCE) == {
+        "__init__", "_peak", "_compat", "_device", "_log", "_emulate", "_mps_coverage"}
 
 
 def test_every_public_name_works_from_the_modules_porter_picks_for_it(tmp_path):

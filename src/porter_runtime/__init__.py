@@ -16,14 +16,16 @@ __version__ = "0.1.0"
 
 def _enable_mps_fallback(environ: _MutableMapping[str, str] = _os.environ,
                          modules: dict = _sys.modules, platform: str = _sys.platform) -> bool:
-    """Set PYTORCH_ENABLE_MPS_FALLBACK=1 on macOS when it can still take effect.
+    """Set PYTORCH_ENABLE_MPS_FALLBACK=1 on macOS (and PORTER_EMULATE=mps) when it can
+    still take effect.
 
     torch reads the variable once, while ``import torch`` registers the MPS
     kernels, so it is set only when torch is not imported yet, and never over a
     value the user chose. Ops MPS lacks then run on the CPU (torch warns once
     per op) instead of raising NotImplementedError.
     """
-    if platform != "darwin" or "torch" in modules or "PYTORCH_ENABLE_MPS_FALLBACK" in environ:
+    mac = platform == "darwin" or environ.get("PORTER_EMULATE", "").strip().lower() == "mps"
+    if not mac or "torch" in modules or "PYTORCH_ENABLE_MPS_FALLBACK" in environ:
         return False
     environ["PYTORCH_ENABLE_MPS_FALLBACK"] = "1"
     return True
@@ -115,3 +117,7 @@ __all__ = ["__version__", "MPS_FALLBACK_SET", *_EXPORTS]
 
 from . import _peak  # noqa: E402
 _peak.install()  # does nothing unless PORTER_PEAK_MEMORY_FILE is set (porter fit)
+
+if _os.environ.get("PORTER_EMULATE", "").strip():  # porter verify --emulate mps; imports torch
+    from . import _emulate
+    _emulate.install()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import re
 from typing import Any, Callable
 
@@ -20,6 +21,17 @@ def at_least(major: int, minor: int) -> bool:
     return torch_version() >= (major, minor)
 
 
+def emulated() -> str:
+    """The device PORTER_EMULATE names ("mps"), or "" when the runtime runs as itself.
+
+    Under emulation tensors stay on the CPU while the runtime's choices follow the
+    emulated device (see _emulate.py); torch's own answers are never changed."""
+    value = os.environ.get("PORTER_EMULATE", "").strip().lower()
+    if value not in ("", "mps"):
+        raise ValueError(f"PORTER_EMULATE={value!r}: the runtime can emulate only 'mps'")
+    return value
+
+
 def mps_available() -> bool:
     """torch.backends.mps.is_available(), False on builds without the backend."""
     mps = getattr(torch.backends, "mps", None)
@@ -33,7 +45,10 @@ def xpu_available() -> bool:
 
 
 def mps_bf16_supported() -> bool:
-    """bf16 on MPS: always from torch 2.9, before that it needs macOS 14 (facts §2)."""
+    """bf16 on MPS: always from torch 2.9, before that it needs macOS 14 (facts §2).
+    Emulated MPS is a Mac with macOS 14 or newer (the only one torch 2.12+ wheels serve)."""
+    if emulated() == "mps":
+        return True
     if not mps_available():
         return False
     if at_least(2, 9):

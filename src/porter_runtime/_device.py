@@ -2,6 +2,13 @@
 
 The resolution is computed on first use (never at import) and cached, because
 user code asks for the device in hot loops. ``_reset()`` clears the cache.
+
+PORTER_EMULATE=mps resolves to ``EMULATED`` (``cpu:0``): tensors live on the CPU,
+while :func:`device_type` says "mps" so that every policy (dtypes, autocast,
+compile, DataLoader, distributed) chooses as on a Mac; :func:`hardware_type` is
+what calls into torch's device modules use. The index marks the emulated device:
+``x.to(device)`` and factories given it are seen by the dispatch-level check
+(_emulate.py) as "on the device", while an explicit ``"cpu"`` is the host.
 """
 from __future__ import annotations
 
@@ -16,12 +23,23 @@ from . import _compat, _log
 DeviceLike = Union[None, int, str, torch.device]
 
 
+#: The emulated device: a CPU device with an index, so that it can be told from "cpu".
+EMULATED = torch.device("cpu", 0)
+EMULATION_LABEL = "emulating MPS on the CPU: checks MPS's rules, not its numerics or speed"
+
+
 @dataclass(frozen=True)
 class Resolution:
     """The device the runtime chose and the reason, for the info line and doctor."""
 
     device: torch.device
     reason: str
+    #: the device type the runtime's policies follow ("mps" under PORTER_EMULATE=mps)
+    policy: str = ""
+
+    @property
+    def kind(self) -> str:
+        return self.policy or self.device.type
 
 
 _resolution: Optional[Resolution] = None
@@ -61,13 +79,18 @@ def resolve(announce: bool = True) -> Resolution:
     global _resolution
     if _resolution is None:
         override = os.environ.get("PORTER_DEVICE", "").strip()
-        _resolution = _from_env(override) if override else _probe()
+        if _compat.emulated():
+            _resolution = Resolution(EMULATED, f"PORTER_EMULATE=mps; {EMULATION_LABEL}", "mps")
+        else:
+            _resolution = _from_env(override) if override else _probe()
     if announce:
         _log.info_once("device", f"using {_resolution.device} ({_resolution.reason})")
-        if _resolution.device.type == "mps" and not _compat.at_least(2, 5):
+        if _resolution.policy and os.environ.get("PORTER_DEVICE", "").strip():
+            _log.info_once("device:emulated", "PORTER_DEVICE is ignored while PORTER_EMULATE is set")
+        if _resolution.kind == "mps" and not _compat.at_least(2, 5):
             _log.warn_once("device:old-torch", f"torch {torch.__version__} on MPS: porter_runtime needs torch 2.5 "
                            "or newer there (autocast and memory queries on MPS); `pip install -U torch`")
-        if _resolution.device.type == "mps" and os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK") is None:
+        if _resolution.kind == "mps" and os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK") is None:
             # torch was imported before porter_runtime (the usual import order), so the
             # runtime could not set the variable: torch reads it once, at import.
             _log.info_once("mps-fallback", "PYTORCH_ENABLE_MPS_FALLBACK is not set, so ops MPS lacks raise "
@@ -84,7 +107,10 @@ def _reset() -> None:
 
 def _cuda_request(index: Optional[int], announce: bool = True) -> torch.device:
     """Map a request for CUDA (optionally indexed) to the resolved device."""
-    resolved = resolve(announce).device
+    resolution = resolve(announce)
+    resolved = resolution.device
+    if resolution.policy:  # the emulated device keeps its marking index
+        return resolved
     if resolved.type == "cuda":
         return resolved if index is None else torch.device("cuda", index)
     if resolved.type == "xpu" and index is not None:
@@ -112,6 +138,8 @@ def _device(index: DeviceLike, announce: bool) -> torch.device:
     if isinstance(index, int) and not isinstance(index, bool):
         return _cuda_request(index, announce)
     requested = torch.device(index)
+    if requested.type == "mps" and _compat.emulated():
+        return _cuda_request(None, announce)  # an explicit "mps" is the emulated device
     if requested.type != "cuda":
         return requested
     return _cuda_request(requested.index, announce)
@@ -134,8 +162,21 @@ def device_str(index: DeviceLike = None) -> str:
 
 
 def device_type() -> str:
-    """'cuda', 'mps', 'xpu' or 'cpu': the type of the resolved device."""
+    """'cuda', 'mps', 'xpu' or 'cpu': the type of the resolved device ('mps' when emulated)."""
+    return resolve().kind
+
+
+def hardware_type() -> str:
+    """The type of the device tensors really live on: ``device_type()`` except under
+    emulation ('cpu'). Calls into torch.mps / torch.cuda follow this one."""
     return resolve().device.type
+
+
+def kind_of(dev: torch.device) -> str:
+    """The device type the runtime's policies apply to ``dev``: 'mps' for the emulated
+    device, else ``dev.type``."""
+    resolution = resolve(announce=False)
+    return resolution.policy if resolution.policy and dev == resolution.device else dev.type
 
 
 def is_cuda() -> bool:

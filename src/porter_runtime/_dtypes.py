@@ -43,7 +43,7 @@ def supported_dtype(dtype: torch.dtype,
     Each change warns once, naming the dtype and the reason.
     """
     target = _device.device(device)
-    if target.type != "mps":
+    if _device.kind_of(target) != "mps":
         return dtype
     if dtype in _MPS_REPLACEMENTS:
         replacement, why = _MPS_REPLACEMENTS[dtype]
@@ -57,6 +57,6 @@ def supported_dtype(dtype: torch.dtype,
 
 def mps_safe(tensor: torch.Tensor, target: torch.device) -> Optional[torch.dtype]:
     """The dtype a tensor must be cast to before moving to ``target``, or None."""
-    if target.type != "mps" or tensor.dtype not in _MPS_REPLACEMENTS:
+    if _device.kind_of(target) != "mps" or tensor.dtype not in _MPS_REPLACEMENTS:
         return None
     return supported_dtype(tensor.dtype, target)

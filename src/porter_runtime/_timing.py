@@ -50,9 +50,9 @@ def Event(enable_timing: bool = False, blocking: bool = False,
     CUDA: a real ``torch.cuda.Event(enable_timing, blocking, interprocess)``.
     MPS: ``torch.mps.Event(enable_timing=...)`` (record/wait/query/synchronize/
     elapsed_time; blocking and interprocess do not exist there).
-    CPU: a WallClockEvent (milliseconds of wall-clock time).
+    CPU, and emulated MPS: a WallClockEvent (milliseconds of wall-clock time).
     """
-    kind = _device.device_type()
+    kind = _device.hardware_type()
     if kind == "cuda":
         return torch.cuda.Event(enable_timing=enable_timing, blocking=blocking,
                                 interprocess=interprocess)

@@ -21,7 +21,7 @@ Dev = Any  # whatever torch.cuda accepts: None, int, str or torch.device
 
 def _forward() -> Optional[ModuleType]:
     """torch.cuda on CUDA, torch.xpu on XPU, None where no torch.cuda-like module exists."""
-    kind = _device.device_type()
+    kind = _device.hardware_type()
     if kind == "cuda":
         return torch.cuda
     if kind == "xpu":
@@ -30,7 +30,8 @@ def _forward() -> Optional[ModuleType]:
 
 
 def _on_mps() -> bool:
-    return _device.device_type() == "mps"
+    """True where torch.mps can be called (not under emulation: no MPS there)."""
+    return _device.hardware_type() == "mps"
 
 
 def synchronize(device: Dev = None) -> None:

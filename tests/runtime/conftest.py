@@ -16,7 +16,7 @@ import torch
 import porter_runtime
 
 _ENV = ("PORTER_DEVICE", "PORTER_COMPILE", "DISABLE_COMPILE", "PORTER_QUIET", "WORLD_SIZE",
-        "PORTER_AMP_DTYPE")
+        "PORTER_AMP_DTYPE", "PORTER_EMULATE")
 
 
 @dataclass

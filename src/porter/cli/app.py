@@ -462,8 +462,12 @@ Exit codes:
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="json: print the results as JSON on stdout.")
 @click.option("-q", "--quiet", is_flag=True, help="List only the modules that failed.")
+@click.option("--emulate", type=click.Choice(["mps"]), default=None,
+              help="Run the code on this CPU under MPS's rules (PORTER_EMULATE=mps for porter_runtime): "
+                   "float64 on the device, operators MPS lacks, Gloo collectives of device tensors and the "
+                   "spawn start method fail as on a Mac. Checks MPS's rules, not its numerics or speed.")
 def verify(path, command, timeout, run_timeout, jobs, include_tests, exclude, allow, python, root, config_file,
-           output_format, quiet) -> None:
+           output_format, quiet, emulate) -> None:
     """Import every module of PATH (a ported tree) with CUDA hidden; map failures to the report.
 
     \b
@@ -479,6 +483,13 @@ def verify(path, command, timeout, run_timeout, jobs, include_tests, exclude, al
     __main__.py, tests (unless --tests) and the vendored runtime are skipped.
     Each failure is matched to porter's findings on the tree: "named by finding
     PT110 at model.py:3", or "NOT NAMED by porter".
+
+    \b
+    --emulate mps: a Mac in the loop. The vendored porter_runtime resolves to the
+    CPU but answers "mps" to every policy (dtypes, autocast, compile, DataLoader,
+    distributed) and checks each operator against MPS's contract for the installed
+    torch. With PYTORCH_ENABLE_MPS_FALLBACK=1 the operators MPS lacks run and are
+    listed at the end (calls, first call site).
     """
     import shutil
 
@@ -504,7 +515,8 @@ def verify(path, command, timeout, run_timeout, jobs, include_tests, exclude, al
     options = VerifyOptions(path=path.absolute(), root=root, python=python, timeout=timeout,
                             jobs=jobs or default_jobs(), include_tests=include_tests, excludes=config.excludes,
                             allow=allow, run=command, run_timeout=run_timeout,
-                            echo=sys.stderr.buffer if output_format == "text" and not quiet else None)
+                            echo=sys.stderr.buffer if output_format == "text" and not quiet else None,
+                            emulate=emulate)
     try:
         report = run_verify(options, sorted(found.files), config)
     except OSError as exc:

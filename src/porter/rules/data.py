@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from textwrap import dedent
 from typing import Iterator, Optional, Sequence
 
 import libcst as cst
@@ -465,13 +466,29 @@ class _Bindings(cst.CSTVisitor):
         return False
 
     def visit_Assign(self, node: cst.Assign) -> None:
-        kind = "lambda" if isinstance(node.value, cst.Lambda) else "other"
+        kind = "lambda" if isinstance(node.value, cst.Lambda) else "holds" if _lambda_in(node.value) else "other"
         for target in node.targets:
             if isinstance(target.target, cst.Name):
                 self._bind(target.target.value, kind)
 
     def visit_Param(self, node: cst.Param) -> None:
         self._bind(node.name.value, "other")
+
+
+class _LambdaFinder(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.found = False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        self.found = True
+        return False
+
+
+def _lambda_in(node: cst.CSTNode) -> bool:
+    """A lambda anywhere in an expression (``T.Compose([T.Lambda(lambda x: x)])``)."""
+    finder = _LambdaFinder()
+    node.visit(finder)
+    return finder.found
 
 
 def _bindings(node: cst.CSTNode) -> dict[str, str]:
@@ -485,6 +502,7 @@ def _bindings(node: cst.CSTNode) -> dict[str, str]:
 
 
 _PICKLE_FIX = "def collate(batch): ...  # at module level, then collate_fn=collate"
+_DATASET_FIX = "def scale(x): return x / 255  # at module level, then transform=scale"
 
 
 class DataLoaderUnpicklableFn(Rule):
@@ -493,7 +511,10 @@ class DataLoaderUnpicklableFn(Rule):
     What:
     Reports `DataLoader(..., num_workers=N, collate_fn=f)` (and `worker_init_fn=f`)
     where N may be > 0 and `f` is a lambda, a function defined inside another function
-    (or a variable holding a lambda), or a `functools.partial` of one.
+    (or a variable holding a lambda), or a `functools.partial` of one. Also a dataset
+    built with a lambda in its arguments (`MyDataset(transform=lambda x: x / 255)`,
+    `T.Lambda(...)` in a transform), given directly or through a variable bound to it:
+    the workers receive the dataset pickled, lambda included.
 
     Why:
     macOS starts workers with `spawn`, which pickles these functions. A local one
@@ -510,7 +531,9 @@ class DataLoaderUnpicklableFn(Rule):
 
     Known limits:
     Only names bound in the enclosing functions or the module are followed; a function
-    returned by another call (a factory) is not.
+    returned by another call (a factory) is not. A dataset's lambda is seen only in the
+    call that builds it (or the variable's own assignment), not in a transform variable
+    built elsewhere or stored by the dataset's class itself.
     """
 
     code = "PT404"
@@ -526,6 +549,19 @@ class DataLoaderUnpicklableFn(Rule):
         "import mylib\n\ndef main():\n    return mylib.DataLoader(ds, num_workers=2, collate_fn=lambda b: b)\n",
         "from torch.utils.data import DataLoader\n\ndef outer():\n    def collate(b):\n        return b\n\n"
         "    def main(collate):\n        return DataLoader(ds, num_workers=2, collate_fn=collate)\n",
+        dedent("""\
+        from torch.utils.data import DataLoader
+
+        def main():
+            ds = Pairs(transform=lambda x: x / 255)
+            return DataLoader(ds, batch_size=8)
+        """),
+        dedent("""\
+        from torch.utils.data import DataLoader
+
+        def main(ds):
+            return DataLoader(ds, num_workers=2)
+        """),
     ]
     invalid = [
         Example("from torch.utils.data import DataLoader\n\ndef main():\n"
@@ -535,6 +571,26 @@ class DataLoaderUnpicklableFn(Rule):
                 "        return t.utils.data.DataLoader(ds, num_workers=self.workers, worker_init_fn=seed)\n"),
         Example("from torch.utils.data import DataLoader\nimport functools\n\ncollate = lambda b: b\n"
                 "loader = DataLoader(ds, num_workers=2, collate_fn=functools.partial(collate))\n"),
+        Example(
+            dedent("""\
+            from torch.utils.data import DataLoader as Loader
+
+            def main():
+                ds = Pairs(transform=lambda x: x / 255)
+                return Loader(ds, batch_size=8, num_workers=4)
+            """),
+            line=5, message="`dataset` can't be pickled",
+        ),
+        Example(
+            dedent("""\
+            import torch
+            import torchvision.transforms as T
+
+            loader = torch.utils.data.DataLoader(
+                MNIST("data", transform=T.Compose([T.Lambda(lambda x: x.repeat(3, 1, 1))])), num_workers=2)
+            """),
+            line=5, message="attribute lookup <lambda> on __main__ failed",
+        ),
     ]
 
     def __init__(self, ctx) -> None:
@@ -562,13 +618,29 @@ class DataLoaderUnpicklableFn(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         if not self.matches(node.func) or workers(node) is None:
             return
-        for param, index in (("collate_fn", 6), ("worker_init_fn", 10)):
+        for param, index in (("dataset", 0), ("collate_fn", 6), ("worker_init_fn", 10)):
             arg = argument(node, param, index)
-            error = self._pickle_error(arg.value) if arg is not None else None
+            error = None if arg is None else (self._dataset_error(arg.value) if param == "dataset"
+                                              else self._pickle_error(arg.value))
             if error:
+                fix = ("give the dataset a module-level function instead of the lambda" if param == "dataset"
+                       else "define it at module level and pass it by name")
                 self.flag(arg, f"`{param}` can't be pickled for the worker processes macOS spawns "
-                          f"(num_workers={workers(node)}): {error}; define it at module level and pass "
-                          "it by name", suggestion=_PICKLE_FIX)
+                          f"(num_workers={workers(node)}): {error}; {fix}",
+                          suggestion=_DATASET_FIX if param == "dataset" else _PICKLE_FIX)
+
+    def _dataset_error(self, node: cst.BaseExpression) -> Optional[str]:
+        """A dataset built here with a lambda in its arguments, or a name bound to one."""
+        if isinstance(node, cst.Call) and _lambda_in(node):
+            return self._error(len(self._frames), "<lambda>")
+        if not isinstance(node, cst.Name):
+            return None
+        for depth in range(len(self._frames), 0, -1):
+            frame = self._frames[depth - 1]
+            kind = frame.bindings.get(node.value)
+            if frame.kind == "function" and kind is not None:
+                return self._error(depth, "<lambda>") if kind == "holds" else None
+        return self._error(0, "<lambda>") if self._module.bindings.get(node.value) == "holds" else None
 
     def _pickle_error(self, node: cst.BaseExpression) -> Optional[str]:
         if isinstance(node, cst.Call) and self.matches(node.func, "functools.partial") and node.args:

@@ -17,9 +17,10 @@ class MissingOp(NamedTuple):
 
 _F = "torch.nn.functional."
 
-# aten ops that are MISSING (no MPS kernel) in the torch 2.13.0 column of
-# /work/shared/reference/mps_ops_coverage.txt (read from native_functions.yaml in the
-# macOS arm64 wheels), mapped to the public API that dispatches to them. Internal ops
+# aten ops that are MISSING (no MPS kernel) in the torch 2.13 column of the coverage
+# table, porter_runtime/_mps_coverage.py (read from native_functions.yaml in the macOS
+# arm64 wheels; the runtime's MPS emulation checks every operator against it), mapped
+# to the public API that dispatches to them. Internal ops
 # (slow_conv*, cudnn, fused attention, quantisation) and out=-only overloads are left
 # out: ported code does not call them directly.
 MISSING_2_13: dict[str, MissingOp] = {

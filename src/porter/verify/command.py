@@ -15,6 +15,10 @@ child processes:
   its worker and a new worker takes the rest of the batch, so one failure or hang
   never hides another module's result.
 
+With ``--emulate mps`` the children also get ``PORTER_EMULATE=mps``: the vendored runtime
+then runs the code on the CPU under MPS's rules (``porter_runtime/_emulate.py``) and
+writes each process's CPU fallbacks to a folder read back here (:func:`emulation_results`).
+
 Each failure is matched against porter's own analysis of the tree (the engine in
 dry-run mode): a finding at a line of the failure's traceback inside the tree, or at
 an import of the module a ``ModuleNotFoundError`` names, means porter named it;
@@ -39,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Optional, Sequence
 
+from porter.project.runtime_home import is_vendored
 from porter.rulebase.cuda_packages import verify_hidden
 from porter.verify.mapping import FindingIndex, Mapping, analyse, map_failure
 from porter.verify.modules import ModuleSpec, SkippedFile, plan, search_path
@@ -97,6 +102,8 @@ class VerifyOptions:
     run_timeout: Optional[float] = None
     #: where the --run command's output is shown as it comes (a binary stream), if anywhere
     echo: Optional[BinaryIO] = None
+    #: "mps": the children run under porter_runtime's emulation of MPS (PORTER_EMULATE)
+    emulate: Optional[str] = None
 
 
 @dataclass
@@ -112,6 +119,11 @@ class VerifyReport:
     workers: int = 0  # worker processes started for the batches (not counting restarts)
     #: rewrites porter would still make in the tree (0 once it is ported)
     pending_rewrites: int = 0
+    emulate: Optional[str] = None
+    #: whether a child started the runtime's emulation (None: not emulating)
+    emulation_started: Optional[bool] = None
+    #: operators that fell back to the CPU under emulation: op, calls, first_at, always
+    fallbacks: list[dict] = field(default_factory=list)
 
     @property
     def failures(self) -> list[ModuleResult]:
@@ -136,8 +148,12 @@ class VerifyReport:
 
 # -- the child processes' environment -------------------------------------------
 
-def child_environment(root: Path, guard_dir: Path, allow: Sequence[str], python: str) -> dict[str, str]:
+def child_environment(root: Path, guard_dir: Path, allow: Sequence[str], python: str,
+                      emulate: Optional[str] = None) -> dict[str, str]:
     env = dict(os.environ)
+    if emulate:  # porter_runtime reads these when the code imports it (porter_runtime/_emulate.py)
+        env.update({"PORTER_EMULATE": emulate, "PORTER_EMULATE_REPORT_DIR": str(guard_dir / "emulate")})
+        (guard_dir / "emulate").mkdir(exist_ok=True)
     env.update({
         "CUDA_VISIBLE_DEVICES": "",  # torch.cuda.is_available() is False, even on a CUDA machine
         "HIP_VISIBLE_DEVICES": "",  # ROCm builds
@@ -376,13 +392,19 @@ def _in_tree(filename: str, root: Path) -> Optional[str]:
 
 
 def _tree_frames(frames: Sequence, root: Path) -> list[tuple[str, int]]:
-    """The frames inside the tree, innermost first (input: outermost first)."""
+    """The frames inside the tree, innermost first (input: outermost first), less those
+    of the vendored runtime: a failure it raises (the emulation's checks, a refused
+    launch) is the line of the code that called it."""
     out = []
     for item in reversed(list(frames)):
         rel = _in_tree(item[0], root)
-        if rel is not None and item[1]:
+        if rel is not None and item[1] and not _vendored_runtime(root / rel):
             out.append((rel, int(item[1])))
     return out
+
+
+def _vendored_runtime(path: Path) -> bool:
+    return path.parent.name == "porter_runtime" and is_vendored(path.parent)
 
 
 def _fault_frames(output: str, root: Path) -> list[tuple[str, int]]:
@@ -428,6 +450,8 @@ def import_all(modules: Sequence[ModuleSpec], options: VerifyOptions, env, guard
 # -- --run ------------------------------------------------------------------------
 
 _TRACE_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)')
+#: torch.distributed's prefix on each line a rank prints ("[rank0]:   File ...")
+_RANK_PREFIX = re.compile(r"^\[rank\d+\]:", re.M)
 _MISSING = re.compile(r"ModuleNotFoundError: No module named '(?P<name>[^']+)'")
 
 
@@ -453,7 +477,7 @@ def run_command(command: str, options: VerifyOptions, env) -> RunCommandResult:
         finally:
             _kill_group(proc)  # what the command left running (and all of it on Ctrl-C)
             pump.join(timeout=GRACE)
-        text = _read(out, 0)
+        text = _RANK_PREFIX.sub("", _read(out, 0))
     code = proc.returncode
     if status == "ok" and code != 0:
         status = "failed"
@@ -490,12 +514,13 @@ def verify(options: VerifyOptions, files: Sequence[Path], analysis_config) -> Ve
     root = options.root.absolute()
     modules, skipped = plan(root, files, options.include_tests)
     guard = _guard_folder()
-    env = child_environment(root, guard, options.allow, options.python)
+    env = child_environment(root, guard, options.allow, options.python, options.emulate)
     with ThreadPoolExecutor(1) as pool:
         analysis = pool.submit(analyse, analysis_config) if analysis_config is not None else None
         try:
             results, cuda, workers = import_all(modules, options, env, guard)
             command = run_command(options.run, options, env) if options.run else None
+            started, fallbacks = emulation_results(guard / "emulate") if options.emulate else (None, [])
         finally:
             shutil.rmtree(guard, ignore_errors=True)
         analysis_error = ""
@@ -513,4 +538,20 @@ def verify(options: VerifyOptions, files: Sequence[Path], analysis_config) -> Ve
         command.mapping = map_failure(command.frames, command.missing, index)
     pending = sum(1 for f in findings if f.get("action") == "rewrite")
     return VerifyReport(root, options.python, results, skipped, command, cuda, analysis_error,
-                        round(time.monotonic() - began, 3), workers, pending)
+                        round(time.monotonic() - began, 3), workers, pending, options.emulate, started, fallbacks)
+
+
+def emulation_results(folder: Path) -> tuple[bool, list[dict]]:
+    """Whether any child started the emulation, and the operators that fell back to the
+    CPU in all of them (calls summed; the first call site seen), most calls first."""
+    started, merged = False, {}
+    for report in sorted(folder.glob("emulate-*.json")):
+        try:
+            data = json.loads(report.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        started = started or bool(data.get("started"))
+        for row in data.get("fallbacks", []):
+            seen = merged.setdefault(row["op"], dict(row, calls=0))
+            seen["calls"] += int(row.get("calls", 0))
+    return started, sorted(merged.values(), key=lambda r: (-r["calls"], r["op"]))

@@ -8,6 +8,8 @@ from porter.verify.command import VerifyReport
 from porter.verify.mapping import Mapping
 
 SCHEMA_VERSION = 1
+#: What the emulation is, wherever it is reported (porter_runtime's info line says the same).
+EMULATION_LABEL = "emulating MPS on the CPU: checks MPS's rules, not its numerics or speed"
 
 
 def to_data(report: VerifyReport) -> dict[str, Any]:
@@ -48,7 +50,15 @@ def to_data(report: VerifyReport) -> dict[str, Any]:
         "modules": modules,
         "skipped": [{"path": s.rel, "reason": s.reason} for s in report.skipped],
         "run": run,
+        "emulate": _emulation_data(report),
     }
+
+
+def _emulation_data(report: VerifyReport) -> Optional[dict[str, Any]]:
+    if not report.emulate:
+        return None
+    return {"device": report.emulate, "label": EMULATION_LABEL, "started": report.emulation_started,
+            "fallbacks": report.fallbacks}
 
 
 _STYLE = {"ok": "green", "failed": "bold red", "timeout": "bold yellow", "crashed": "bold red"}
@@ -58,7 +68,8 @@ _LABEL = {"ok": "ok", "failed": "FAILED", "timeout": "TIMEOUT", "crashed": "CRAS
 def render(report: VerifyReport, console, quiet: bool = False) -> None:
     from rich.markup import escape
 
-    console.print(f"porter verify: {escape(str(report.root))}  (CUDA hidden; python: {escape(report.python)})",
+    mode = f"CUDA hidden; {EMULATION_LABEL}" if report.emulate else "CUDA hidden"
+    console.print(f"porter verify: {escape(str(report.root))}  ({mode}; python: {escape(report.python)})",
                   soft_wrap=True)
     width = max([len(m.path) for m in report.modules] + [len(s.rel) for s in report.skipped] + [4])
     for m in report.modules:
@@ -90,6 +101,7 @@ def render(report: VerifyReport, console, quiet: bool = False) -> None:
             tail = "\n".join(r.output.rstrip().splitlines()[-15:])
             if tail and quiet:  # otherwise it was shown as it came
                 console.print(escape(tail), soft_wrap=True, style="dim")
+    _render_emulation(report, console)
     c = report.counts()
     parts = [f"{c['ok']} ok", f"{c['failed']} failed", f"{c['timeout']} timed out"]
     if c["crashed"]:
@@ -114,6 +126,24 @@ def render(report: VerifyReport, console, quiet: bool = False) -> None:
     if report.analysis_error:
         console.print(f"warning: porter's analysis failed ({escape(report.analysis_error)}): "
                       "failures are not mapped", soft_wrap=True)
+
+
+def _render_emulation(report: VerifyReport, console) -> None:
+    from rich.markup import escape
+
+    if not report.emulate:
+        return
+    if report.fallbacks:
+        console.print(f"MPS fallbacks ({EMULATION_LABEL}): these operators have no MPS kernel in this torch "
+                      "and run on the CPU on a Mac, copying their tensors there and back:", soft_wrap=True)
+        width = max(len(r["op"]) for r in report.fallbacks)
+        for r in report.fallbacks:
+            note = " (MPS always runs it on the CPU)" if r.get("always") else ""
+            console.print(f"  {escape(r['op']):<{width}}  {r['calls']:>6} call{'s' if r['calls'] != 1 else ' '}  "
+                          f"first at {escape(r['first_at'])}{note}", soft_wrap=True)
+    if not report.emulation_started:
+        console.print("[bold yellow]warning:[/] the MPS emulation never started: no child imported the tree's "
+                      "porter_runtime (it starts when the ported code imports it)", soft_wrap=True)
 
 
 def _mapping_line(mapping: Mapping) -> str:

@@ -1,0 +1,184 @@
+"""PORTER_EMULATE=mps: the runtime's policies answer as on a Mac while tensors stay on
+the CPU, and the dispatch-level check enforces MPS's contract (real torch on the CPU)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+
+import porter_runtime
+from porter_runtime import _device, _emulate, _timing
+from porter_runtime._emulate import MpsContract
+
+SRC = str(Path(porter_runtime.__file__).resolve().parents[1])
+HERE = os.path.relpath(__file__)
+
+
+@pytest.fixture
+def emulated(monkeypatch):
+    monkeypatch.setenv("PORTER_EMULATE", "mps")
+    porter_runtime._reset()
+    return _device.EMULATED
+
+
+def test_policies_answer_mps_while_tensors_stay_on_the_cpu(emulated):
+    assert porter_runtime.device() == emulated == torch.device("cpu", 0)
+    assert porter_runtime.device("cuda:1") == porter_runtime.device("mps") == emulated
+    assert porter_runtime.device("cpu") == torch.device("cpu")
+    assert porter_runtime.device_type() == "mps" and _device.hardware_type() == "cpu"
+    assert porter_runtime.is_accelerator_available() and not _device.is_cuda()
+    assert porter_runtime.supported_dtype(torch.float64) == torch.float32
+    assert porter_runtime.supported_dtype(torch.float64, "cpu") == torch.float64
+    assert porter_runtime.to_device(torch.zeros(2, dtype=torch.float64)).dtype == torch.float32
+    assert porter_runtime.amp_dtype(None) == torch.bfloat16
+    assert not porter_runtime.GradScaler().is_enabled()
+    assert porter_runtime.dist_backend("nccl") == "gloo"
+    assert porter_runtime.pin_memory(True) is False
+    assert porter_runtime.map_location("cuda:0") == torch.device("cpu")
+
+    def step(x):
+        return x
+
+    assert porter_runtime.compile(step) is step
+    # calls into the device's own module are the CPU's: there is no MPS here to call
+    porter_runtime.synchronize()
+    porter_runtime.empty_cache()
+    assert isinstance(porter_runtime.Event(enable_timing=True), _timing.WallClockEvent)
+
+
+def test_the_info_line_says_it_is_an_emulation(emulated, monkeypatch, capsys):
+    monkeypatch.delenv("PORTER_QUIET")
+    porter_runtime.device()
+    assert "emulating MPS on the CPU: checks MPS's rules, not its numerics or speed" in capsys.readouterr().err
+
+
+def test_only_mps_can_be_emulated(monkeypatch):
+    monkeypatch.setenv("PORTER_EMULATE", "xla")
+    with pytest.raises(ValueError, match="can emulate only 'mps'"):
+        porter_runtime.device()
+
+
+def test_the_fallback_variable_is_set_as_on_macos(monkeypatch):
+    env = {"PORTER_EMULATE": "mps"}
+    assert porter_runtime._enable_mps_fallback(env, {}, "linux") and env["PYTORCH_ENABLE_MPS_FALLBACK"] == "1"
+    assert not porter_runtime._enable_mps_fallback({"PORTER_EMULATE": "mps"}, {"torch": torch}, "linux")
+    assert not porter_runtime._enable_mps_fallback({}, {}, "linux")
+
+
+# -- the dispatch-level contract ----------------------------------------------------------
+
+def contract(version=(2, 13), fallback=False) -> MpsContract:
+    return MpsContract(version, fallback)
+
+
+def test_float64_on_the_device_raises_mps_text_and_the_host_keeps_it(emulated, monkeypatch):
+    monkeypatch.setattr(torch.Tensor, "cpu", torch.Tensor.cpu)  # undone after the test
+    monkeypatch.setattr(torch.Tensor, "to", torch.Tensor.to)
+    monkeypatch.setattr(torch.Tensor, "device", torch.Tensor.device)
+    _emulate.patch_host_moves()
+    with contract():
+        host = torch.zeros(3, dtype=torch.float64)  # the host: fine, as on a Mac
+        assert host.sum().item() == 0
+        with pytest.raises(TypeError, match="Cannot convert a MPS Tensor to float64 dtype as the MPS framework"):
+            torch.full((2,), 0.5, dtype=torch.float64, device=emulated)
+        with pytest.raises(TypeError, match="Cannot convert a MPS Tensor to float64"):
+            host.to(emulated)
+        x = torch.ones(2).to(emulated)
+        with pytest.raises(TypeError, match="Cannot convert a MPS Tensor to float64"):
+            x.double()
+        assert x.to("cpu").double().dtype == torch.float64  # back on the host first (a copy, as on MPS)
+        assert x.cpu().double().dtype == torch.float64
+        with pytest.raises(TypeError):
+            x.to(emulated).double()  # still on the device
+        assert x.device == emulated and host.device == torch.device("cpu")
+        with pytest.raises(TypeError, match="Cannot convert a MPS Tensor to float64"):
+            torch.zeros(2, dtype=torch.float64, device=x.device)  # x.device is the device
+        with pytest.raises(TypeError, match="Trying to convert ComplexDouble to the MPS backend"):
+            torch.zeros(2, dtype=torch.complex128, device=emulated)
+
+
+def test_the_mark_follows_views_parameters_and_results(emulated):
+    with contract():
+        layer = nn.Linear(2, 2).to(emulated)  # param.data = a copy on the device
+        with pytest.raises(TypeError):
+            layer.weight[0].double()
+        y = layer(torch.ones(1, 2).to(emulated))
+        with pytest.raises(TypeError):
+            (y * 2).double()
+        host = torch.empty(1, 2)
+        host.copy_(y)  # copying into a host tensor leaves it on the host
+        assert host.double().dtype == torch.float64
+
+
+def test_a_missing_kernel_raises_or_falls_back_and_is_counted(emulated):
+    x = torch.ones(3)
+    with contract():
+        d = x.to(emulated)
+        assert torch.heaviside(x, x).sum().item() == 3  # host tensors: the CPU's kernel
+        with pytest.raises(NotImplementedError,
+                           match="The operator 'aten::heaviside' is not currently implemented for the MPS device"):
+            torch.heaviside(d, d)
+    with contract(fallback=True) as mode:
+        d = x.to(emulated)
+        line = sys._getframe().f_lineno + 1
+        torch.heaviside(d, d)
+        torch.heaviside(d, d)
+    assert mode.fallbacks.rows() == [{"op": "aten::heaviside", "calls": 2, "first_at": f"{HERE}:{line}",
+                                      "always": False}]
+
+
+def test_the_installed_torch_version_picks_the_column(emulated):
+    a = torch.eye(3)
+    with contract(version=(2, 6)):
+        with pytest.raises(NotImplementedError, match="aten::_linalg_det"):
+            torch.linalg.det(a.to(emulated))
+    with contract(version=(2, 13)):
+        assert torch.linalg.det(a.to(emulated)).item() == 1.0  # MPS gained it in 2.7
+
+
+def test_always_cpu_ops_are_counted_and_paths_mps_never_takes_are_not_checked(emulated):
+    with contract() as mode:
+        torch.linalg.svd(torch.randn(3, 3).to(emulated))
+        layer = nn.TransformerEncoderLayer(8, 2, batch_first=True).to(emulated).eval()
+        with torch.no_grad():  # the CPU's fast path (_transformer_encoder_layer_fwd), not MPS's
+            layer(torch.randn(1, 4, 8).to(emulated))
+    assert [r["op"] for r in mode.fallbacks.rows()] == ["aten::_linalg_svd"]
+    assert mode.fallbacks.rows()[0]["always"]
+
+
+def test_the_summary_names_each_operator_with_its_calls_and_first_site():
+    lines = _emulate.summary_lines([{"op": "aten::heaviside", "calls": 3, "first_at": "train.py:9", "always": False},
+                                    {"op": "aten::_linalg_svd", "calls": 1, "first_at": "eval.py:2", "always": True}])
+    assert "2 operators fell back to the CPU" in lines[0] and "emulating MPS on the CPU" in lines[0]
+    assert "aten::heaviside" in lines[1] and "3 calls" in lines[1] and "first at train.py:9" in lines[1]
+    assert lines[2].endswith("first at eval.py:2 (MPS always runs it on the CPU)")
+    assert _emulate.summary_lines([]) == []
+
+
+@pytest.mark.parametrize("code, expected", [
+    ("print(mp.get_start_method())", "spawn"),
+    ("mp.set_start_method('fork'); print(mp.get_start_method())", "fork"),  # the code may still choose
+])
+def test_processes_start_with_spawn_as_on_macos(code, expected):
+    env = {**os.environ, "PORTER_EMULATE": "mps", "PORTER_QUIET": "1", "PYTHONPATH": SRC}
+    out = subprocess.run([sys.executable, "-c", f"import multiprocessing as mp, porter_runtime; {code}"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.stdout.split() == [expected], out.stderr
+
+
+def test_a_checkpoint_loads_onto_the_emulated_device(emulated, tmp_path):
+    _emulate.load_to_the_device()
+    path = tmp_path / "ckpt.pt"
+    torch.save({"w": torch.ones(2), "h": torch.zeros(2, dtype=torch.float64)}, path)
+    with contract():
+        for location in (emulated, str(emulated)):  # what nanoGPT's map_location=device passes
+            state = torch.load(path, map_location=location)
+            assert (state["w"] * 2).sum().item() == 4
+            with pytest.raises(TypeError):  # float64 on the device, as MPS's deserializer leaves it
+                state["h"].add(1)
+        assert torch.load(path, map_location="cpu")["h"].add(1).dtype == torch.float64

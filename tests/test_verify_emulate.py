@@ -1,0 +1,166 @@
+"""``porter verify --emulate mps``: a Mac in the loop, through the real CLI.
+
+Small CUDA scripts are ported with ``porter migrate --write``, then run by ``porter verify
+--emulate mps --run``: real torch on the CPU, with the vendored runtime answering as MPS
+and checking each operator against MPS's contract. Each failure here passes without
+``--emulate`` (it is Mac-only) and is located at the script's own line.
+"""
+
+import pytest
+from test_verify import lines_of, port, verify, write_tree
+
+TRAIN = """
+    import os
+    import sys
+
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+
+
+    def main():
+        device = torch.device("cuda")
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1)).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        for step in range(2):
+            x = torch.randn(4, 8).cuda()
+            y = torch.randn(4, 1, device=device)
+            loss = ((model(x) - y) ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        if "--f64" in sys.argv:
+            noise = torch.full((4,), 0.5, dtype=torch.float64, device=device)
+        if "--heaviside" in sys.argv:
+            for _ in range(3):
+                gate = torch.heaviside(x, torch.zeros_like(x))
+        if "--gloo" in sys.argv:
+            os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[-1])
+            dist.init_process_group("gloo", rank=0, world_size=1)
+            for p in model.parameters():
+                dist.broadcast(p.data, src=0)
+        print("loss", loss.item())
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    root = write_tree(tmp_path_factory.mktemp("emulate") / "repo", {"train.py": TRAIN, "requirements.txt": "torch\n"})
+    port(root)
+    return root
+
+
+def _line(tree, needle):
+    return lines_of((tree / "train.py").read_text(), needle)
+
+
+def test_a_clean_training_loop_passes(tree):
+    code, data, _ = verify(tree, "--emulate", "mps", "--run", "python train.py")
+    assert code == 0, data["run"]
+    assert data["emulate"]["started"] is True
+    assert data["emulate"]["fallbacks"] == []
+    assert "not its numerics or speed" in data["emulate"]["label"]
+
+
+def test_float64_on_the_device_fails_at_its_line_and_is_named(tree):
+    assert verify(tree, "--run", "python train.py --f64")[0] == 0  # on the CPU it works
+    code, data, _ = verify(tree, "--emulate", "mps", "--run", "python train.py --f64")
+    assert code == 1
+    run = data["run"]
+    assert "Cannot convert a MPS Tensor to float64 dtype" in run["error"]
+    assert run["location"] == {"path": "train.py", "line": _line(tree, "torch.full(")}
+    assert run["mapping"]["named"] and run["mapping"]["findings"][0]["code"] == "PT607"
+
+
+def test_a_missing_mps_kernel_fails_at_its_line(tree):
+    env = {"PYTORCH_ENABLE_MPS_FALLBACK": "0"}
+    assert verify(tree, "--run", "python train.py --heaviside", env=env)[0] == 0
+    code, data, _ = verify(tree, "--emulate", "mps", "--run", "python train.py --heaviside", env=env)
+    assert code == 1
+    run = data["run"]
+    assert "NotImplementedError: The operator 'aten::heaviside' is not currently implemented for the MPS device" \
+        in run["error"]
+    assert run["location"] == {"path": "train.py", "line": _line(tree, "torch.heaviside(")}
+    assert run["mapping"]["named"] and run["mapping"]["findings"][0]["code"] == "PT801"
+
+
+def test_with_the_fallback_the_summary_lists_the_operators(tree):
+    code, data, err = verify(tree, "--emulate", "mps", "--run", "python train.py --heaviside",
+                             env={"PYTORCH_ENABLE_MPS_FALLBACK": "1"})
+    assert code == 0, data["run"]
+    assert data["emulate"]["fallbacks"] == [
+        {"op": "aten::heaviside", "calls": 3, "first_at": f"train.py:{_line(tree, 'torch.heaviside(')}",
+         "always": False}]
+    # the runtime's own summary at exit, in the command's output
+    assert "1 operator fell back to the CPU" in data["run"]["output"]
+
+
+def test_a_gloo_collective_of_a_device_tensor_fails_at_its_line(tree):
+    assert verify(tree, "--run", "python train.py --gloo 29611")[0] == 0
+    code, data, _ = verify(tree, "--emulate", "mps", "--run", "python train.py --gloo 29612")
+    assert code == 1
+    run = data["run"]
+    assert "ProcessGroupGloo::broadcast: invalid tensor type at index 0" in run["error"]
+    assert "device=mps:0" in run["error"]
+    assert run["location"] == {"path": "train.py", "line": _line(tree, "dist.broadcast(")}
+
+
+def test_the_text_output_labels_the_emulation_and_lists_the_fallbacks(tree):
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "porter", "verify", str(tree), "-j", "1", "-q", "--emulate", "mps",
+                           "--run", "python train.py --heaviside"], capture_output=True, text=True,
+                          env={**os.environ, "NO_COLOR": "1", "PYTORCH_ENABLE_MPS_FALLBACK": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert "emulating MPS on the CPU: checks MPS's rules, not its numerics or speed" in proc.stdout
+    listed = next(line for line in proc.stdout.splitlines() if "aten::heaviside" in line)
+    assert "3 calls" in listed and f"first at train.py:{_line(tree, 'torch.heaviside(')}" in listed
+
+
+LOADER = """
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+
+    class Pairs(Dataset):
+        def __init__(self, transform):
+            self.transform = transform
+
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            return self.transform(torch.ones(2))
+
+
+    def main():
+        loader = DataLoader(Pairs(transform=lambda x: x * 2), batch_size=2, num_workers=1)
+        for batch in loader:
+            print(batch.cuda().sum().item())
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_a_lambda_in_a_dataset_fails_with_spawn_as_on_macos(tmp_path):
+    tree = write_tree(tmp_path / "repo", {"loader.py": LOADER, "requirements.txt": "torch\n"})
+    port(tree)
+    assert verify(tree, "--run", "python loader.py")[0] == 0  # Linux forks: nothing is pickled
+    code, data, _ = verify(tree, "--emulate", "mps", "--run", "python loader.py")
+    assert code == 1
+    assert "Can't pickle local object 'main.<locals>.<lambda>'" in data["run"]["error"]
+
+
+def test_without_the_runtime_the_emulation_says_it_never_started(tmp_path):
+    tree = write_tree(tmp_path / "repo", {"plain.py": "print('no torch here')\n"})
+    code, data, _ = verify(tree, "--emulate", "mps", "--run", "python plain.py")
+    assert code == 0
+    assert data["emulate"]["started"] is False
