@@ -610,13 +610,15 @@ def run_one(entry: Entry, args) -> Row:
 
 def run_emulated(entry: Entry, scratch: Path, venv: Path, row: Row) -> None:
     """The recipe on the port under the runtime's MPS emulation (step 6)."""
+    from porter.project.runtime_modules import supply  # the emulation's modules: a sized copy lacks them
     from porter.verify.command import emulation_results  # the one reader of the runtime's reports
 
     reports = scratch / "emulate"
     shutil.rmtree(reports, ignore_errors=True)
     reports.mkdir()
     tree = scratch / "port-mps" / entry.subdir
-    extra = {"PORTER_EMULATE": "mps", "PORTER_EMULATE_REPORT_DIR": str(reports)}
+    extra = {"PORTER_EMULATE": "mps", "PORTER_EMULATE_REPORT_DIR": str(reports),
+             **supply(scratch / "runtime-extra", "emulate")}
     row.recipe_mps, row.recipe_mps_failure = run_recipe(entry, tree, venv, scratch / "recipe-mps.log", extra)
     started, row.mps_fallbacks = emulation_results(reports)
     if not started and row.recipe_mps == "pass":

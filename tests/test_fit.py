@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from porter.project.runtime_modules import supply
 from click.testing import CliRunner
 
 from porter.cli.app import cli
@@ -43,13 +45,14 @@ def repo(tmp_path_factory) -> Path:
     shutil.copytree(FIXTURES / "fit", root)
     proc = run_porter("migrate", root, "--write", "-q")
     assert proc.returncode == 0, proc.stderr.decode()
-    assert (root / "porter_runtime" / "_peak.py").is_file()
+    assert not (root / "porter_runtime" / "_peak.py").exists()  # porter fit supplies the recorder
     assert "porter_runtime.device()" in (root / "train.py").read_text()
     return root
 
 
 def start(repo: Path, *args: str, record: Path, env=ALLOCATOR) -> subprocess.Popen:
-    env = {**ENV, **env, "PORTER_PEAK_MEMORY_FILE": str(record)}
+    env = {**ENV, **env, "PORTER_PEAK_MEMORY_FILE": str(record),
+           **supply(repo.parent / "runtime_extra", "fit")}  # as porter fit hands it to the child
     return subprocess.Popen([*SCRIPT, *args], cwd=repo, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 

@@ -53,7 +53,7 @@ TRAIN = """\
 def test_a_port_that_only_moves_tensors_vendors_the_core_and_runs(tmp_path):
     repo = _repo(tmp_path, {"train.py": TRAIN})
     assert run_porter("migrate", repo, "--write", "-q").returncode == 0
-    assert _held(repo) == {"__init__", "_peak", "_compat", "_device", "_log", "_emulate", "_mps_coverage"}
+    assert _held(repo) == {"__init__", "_compat", "_device", "_log"}
     proc = _run(repo, "train.py")
     assert proc.returncode == 0 and proc.stdout.strip() == "True", proc.stderr
     again = run_porter("migrate", repo, "--diff", "-q")
@@ -84,7 +84,7 @@ def test_a_later_port_adds_the_modules_its_new_code_uses(tmp_path):
 def test_code_that_imports_names_from_the_runtime_gets_all_of_it(tmp_path):
     repo = _repo(tmp_path, {"train.py": TRAIN})
     run_porter("migrate", repo, "--write", "-q")
-    assert _held(repo) == {"__init__", "_peak", "_compat", "_device", "_log", "_emulate", "_mps_coverage"}
+    assert _held(repo) == {"__init__", "_compat", "_device", "_log"}
     (repo / "probe.py").write_text("from porter_runtime import device_count\n\nprint(device_count())\n")
     run_porter("migrate", repo, "--write", "-q")
     assert _held(repo) == ALL_MODULES
@@ -135,8 +135,7 @@ def test_used_names_reads_what_porter_writes_and_gives_up_on_the_rest(source, na
 
 def test_an_unknown_name_takes_the_whole_runtime():
     assert modules_for({"no_such_name"}, SOURCE) is None
-    assert modules_for({"__version__", "MPS_FALLBACK_SET"}, SOURCE) == {
-        "__init__", "_peak", "_compat", "_device", "_log", "_emulate", "_mps_coverage"}
+    assert modules_for({"__version__", "MPS_FALLBACK_SET"}, SOURCE) == {"__init__"}
 
 
 def test_every_public_name_works_from_the_modules_porter_picks_for_it(tmp_path):
@@ -176,3 +175,29 @@ def test_a_dry_run_shows_each_runtime_file_once(tmp_path):
     run_porter("migrate", repo, "--write", "-q")
     for path in sorted(p for p in repo.rglob("*") if p.is_file() and ".git" not in p.parts):
         assert (applied / path.relative_to(repo)).read_bytes() == path.read_bytes(), path
+
+
+def test_the_tools_hand_a_sized_copy_the_modules_they_run_it_with(tmp_path):
+    """A copy sized to a port holds neither porter fit's peak-memory recorder nor the MPS
+    emulation. With the tool's variable set and nothing supplied, importing the runtime says
+    which command supplies the module; with the folder ``supply`` fills (what porter fit and
+    porter verify --emulate pass to the child), the same copy records and emulates."""
+    from porter.project.runtime_modules import supply
+
+    repo = _repo(tmp_path, {"train.py": TRAIN})
+    assert run_porter("migrate", repo, "--write", "-q").returncode == 0
+    assert not {"_peak", "_emulate", "_mps_coverage"} & _held(repo)
+    probe = "import porter_runtime, sys; print(sorted(m for m in sys.modules if m.startswith('porter_runtime.')))"
+    base = {"CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin"}
+    for variable, value, tool in (("PORTER_PEAK_MEMORY_FILE", str(tmp_path / "peak.jsonl"), "fit"),
+                                  ("PORTER_EMULATE", "mps", "emulate")):
+        bare = subprocess.run([sys.executable, "-c", probe], cwd=repo, capture_output=True, text=True,
+                              timeout=300, env={**base, variable: value})
+        assert bare.returncode == 1 and f"porter {'fit' if tool == 'fit' else 'verify --emulate mps'}" in bare.stderr
+        env = {**base, variable: value, **supply(tmp_path / f"extra-{tool}", tool)}
+        done = subprocess.run([sys.executable, "-c", probe], cwd=repo, capture_output=True, text=True,
+                              timeout=300, env=env)
+        assert done.returncode == 0, done.stderr
+        wanted = "porter_runtime._peak" if tool == "fit" else "porter_runtime._emulate"
+        assert wanted in done.stdout
+    assert not {"_peak", "_emulate", "_mps_coverage"} & _held(repo)  # nothing was written into the copy

@@ -115,9 +115,27 @@ def _reset() -> None:
 
 __all__ = ["__version__", "MPS_FALLBACK_SET", *_EXPORTS]
 
-from . import _peak  # noqa: E402
-_peak.install()  # does nothing unless PORTER_PEAK_MEMORY_FILE is set (porter fit)
+# A copy sized to the port holds only the modules its code uses. porter fit (the peak
+# memory recorder) and porter verify --emulate mps (the emulation) hand the child they run
+# the modules they need in a folder named by PORTER_RUNTIME_EXTRA, searched after this one.
+_extra = _os.environ.get("PORTER_RUNTIME_EXTRA", "").strip()
+if _extra and _os.path.isdir(_extra) and _extra not in __path__:
+    __path__.append(_extra)
+
+
+def _tool_module(name: str, variable: str, tool: str):
+    try:
+        return _importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{__name__}.{name}":
+            raise
+        raise ImportError(f"{variable} is set, but this copy of porter_runtime (sized to the port) has no "
+                          f"{name}.py: run the code through `{tool}`, which supplies it, or vendor the whole "
+                          "runtime (porter migrate --write --full-runtime)") from None
+
+
+if _os.environ.get("PORTER_PEAK_MEMORY_FILE", "").strip():  # porter fit
+    _tool_module("_peak", "PORTER_PEAK_MEMORY_FILE", "porter fit").install()
 
 if _os.environ.get("PORTER_EMULATE", "").strip():  # porter verify --emulate mps; imports torch
-    from . import _emulate
-    _emulate.install()
+    _tool_module("_emulate", "PORTER_EMULATE", "porter verify --emulate mps").install()

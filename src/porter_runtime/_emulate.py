@@ -191,11 +191,28 @@ def missing_kernel_message(op: str) -> str:
 
 
 def _check_dtype(dtype: torch.dtype) -> None:
-    if dtype == torch.float64:
+    if dtype == torch.float64 and not _torch_branches_on_mps():
         _refuse(TypeError(f"{FLOAT64} [porter_runtime: {LABEL}]"))
     if dtype in _UNSUPPORTED:
         _refuse(TypeError(f"Trying to convert {_UNSUPPORTED[dtype]} to the MPS backend but it does not have "
                           f"support for that dtype. [porter_runtime: {LABEL}]"))
+
+
+#: torch's own code that takes another path when a tensor's device is ``mps:0`` (which an
+#: emulated tensor, on ``cpu:0``, can't be): GradScaler.unscale_ takes the reciprocal of
+#: the scale in float64 except on MPS.
+_MPS_BRANCHES = (("amp", "grad_scaler.py"),)
+
+
+def _torch_branches_on_mps() -> bool:
+    """Whether the float64 comes from torch code that avoids it on a real Mac."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        parts = frame.f_code.co_filename.replace("\\", "/").split("/")
+        if any(tuple(parts[-2:]) == branch and "torch" in parts for branch in _MPS_BRANCHES):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _refuse(error: TypeError) -> None:

@@ -35,8 +35,8 @@ def test_policies_answer_mps_while_tensors_stay_on_the_cpu(emulated):
     assert porter_runtime.supported_dtype(torch.float64) == torch.float32
     assert porter_runtime.supported_dtype(torch.float64, "cpu") == torch.float64
     assert porter_runtime.to_device(torch.zeros(2, dtype=torch.float64)).dtype == torch.float32
-    assert porter_runtime.amp_dtype(None) == torch.bfloat16
-    assert not porter_runtime.GradScaler().is_enabled()
+    assert porter_runtime.amp_dtype(None) == torch.float16  # CUDA's: MPS has float16 autocast and a scaler
+    assert porter_runtime.GradScaler().is_enabled()
     assert porter_runtime.dist_backend("nccl") == "gloo"
     assert porter_runtime.pin_memory(True) is False
     assert porter_runtime.map_location("cuda:0") == torch.device("cpu")
@@ -182,3 +182,26 @@ def test_a_checkpoint_loads_onto_the_emulated_device(emulated, tmp_path):
             with pytest.raises(TypeError):  # float64 on the device, as MPS's deserializer leaves it
                 state["h"].add(1)
         assert torch.load(path, map_location="cpu")["h"].add(1).dtype == torch.float64
+
+
+def test_an_enabled_scaler_steps_on_the_emulated_device(emulated, monkeypatch):
+    """torch's GradScaler takes the scale's reciprocal in float64 except on ``mps:0``; the
+    emulated device is ``cpu:0``, so that float64 is torch's, not the code's: a float16
+    autocast step with an enabled scaler runs as it does on a Mac, and the code's own
+    float64 on the device is still refused."""
+    monkeypatch.setattr(torch.Tensor, "cpu", torch.Tensor.cpu)  # undone after the test
+    monkeypatch.setattr(torch.Tensor, "to", torch.Tensor.to)
+    monkeypatch.setattr(torch.Tensor, "device", torch.Tensor.device)
+    _emulate.patch_host_moves()
+    with contract():
+        model = torch.nn.Linear(3, 1).to(emulated)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        scaler = porter_runtime.GradScaler()
+        with porter_runtime.autocast():
+            loss = model(torch.randn(2, 3, device=emulated)).float().sum()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        assert scaler.is_enabled() and scaler.get_scale() == 65536.0
+        with pytest.raises(TypeError, match="float64"):
+            torch.zeros(2, device=emulated).double()

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
+from porter.project.runtime_modules import supply
+
 PEAK_ENV = "PORTER_PEAK_MEMORY_FILE"  # read by porter_runtime/_peak.py
 DEFAULT_FRACTION = 0.8
 
@@ -163,7 +165,8 @@ class Runner:
         with tempfile.TemporaryDirectory(prefix="porter-fit-") as tmp:
             record_path = Path(tmp) / "peak.jsonl"
             log_path = Path(tmp) / "output.log"
-            env = {**os.environ, **extra_env, PEAK_ENV: str(record_path)}
+            env = {**os.environ, **extra_env, PEAK_ENV: str(record_path),
+                   **supply(Path(tmp) / "runtime_extra", "fit")}  # the recorder: a sized copy lacks it
             start = time.monotonic()
             returncode, timed_out = _run(argv, env, log_path, self.timeout, self.cwd)
             wall = time.monotonic() - start

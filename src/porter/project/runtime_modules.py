@@ -10,6 +10,12 @@ The names are read from the ported sources as text. Code that reaches the runtim
 way this reading can't follow (``import porter_runtime as rt``, ``from porter_runtime
 import x``, ``getattr(porter_runtime, ...)``) gets the whole runtime: a missing module
 would be an ``AttributeError`` at run time, and size is never worth that.
+
+Two tools of porter run the user's code with runtime modules no port calls: ``porter fit``
+records peak memory (``_peak``) and ``porter verify --emulate mps`` emulates a Mac
+(``_emulate``, ``_mps_coverage``). The runtime imports them by name only when the tool's
+variable is set, and the tool hands them to the child (:func:`supply`): a copy holds them
+only with ``--full-runtime``.
 """
 
 from __future__ import annotations
@@ -31,7 +37,11 @@ _WORD = re.compile(rb"\bporter_runtime\b")
 _COMMENT = re.compile(rb"#[^\n]*")
 
 #: Modules every copy holds: the package, and what it imports while being imported.
-_CORE = ("__init__", "_peak")
+_CORE = ("__init__",)
+#: The runtime modules each tool that runs the user's code supplies (see the docstring).
+TOOL_MODULES = {"fit": ("_peak",), "emulate": ("_emulate", "_mps_coverage")}
+#: The variable naming the folder of supplied modules (porter_runtime/__init__.py reads it).
+EXTRA_VARIABLE = "PORTER_RUNTIME_EXTRA"
 
 
 def used_names(source: bytes) -> Optional[frozenset[str]]:
@@ -134,6 +144,18 @@ def _imports(source: Path) -> dict[str, frozenset[str]]:
                 found.update(a.name.split(".")[1] for a in node.names if a.name.startswith("porter_runtime."))
         graph[stem] = frozenset(found & stems)
     return graph
+
+
+def supply(folder: Path, tool: str) -> dict[str, str]:
+    """Copy the installed runtime's modules that ``tool`` needs into ``folder`` (made if
+    missing); the environment that hands them to a child process."""
+    from porter.files.apply import runtime_source
+
+    folder.mkdir(parents=True, exist_ok=True)
+    source = runtime_source()
+    for stem in TOOL_MODULES[tool]:
+        (folder / f"{stem}.py").write_bytes((source / f"{stem}.py").read_bytes())
+    return {EXTRA_VARIABLE: str(folder)}
 
 
 def _tree(path: Path) -> ast.Module:

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import BinaryIO, Optional, Sequence
 
 from porter.project.runtime_home import is_vendored
+from porter.project.runtime_modules import supply
 from porter.rulebase.cuda_packages import verify_hidden
 from porter.verify.mapping import FindingIndex, Mapping, analyse, map_failure
 from porter.verify.modules import ModuleSpec, SkippedFile, plan, search_path
@@ -151,8 +152,12 @@ class VerifyReport:
 def child_environment(root: Path, guard_dir: Path, allow: Sequence[str], python: str,
                       emulate: Optional[str] = None) -> dict[str, str]:
     env = dict(os.environ)
+    roots = [str(root)]  # where the guard lets the code find porter_runtime's modules
     if emulate:  # porter_runtime reads these when the code imports it (porter_runtime/_emulate.py)
         env.update({"PORTER_EMULATE": emulate, "PORTER_EMULATE_REPORT_DIR": str(guard_dir / "emulate")})
+        supplied = supply(guard_dir / "runtime_extra", "emulate")  # a copy sized to the port lacks them
+        env.update(supplied)
+        roots += supplied.values()
         (guard_dir / "emulate").mkdir(exist_ok=True)
     env.update({
         "CUDA_VISIBLE_DEVICES": "",  # torch.cuda.is_available() is False, even on a CUDA machine
@@ -160,7 +165,7 @@ def child_environment(root: Path, guard_dir: Path, allow: Sequence[str], python:
         "ROCR_VISIBLE_DEVICES": "",
         "PYTHONDONTWRITEBYTECODE": "1",  # leave no __pycache__ in the user's tree
         "MPLBACKEND": "Agg",  # a plot at import time opens no window
-        "PORTER_VERIFY_GUARD": json.dumps({"roots": [str(root)], "allow": list(allow), **verify_hidden()}),
+        "PORTER_VERIFY_GUARD": json.dumps({"roots": roots, "allow": list(allow), **verify_hidden()}),
     })
     env["PYTHONPATH"] = os.pathsep.join([str(guard_dir), *filter(None, [os.environ.get("PYTHONPATH")])])
     # `python` in a --run command is the interpreter that imports the modules
