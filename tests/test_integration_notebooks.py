@@ -73,13 +73,14 @@ def test_notebook_cells_migrated_rest_byte_identical(tmp_path):
                                                                    if k != "source"}
     assert after.metadata == before.metadata
     # placed as in a script, no sys.path code; the notebook sits in notebooks/ and imports
-    # nothing of the repository: its copy sits beside it (not first-party: before torch)
-    assert after.cells[1].source.startswith("%matplotlib inline\nimport porter_runtime\nimport torch\n!echo hello")
+    # nothing of the repository: a pointer beside it loads the root copy (first-party: after torch)
+    assert after.cells[1].source.startswith("%matplotlib inline\nimport torch\n\nimport porter_runtime\n!echo hello")
+    assert (tmp_path / "repo" / "notebooks" / "porter_runtime.py").is_file()
+    assert (tmp_path / "repo" / "porter_runtime" / "__init__.py").is_file()
     assert "import porter_runtime" in after.cells[1].source and "sys.path" not in after.cells[1].source
     assert after.cells[2].source == "x = torch.ones(2).to(porter_runtime.device())\nfiles = !ls\nprint(x.device.type)"
     assert after.cells[5].source.startswith("porter_runtime.synchronize()\n")
     assert "porter_runtime" not in after.cells[5].source.split("\n", 1)[1].replace(".to(porter_runtime.device())", "")
-    assert (tmp_path / "repo" / "notebooks" / "porter_runtime" / "__init__.py").exists()
     # The migrated cells run on this CPU-only machine, from the notebook's folder.
     ran = run_cells(path, path.parent)
     assert ran.returncode == 0, ran.stderr

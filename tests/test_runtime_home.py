@@ -273,3 +273,49 @@ def test_the_runtime_import_comes_before_its_first_use_at_import_time(tmp_path):
     assert text.index("import porter_runtime\n") < text.index("porter_runtime.device(")
     proc = _runs(repo, "train.py")
     assert proc.returncode == 0 and "[2.0, 2.0]" in proc.stdout, proc.stderr
+
+
+def test_scripts_in_many_folders_share_one_copy_through_pointers(tmp_path):
+    """pytorch/examples and PyTorch-GAN keep one standalone script per folder. Each folder
+    gets a pointer module, not a copy: the repository holds one porter_runtime, every
+    script runs from its own folder and from the root, and a second port changes nothing."""
+    import subprocess
+    import sys
+
+    from porter.project.runtime_home import is_pointer
+    from porter_test_utils import run_porter
+
+    repo = tmp_path / "repo"
+    scripts = {"mnist/main.py": "torch.cuda.synchronize()\n",
+               "gan/dcgan/dcgan.py": "with torch.autocast('cuda', dtype=torch.float16):\n    y = x @ x.T\n"}
+    for rel, body in scripts.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text("import torch\n\nx = torch.randn(2, 3).cuda()\n" + body + "print('ok')\n")
+    (repo / "requirements.txt").write_text("torch\n")
+    assert run_porter("migrate", repo, "--write", "-q").returncode == 0
+    copies = [p for p in repo.rglob("porter_runtime") if p.is_dir()]
+    assert copies == [repo / "porter_runtime"]
+    assert is_pointer(repo / "mnist" / "porter_runtime.py") and is_pointer(repo / "gan" / "dcgan" / "porter_runtime.py")
+    env = {"CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin", "PORTER_QUIET": "1"}
+    for rel in scripts:
+        for cwd, arg in ((repo / rel).parent, (repo / rel).name), (repo, rel):
+            ran = subprocess.run([sys.executable, arg], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+            assert ran.returncode == 0 and ran.stdout.strip() == "ok", ran.stderr
+    again = run_porter("migrate", repo, "--diff", "-q")
+    assert again.returncode == 0 and again.stdout == b""
+
+
+def test_a_porter_runtime_module_porter_did_not_write_is_never_overwritten(tmp_path):
+    from porter_test_utils import run_porter
+
+    repo = tmp_path / "repo"
+    (repo / "tools").mkdir(parents=True)
+    (repo / "requirements.txt").write_text("torch\n")
+    (repo / "tools" / "plot.py").write_text("import torch\nx = torch.zeros(2).cuda()\n")
+    (repo / "tools" / "porter_runtime.py").write_text("MINE = 1\n")
+    proc = run_porter("migrate", repo, "--write")
+    assert proc.returncode == 2
+    assert (repo / "tools" / "porter_runtime.py").read_text() == "MINE = 1\n"
+    assert not (repo / "porter_runtime").exists()  # nothing vendored that no file could use
+    assert (repo / "tools" / "plot.py").read_text() == "import torch\nx = torch.zeros(2).cuda()\n"
+    assert b"porter did not write it" in proc.stderr + proc.stdout

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
-from porter.project.runtime_home import is_vendored
+from porter.project.runtime_home import is_pointer, is_vendored
 
 SKIP_DIRS = frozenset({
     ".git", ".hg", ".svn", ".venv", "venv", ".env", ".tox", ".nox", ".eggs",
@@ -201,6 +201,8 @@ def _walk_dir(folder: Path, root, excludes, skip_resolved, found, ignores, patte
                 continue  # porter's own runtime, wherever it was vendored: never ported
             yield from _walk_dir(path, root, excludes, skip_resolved, found, ignores, patterns)
         elif entry.is_file(follow_symlinks=False) and any(fnmatch.fnmatch(entry.name, p) for p in patterns):
+            if entry.name == "porter_runtime.py" and is_pointer(path):
+                continue  # porter's pointer to the root copy: never ported
             yield path
 
 

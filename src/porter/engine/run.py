@@ -22,7 +22,9 @@ from porter.project.runtime_home import (
     LazyBootstrap,
     home_of_import,
     manifest_change,
+    pointer_source,
     refuse_home,
+    refuse_pointer,
 )
 from porter.project.runtime_modules import modules_for, used_names
 
@@ -151,6 +153,8 @@ def run(
 
     def vendor(home: Home, code: Optional[bytes], needed: bool = True) -> str:
         """Vendor one copy, with the modules ``code`` needs; why it could not be, or ""."""
+        if home.primary is not None:
+            return refuse_pointer(home, root) or vendor(home.primary, code, needed) or point(home, needed)
         modules = None if config.full_runtime or code is None else modules_for(used_names(code), runtime_source())
         if home.folder in homes:
             have = held[home.folder]
@@ -184,7 +188,33 @@ def run(
             result.notes += notes
         return problem
 
+    def point(home: Home, needed: bool) -> str:
+        """Write the pointer module that hands ``home.primary`` to a folder's scripts."""
+        if home.pointer in homes:
+            return homes[home.pointer]
+        problem = refuse_pointer(home, root)
+        if problem and not needed:
+            return problem
+        if not problem:
+            old, new = read_or_none(home.pointer), pointer_source(home)
+            if old != new:
+                rel = relative_posix(home.pointer, root)
+                change = Change(rel, old, new, runtime=True)
+                problem = (sink(change) or "") if sink is not None else ""
+                if not problem:
+                    result.runtime_changes.append(change)
+                    folder = relative_posix(home.pointer.parent, root)
+                    target = relative_posix(home.primary.folder, root)
+                    result.notes.append(f"{'wrote' if config.write else 'would write'} {rel}: the scripts in "
+                                        f"{folder}/ use the copy at {target}/")
+        homes[home.pointer] = problem
+        if problem:
+            result.notes.append(f"porter_runtime not reachable from {relative_posix(home.pointer.parent, root)}/: {problem}")
+        return problem
+
     def home_of(item: FileResult, path: Path) -> Home:
+        if item.runtime_folder.endswith(".py"):  # a pointer module to the root copy
+            return Home((root / item.runtime_folder).with_suffix(""), primary=layout.root_home)
         if item.runtime_folder:
             return Home(root / item.runtime_folder, item.runtime_package)
         return home_of_import(layout, path, item.runtime_from)

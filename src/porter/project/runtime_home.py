@@ -11,8 +11,10 @@ the runtime"):
   name (``ldm.models.diffusion``): a copy inside it, ``from ldm.models.diffusion import
   porter_runtime``;
 - a script or notebook that imports such a package: the same copy, through the package;
-- a script or notebook in a subfolder that imports nothing of the repository: a copy
-  beside it (Python puts the script's own folder first on ``sys.path``);
+- a script or notebook in a subfolder that imports nothing of the repository: the root
+  copy, through a pointer module beside it (``scripts/porter_runtime.py``, a dozen lines
+  that load ``../porter_runtime`` by its path: Python puts only the script's own folder
+  on ``sys.path``), so a repository of many example folders holds one copy;
 - any other file: the copy at the root (``import porter_runtime``). Scripts at the root,
   packages at the root (``python -m pkg.train``) and scripts that import the repository's
   own root modules find it the way they find those.
@@ -41,14 +43,20 @@ _BUILD_FILES = ("setup.py", "setup.cfg")
 
 @dataclass(frozen=True)
 class Home:
-    """One vendored copy: its folder and the package that holds it ("" for none)."""
+    """One vendored copy: its folder and the package that holds it ("" for none). With
+    ``primary``, no copy: a pointer module (``folder`` + ".py") that loads that copy."""
 
     folder: Path
     package: str = ""
+    primary: Optional["Home"] = None
 
     @property
     def statement(self) -> str:
         return f"from {self.package} import {RUNTIME}" if self.package else f"import {RUNTIME}"
+
+    @property
+    def pointer(self) -> Path:
+        return self.folder.with_name(f"{RUNTIME}.py")
 
 
 class LayoutError(Exception):
@@ -131,14 +139,17 @@ class Layout:
             return self.root_home, ""
         # A script or notebook in a subfolder that imports nothing of the repository:
         # Python puts only its own folder on sys.path (``python scripts/plot.py`` from the
-        # root, or from scripts/), so its copy sits beside it.
-        return Home(file.parent / RUNTIME), ""
+        # root, or from scripts/), so a pointer beside it loads the root copy (a copy an
+        # earlier port put beside it stays in use).
+        beside = file.parent / RUNTIME
+        return (Home(beside) if is_vendored(beside) else Home(beside, primary=self.root_home)), ""
 
     def first_party_for(self, home: Home) -> frozenset:
         """What isort (ruff's ``src = [".", "src"]``) will call first-party once ``home``
-        exists: a copy at the root or inside a package is the repository's own code; one
-        beside a script in a subfolder is not, unless a root copy exists too."""
-        if home.package or home.folder.parent in (self.root, self.root / "src"):
+        exists: a copy at the root or inside a package is the repository's own code (a
+        pointer means a root copy); one beside a script in a subfolder is not, unless a
+        root copy exists too."""
+        if home.package or home.primary is not None or home.folder.parent in (self.root, self.root / "src"):
             return self.first_party | {RUNTIME}
         return self.first_party
 
@@ -152,6 +163,8 @@ def home_of_import(layout: "Layout", file: Path, package: str) -> Home:
         beside = file.absolute().parent / RUNTIME
         if beside.parent != layout.root and is_vendored(beside):
             return Home(beside)  # a standalone script's own copy (first on its sys.path)
+        if beside.parent != layout.root and is_pointer(beside.with_name(f"{RUNTIME}.py")):
+            return Home(beside, primary=layout.root_home)
         return layout.root_home
     top = _top_package(file.absolute())
     bases = [layout.root, layout.root / "src"] + ([top.parent] if top is not None else [])
@@ -269,23 +282,81 @@ def is_vendored(folder: Path) -> bool:
     return _is_file(folder / MARKER) and _is_file(folder / "__init__.py")
 
 
+#: The first line of a pointer module: how porter knows the file is its own.
+POINTER_MARK = b"# porter: the scripts in this folder use the repository's one copy of porter_runtime"
+
+
+def is_pointer(path: Path) -> bool:
+    """Whether ``path`` is a pointer module porter wrote (its first line is the mark)."""
+    try:
+        if not path.is_file() or path.is_symlink():
+            return False
+        with open(path, "rb") as handle:
+            return handle.read(len(POINTER_MARK)) == POINTER_MARK
+    except OSError:
+        return False
+
+
+def pointer_source(home: Home) -> bytes:
+    """The pointer module for ``home``: it loads the primary copy by its path relative to
+    the pointer (no ``sys.path`` change) and stands in for it under the same name."""
+    assert home.primary is not None
+    rel = os.path.relpath(home.primary.folder, home.pointer.parent).replace(os.sep, "/")
+    parts = ", ".join(repr(p) for p in rel.split("/"))
+    return (POINTER_MARK.decode() + f" ({rel}).\n"
+            '"""porter_runtime for the scripts in this folder, vendored by porter.\n\n'
+            "`python folder/script.py` puts only the script's folder on sys.path, so this module\n"
+            "loads the repository's copy of porter_runtime by its path and becomes it.\n"
+            '"""\n'
+            "import importlib.util as _util\n"
+            "import os as _os\n"
+            "import sys as _sys\n\n"
+            f"_folder = _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), {parts})\n"
+            '_spec = _util.spec_from_file_location(__name__, _os.path.join(_folder, "__init__.py"),\n'
+            "                                      submodule_search_locations=[_folder])\n"
+            "_module = _util.module_from_spec(_spec)\n"
+            "_sys.modules[__name__] = _module\n"
+            "_spec.loader.exec_module(_module)\n").encode()
+
+
+def refuse_pointer(home: Home, root: Path) -> str:
+    """Why porter must not write ``home``'s pointer module ("" when it may)."""
+    path = home.pointer
+    shown = _shown(path, root)
+    problem = _unsafe_path(path, root)
+    if problem:
+        return problem
+    if path.exists() and not is_pointer(path):
+        return f"{shown} exists and porter did not write it; porter never overwrites it: rename it, or pass --runtime-dir"
+    return ""
+
+
 def stdlib_names() -> frozenset:
     return frozenset(sys.stdlib_module_names)
+
+
+def _unsafe_path(path: Path, root: Path) -> str:
+    """Why porter must not write at ``path``: outside the root, or behind a symbolic link."""
+    try:
+        rel = path.absolute().relative_to(root.absolute())
+    except ValueError:
+        return f"{path} is outside the root {root}"
+    here = root
+    for part in rel.parts:
+        here = here / part
+        if here.is_symlink():
+            return f"{_shown(here, root)} is a symbolic link (porter never writes through links)"
+    return ""
 
 
 def refuse_home(home: Home, root: Path) -> str:
     """Why porter must not write the copy at ``home`` ("" when it may): outside the root,
     behind a symbolic link, or a folder (or file) of that name porter did not create."""
     folder = home.folder
-    try:
-        rel = folder.absolute().relative_to(root.absolute())
-    except ValueError:
-        return f"{folder} is outside the root {root}"
-    here = root
-    for part in rel.parts:
-        here = here / part
-        if here.is_symlink():
-            return f"{_shown(here, root)} is a symbolic link (porter never writes through links)"
+    problem = _unsafe_path(folder, root)
+    if problem:
+        return problem
+    rel = folder.absolute().relative_to(root.absolute())
     if folder.exists() and not folder.is_dir():
         return f"{rel.as_posix()} exists and is not a folder"
     if folder.is_dir() and not is_vendored(folder):
@@ -371,9 +442,11 @@ class LazyBootstrap:
 
 
 def runtime_home_fields(bootstrap: Union[None, str, "LazyBootstrap"], rel: str) -> tuple[str, str, str]:
-    """(home folder relative to the root, its package, note) of the copy a file now imports."""
+    """(home folder relative to the root, its package, note) of the copy a file now imports;
+    for a pointer module, the module's path (``scripts/porter_runtime.py``)."""
     if not isinstance(bootstrap, LazyBootstrap) or bootstrap.home is None:
         return "", "", ""
     home = bootstrap.home
-    folder = os.path.relpath(home.folder, bootstrap.layout.root).replace(os.sep, "/")
+    where = home.pointer if home.primary is not None else home.folder  # a pointer: its file
+    folder = os.path.relpath(where, bootstrap.layout.root).replace(os.sep, "/")
     return folder, home.package, bootstrap.note

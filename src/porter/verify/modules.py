@@ -59,7 +59,7 @@ def _is_test(rel: str) -> bool:
 def skip_reason(rel: str, include_tests: bool) -> Optional[str]:
     parts = rel.split("/")
     name = parts[-1]
-    if RUNTIME in parts[:-1]:
+    if RUNTIME in parts[:-1] or name == f"{RUNTIME}.py":
         return "the vendored porter runtime"
     if name == "setup.py":
         return "importing setup.py runs the build"
