@@ -319,3 +319,31 @@ def test_a_porter_runtime_module_porter_did_not_write_is_never_overwritten(tmp_p
     assert not (repo / "porter_runtime").exists()  # nothing vendored that no file could use
     assert (repo / "tools" / "plot.py").read_text() == "import torch\nx = torch.zeros(2).cuda()\n"
     assert b"porter did not write it" in proc.stderr + proc.stdout
+
+
+def test_a_package_below_the_root_of_a_repository_that_does_not_build_points_to_the_root_copy(tmp_path):
+    """distributed/FSDP/utils/ in pytorch/examples: a package its folder's scripts import by
+    its own name (``from utils import ...``), in a repository with no build. Its modules
+    import ``from utils import porter_runtime``, a pointer module that is the root copy."""
+    import subprocess
+    import sys
+
+    from porter.project.runtime_home import is_pointer
+    from porter_test_utils import run_porter
+
+    repo = tmp_path / "repo"
+    (repo / "fsdp" / "utils").mkdir(parents=True)
+    (repo / "requirements.txt").write_text("torch\n")
+    (repo / "fsdp" / "utils" / "__init__.py").write_text("from .train_utils import step\n")
+    (repo / "fsdp" / "utils" / "train_utils.py").write_text(
+        "import torch\n\n\ndef step():\n    x = torch.ones(2).cuda()\n    torch.cuda.synchronize()\n    return x.sum().item()\n")
+    (repo / "fsdp" / "main.py").write_text("from utils import step\n\nprint(step())\n")
+    assert run_porter("migrate", repo, "--write", "-q").returncode == 0
+    assert [p for p in repo.rglob("porter_runtime") if p.is_dir()] == [repo / "porter_runtime"]
+    assert is_pointer(repo / "fsdp" / "utils" / "porter_runtime.py")
+    assert "from utils import porter_runtime" in (repo / "fsdp" / "utils" / "train_utils.py").read_text()
+    ran = subprocess.run([sys.executable, "main.py"], cwd=repo / "fsdp", capture_output=True, text=True, timeout=300,
+                         env={"CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin", "PORTER_QUIET": "1"})
+    assert ran.returncode == 0 and ran.stdout.strip() == "2.0", ran.stderr
+    again = run_porter("migrate", repo, "--diff", "-q")
+    assert again.returncode == 0 and again.stdout == b""

@@ -214,7 +214,7 @@ def run(
 
     def home_of(item: FileResult, path: Path) -> Home:
         if item.runtime_folder.endswith(".py"):  # a pointer module to the root copy
-            return Home((root / item.runtime_folder).with_suffix(""), primary=layout.root_home)
+            return Home((root / item.runtime_folder).with_suffix(""), item.runtime_package, primary=layout.root_home)
         if item.runtime_folder:
             return Home(root / item.runtime_folder, item.runtime_package)
         return home_of_import(layout, path, item.runtime_from)

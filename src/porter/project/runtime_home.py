@@ -27,6 +27,7 @@ same name that it did not create.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import sys
@@ -126,23 +127,34 @@ class Layout:
         top = _top_package(file)
         nested = _namespace_name(top, self.root) if top is not None else None
         if nested is not None:
-            return Home(top / RUNTIME, nested), ""
-        if top is not None and (self.installable or top.parent != self.root):
-            return Home(top / RUNTIME, top.name), ""
+            return (Home(top / RUNTIME, nested) if self.installable else self._pointer_or_copy(top / RUNTIME, nested)), ""
+        if top is not None and self.installable:
+            return Home(top / RUNTIME, top.name), ""  # the package's build ships its copy
+        if top is not None and top.parent != self.root:
+            return self._pointer_or_copy(top / RUNTIME, top.name), ""
         if top is not None:
             return self.root_home, ""
         imported = list(imported)
         for name in imported:
-            if name in self.packages and (self.installable or self.packages[name].parent != self.root):
+            if name in self.packages and self.installable:
                 return Home(self.packages[name] / RUNTIME, name), ""
+            if name in self.packages and self.packages[name].parent != self.root:
+                return self._pointer_or_copy(self.packages[name] / RUNTIME, name), ""
         if file.parent == self.root or any(n in self.first_party and n != RUNTIME for n in imported):
             return self.root_home, ""
         # A script or notebook in a subfolder that imports nothing of the repository:
         # Python puts only its own folder on sys.path (``python scripts/plot.py`` from the
         # root, or from scripts/), so a pointer beside it loads the root copy (a copy an
         # earlier port put beside it stays in use).
-        beside = file.parent / RUNTIME
-        return (Home(beside) if is_vendored(beside) else Home(beside, primary=self.root_home)), ""
+        return self._pointer_or_copy(file.parent / RUNTIME, ""), ""
+
+    def _pointer_or_copy(self, folder: Path, package: str) -> Home:
+        """Code that can't import the root copy by name (a script in a subfolder, a package
+        in a repository that does not build): a pointer module there that loads the root
+        copy, so that the repository holds one; a copy an earlier port put there stays."""
+        if is_vendored(folder):
+            return Home(folder, package)
+        return Home(folder, package, primary=self.root_home)
 
     def first_party_for(self, home: Home) -> frozenset:
         """What isort (ruff's ``src = [".", "src"]``) will call first-party once ``home``
@@ -171,6 +183,8 @@ def home_of_import(layout: "Layout", file: Path, package: str) -> Home:
     for base in bases:
         folder = base.joinpath(*package.split("."))
         if _is_file(folder / "__init__.py"):
+            if not layout.installable and is_pointer(folder / f"{RUNTIME}.py"):
+                return Home(folder / RUNTIME, package, primary=layout.root_home)
             return Home(folder / RUNTIME, package)
     return Home(layout.root.joinpath(*package.split(".")) / RUNTIME, package)
 
@@ -283,7 +297,7 @@ def is_vendored(folder: Path) -> bool:
 
 
 #: The first line of a pointer module: how porter knows the file is its own.
-POINTER_MARK = b"# porter: the scripts in this folder use the repository's one copy of porter_runtime"
+POINTER_MARK = b"# porter: the code in this folder uses the repository's one copy of porter_runtime"
 
 
 def is_pointer(path: Path) -> bool:
@@ -302,11 +316,12 @@ def pointer_source(home: Home) -> bytes:
     the pointer (no ``sys.path`` change) and stands in for it under the same name."""
     assert home.primary is not None
     rel = os.path.relpath(home.primary.folder, home.pointer.parent).replace(os.sep, "/")
-    parts = ", ".join(repr(p) for p in rel.split("/"))
+    parts = ", ".join(json.dumps(p) for p in rel.split("/"))
     return (POINTER_MARK.decode() + f" ({rel}).\n"
-            '"""porter_runtime for the scripts in this folder, vendored by porter.\n\n'
-            "`python folder/script.py` puts only the script's folder on sys.path, so this module\n"
-            "loads the repository's copy of porter_runtime by its path and becomes it.\n"
+            '"""porter_runtime for the code in this folder, vendored by porter.\n\n'
+            "The code here can't import the repository's copy by name (`python folder/script.py`\n"
+            "puts only the script's folder on sys.path), so this module loads that copy by its\n"
+            "path and becomes it.\n"
             '"""\n'
             "import importlib.util as _util\n"
             "import os as _os\n"
