@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
-from porter import known_modules
+from porter import known_modules, project
 from porter.apply import Change, read_or_none, runtime_source, vendor_changes
 from porter.discover import Skipped, discover, relative_posix
 from porter.engine import process_file
@@ -212,10 +212,11 @@ def with_tree_context(config: RunConfig, rels: Sequence[str]) -> RunConfig:
     sources, where porter.probes checks that no other module reads a flag it removes."""
     if config.options.ledger is not None:
         return config
+    model = project.build(config.root, rels) if config.options.project is None else config.options.project
     context = TreeContext(local=known_modules.local(rels), declared=known_modules.declared(config.root),
                           root=str(config.root), sources=frozenset(r for r in rels if r.endswith((".py", ".ipynb"))),
                           extensions=known_modules.extensions(config.root, rels))
-    return replace(config, options=replace(config.options, ledger=context))
+    return replace(config, options=replace(config.options, ledger=context, project=model))
 
 
 def _ship(config: RunConfig, result: RunResult, shipped: list[Home], edited: Optional[bytes], sink) -> None:

@@ -7,6 +7,7 @@ from typing import Optional
 
 import libcst as cst
 
+from porter.project_query import receiver_overrides
 from porter.rule import CUDA_SPEC, Example, Needs, Rule, Safety, cuda_spec, positional, string_value
 from porter.syntax import index_args
 
@@ -249,8 +250,9 @@ class MethodDeviceCuda(Rule):
     runtime's device is the device the string named.
 
     Known limits:
-    The receiver's type is not known; a call on an imported module (`mylib.to("cuda")`)
-    is left alone.
+    The receiver's type is known only where the file constructs it: a class of the
+    repository with its own `to` (porter.project) then gets a finding, as its `to` may
+    want the string. A call on an imported module (`mylib.to("cuda")`) is left alone.
     """
 
     code = "PT003"
@@ -288,7 +290,18 @@ class MethodDeviceCuda(Rule):
             "def f(x, torch):\n    return x.to(device='cuda')\n",
             "import porter_runtime\ndef f(x, torch):\n    return x.to(device=porter_runtime.device())\n",
         ),
+        # a class of the repository with its own `to(self, device: str)`: only a finding
+        Example(
+            "from utils.meters import Meter\n\nmeter = Meter().to('cuda')\n",
+            path="train.py", line=3, message="`Meter` defines its own `to`",
+            project=(("utils/meters.py", "class Meter:\n    def to(self, device):\n"
+                      "        self.device = device.split(':')[0]\n        return self\n"),),
+        ),
     ]
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._receivers: dict = {}  # porter.project_query's cache of this file's instances
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         func = original.func
@@ -296,6 +309,11 @@ class MethodDeviceCuda(Rule):
             return updated
         if self.qualname(func.value) is not None:
             return updated  # a function of an imported module, not a tensor method
+        owner = receiver_overrides(self.ctx.project, self.ctx.module, func.value, func.attr.value, self._receivers)
+        if owner is not None and any(cuda_spec(a.value) is not None for a in original.args):
+            self.flag(original, f"`{owner}` defines its own `{func.attr.value}`, which may not take a `torch.device`; "
+                      "not rewritten", suggestion=f"x.{func.attr.value}(porter_runtime.device_str())")
+            return updated
         if func.attr.value == "to" and updated.args and updated.args[0].keyword is None:
             spec = cuda_spec(updated.args[0].value)
             if spec is not None and not updated.args[0].star:

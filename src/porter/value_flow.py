@@ -1,0 +1,349 @@
+"""Where device values go across the repository: a small lattice and its fixpoint (issue 27).
+
+Each expression the model can follow gets one :class:`Kind`: a CUDA index (``rank %
+torch.cuda.device_count()``, ``torch.cuda.current_device()``, ``int(os.environ["LOCAL_RANK"])``,
+a name the code passes to ``torch.cuda.set_device``), a list of them (``gpu_ids``, what
+``device_ids=`` takes), a CUDA string, a resolved device. Two different kinds meet in
+UNKNOWN. Values flow through assignments, attributes (by attribute name, whatever the
+object: a field-based analysis, the cheapest that follows ``self.gpu_ids = opt.gpu_ids``)
+and the arguments of calls to the repository's own functions, methods and classes.
+
+The builder parses with ``ast`` only the files that can matter: those that hold a CUDA
+index source or sink (a byte search), then, until nothing new turns up, those that
+define a function a known value is passed to or that read an attribute holding one.
+Most files of a large tree are never parsed. The result, :class:`FlowFacts`, is plain
+picklable data keyed by (file, function qualname) and read by rules through
+:mod:`porter.flow_query`.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Iterator, Mapping, Optional
+
+
+class Kind(str, Enum):
+    INDEX = "cuda-index"
+    INDEX_LIST = "cuda-index-list"
+    CUDA_STR = "cuda-string"
+    DEVICE = "device"
+    UNKNOWN = "unknown"
+
+
+def join(a: Optional[Kind], b: Optional[Kind]) -> Optional[Kind]:
+    """None is "no information"; two different kinds give UNKNOWN."""
+    if a is None or a == b:
+        return b
+    if b is None:
+        return a
+    return Kind.UNKNOWN
+
+
+Scope = tuple[str, str]  # (file, function qualname; "" for the module)
+
+
+@dataclass(frozen=True)
+class Callee:
+    """A function of the repository as a call site sees it."""
+
+    scope: Scope
+    params: tuple[str, ...]
+    method: bool  # defined in a class: the first parameter is bound by the call
+    #: parameters whose every read is a device use (``device=p``, ``.to(p)``, ``p is None``)
+    device_only: frozenset[str] = frozenset()
+
+
+@dataclass
+class FlowFacts:
+    #: (file, qualname) -> name -> kind, for names whose kind is known
+    names: dict[Scope, dict[str, Kind]] = field(default_factory=dict)
+    #: attribute name -> kind (``self.gpu_ids``, ``opt.gpu_ids``)
+    attrs: dict[str, Kind] = field(default_factory=dict)
+    #: simple name (function, method, or class for its ``__init__``) -> its definitions
+    callees: dict[str, tuple[Callee, ...]] = field(default_factory=dict)
+    #: the files the model followed values through (the only ones its rules can act in)
+    files: frozenset[str] = frozenset()
+
+    def name_kind(self, scope: Scope, name: str) -> Optional[Kind]:
+        found = self.names.get(scope, {}).get(name)
+        return found if found is not None else self.names.get((scope[0], ""), {}).get(name)
+
+
+#: A file that can make or prove a CUDA index: where the walk starts.
+_TRIGGER = re.compile(rb"device_count|current_device|LOCAL_RANK|set_device|device_ids|cuda:|\.cuda\(\s*\w")
+_MAX_FILES = 400  # bound on the files parsed, whatever the tree
+
+
+def _dotted(node: ast.AST) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return f"{base}.{node.attr}" if base else ""
+    return ""
+
+
+def _env_local_rank(node: ast.AST) -> bool:
+    """``os.environ["LOCAL_RANK"]``, ``os.environ.get("LOCAL_RANK")``, ``os.getenv("LOCAL_RANK")``."""
+    if isinstance(node, ast.Subscript):
+        key = node.slice
+    elif isinstance(node, ast.Call) and node.args:
+        key = node.args[0]
+    else:
+        return False
+    return isinstance(key, ast.Constant) and key.value == "LOCAL_RANK"
+
+
+def source_kind(node: ast.AST) -> Optional[Kind]:
+    """The kind an expression has by itself, whatever its scope."""
+    if isinstance(node, ast.Constant):  # an int literal is an index only where a sink says so
+        if isinstance(node.value, str) and re.fullmatch(r"cuda(:\d+)?", node.value):
+            return Kind.CUDA_STR
+        return None
+    if isinstance(node, ast.Call):
+        name = _dotted(node.func)
+        if name.endswith("current_device") and name.split(".")[0] in ("torch", "porter_runtime", "current_device"):
+            return Kind.INDEX
+        if name == "int" and len(node.args) == 1 and _env_local_rank(node.args[0]):
+            return Kind.INDEX
+        if name in ("torch.device", "porter_runtime.device"):
+            return Kind.DEVICE
+        return None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and isinstance(node.right, ast.Call):
+        return Kind.INDEX if _dotted(node.right.func).endswith("device_count") else None
+    return None
+
+
+@dataclass
+class _Function:
+    scope: Scope
+    node: ast.AST  # FunctionDef, or the Module for module scope
+    params: tuple[str, ...] = ()
+    method: bool = False
+
+
+def _functions(rel: str, tree: ast.Module) -> Iterator[_Function]:
+    yield _Function((rel, ""), tree)
+
+    def walk(body, prefix: str, in_class: bool) -> Iterator[_Function]:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                qual = f"{prefix}{node.name}"
+                args = node.args
+                params = tuple(a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs))
+                yield _Function((rel, qual), node, params, in_class)
+                yield from walk(node.body, qual + ".", False)
+            elif isinstance(node, ast.ClassDef):
+                yield from walk(node.body, f"{prefix}{node.name}.", True)
+            elif isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
+                yield from walk([*getattr(node, "body", []), *getattr(node, "orelse", [])], prefix, in_class)
+
+    yield from walk(tree.body, "", False)
+
+
+def _own_nodes(function: _Function) -> Iterator[ast.AST]:
+    """The nodes of a function's body, not those of the definitions nested in it."""
+    stack = list(ast.iter_child_nodes(function.node))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+_SET_DEVICE = ("torch.cuda.set_device", "cuda.set_device", "set_device")
+
+
+def _evidence(call: ast.Call) -> Iterator[tuple[ast.AST, Kind]]:
+    """Expressions a call uses as a CUDA index (or a list of them): proof of their kind."""
+    name = _dotted(call.func)
+    if name in _SET_DEVICE and call.args:
+        yield call.args[0], Kind.INDEX
+    if name == "torch.device" and len(call.args) == 2:
+        first = call.args[0]
+        if isinstance(first, ast.Constant) and first.value == "cuda":
+            yield call.args[1], Kind.INDEX
+    if isinstance(call.func, ast.Attribute) and call.func.attr == "cuda" and call.args:
+        yield call.args[0], Kind.INDEX
+    if isinstance(call.func, ast.Attribute) and call.func.attr == "format" and len(call.args) == 1:
+        text = call.func.value
+        if isinstance(text, ast.Constant) and isinstance(text.value, str) and re.fullmatch(r"cuda:\{\w*(:d)?\}", text.value):
+            yield call.args[0], Kind.INDEX
+    for keyword in call.keywords:
+        if keyword.arg == "device_ids":
+            value = keyword.value
+            if isinstance(value, (ast.List, ast.Tuple)):
+                yield from ((e, Kind.INDEX) for e in value.elts)
+            else:
+                yield value, Kind.INDEX_LIST
+
+
+def _string_evidence(node: ast.AST) -> Iterator[tuple[ast.AST, Kind]]:
+    """``f"cuda:{i}"`` and ``"cuda:%d" % i``."""
+    if isinstance(node, ast.JoinedStr) and len(node.values) == 2:
+        head, value = node.values
+        if isinstance(head, ast.Constant) and head.value == "cuda:" and isinstance(value, ast.FormattedValue):
+            yield value.value, Kind.INDEX
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant):
+        if isinstance(node.left.value, str) and re.fullmatch(r"cuda:%[di]", node.left.value):
+            yield node.right, Kind.INDEX
+
+
+class _Builder:
+    def __init__(self, sources: Mapping[str, bytes]) -> None:
+        self.sources = sources
+        self.parsed: dict[str, list[_Function]] = {}
+        self.facts = FlowFacts()
+        self.changed = False
+
+    # -- the lattice over one scope ------------------------------------------
+    def kind(self, node: ast.AST, scope: Scope) -> Optional[Kind]:
+        own = source_kind(node)
+        if own is not None:
+            return own
+        if isinstance(node, ast.Name):
+            return self.facts.name_kind(scope, node.id)
+        if isinstance(node, ast.Attribute):
+            return Kind.DEVICE if node.attr == "device" else self.facts.attrs.get(node.attr)
+        if isinstance(node, ast.Subscript) and not isinstance(node.slice, ast.Slice):
+            return Kind.INDEX if self.kind(node.value, scope) == Kind.INDEX_LIST else None
+        if isinstance(node, (ast.List, ast.Tuple)) and node.elts:
+            kinds = {self.kind(e, scope) for e in node.elts}
+            return Kind.INDEX_LIST if kinds == {Kind.INDEX} else None
+        return None
+
+    def learn(self, target: ast.AST, scope: Scope, kind: Optional[Kind]) -> None:
+        if kind is None:
+            return
+        if isinstance(target, ast.Name):
+            table = self.facts.names.setdefault(scope, {})
+            key = target.id
+        elif isinstance(target, ast.Attribute):
+            table, key = self.facts.attrs, target.attr
+        elif isinstance(target, ast.Subscript) and kind == Kind.INDEX:
+            return self.learn(target.value, scope, Kind.INDEX_LIST)
+        else:
+            return
+        new = join(table.get(key), kind)
+        if new != table.get(key):
+            table[key] = new
+            self.changed = True
+
+    # -- one pass over the parsed files ----------------------------------------
+    def sweep(self) -> None:
+        for rel in sorted(self.parsed):
+            for function in self.parsed[rel]:
+                for node in _own_nodes(function):
+                    self.visit(node, function.scope)
+
+    def visit(self, node: ast.AST, scope: Scope) -> None:
+        if isinstance(node, ast.Assign):
+            kind = self.kind(node.value, scope)
+            for target in node.targets:
+                self.learn(target, scope, kind)
+        elif isinstance(node, ast.Call):
+            for expr, kind in _evidence(node):
+                self.learn(expr, scope, kind)
+            self.bind(node, scope)
+        else:
+            for expr, kind in _string_evidence(node):
+                self.learn(expr, scope, kind)
+
+    def bind(self, call: ast.Call, scope: Scope) -> None:
+        """Each argument of known kind flows into the parameter it binds, in every
+        definition of the repository the callee's name may stand for."""
+        name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+        targets = self.facts.callees.get(name, ())
+        if not targets or any(isinstance(a, ast.Starred) for a in call.args):
+            return
+        for callee in targets:
+            params = callee.params[1:] if callee.method else callee.params
+            pairs = [*zip(params, call.args), *((k.arg, k.value) for k in call.keywords if k.arg)]
+            for param, value in pairs:
+                if param in callee.params:
+                    self.learn(ast.Name(param), callee.scope, self.kind(value, scope))
+
+    # -- which files to parse ----------------------------------------------------
+    def parse(self, rel: str) -> None:
+        try:
+            tree = ast.parse(self.sources[rel])
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            self.parsed[rel] = []
+            return
+        functions = list(_functions(rel, tree))
+        self.parsed[rel] = functions
+        for function in functions[1:]:
+            simple = function.scope[1].rsplit(".", 1)[-1]
+            callee = Callee(function.scope, function.params, function.method, _device_only(function))
+            keys = [simple]
+            if simple == "__init__" and "." in function.scope[1]:
+                keys = [function.scope[1].rsplit(".", 2)[-2]]  # ``Cls(...)`` calls ``Cls.__init__``
+            for key in keys:
+                self.facts.callees[key] = (*self.facts.callees.get(key, ()), callee)
+
+    def wanted(self, done: set[str]) -> set[str]:
+        """Files that define a callee a known value is passed to, or read a known attribute."""
+        words = [rb"def\s+" + re.escape(n.encode()) + rb"\b|class\s+" + re.escape(n.encode()) + rb"\b"
+                 for n in self._called_with_values()]
+        words += [rb"\.\s*" + re.escape(a.encode()) + rb"\b" for a in sorted(self.facts.attrs)]
+        if not words:
+            return set()
+        pattern = re.compile(b"|".join(words))
+        return {rel for rel in self.sources if rel not in self.parsed and pattern.search(self.sources[rel])} - done
+
+    def _called_with_values(self) -> list[str]:
+        found: set[str] = set()
+        for functions in self.parsed.values():
+            for function in functions:
+                for node in _own_nodes(function):
+                    if isinstance(node, ast.Call) and self._passes_value(node, function.scope):
+                        func = node.func
+                        found.add(func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", ""))
+        return sorted(found - {""})
+
+    def _passes_value(self, call: ast.Call, scope: Scope) -> bool:
+        values = [*call.args, *(k.value for k in call.keywords)]
+        return any(self.kind(v, scope) in (Kind.INDEX, Kind.INDEX_LIST) for v in values)
+
+
+def _device_only(function: _Function) -> frozenset[str]:
+    """The parameters whose every read is a device use."""
+    uses: dict[str, bool] = {p: True for p in function.params}
+    device_reads: set[int] = set()
+    for node in _own_nodes(function):
+        if isinstance(node, ast.keyword) and node.arg == "device" and isinstance(node.value, ast.Name):
+            device_reads.add(id(node.value))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "to" \
+                and node.args and isinstance(node.args[0], ast.Name):
+            device_reads.add(id(node.args[0]))
+        elif isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and len(node.ops) == 1 \
+                and isinstance(node.ops[0], (ast.Is, ast.IsNot)):
+            device_reads.add(id(node.left))
+    for node in _own_nodes(function):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in uses \
+                and id(node) not in device_reads:
+            uses[node.id] = False
+    return frozenset(p for p, only in uses.items() if only and p not in ("self", "cls"))
+
+
+def build(sources: Mapping[str, bytes]) -> FlowFacts:
+    """The device-value facts of a tree (``sources``: file -> bytes, Python files only)."""
+    builder = _Builder(sources)
+    todo = {rel for rel, data in sources.items() if _TRIGGER.search(data)}
+    done: set[str] = set()
+    while todo and len(builder.parsed) < _MAX_FILES:
+        for rel in sorted(todo)[: _MAX_FILES - len(builder.parsed)]:
+            builder.parse(rel)
+        done |= todo
+        for _ in range(8):  # the fixpoint: each sweep only raises kinds, towards UNKNOWN
+            builder.changed = False
+            builder.sweep()
+            if not builder.changed:
+                break
+        todo = builder.wanted(done)
+    builder.facts.files = frozenset(r for r in builder.parsed if builder.parsed[r])
+    return builder.facts
