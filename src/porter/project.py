@@ -88,8 +88,23 @@ def build_from(sources: Mapping[str, bytes]) -> ProjectModel:
 
 # -- which names other modules read ----------------------------------------------
 
-_FROM = re.compile(rb"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)", re.M)
-_IMPORT = re.compile(rb"^[ \t]*import[ \t]+([\w. \t,]+)", re.M)
+#: Literal first (the regex engine then scans for it at C speed); that the word starts a
+#: line is checked after (``_starts_line``).
+_FROM = re.compile(rb"from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)")
+_IMPORT = re.compile(rb"import[ \t]+([\w. \t,]+)")
+
+
+def _starts_line(data: bytes, at: int) -> bool:
+    line = data.rfind(b"\n", 0, at) + 1
+    return not data[line:at].strip()
+
+
+def _imports(data: bytes) -> tuple[list[tuple[str, list[tuple[str, str]]]], list[tuple[str, str]]]:
+    """(module, [(name, bound as)]) of each ``from`` import, and (module, bound as) of
+    each plain ``import``, anywhere in the file."""
+    froms = [(m.group(1).decode(), _names(m.group(2))) for m in _FROM.finditer(data) if _starts_line(data, m.start())]
+    plain = [pair for m in _IMPORT.finditer(data) if _starts_line(data, m.start()) for pair in _names(m.group(1))]
+    return froms, plain
 
 
 class _Index:
@@ -125,43 +140,37 @@ def _names(clause: bytes) -> list[tuple[str, str]]:
 
 
 def _exports(sources: Mapping[str, bytes], modules: Mapping[str, str]) -> dict[str, frozenset[str]]:
+    """File -> the names it binds by import that another module reads from it: the only
+    names the import clean-up could remove."""
     index = _Index(modules)
+    imports = {rel: _imports(data) for rel, data in sources.items()}
+    bound = {rel: {b for _, names in froms for _, b in names if b != "*"} | {b.split(".")[0] for _, b in plain}
+             for rel, (froms, plain) in imports.items()}
     read: dict[str, set[str]] = {}
-    for rel, data in sorted(sources.items()):
-        for dotted, clause in _FROM.findall(data):
-            targets = index.resolve(rel, dotted.decode())
-            for name, bound in _names(clause):
-                sub = index.resolve(rel, f"{dotted.decode()}.{name}" if dotted.strip(b".") else dotted.decode() + name)
-                if name == "*":
-                    for target in targets:
-                        read.setdefault(target, set()).update(_words(data))
-                elif sub:  # ``from pkg import module``: its attributes are read as ``bound.X``
-                    for target in sub:
-                        read.setdefault(target, set()).update(_attributes(data, bound))
+    for rel, (froms, plain) in sorted(imports.items()):
+        data = sources[rel]
+        as_module: list[tuple[str, str]] = []  # (name bound here, a module of the tree it stands for)
+        for base, names in froms:
+            targets = [t for t in index.resolve(rel, base) if t != rel]
+            for name, alias in names:
                 for target in targets:
-                    if target != rel:
-                        read.setdefault(target, set()).add(name)
-        for clause in _IMPORT.findall(data):
-            for name, bound in _names(clause):
-                for target in index.resolve(rel, name):
-                    if target != rel:
-                        read.setdefault(target, set()).update(_attributes(data, bound))
-    return {rel: frozenset(names) for rel, names in read.items()}
-
-
-def _attributes(data: bytes, bound: str) -> set[str]:
-    pattern = re.compile(rb"\b" + re.escape(bound.encode()) + rb"\s*\.\s*(\w+)")
-    return {m.decode() for m in pattern.findall(data)}
-
-
-def _words(data: bytes) -> set[str]:
-    return {w.decode() for w in re.findall(rb"[A-Za-z_]\w*", data)}
+                    found = read.setdefault(target, set())
+                    if name == "*":
+                        found.update(n for n in bound[target] if n.encode() in data)
+                    elif name in bound[target]:
+                        found.add(name)
+                sub = index.resolve(rel, f"{base}.{name}" if base.strip(".") else base + name)
+                as_module += [(alias, t) for t in sub if t != rel and name != "*"]
+        as_module += [(alias, t) for name, alias in plain for t in index.resolve(rel, name) if t != rel]
+        for alias, target in as_module:
+            read.setdefault(target, set()).update(n for n in bound[target] if f"{alias}.{n}".encode() in data)
+    return {rel: frozenset(names) for rel, names in read.items() if names}
 
 
 # -- classes with their own cuda() / to() ----------------------------------------
 
-_CLASS = re.compile(rb"^[ \t]*class[ \t]+(\w+)[ \t]*(?:\(([^)]*)\))?[ \t]*:", re.M)
-_DEF = re.compile(rb"^([ \t]+)def[ \t]+(" + b"|".join(m.encode() for m in OVERRIDABLE) + rb")[ \t]*\(", re.M)
+_CLASS = re.compile(rb"class[ \t]+(\w+)[ \t]*(?:\(([^)]*)\))?[ \t]*:")
+_DEF = re.compile(rb"def[ \t]+(" + b"|".join(m.encode() for m in OVERRIDABLE) + rb")[ \t]*\(")
 
 
 def _overrides(sources: Mapping[str, bytes]) -> dict[str, frozenset[str]]:
@@ -169,14 +178,17 @@ def _overrides(sources: Mapping[str, bytes]) -> dict[str, frozenset[str]]:
     own: dict[str, set[str]] = {}
     bases: dict[str, set[str]] = {}
     for data in sources.values():
-        classes = list(_CLASS.finditer(data))
-        for match in classes:
+        if b"class" not in data:
+            continue
+        classes = [(m, _indent(data, m.start())) for m in _CLASS.finditer(data) if _starts_line(data, m.start())]
+        for match, _ in classes:
             bases.setdefault(match.group(1).decode(), set()).update(
                 b.strip().rsplit(".", 1)[-1] for b in (match.group(2) or b"").decode().split(",") if b.strip())
         for method in _DEF.finditer(data):
-            owner = _enclosing_class(classes, method.start(), len(method.group(1)))
-            if owner:
-                own.setdefault(owner, set()).add(method.group(2).decode())
+            if _starts_line(data, method.start()):
+                owner = _enclosing_class(classes, method.start(), _indent(data, method.start()))
+                if owner:
+                    own.setdefault(owner, set()).add(method.group(1).decode())
     changed = True
     while changed:
         changed = False
@@ -188,12 +200,13 @@ def _overrides(sources: Mapping[str, bytes]) -> dict[str, frozenset[str]]:
     return {name: frozenset(methods) for name, methods in own.items()}
 
 
+def _indent(data: bytes, at: int) -> int:
+    return at - data.rfind(b"\n", 0, at) - 1
+
+
 def _enclosing_class(classes: list, offset: int, indent: int) -> str:
     """The last class statement before ``offset`` indented less than the ``def``."""
-    for match in reversed(classes):
-        if match.start() < offset:
-            line_start = match.group(0)
-            depth = len(line_start) - len(line_start.lstrip(b" \t"))
-            if depth < indent:
-                return match.group(1).decode()
+    for match, depth in reversed(classes):
+        if match.start() < offset and depth < indent:
+            return match.group(1).decode()
     return ""

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Iterator, Mapping, Optional
 
@@ -73,8 +73,15 @@ class FlowFacts:
 
 
 #: A file that can make or prove a CUDA index: where the walk starts.
-_TRIGGER = re.compile(rb"device_count|current_device|LOCAL_RANK|set_device|device_ids|cuda:|\.cuda\(\s*\w")
+_TRIGGER = (b"device_count", b"current_device", b"LOCAL_RANK", b"set_device", b"device_ids")
 _MAX_FILES = 400  # bound on the files parsed, whatever the tree
+_MAX_CALLERS = 30  # files calling one callee, past which its parameters are not followed
+#: Method names of torch's own classes: a call of one is torch's, not a repository
+#: class's that happens to share the name (``x.to(i)``, ``net.cuda(i)``).
+_TORCH_METHODS = frozenset({"to", "cuda", "cpu", "type", "forward", "__call__", "__init__"})
+#: The kinds whose attributes and calls bring more files in (a resolved device is
+#: everywhere in a large tree, and needs no port).
+_FOLLOWED = (Kind.INDEX, Kind.INDEX_LIST)
 
 
 def _dotted(node: ast.AST) -> str:
@@ -123,6 +130,9 @@ class _Function:
     node: ast.AST  # FunctionDef, or the Module for module scope
     params: tuple[str, ...] = ()
     method: bool = False
+    #: the nodes of its own body the sweeps look at (kept: a sweep runs several times)
+    nodes: tuple = ()
+    defaults: dict = field(default_factory=dict)  # parameter -> its default expression
 
 
 def _functions(rel: str, tree: ast.Module) -> Iterator[_Function]:
@@ -133,8 +143,11 @@ def _functions(rel: str, tree: ast.Module) -> Iterator[_Function]:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 qual = f"{prefix}{node.name}"
                 args = node.args
-                params = tuple(a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs))
-                yield _Function((rel, qual), node, params, in_class)
+                positional = [*args.posonlyargs, *args.args]
+                params = tuple(a.arg for a in (*positional, *args.kwonlyargs))
+                defaults = dict(zip([a.arg for a in positional][len(positional) - len(args.defaults):], args.defaults))
+                defaults.update((a.arg, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None)
+                yield _Function((rel, qual), node, params, in_class, defaults=defaults)
                 yield from walk(node.body, qual + ".", False)
             elif isinstance(node, ast.ClassDef):
                 yield from walk(node.body, f"{prefix}{node.name}.", True)
@@ -193,12 +206,22 @@ def _string_evidence(node: ast.AST) -> Iterator[tuple[ast.AST, Kind]]:
             yield node.right, Kind.INDEX
 
 
+_SWEPT = (ast.Assign, ast.Call, ast.JoinedStr, ast.BinOp)
+
+
 class _Builder:
     def __init__(self, sources: Mapping[str, bytes]) -> None:
         self.sources = sources
         self.parsed: dict[str, list[_Function]] = {}
         self.facts = FlowFacts()
         self.changed = False
+        self.defaults: dict[Scope, dict] = {}
+        self.functions: dict[Scope, _Function] = {}
+        #: (scope, name) a CUDA-index use in the code itself proves, whatever the callers pass
+        self.proven: set[tuple[Scope, str]] = set()
+        #: (scope, parameter) some call site passes something else to: never followed
+        self.blocked: set[tuple[Scope, str]] = set()
+        self.blocked_attrs: set[str] = set()
 
     # -- the lattice over one scope ------------------------------------------
     def kind(self, node: ast.AST, scope: Scope) -> Optional[Kind]:
@@ -222,8 +245,12 @@ class _Builder:
         if isinstance(target, ast.Name):
             table = self.facts.names.setdefault(scope, {})
             key = target.id
+            if (scope, key) in self.blocked:
+                kind = Kind.UNKNOWN
         elif isinstance(target, ast.Attribute):
             table, key = self.facts.attrs, target.attr
+            if key in self.blocked_attrs:
+                kind = Kind.UNKNOWN
         elif isinstance(target, ast.Subscript) and kind == Kind.INDEX:
             return self.learn(target.value, scope, Kind.INDEX_LIST)
         else:
@@ -234,10 +261,17 @@ class _Builder:
             self.changed = True
 
     # -- one pass over the parsed files ----------------------------------------
+    def settle(self) -> None:
+        for _ in range(8):  # the fixpoint: each sweep only raises kinds, towards UNKNOWN
+            self.changed = False
+            self.sweep()
+            if not self.changed:
+                break
+
     def sweep(self) -> None:
         for rel in sorted(self.parsed):
             for function in self.parsed[rel]:
-                for node in _own_nodes(function):
+                for node in function.nodes:
                     self.visit(node, function.scope)
 
     def visit(self, node: ast.AST, scope: Scope) -> None:
@@ -247,6 +281,8 @@ class _Builder:
                 self.learn(target, scope, kind)
         elif isinstance(node, ast.Call):
             for expr, kind in _evidence(node):
+                if isinstance(expr, ast.Name):
+                    self.proven.add((scope, expr.id))
                 self.learn(expr, scope, kind)
             self.bind(node, scope)
         else:
@@ -267,6 +303,44 @@ class _Builder:
                 if param in callee.params:
                     self.learn(ast.Name(param), callee.scope, self.kind(value, scope))
 
+    def device_uses(self) -> None:
+        """``Callee.device_only`` for the callees some call passes a CUDA index to (the
+        only ones a rule asks about)."""
+        for name in self._called_with_values():
+            self.facts.callees[name] = tuple(
+                replace(c, device_only=_device_only(self.functions[c.scope])) for c in self.facts.callees.get(name, ()))
+
+    # -- every caller must agree ------------------------------------------------------
+    def unverified(self) -> set[tuple[Scope, str]]:
+        """Parameters given a kind that some call site contradicts: it passes a value of
+        another or unknown kind, unpacks ``*args``/``**kwargs``, or leaves out a parameter
+        whose default is something else (``device=None``). The sweeps follow the values
+        optimistically (a kind learned late must reach every call); this pass is the check."""
+        found: set[tuple[Scope, str]] = set()
+        for functions in self.parsed.values():
+            for function in functions:
+                for node in function.nodes:
+                    if isinstance(node, ast.Call):
+                        found |= self._contradicted(node, function.scope)
+        return found - self.proven - self.blocked
+
+    def _contradicted(self, call: ast.Call, scope: Scope) -> set[tuple[Scope, str]]:
+        name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+        found = set()
+        unpacks = any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords)
+        for callee in self.facts.callees.get(name, ()):
+            known = {p: k for p, k in self.facts.names.get(callee.scope, {}).items()
+                     if k in _FOLLOWED and p in callee.params}
+            if not known:
+                continue
+            params = callee.params[1:] if callee.method else callee.params
+            bound = {**dict(zip(params, call.args)), **{k.arg: k.value for k in call.keywords if k.arg}}
+            for param, kind in known.items():
+                value = bound.get(param, self.defaults.get(callee.scope, {}).get(param))
+                if unpacks or not _agrees(self.kind(value, scope) if value is not None else kind, value, kind):
+                    found.add((callee.scope, param))
+        return found
+
     # -- which files to parse ----------------------------------------------------
     def parse(self, rel: str) -> None:
         try:
@@ -275,10 +349,16 @@ class _Builder:
             self.parsed[rel] = []
             return
         functions = list(_functions(rel, tree))
+        for function in functions:
+            function.nodes = tuple(n for n in _own_nodes(function) if isinstance(n, _SWEPT))
         self.parsed[rel] = functions
         for function in functions[1:]:
+            self.defaults[function.scope] = function.defaults
             simple = function.scope[1].rsplit(".", 1)[-1]
-            callee = Callee(function.scope, function.params, function.method, _device_only(function))
+            if simple in _TORCH_METHODS - {"__init__"}:
+                continue
+            callee = Callee(function.scope, function.params, function.method)
+            self.functions[function.scope] = function
             keys = [simple]
             if simple == "__init__" and "." in function.scope[1]:
                 keys = [function.scope[1].rsplit(".", 2)[-2]]  # ``Cls(...)`` calls ``Cls.__init__``
@@ -286,28 +366,75 @@ class _Builder:
                 self.facts.callees[key] = (*self.facts.callees.get(key, ()), callee)
 
     def wanted(self, done: set[str]) -> set[str]:
-        """Files that define a callee a known value is passed to, or read a known attribute."""
-        words = [rb"def\s+" + re.escape(n.encode()) + rb"\b|class\s+" + re.escape(n.encode()) + rb"\b"
-                 for n in self._called_with_values()]
-        words += [rb"\.\s*" + re.escape(a.encode()) + rb"\b" for a in sorted(self.facts.attrs)]
-        if not words:
-            return set()
-        pattern = re.compile(b"|".join(words))
-        return {rel for rel in self.sources if rel not in self.parsed and pattern.search(self.sources[rel])} - done
+        """Files that define a callee a known value is passed to, read a known attribute,
+        or call a callee whose parameter holds one (every caller must agree)."""
+        words = [(n, rb"(?:def|class)\s+" + re.escape(n.encode()) + rb"\b") for n in self._called_with_values()]
+        words += [(a, rb"\.\s*" + re.escape(a.encode()) + rb"\b") for a in self._attrs_to_see()]
+        words += [(n, rb"\b" + re.escape(n.encode()) + rb"\s*\(") for n in self._callers_to_see()]
+        found: set[str] = set()
+        for word, pattern in words:  # the word first: a byte search at C speed, the regex only where it is
+            needle, compiled = word.encode(), re.compile(pattern)
+            found.update(rel for rel, data in self.sources.items()
+                         if rel not in self.parsed and needle in data and compiled.search(data))
+        return found - done
 
     def _called_with_values(self) -> list[str]:
         found: set[str] = set()
         for functions in self.parsed.values():
             for function in functions:
-                for node in _own_nodes(function):
+                for node in function.nodes:
                     if isinstance(node, ast.Call) and self._passes_value(node, function.scope):
                         func = node.func
                         found.add(func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", ""))
-        return sorted(found - {""})
+        return sorted(found - {""} - _TORCH_METHODS)
+
+    def _attrs_to_see(self) -> list[str]:
+        """Attributes of a followed kind; one read in too many files (``.device``) is
+        blocked instead: a name that common holds many kinds of value."""
+        names = []
+        for attr, kind in sorted(self.facts.attrs.items()):
+            if kind not in _FOLLOWED:
+                continue
+            needle = b"." + attr.encode()
+            if sum(1 for r, data in self.sources.items() if r not in self.parsed and needle in data) > _MAX_CALLERS:
+                self.blocked_attrs.add(attr)
+                self.facts.attrs[attr] = Kind.UNKNOWN
+                self.changed = True
+            else:
+                names.append(attr)
+        return names
+
+    def _callers_to_see(self) -> list[str]:
+        """Callees whose other callers must be parsed; a name called in too many files
+        (a common method name) is not followed: its parameters are blocked instead."""
+        names = []
+        for name in self._given_values():
+            needle = name.encode()
+            callers = [r for r, data in self.sources.items() if r not in self.parsed and needle in data]
+            if len(callers) > _MAX_CALLERS and len([r for r in callers if re.search(
+                    rb"\b" + re.escape(needle) + rb"\s*\(", self.sources[r])]) > _MAX_CALLERS:
+                self.blocked |= {(c.scope, p) for c in self.facts.callees[name] for p in c.params}
+                self.changed = True
+            else:
+                names.append(name)
+        return names
+
+    def _given_values(self) -> list[str]:
+        """Callees with a parameter of a followed kind: every call of them must be seen."""
+        return sorted(name for name, callees in self.facts.callees.items()
+                      if any(k in _FOLLOWED for c in callees for k in self.facts.names.get(c.scope, {}).values()))
 
     def _passes_value(self, call: ast.Call, scope: Scope) -> bool:
         values = [*call.args, *(k.value for k in call.keywords)]
-        return any(self.kind(v, scope) in (Kind.INDEX, Kind.INDEX_LIST) for v in values)
+        return any(self.kind(v, scope) in _FOLLOWED for v in values)
+
+
+def _agrees(found: Optional[Kind], value: Optional[ast.AST], wanted: Kind) -> bool:
+    """An argument of kind ``found`` may stand where ``wanted`` is followed: the same
+    kind, or an empty list for a list of indices (``gpu_ids=[]``)."""
+    if found == wanted:
+        return True
+    return wanted == Kind.INDEX_LIST and isinstance(value, (ast.List, ast.Tuple)) and not value.elts
 
 
 def _device_only(function: _Function) -> frozenset[str]:
@@ -333,17 +460,22 @@ def _device_only(function: _Function) -> frozenset[str]:
 def build(sources: Mapping[str, bytes]) -> FlowFacts:
     """The device-value facts of a tree (``sources``: file -> bytes, Python files only)."""
     builder = _Builder(sources)
-    todo = {rel for rel, data in sources.items() if _TRIGGER.search(data)}
+    todo = {rel for rel, data in sources.items() if any(word in data for word in _TRIGGER)}
     done: set[str] = set()
     while todo and len(builder.parsed) < _MAX_FILES:
         for rel in sorted(todo)[: _MAX_FILES - len(builder.parsed)]:
             builder.parse(rel)
         done |= todo
-        for _ in range(8):  # the fixpoint: each sweep only raises kinds, towards UNKNOWN
-            builder.changed = False
-            builder.sweep()
-            if not builder.changed:
-                break
+        builder.settle()
         todo = builder.wanted(done)
+    for _ in range(4):  # block what a caller contradicts, and follow the values again
+        blocked = builder.unverified()
+        if not blocked:
+            break
+        builder.blocked |= blocked
+        builder.facts.names.clear()
+        builder.facts.attrs.clear()
+        builder.settle()
     builder.facts.files = frozenset(r for r in builder.parsed if builder.parsed[r])
+    builder.device_uses()
     return builder.facts

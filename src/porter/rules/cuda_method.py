@@ -104,7 +104,7 @@ class CudaMethod(Rule):
             "from models import Net\n\nmodel = Net(4)\nmodel.cuda()\nbatch = batch.cuda()\n",
             "import porter_runtime\nfrom models import Net\n\nmodel = Net(4)\nmodel.cuda()\n"
             "batch = batch.to(porter_runtime.device())\n",
-            path="train.py", line=4, message="`Net` (in another module) defines its own `cuda`",
+            path="train.py", line=4, message="`Net` (a class of this repository) defines its own `cuda`",
             project=(("models/base.py", "import torch\n\nclass Base(torch.nn.Module):\n    def cuda(self, device=None):\n"
                       "        self.on_gpu = True\n        return super().cuda(device)\n"),
                      ("models/__init__.py", "from .base import Base\n\nclass Net(Base):\n    pass\n")),
@@ -140,7 +140,7 @@ class CudaMethod(Rule):
             return updated  # ``module.cuda()``: an imported function, not a tensor method
         owner = receiver_overrides(self.ctx.project, self.ctx.module, func.value, "cuda", self._receivers)
         if owner is not None:
-            self.flag(original, f"`{owner}` (in another module) defines its own `cuda`, which `.to()` would skip; "
+            self.flag(original, f"`{owner}` (a class of this repository) defines its own `cuda`, which `.to()` would skip; "
                       "not rewritten", suggestion="make that `cuda` method resolve the device itself")
             return updated
         if self._own_cuda:

@@ -112,6 +112,25 @@ class CudaIndexFlow(Scoped, Rule):
         ),
         # a dtype, never a device
         Example("import torch\nx = x.to(torch.float16)\n", project=(("other.py", "x = 1\n"),)),
+        # one caller passes a CUDA index, another a string: the sampler forwards `device` as it came
+        Example(
+            _d("""
+            import torch as th
+
+            class Sampler:
+                def sample_loop(self, model, shape, device=None):
+                    return self.sample_loop_progressive(model, shape, device=device)
+
+                def sample_loop_progressive(self, model, shape, device=None):
+                    return th.randn(*shape, device=device)
+            """),
+            path="diffusion/sampler.py",
+            project=(("sample_ddp.py", "import torch\nfrom diffusion.sampler import Sampler\n\n"
+                      "device = rank % torch.cuda.device_count()\nSampler().sample_loop(net, (2,), device=device)\n"),
+                     ("sample.py", "import torch\nfrom diffusion.sampler import Sampler\n\n"
+                      "device = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
+                      "Sampler().sample_loop(net, (2,), device=device)\n")),
+        ),
     ]
     invalid = [
         Example(  # CUT: the option's gpu_ids reach init_net through define_G, in another module
