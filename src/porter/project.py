@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Optional
 
-from porter.value_flow import FlowFacts, Kind, Scope, build as build_flow
+from porter.value_flow import FlowFacts, Kind, Scope
+from porter.value_flow import build as build_flow
 
 #: The methods whose override a rewrite must not skip.
 OVERRIDABLE = ("cuda", "to")
