@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import textwrap
+from textwrap import dedent
 
 import libcst as cst
 
@@ -16,11 +16,8 @@ def _in_the_flow(project, path: str) -> bool:
     return path in project.flow.files
 
 
-def _d(code: str) -> str:
-    return textwrap.dedent(code).lstrip("\n")
 
-
-_SAMPLER = _d("""
+_SAMPLER = dedent("""\
     import torch as th
 
     class GaussianDiffusion:
@@ -34,7 +31,7 @@ _SAMPLER = _d("""
             return img
     """)
 
-_NETWORKS = _d("""
+_NETWORKS = dedent("""\
     def init_net(net, init_type="normal", gpu_ids=[]):
         if len(gpu_ids) > 0:
             net.to(gpu_ids[0])
@@ -44,7 +41,7 @@ _NETWORKS = _d("""
         return init_net(Generator(ngf), "normal", gpu_ids)
     """)
 
-_OPTIONS = _d("""
+_OPTIONS = dedent("""\
     import torch
 
     def parse(opt):
@@ -101,7 +98,7 @@ class CudaIndexFlow(Scoped, Rule):
         "def init_net(net, gpu_ids):\n    net.to(gpu_ids[0])\n",
         # the callee does arithmetic with the parameter: not only a device there
         Example(
-            _d("""
+            dedent("""\
             from sampler import run
 
             device = rank % torch.cuda.device_count()
@@ -114,7 +111,7 @@ class CudaIndexFlow(Scoped, Rule):
         Example("import torch\nx = x.to(torch.float16)\n", project=(("other.py", "x = 1\n"),)),
         # one caller passes a CUDA index, another a string: the sampler forwards `device` as it came
         Example(
-            _d("""
+            dedent("""\
             import torch as th
 
             class Sampler:
@@ -144,7 +141,7 @@ class CudaIndexFlow(Scoped, Rule):
             line=3, message="CUDA index",
         ),
         Example(  # DiT: an int device passed to the repository's own sampler
-            _d("""
+            dedent("""\
             import torch
             from diffusion import create_diffusion
 
@@ -153,7 +150,7 @@ class CudaIndexFlow(Scoped, Rule):
                 diffusion = create_diffusion("250")
                 return diffusion.p_sample_loop(model, (2, 4), device=device)
             """),
-            _d("""
+            dedent("""\
             import porter_runtime
             import torch
             from diffusion import create_diffusion
