@@ -67,3 +67,9 @@ def test_names_other_modules_read_and_classes_with_their_own_cuda():
     assert model.read_elsewhere("pkg/__init__.py", "Net")
     assert not model.read_elsewhere("pkg/__init__.py", "os")
     assert model.overrides_method("Net", "cuda") and not model.overrides_method("Net", "to")
+
+
+def test_another_accelerators_current_device_is_no_cuda_index():
+    neuron = b"import torch\n\ndef shard(x):\n    device = torch.neuron.current_device()\n    return x.to(device)\n"
+    model = build_from({"tp.py": neuron})
+    assert model.name_kind(("tp.py", "shard"), "device") is None

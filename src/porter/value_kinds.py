@@ -84,6 +84,11 @@ def _env_local_rank(node: ast.AST) -> bool:
     return isinstance(key, ast.Constant) and key.value == "LOCAL_RANK"
 
 
+#: CUDA's own calls only (``torch.neuron.current_device()`` is another accelerator's).
+_CURRENT = frozenset({"torch.cuda.current_device", "cuda.current_device", "porter_runtime.current_device"})
+_COUNT = frozenset({"torch.cuda.device_count", "cuda.device_count", "porter_runtime.device_count"})
+
+
 def source_kind(node: ast.AST) -> Optional[Kind]:
     """The kind an expression has by itself, whatever its scope."""
     if isinstance(node, ast.Constant):  # an int literal is an index only where a sink says so
@@ -92,7 +97,7 @@ def source_kind(node: ast.AST) -> Optional[Kind]:
         return None
     if isinstance(node, ast.Call):
         name = dotted(node.func)
-        if name.endswith("current_device") and name.split(".")[0] in ("torch", "porter_runtime", "current_device"):
+        if name in _CURRENT:
             return Kind.INDEX
         if name == "int" and len(node.args) == 1 and _env_local_rank(node.args[0]):
             return Kind.INDEX
@@ -100,7 +105,7 @@ def source_kind(node: ast.AST) -> Optional[Kind]:
             return Kind.DEVICE
         return None
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and isinstance(node.right, ast.Call):
-        return Kind.INDEX if dotted(node.right.func).endswith("device_count") else None
+        return Kind.INDEX if dotted(node.right.func) in _COUNT else None
     return None
 
 
