@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from porter.project.model import build_from
 from porter.engine.process import Options, migrate_source
 from porter.engine.prefilter import _call_pattern, byte_candidates, candidate_rules, syntax_facts
 from porter.engine.registry import all_rules
@@ -20,6 +21,10 @@ BY_CODE = {r.code: r for r in SOURCE_RULES}
 @pytest.mark.parametrize("rule,index,example", INVALID, ids=[f"{r.code}-{i}" for r, i, _ in INVALID])
 def test_every_invalid_example_passes_both_stages(rule, index, example):
     data = example.before.encode()
+    if rule.needs.project is not None:  # with a model, the model alone decides (porter.engine.python_stage)
+        model = build_from({**{p: c.encode() for p, c in example.project}, example.path: data})
+        assert rule.needs.project(model, example.path)
+        return
     assert rule in byte_candidates(data, [rule])
     assert rule in candidate_rules(data, [rule])[0]
 

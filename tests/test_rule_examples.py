@@ -4,6 +4,7 @@ import pytest
 
 from porter.engine.process import Options, ledger_source, migrate_source, migrate_text
 from porter.report.explain import render
+from porter.project.model import build_from
 from porter.engine.registry import all_rules
 from porter.rulebase.rule import Example, Rule, Safety, TextRule
 
@@ -12,8 +13,11 @@ VALID = [(rule, i, code) for rule in RULES for i, code in enumerate(rule.valid)]
 INVALID = [(rule, i, example) for rule in RULES for i, example in enumerate(rule.invalid)]
 
 
-def migrate(rule, code: str, path: str = "example.py"):
+def migrate(rule, code: str, path: str = "example.py", project=()):
     options = Options(rules=[rule], unsafe_fixes=True)
+    if project:  # the example's repository: its other modules, and the example itself
+        options = Options(rules=[rule], unsafe_fixes=True,
+                          project=build_from({**{p: c.encode() for p, c in project}, path: code.encode()}))
     if issubclass(rule, TextRule):
         return migrate_text(code.encode(), options, path=path)
     if not issubclass(rule, Rule):  # the ledger's catch-all, PT999 (porter.project.ledger)
@@ -24,14 +28,14 @@ def migrate(rule, code: str, path: str = "example.py"):
 @pytest.mark.parametrize("rule,index,code", VALID, ids=[f"{r.code}-valid-{i}" for r, i, _ in VALID])
 def test_valid_example_is_left_alone(rule, index, code):
     example = code if isinstance(code, Example) else Example(code)
-    result = migrate(rule, example.before, example.path)
+    result = migrate(rule, example.before, example.path, example.project)
     assert result.new.decode() == example.before
     assert result.findings == []
 
 
 @pytest.mark.parametrize("rule,index,example", INVALID, ids=[f"{r.code}-invalid-{i}" for r, i, _ in INVALID])
 def test_invalid_example_gives_its_output_and_a_finding(rule, index, example):
-    result = migrate(rule, example.before, example.path)
+    result = migrate(rule, example.before, example.path, example.project)
     expected = example.before if example.after is None else example.after
     assert result.new.decode() == expected
     assert any(f.code == rule.code for f in result.findings)
@@ -40,7 +44,7 @@ def test_invalid_example_gives_its_output_and_a_finding(rule, index, example):
                    for f in result.findings), [(f.line, f.message) for f in result.findings]
     if example.path.endswith(".py"):
         compile(result.new, "example.py", "exec")
-    again = migrate(rule, expected, example.path)
+    again = migrate(rule, expected, example.path, example.project)
     assert again.new.decode() == expected, "a second run must change nothing"
     if example.after is not None:
         assert not again.rewrites

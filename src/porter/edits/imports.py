@@ -34,6 +34,7 @@ from porter.rulebase.rule import RUNTIME, WholeFile
 
 if TYPE_CHECKING:  # pragma: no cover
     from porter.engine.segments import Reduced
+    from porter.project.model import ProjectModel
 
 
 class RulePass(Protocol):
@@ -49,6 +50,9 @@ class RulePass(Protocol):
 
     #: The file's bytes (before migration).
     source: bytes
+    #: The file's path, and the repository-wide model (porter.project) or None.
+    path: str
+    project: Optional["ProjectModel"]
     #: (original node, what replaced it) for each node the rule pass replaced: a node,
     #: a ``FlattenSentinel`` or a ``RemovalSentinel``.
     replaced: list
@@ -360,13 +364,20 @@ def remove_unused(new_module: cst.Module, ctx: RulePass) -> cst.Module:
                 obj = dotted_name(alias.name) or ""
                 asname = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else None
                 key = (asname or obj, f"{module_name}.{obj}")
-                if before[key] and not after[key]:
+                if before[key] and not after[key] and not _read_elsewhere(ctx, key[0]):
                     _not_used_in_stubs(ctx, key[0])
                     RemoveImportsVisitor.remove_unused_import(context, module_name, obj, asname)
                     scheduled = True
     if not scheduled:
         return new_module
     return keep_layout(new_module, _remover(context, kept).transform_module(new_module))
+
+
+def _read_elsewhere(ctx: RulePass, name: str) -> bool:
+    """Whether another module of the repository imports ``name`` from this one (a
+    re-export: ``from pkg import GradScaler`` elsewhere): then the import stays."""
+    project = getattr(ctx, "project", None)
+    return project is not None and project.read_elsewhere(ctx.path, name)
 
 
 def _may_lose_a_use(ctx: RulePass) -> bool:
@@ -595,7 +606,7 @@ def _remove_dead_module_imports(stmt: cst.Import, before, after, context, ctx) -
             continue
         asname = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else None
         key = (asname, full) if asname else (full.split(".")[0], full.split(".")[0])
-        if before[key] and not after[key]:
+        if before[key] and not after[key] and not _read_elsewhere(ctx, key[0]):
             _not_used_in_stubs(ctx, key[0])
             RemoveImportsVisitor.remove_unused_import(context, full, asname=asname)
             scheduled = True

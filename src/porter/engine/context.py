@@ -43,6 +43,8 @@ class FileContext:
         self.source = source
         self.path = path
         self.unsafe_fixes = options.unsafe_fixes
+        #: the repository-wide model (porter.project); None for one file alone
+        self.project = options.project
         self.resolver = Resolver(module, facts)
         self.needs_runtime = False
         #: set when ``module`` is the file with some definitions stubbed (porter.engine.segments)

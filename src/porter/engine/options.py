@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass, replace
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from porter.engine.config import ignored_codes
 from porter.project import ledger
 from porter.rulebase.rule import BaseRule, Rule, TextRule
+
+if TYPE_CHECKING:
+    from porter.project.model import ProjectModel
 
 
 @dataclass
@@ -25,6 +28,8 @@ class Options:
     #: What the scanned tree tells the ledger about imports (porter.project.ledger) and the probe
     #: clean-up about its sources (porter.edits.probes); None: nothing, one file alone.
     ledger: Optional["ledger.TreeContext"] = None
+    #: The repository-wide model the rules may ask (porter.project); None: one file alone.
+    project: Optional["ProjectModel"] = None
 
     def for_path(self, rel: str) -> "Options":
         """These options less the rules that ``per-file-ignores`` turns off for ``rel``."""

@@ -66,7 +66,7 @@ def needles(rule: type[Rule]) -> list[Needle]:
                             (parts[0], target.rsplit(".", 1)[-1].encode())))
     for method in sorted(needs.methods):
         found.append(Needle(frozenset((method.encode(),) + extra), method.encode()))
-    if not found:
+    if not found and (extra or needs.project is None):  # a model-driven rule with no words: never by bytes
         found.append(Needle(frozenset(extra)))
     return found
 

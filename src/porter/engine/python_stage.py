@@ -60,7 +60,7 @@ def migrate_source(
     ``segments``: parse only the definitions a rule wants (default: unless the
     ``PORTER_SEGMENTS`` environment variable is "0").
     """
-    rules, facts = candidates if candidates is not None else candidate_rules(data, options.source_rules)
+    rules, facts = candidates if candidates is not None else project_candidates(data, options, path)
     if not rules:
         return SourceResult(data, [])
     if segments is None:
@@ -97,6 +97,24 @@ def _migrate(
     return SourceResult(new_module.bytes, ctx.findings(), ctx.needs_runtime)
 
 
+def project_candidates(data: bytes, options: Options, path: str) -> tuple[list[type[Rule]], Optional[SyntaxFacts]]:
+    """``candidate_rules``, except that with a project model (porter.project) the rules
+    that declare ``needs.project`` are in or out as the model says of ``path``."""
+    if options.project is None:
+        return candidate_rules(data, options.source_rules)
+    rules, facts = candidate_rules(data, [r for r in options.source_rules if r.needs.project is None])
+    extra = _project_rules(options, path)
+    if not extra:
+        return rules, facts
+    return [r for r in options.source_rules if r in rules or r in extra], facts
+
+
+def _project_rules(options: Options, path: str) -> list[type[Rule]]:
+    if options.project is None:
+        return []
+    return [r for r in options.source_rules if r.needs.project is not None and r.needs.project(options.project, path)]
+
+
 #: LibCST parses at roughly 100 KB/s on a slow machine: a multi-megabyte generated file
 #: would take minutes. Larger files that need porting are reported instead.
 MAX_PARSE_BYTES = 1_000_000
@@ -122,12 +140,12 @@ def _port(data: bytes, rel: str, options: Options, bootstrap: Union[None, str, L
     uses_runtime = existing is not None
     runtime_from = (existing.group(1) or b"").decode("ascii", "replace") if existing else ""
     if len(data) > MAX_PARSE_BYTES:  # before any parse: a 50 MB file costs nothing
-        if not byte_candidates(data, options.source_rules):
+        if not byte_candidates(data, options.source_rules) and not _project_rules(options, rel):
             return FileResult(rel, "unchanged", uses_runtime=uses_runtime, runtime_from=runtime_from)
         return FileResult(rel, "error", error=(
             f"{len(data) / 1e6:.1f} MB: larger than the {MAX_PARSE_BYTES / 1e6:.0f} MB porter parses "
             "(a generated file?); port it by hand or split it"))
-    rules, facts = candidate_rules(data, options.source_rules)
+    rules, facts = project_candidates(data, options, rel)
     if not rules:
         return FileResult(rel, "unchanged", uses_runtime=uses_runtime, runtime_from=runtime_from)
     if facts is None:  # LibCST accepts some code this Python rejects: never rewrite that

@@ -15,6 +15,7 @@ from porter.engine.process import process_file
 from porter.engine.results import FileResult
 from porter.files.apply import Change, read_or_none, runtime_source, vendor_changes
 from porter.project import known_modules
+from porter.project import model as project
 from porter.project.ledger import TreeContext
 from porter.project.runtime_home import (
     Home,
@@ -249,10 +250,11 @@ def with_tree_context(config: RunConfig, rels: Sequence[str]) -> RunConfig:
     sources, where porter.edits.probes checks that no other module reads a flag it removes."""
     if config.options.ledger is not None:
         return config
+    model = project.build(config.root, rels) if config.options.project is None else config.options.project
     context = TreeContext(local=known_modules.local(rels), declared=known_modules.declared(config.root),
                           root=str(config.root), sources=frozenset(r for r in rels if r.endswith((".py", ".ipynb"))),
                           extensions=known_modules.extensions(config.root, rels))
-    return replace(config, options=replace(config.options, ledger=context))
+    return replace(config, options=replace(config.options, ledger=context, project=model))
 
 
 def _ship(config: RunConfig, result: RunResult, shipped: list[Home], edited: Optional[bytes], sink) -> None:

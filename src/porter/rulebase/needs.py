@@ -57,6 +57,11 @@ class Needs:
     #: rule with neither, the string pattern and ``file_filter`` hold in the unit). A
     #: rule whose evidence lies outside the node it changes sets this or ``whole_file``.
     unit_filter: Optional[UnitFilter] = None
+    #: For a rule driven by the repository-wide model (porter.project): (the model, the
+    #: file's path) -> may the rule act in this file? When a run has a model, this alone
+    #: decides (the byte and syntax filters above are skipped for the rule, which must
+    #: then set ``whole_file``); a file alone (no model) goes through the filters above.
+    project: Optional[Callable[[Any, str], bool]] = None
 
     def __post_init__(self) -> None:
         # Accept any iterable (a set literal, a dict's keys) and one pattern alone.

@@ -88,6 +88,9 @@ class Example:
     path: str = "example.py"
     line: Optional[int] = None
     message: str = ""
+    #: The other modules of the example's repository, (path, code) each: the example is
+    #: then migrated with the project model (porter.project) of all of them.
+    project: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -122,6 +125,10 @@ class RuleContext(Protocol):
     #: Which imported thing a name or attribute chain stands for.
     resolver: Resolver
     unsafe_fixes: bool
+    #: The file's path relative to the root, "/" separators.
+    path: str
+    #: The repository-wide model (porter.project.model.ProjectModel), or None for a file alone.
+    project: Any
     #: Set by a rule whose rewrite calls the runtime: the engine adds its import.
     needs_runtime: bool
 

@@ -7,6 +7,7 @@ from typing import Optional
 
 import libcst as cst
 
+from porter.project.query import receiver_overrides
 from porter.rulebase.rule import Example, Needs, Rule, Safety, clean_args, has_star_args
 
 _DEFINES_CUDA = re.compile(rb"\bdef\s+cuda\s*\(")
@@ -38,8 +39,10 @@ class CudaMethod(Rule):
     `storage.cuda()` itself calls.
 
     Known limits:
-    The receiver's type is not known. A file that defines its own `def cuda(...)`
-    method gets findings instead of rewrites, and a call on an imported module
+    The receiver's type is known only where it is constructed in the file
+    (`Net().cuda()`, `model = Net(); model.cuda()`): a class of the repository that
+    defines or inherits its own `cuda` (porter.project) then gets a finding. A file that
+    defines its own `def cuda(...)` method gets findings instead of rewrites, and a call on an imported module
     (`mylib.cuda()`) is left alone. Calls with `*args`/`**kwargs` are findings.
     """
 
@@ -96,12 +99,23 @@ class CudaMethod(Rule):
         ),
         # A class with its own cuda(): only a finding.
         Example("class Box:\n    def cuda(self):\n        return self\n\nBox().cuda()\n"),
+        # ... also when the class lives in another module of the repository (or inherits it)
+        Example(
+            "from models import Net\n\nmodel = Net(4)\nmodel.cuda()\nbatch = batch.cuda()\n",
+            "import porter_runtime\nfrom models import Net\n\nmodel = Net(4)\nmodel.cuda()\n"
+            "batch = batch.to(porter_runtime.device())\n",
+            path="train.py", line=4, message="`Net` (a class of this repository) defines its own `cuda`",
+            project=(("models/base.py", "import torch\n\nclass Base(torch.nn.Module):\n    def cuda(self, device=None):\n"
+                      "        self.on_gpu = True\n        return super().cuda(device)\n"),
+                     ("models/__init__.py", "from .base import Base\n\nclass Net(Base):\n    pass\n")),
+        ),
         Example("x.cuda(*args)\n"),
     ]
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._own_cuda = bool(_DEFINES_CUDA.search(ctx.source))
+        self._receivers: dict = {}  # porter.project.query's cache of this file's instances
         self._storages: list[Optional[str]] = []  # per enclosing function: its storage parameter
 
     def visit_Lambda(self, node: cst.Lambda) -> None:
@@ -124,6 +138,11 @@ class CudaMethod(Rule):
             return updated
         if self.qualname(func.value) is not None:
             return updated  # ``module.cuda()``: an imported function, not a tensor method
+        owner = receiver_overrides(self.ctx.project, self.ctx.module, func.value, "cuda", self._receivers)
+        if owner is not None:
+            self.flag(original, f"`{owner}` (a class of this repository) defines its own `cuda`, which `.to()` would skip; "
+                      "not rewritten", suggestion="make that `cuda` method resolve the device itself")
+            return updated
         if self._own_cuda:
             self.flag(original, "`.cuda()` may call this file's own `cuda` method; not rewritten",
                       suggestion="x.to(porter_runtime.device())")

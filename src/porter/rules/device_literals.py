@@ -7,6 +7,7 @@ from typing import Optional
 
 import libcst as cst
 
+from porter.project.query import receiver_overrides
 from porter.rulebase.rule import (
     CUDA_SPEC,
     Example,
@@ -258,8 +259,9 @@ class MethodDeviceCuda(Rule):
     runtime's device is the device the string named.
 
     Known limits:
-    The receiver's type is not known; a call on an imported module (`mylib.to("cuda")`)
-    is left alone.
+    The receiver's type is known only where the file constructs it: a class of the
+    repository with its own `to` (porter.project) gets `porter_runtime.device_str()`
+    instead, a string as before (on CUDA the very same string). A call on an imported module (`mylib.to("cuda")`) is left alone.
     """
 
     code = "PT003"
@@ -297,7 +299,19 @@ class MethodDeviceCuda(Rule):
             "def f(x, torch):\n    return x.to(device='cuda')\n",
             "import porter_runtime\ndef f(x, torch):\n    return x.to(device=porter_runtime.device())\n",
         ),
+        # a class of the repository with its own `to(self, device)` that reads a string
+        Example(
+            "from utils.meters import Meter\n\nmeter = Meter().to('cuda')\n",
+            "import porter_runtime\nfrom utils.meters import Meter\n\nmeter = Meter().to(porter_runtime.device_str())\n",
+            path="train.py", line=3, message="`Meter` defines its own `to`",
+            project=(("utils/meters.py", "class Meter:\n    def to(self, device):\n"
+                      "        self.device = device.split(':')[0]\n        return self\n"),),
+        ),
     ]
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._receivers: dict = {}  # porter.project.query's cache of this file's instances
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         func = original.func
@@ -305,6 +319,9 @@ class MethodDeviceCuda(Rule):
             return updated
         if self.qualname(func.value) is not None:
             return updated  # a function of an imported module, not a tensor method
+        owner = receiver_overrides(self.ctx.project, self.ctx.module, func.value, func.attr.value, self._receivers)
+        if owner is not None and any(cuda_spec(a.value) is not None for a in original.args):
+            return self._own_method(original, updated, owner)
         if func.attr.value == "to" and updated.args and updated.args[0].keyword is None:
             spec = cuda_spec(updated.args[0].value)
             if spec is not None and not updated.args[0].star:
@@ -312,6 +329,19 @@ class MethodDeviceCuda(Rule):
                 new = updated.with_changes(args=[new_first, *updated.args[1:]])
                 return self.rewrite(original, new, "a literal CUDA device now resolves at run time")
         return _replace_device_keyword(self, original, updated, as_string=False)
+
+    def _own_method(self, original: cst.Call, updated: cst.Call, owner: str) -> cst.BaseExpression:
+        """A repository class's own ``to("cuda")`` may want the string it was given: it
+        gets the runtime's device as a string, which on CUDA is the original string."""
+        first = updated.args[0] if updated.args and updated.args[0].keyword is None else None
+        spec = cuda_spec(first.value) if first is not None and not first.star else None
+        if spec is None:
+            self.flag(original, f"`{owner}` defines its own `{original.func.attr.value}`, which may not take a "
+                      "`torch.device`; not rewritten", suggestion="x.to(porter_runtime.device_str())")
+            return updated
+        new_first = first.with_changes(value=self.runtime_call("device_str", *index_args(spec[0])))
+        return self.rewrite(original, updated.with_changes(args=[new_first, *updated.args[1:]]),
+                            f"`{owner}` defines its own `to`: it gets the device as a string, as before")
 
 
 def _replace_device_keyword(

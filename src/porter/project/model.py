@@ -1,0 +1,213 @@
+"""The project model: what the whole repository tells the rules of one file (issues 26, 27).
+
+Built once per run, before the per-file pass (``porter.engine.run``), from the bytes of the
+tree's Python sources, and handed to every file (and every worker process) as plain
+picklable data inside the run's options, so the output is the same for any ``-j``.
+Rules read it through ``ctx.project`` and the questions below; a rule run on one file
+alone (the rule examples without a ``project``) gets None and keeps its per-file view.
+
+What it knows:
+
+- every module: its file and dotted name (``a/b/c.py`` is ``a.b.c``, and ``b.c`` and
+  ``c`` for the scripts that put its folder on ``sys.path``);
+- which names other modules read from each module (``from pkg import GradScaler``,
+  ``import pkg`` then ``pkg.GradScaler``, ``from pkg import *`` then ``GradScaler``): an
+  import the import clean-up must keep even when this file no longer uses it;
+- the classes that define (or inherit from another class of the repository) their own
+  ``cuda`` or ``to``: a ``.cuda()`` on one of them must not become ``.to()``;
+- the device values of :mod:`porter.project.value_flow`.
+
+Cost: the imports and classes are byte searches over every source; only the files the
+value flow needs are parsed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping, Optional
+
+from porter.project.value_flow import FlowFacts, Kind, Scope
+from porter.project.value_flow import build as build_flow
+
+#: The methods whose override a rewrite must not skip.
+OVERRIDABLE = ("cuda", "to")
+
+
+@dataclass
+class ProjectModel:
+    #: file (relative, "/" separators) -> its dotted module name
+    modules: dict[str, str] = field(default_factory=dict)
+    #: file -> the names other modules of the tree read from it
+    exported: dict[str, frozenset[str]] = field(default_factory=dict)
+    #: class name -> which of ``OVERRIDABLE`` it defines or inherits from a class of the tree
+    overrides: dict[str, frozenset[str]] = field(default_factory=dict)
+    flow: FlowFacts = field(default_factory=FlowFacts)
+    #: every part of every module's dotted name: what an import of the tree's own code starts with
+    roots: frozenset[str] = frozenset()
+
+    def read_elsewhere(self, rel: str, name: str) -> bool:
+        """Whether another module of the tree reads ``name`` from the module ``rel``."""
+        return name in self.exported.get(rel, ())
+
+    def overrides_method(self, class_name: str, method: str) -> bool:
+        return method in self.overrides.get(class_name, ())
+
+    def name_kind(self, scope: Scope, name: str) -> Optional[Kind]:
+        return self.flow.name_kind(scope, name)
+
+    def attr_kind(self, attr: str) -> Optional[Kind]:
+        return self.flow.attrs.get(attr)
+
+
+def module_name(rel: str) -> str:
+    parts = rel[:-3].split("/") if rel.endswith(".py") else rel.split("/")
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def build(root: Path, rels: Iterable[str]) -> ProjectModel:
+    """The model of the tree at ``root`` (``rels``: its files, relative)."""
+    sources: dict[str, bytes] = {}
+    for rel in rels:
+        if rel.endswith(".py"):
+            try:
+                sources[rel] = (root / rel).read_bytes()
+            except OSError:
+                continue
+    return build_from(sources)
+
+
+def build_from(sources: Mapping[str, bytes]) -> ProjectModel:
+    modules = {rel: module_name(rel) for rel in sorted(sources)}
+    roots = frozenset(part for name in modules.values() for part in name.split("."))
+    return ProjectModel(modules=modules, exported=_exports(sources, modules),
+                        overrides=_overrides(sources), flow=build_flow(sources), roots=roots)
+
+
+# -- which names other modules read ----------------------------------------------
+
+#: Literal first (the regex engine then scans for it at C speed); that the word starts a
+#: line is checked after (``_starts_line``).
+_FROM = re.compile(rb"from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)")
+_IMPORT = re.compile(rb"import[ \t]+([\w. \t,]+)")
+
+
+def _starts_line(data: bytes, at: int) -> bool:
+    line = data.rfind(b"\n", 0, at) + 1
+    return not data[line:at].strip()
+
+
+def _imports(data: bytes) -> tuple[list[tuple[str, list[tuple[str, str]]]], list[tuple[str, str]]]:
+    """(module, [(name, bound as)]) of each ``from`` import, and (module, bound as) of
+    each plain ``import``, anywhere in the file."""
+    froms = [(m.group(1).decode(), _names(m.group(2))) for m in _FROM.finditer(data) if _starts_line(data, m.start())]
+    plain = [pair for m in _IMPORT.finditer(data) if _starts_line(data, m.start()) for pair in _names(m.group(1))]
+    return froms, plain
+
+
+class _Index:
+    """Dotted name (and each of its dotted tails) -> the files that may be that module."""
+
+    def __init__(self, modules: Mapping[str, str]) -> None:
+        self.by_name: dict[str, list[str]] = {}
+        for rel, dotted in modules.items():
+            parts = dotted.split(".") if dotted else []
+            for start in range(len(parts)):
+                self.by_name.setdefault(".".join(parts[start:]), []).append(rel)
+
+    def resolve(self, importer: str, dotted: str) -> list[str]:
+        if dotted.startswith("."):
+            level = len(dotted) - len(dotted.lstrip("."))
+            package = module_name(importer).split(".")
+            if not importer.endswith("__init__.py"):
+                package = package[:-1]
+            base = package[: len(package) - (level - 1)] if level > 1 else package
+            dotted = ".".join([*base, dotted.lstrip(".")]).strip(".")
+            return [r for r in self.by_name.get(dotted, []) if module_name(r) == dotted] or self.by_name.get(dotted, [])
+        return self.by_name.get(dotted, [])
+
+
+def _names(clause: bytes) -> list[tuple[str, str]]:
+    """(name, bound as) of ``a, b as c`` / ``(a,\n b)``."""
+    found = []
+    for part in clause.decode("utf-8", "replace").strip("()").replace("\\\n", " ").split(","):
+        words = part.split()
+        if words:
+            found.append((words[0], words[2] if len(words) == 3 and words[1] == "as" else words[0]))
+    return found
+
+
+def _exports(sources: Mapping[str, bytes], modules: Mapping[str, str]) -> dict[str, frozenset[str]]:
+    """File -> the names it binds by import that another module reads from it: the only
+    names the import clean-up could remove."""
+    index = _Index(modules)
+    imports = {rel: _imports(data) for rel, data in sources.items()}
+    bound = {rel: {b for _, names in froms for _, b in names if b != "*"} | {b.split(".")[0] for _, b in plain}
+             for rel, (froms, plain) in imports.items()}
+    read: dict[str, set[str]] = {}
+    for rel, (froms, plain) in sorted(imports.items()):
+        data = sources[rel]
+        as_module: list[tuple[str, str]] = []  # (name bound here, a module of the tree it stands for)
+        for base, names in froms:
+            targets = [t for t in index.resolve(rel, base) if t != rel]
+            for name, alias in names:
+                for target in targets:
+                    found = read.setdefault(target, set())
+                    if name == "*":
+                        found.update(n for n in bound[target] if n.encode() in data)
+                    elif name in bound[target]:
+                        found.add(name)
+                sub = index.resolve(rel, f"{base}.{name}" if base.strip(".") else base + name)
+                as_module += [(alias, t) for t in sub if t != rel and name != "*"]
+        as_module += [(alias, t) for name, alias in plain for t in index.resolve(rel, name) if t != rel]
+        for alias, target in as_module:
+            read.setdefault(target, set()).update(n for n in bound[target] if f"{alias}.{n}".encode() in data)
+    return {rel: frozenset(names) for rel, names in read.items() if names}
+
+
+# -- classes with their own cuda() / to() ----------------------------------------
+
+_CLASS = re.compile(rb"class[ \t]+(\w+)[ \t]*(?:\(([^)]*)\))?[ \t]*:")
+_DEF = re.compile(rb"def[ \t]+(" + b"|".join(m.encode() for m in OVERRIDABLE) + rb")[ \t]*\(")
+
+
+def _overrides(sources: Mapping[str, bytes]) -> dict[str, frozenset[str]]:
+    """Classes that define ``cuda`` / ``to``, then (to a fixpoint) their subclasses."""
+    own: dict[str, set[str]] = {}
+    bases: dict[str, set[str]] = {}
+    for data in sources.values():
+        if b"class" not in data:
+            continue
+        classes = [(m, _indent(data, m.start())) for m in _CLASS.finditer(data) if _starts_line(data, m.start())]
+        for match, _ in classes:
+            bases.setdefault(match.group(1).decode(), set()).update(
+                b.strip().rsplit(".", 1)[-1] for b in (match.group(2) or b"").decode().split(",") if b.strip())
+        for method in _DEF.finditer(data):
+            if _starts_line(data, method.start()):
+                owner = _enclosing_class(classes, method.start(), _indent(data, method.start()))
+                if owner:
+                    own.setdefault(owner, set()).add(method.group(1).decode())
+    changed = True
+    while changed:
+        changed = False
+        for name, parents in bases.items():
+            inherited = set().union(*(own.get(p, set()) for p in parents if p != name))
+            if not inherited <= own.get(name, set()):
+                own.setdefault(name, set()).update(inherited)
+                changed = True
+    return {name: frozenset(methods) for name, methods in own.items()}
+
+
+def _indent(data: bytes, at: int) -> int:
+    return at - data.rfind(b"\n", 0, at) - 1
+
+
+def _enclosing_class(classes: list, offset: int, indent: int) -> str:
+    """The last class statement before ``offset`` indented less than the ``def``."""
+    for match, depth in reversed(classes):
+        if match.start() < offset and depth < indent:
+            return match.group(1).decode()
+    return ""
