@@ -10,7 +10,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import click
 
@@ -69,7 +69,7 @@ def cli() -> None:
 @click.option("--exclude", multiple=True, help="Skip paths matching this glob (repeatable).")
 @click.option("--runtime-dir", type=click.Path(path_type=Path),
               help="Where --write vendors porter_runtime (default: <root>/porter_runtime).")
-@click.option("--root", type=click.Path(path_type=Path, file_okay=False),
+@click.option("--root", type=click.Path(path_type=Path, file_okay=False, exists=True),
               help="Project root: diff paths are relative to it and the runtime goes in it "
                    "(default: the nearest folder with pyproject.toml, setup.py, setup.cfg, "
                    "requirements.txt or .git).")
@@ -116,6 +116,7 @@ def _migrate(console, paths, show_diff, write, check, fail_on, interactive, out_
         sys.exit(2)
     _check_combinations(reports, output_format, show_diff, interactive, check, out_dir)
     root = (root or find_root(paths)).absolute()
+    paths = _inside_root(paths, root)
     settings = _settings(root, config_file)
     config = _run_config(paths, root, settings, select, ignore, exclude, runtime_dir, unsafe_fixes, jobs)
     _check_layout(config)
@@ -150,6 +151,24 @@ def _migrate(console, paths, show_diff, write, check, fail_on, interactive, out_
         sys.exit(2)
     if check and (result.changed or (fail_on == "any" and result.reviews)):
         sys.exit(1)
+
+
+def _inside_root(paths, root: Path) -> list[Path]:
+    """Each path as the path inside the root it names, links and ``..`` resolved: a path
+    that leads out of the root (``repo/link/../x.py`` where ``link`` points elsewhere, a
+    file named beside ``--root``) is refused before anything is read, and ``d/../d/x.py``
+    is the same file as ``d/x.py``."""
+    real_root = root.resolve()
+    inside = []
+    for path in paths:
+        try:
+            rel = path.resolve().relative_to(real_root)
+        except ValueError:
+            raise InputError(f"{shown(str(path))}: is outside the root {shown(str(root))} (links and '..' "
+                             "resolved); porter reads and writes only inside the root: pass --root") from None
+        if root / rel not in inside:
+            inside.append(root / rel)
+    return inside
 
 
 def _check_combinations(reports, output_format, show_diff, interactive, check, out_dir) -> None:
@@ -276,8 +295,8 @@ def _stream(config: RunConfig, console, show_diff: bool, write: bool, show: bool
 
     runtime_diffs: list[bytes] = []  # the user's own files first, the runtime's last
 
-    def sink(change: Change) -> Optional[str]:
-        if show_diff:
+    def sink(changes: Sequence[Change]) -> Optional[str]:
+        for change in changes if show_diff else ():
             out = _diff(change)
             out = colourise(out) if colour else out
             if change.runtime:
@@ -285,7 +304,7 @@ def _stream(config: RunConfig, console, show_diff: bool, write: bool, show: bool
             else:
                 sys.stdout.buffer.write(out)
         if write:
-            failed = apply_changes(config.root, [change])
+            failed = apply_changes(config.root, changes)
             if failed:
                 write_failed.extend(failed)
                 return failed[0][1]  # the run reports the file as failed
@@ -449,7 +468,7 @@ Exit codes:
               help="Let the code import this installed CUDA-only package (hidden by default).")
 @click.option("--python", "python", default=None, metavar="EXE",
               help="The interpreter that runs the code (default: the one running porter).")
-@click.option("--root", type=click.Path(path_type=Path, file_okay=False),
+@click.option("--root", type=click.Path(path_type=Path, file_okay=False, exists=True),
               help="Project root (default: as for migrate).")
 @click.option("--config", "config_file", type=click.Path(path_type=Path, dir_okay=False, exists=True),
               help="Settings file used for porter's analysis of the tree (default: as for migrate).")

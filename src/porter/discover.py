@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
 from porter.runtime_home import is_vendored
+from porter.safe_io import text_bounded
+from porter.apply import runtime_files
+from porter.vendor_write import is_leftover_name, is_partial, older_partial
 
 SKIP_DIRS = frozenset({
     ".git", ".hg", ".svn", ".venv", "venv", ".env", ".tox", ".nox", ".eggs",
@@ -67,7 +70,7 @@ class GitIgnore:
     def load(cls, folder: Path) -> Optional["GitIgnore"]:
         path = folder / ".gitignore"
         try:
-            return cls(folder, path.read_text(encoding="utf-8", errors="replace").splitlines())
+            return cls(folder, text_bounded(path).splitlines())
         except OSError:
             return None
 
@@ -197,11 +200,18 @@ def _walk_dir(folder: Path, root, excludes, skip_resolved, found, ignores, patte
                     found.skipped.append(Skipped(rel, f"skipped: a folder named {entry.name}/ is taken for build "
                                                       "output; name it on the command line to port it"))
                 continue
-            if path.resolve() in skip_resolved or is_vendored(path):
-                continue  # porter's own runtime, wherever it was vendored: never ported
+            if path.resolve() in skip_resolved or _porters(path):
+                continue  # porter's own runtime (or a stopped run's half copy), wherever it was vendored: never ported
             yield from _walk_dir(path, root, excludes, skip_resolved, found, ignores, patterns)
         elif entry.is_file(follow_symlinks=False) and any(fnmatch.fnmatch(entry.name, p) for p in patterns):
             yield path
+
+
+def _porters(folder: Path) -> bool:
+    """A copy of porter's runtime, or one a stopped run left half-written (porter.vendor_write)."""
+    if is_vendored(folder) or is_partial(folder) or is_leftover_name(folder.name):
+        return True
+    return folder.name == "porter_runtime" and older_partial(folder, runtime_files())
 
 
 def _links_to_dir(entry: os.DirEntry) -> bool:

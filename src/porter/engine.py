@@ -24,6 +24,7 @@ from porter.notebook import process_notebook
 from porter.options import Options
 from porter.python_stage import MAX_PARSE_BYTES, ledger_source, migrate_source, process_python
 from porter.results import FileResult, SourceResult
+from porter.safe_io import Refused, read_bounded
 from porter.runtime_home import LazyBootstrap
 from porter.text_stage import migrate_text, process_text
 
@@ -31,6 +32,10 @@ __all__ = [
     "FileResult", "LazyBootstrap", "MAX_PARSE_BYTES", "Options", "SourceResult", "ledger_source",
     "migrate_source", "migrate_text", "process_file", "stage_for",
 ]
+
+#: No file larger than this is read at all (Python files over porter.python_stage's
+#: MAX_PARSE_BYTES are only searched, never parsed).
+READ_LIMIT = 64 << 20
 
 Bootstrap = Union[None, str, LazyBootstrap]
 Stage = Callable[[bytes, str, Options, Bootstrap], FileResult]
@@ -48,8 +53,10 @@ def stage_for(rel: str) -> Stage:
 def process_file(path: Path, rel: str, options: Options, bootstrap: Bootstrap) -> FileResult:
     """Migrate one file; every failure becomes a per-file error, never an exception."""
     options = options.for_path(rel)
-    try:
-        data = path.read_bytes()
+    try:  # the size is checked before the read; a FIFO or a device is refused unread
+        data = read_bounded(path, READ_LIMIT, follow=False)
+    except Refused as exc:
+        return FileResult(rel, "error", error=f"cannot read: {exc}")
     except OSError as exc:
         return FileResult(rel, "error", error=f"cannot read: {exc.strerror or exc}")
     with _collector_paused():

@@ -195,10 +195,25 @@ def _import_runtime(cells: list[tuple[int, dict[str, Any]]], first_changed: int,
     _set_text(target, unmask(module.code, saved))
 
 
+def _check_size(data: bytes) -> None:
+    """NotebookError for a notebook whose code is larger than a .py porter parses (the
+    outputs, images included, cost nothing)."""
+    from porter.python_stage import MAX_PARSE_BYTES
+
+    if len(data) <= MAX_PARSE_BYTES:
+        return
+    cells = load(data)[0]["cells"]
+    code = sum(len(cell_text(c)) for c in cells if c.get("cell_type") == "code")
+    if code > MAX_PARSE_BYTES:
+        raise NotebookError(f"{code / 1e6:.1f} MB of code: larger than the {MAX_PARSE_BYTES / 1e6:.0f} MB "
+                            "porter parses; port it by hand or split it")
+
+
 def process_notebook(data: bytes, rel: str, options: Options, bootstrap=None) -> FileResult:
     """The notebook stage (porter.engine picks it for a ``.ipynb``): every failure is a
     per-file error."""
     try:
+        _check_size(data)
         new, findings = migrate_notebook(data, options, path=rel, bootstrap=bootstrap)
     except NotebookError as exc:
         return FileResult(rel, "error", error=str(exc))

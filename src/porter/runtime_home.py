@@ -32,7 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional, Union
 
-from porter.apply import Change
+from porter.apply import Change, runtime_files
+from porter.safe_io import read_bounded, text_bounded
+from porter.vendor_write import is_partial, older_partial
 
 RUNTIME = "porter_runtime"
 MARKER = "VENDORED.txt"
@@ -180,7 +182,7 @@ def _installable(root: Path) -> bool:
     if any(_is_file(root / name) for name in _BUILD_FILES):
         return True
     try:
-        text = (root / "pyproject.toml").read_text(encoding="utf-8", errors="replace")
+        text = text_bounded(root / "pyproject.toml")
     except OSError:
         return False
     return "[project]" in text or "[build-system]" in text or "[tool.poetry]" in text
@@ -227,9 +229,8 @@ def _imported_as(root: Path, dotted: str) -> bool:
         for name in files:
             if name.endswith(".py"):
                 try:
-                    with open(os.path.join(folder, name), "rb") as handle:
-                        if pattern.search(handle.read(1 << 20)):
-                            return True
+                    if pattern.search(read_bounded(Path(folder, name), 1 << 20, follow=False)):
+                        return True
                 except OSError:
                     continue
     return False
@@ -238,7 +239,7 @@ def _imported_as(root: Path, dotted: str) -> bool:
 def _maps_packages(root: Path) -> bool:
     for name in ("setup.py", "setup.cfg", "pyproject.toml"):
         try:
-            text = (root / name).read_text(encoding="utf-8", errors="replace")
+            text = text_bounded(root / name)
         except OSError:
             continue
         if re.search(r"package[_-]dir|\bwhere\s*=", text):
@@ -288,7 +289,7 @@ def refuse_home(home: Home, root: Path) -> str:
             return f"{_shown(here, root)} is a symbolic link (porter never writes through links)"
     if folder.exists() and not folder.is_dir():
         return f"{rel.as_posix()} exists and is not a folder"
-    if folder.is_dir() and not is_vendored(folder):
+    if folder.is_dir() and not is_vendored(folder) and not is_partial(folder) and not older_partial(folder, runtime_files()):
         try:
             empty = not any(folder.iterdir())
         except OSError as exc:
@@ -308,7 +309,7 @@ def manifest_change(root: Path, home: Home, write: bool = True, base: Optional[b
     wanted = f"{home.package}.{RUNTIME}"
     pyproject = root / "pyproject.toml"
     try:
-        data = base if base is not None else pyproject.read_bytes()
+        data = base if base is not None else read_bounded(pyproject)
     except OSError:
         data = b""
     text = data.decode("utf-8", errors="surrogateescape")
@@ -334,7 +335,7 @@ def manifest_change(root: Path, home: Home, write: bool = True, base: Optional[b
                     f"pyproject.toml: {verb} {wanted} to [tool.setuptools] packages, so that the build ships it")
     for name in ("setup.py", "setup.cfg"):
         try:
-            other = (root / name).read_text(encoding="utf-8", errors="replace")
+            other = text_bounded(root / name)
         except OSError:
             continue
         if re.search(r"""packages\s*=\s*\[?[^\n]*["']?%s["']?""" % re.escape(home.package), other) and \

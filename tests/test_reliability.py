@@ -1,0 +1,250 @@
+"""Hostile trees and races (issue 29): nothing written outside the root, no lost edit,
+never half a runtime, no hang on FIFOs or devices, diffs that git applies."""
+
+import os
+import resource
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from porter.apply import Change, apply_changes, runtime_files, unified_diff, vendor_changes
+from porter_test_utils import run_porter, snapshot
+
+CUDA = b"import torch\nx = torch.ones(1).cuda()\n"
+
+
+def make_repo(path: Path, files: dict) -> Path:
+    path.mkdir(parents=True)
+    for name, data in files.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_bytes(data)
+    return path
+
+
+# -- (1) writes outside the root ---------------------------------------------------------
+
+def test_dotdot_through_a_link_out_of_the_root_is_refused(tmp_path):
+    outside = make_repo(tmp_path / "outside", {"inner/x.py": b"", "victim.py": CUDA})
+    root = make_repo(tmp_path / "repo", {"a.py": b""})
+    (root / "link").symlink_to(outside / "inner", target_is_directory=True)  # link/.. is outside/
+    proc = run_porter("migrate", f"{root}/link/../victim.py", "--root", root, "--write", "-j", "1")
+    assert proc.returncode == 2
+    assert b"outside the root" in proc.stderr
+    assert (outside / "victim.py").read_bytes() == CUDA
+    assert not (outside / "porter_runtime").exists() and not (tmp_path / "porter_runtime").exists()
+
+
+def test_a_file_named_outside_the_root_is_refused(tmp_path):
+    elsewhere = make_repo(tmp_path / "elsewhere", {"x.py": CUDA})
+    root = make_repo(tmp_path / "repo", {"a.py": b""})
+    proc = run_porter("migrate", elsewhere / "x.py", "--root", root, "--write", "-j", "1")
+    assert proc.returncode == 2 and b"outside the root" in proc.stderr
+    assert (elsewhere / "x.py").read_bytes() == CUDA
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["a.py", "elsewhere", "repo", "x.py"]
+
+
+def test_a_root_that_does_not_exist_is_not_created(tmp_path):
+    src = make_repo(tmp_path / "src", {"x.py": CUDA})
+    proc = run_porter("migrate", src / "x.py", "--root", tmp_path / "nowhere", "--write", "-j", "1")
+    assert proc.returncode == 2
+    assert not (tmp_path / "nowhere").exists()
+    assert (src / "x.py").read_bytes() == CUDA
+
+
+def test_a_folder_swapped_for_a_link_after_the_check_is_not_followed(tmp_path, monkeypatch):
+    """The folder is replaced by a link to outside between porter's check of the target
+    and its write (here at the check's os.access): the write stays in the real folder."""
+    outside = make_repo(tmp_path / "outside", {"a.py": CUDA})
+    root = make_repo(tmp_path / "repo", {"sub/a.py": CUDA})
+    real_access = os.access
+    swapped = []
+
+    def swap_then_access(path, mode, **kw):
+        if not swapped:
+            swapped.append(True)
+            os.rename(root / "sub", root / "moved")
+            os.symlink(outside, root / "sub")
+        return real_access(path, mode, **kw)
+
+    monkeypatch.setattr(os, "access", swap_then_access)
+    apply_changes(root, [Change("sub/a.py", CUDA, b"new\n")])
+    assert swapped
+    assert (outside / "a.py").read_bytes() == CUDA
+    assert [p.name for p in outside.iterdir()] == ["a.py"]
+
+
+# -- (2) the owner's edit during the run -------------------------------------------------
+
+def test_an_edit_saved_between_read_and_rename_is_kept(tmp_path, monkeypatch):
+    """The owner saves the file while porter writes its temporary file (injected at the
+    fsync): the last check before the rename sees it, and the file is not replaced."""
+    root = make_repo(tmp_path / "repo", {"a.py": CUDA})
+    edited = CUDA + b"y = 2  # the owner's edit\n"
+    real_fsync = os.fsync
+
+    def owner_saves(fd):
+        real_fsync(fd)
+        if (root / "a.py").read_bytes() == CUDA:
+            (root / "a.py").write_bytes(edited)
+
+    monkeypatch.setattr(os, "fsync", owner_saves)
+    failed = apply_changes(root, [Change("a.py", CUDA, b"ported\n")])
+    assert failed == [("a.py", "not written: the file changed on disk during the run")]
+    assert (root / "a.py").read_bytes() == edited
+    assert [p.name for p in root.iterdir()] == ["a.py"]
+
+
+def test_a_same_size_edit_just_before_the_rename_is_kept(tmp_path, monkeypatch):
+    from porter import safe_io
+
+    root = make_repo(tmp_path / "repo", {"a.py": CUDA})
+    edited = CUDA.replace(b"ones", b"twos")
+    monkeypatch.setattr(safe_io, "before_replace", lambda rel: (root / rel).write_bytes(edited))
+    failed = apply_changes(root, [Change("a.py", CUDA, b"ported\n")])
+    assert failed == [("a.py", "not written: the file changed on disk during the run")]
+    assert (root / "a.py").read_bytes() == edited
+
+
+# -- (3) never half a runtime -------------------------------------------------------------
+
+def test_an_interrupted_vendoring_leaves_no_runtime_folder(tmp_path, monkeypatch):
+    root = make_repo(tmp_path / "repo", {"a.py": CUDA})
+    changes, _ = vendor_changes(root / "porter_runtime", root)
+    real_fsync, calls = os.fsync, []
+
+    def full_disk_at_the_fourth(fd):
+        calls.append(fd)
+        if len(calls) == 4:
+            raise OSError(28, "No space left on device")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", full_disk_at_the_fourth)
+    failed = apply_changes(root, changes)
+    assert failed and all(error == "cannot write: No space left on device" for _, error in failed)
+    assert sorted(p.name for p in root.iterdir()) == ["a.py"]
+
+
+def test_a_runtime_copy_is_renamed_into_place_whole(tmp_path, monkeypatch):
+    root = make_repo(tmp_path / "repo", {"a.py": CUDA})
+    changes, _ = vendor_changes(root / "porter_runtime", root)
+    seen = []
+    real_rename = os.rename
+
+    def spy(src, dst, **kw):
+        if dst == "porter_runtime":  # the copy is whole, marker and all, when it appears
+            folder = Path(os.readlink(f"/proc/self/fd/{kw['src_dir_fd']}")) / src
+            seen.append(sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()))
+        return real_rename(src, dst, **kw)
+
+    monkeypatch.setattr(os, "rename", spy)
+    assert apply_changes(root, changes) == []
+    wanted = runtime_files()
+    assert seen == [sorted([*wanted, "PORTER-PARTIAL.txt"])]
+    assert {p.relative_to(root / "porter_runtime").as_posix() for p in (root / "porter_runtime").rglob("*")
+            if p.is_file()} == set(wanted)
+    assert sorted(p.name for p in root.iterdir()) == ["a.py", "porter_runtime"]
+
+
+@pytest.mark.parametrize("leftover", ["marked", "older-porter", "sibling"])
+def test_a_partial_runtime_from_a_stopped_run_is_replaced_not_ported(tmp_path, leftover):
+    root = make_repo(tmp_path / "repo", {"a.py": CUDA})
+    reference = make_repo(tmp_path / "reference", {"a.py": CUDA})
+    assert run_porter("migrate", reference, "--write", "-j", "1", "-q").returncode == 0
+    ours = runtime_files()
+    some = {n: d for n, d in list(ours.items())[:3]}
+    folder = root / ("porter_runtime" if leftover != "sibling" else ".porter_runtime.abcd1234.porter-partial")
+    for name, data in some.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(data)
+    if leftover != "older-porter":
+        (folder / "PORTER-PARTIAL.txt").write_bytes(b"porter is writing this folder\n")
+    proc = run_porter("migrate", root, "--write", "-j", "1", "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert snapshot(root) == snapshot(reference)
+
+
+# -- (4) hangs and blow-ups ----------------------------------------------------------------
+
+NAMES = [".gitignore", "pyproject.toml", "requirements.txt", "requirements-dev.txt", "setup.py", "setup.cfg",
+         "environment.yml"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_fifos_and_devices_under_manifest_names_do_not_hang(tmp_path, kind):
+    root = make_repo(tmp_path / "repo", {"a.py": CUDA, "pkg/__init__.py": b"", "pkg/m.py": CUDA})
+    (root / ".git").mkdir()
+    for name in NAMES:
+        for folder in (root, root / "pkg"):
+            if kind == "fifo":
+                os.mkfifo(folder / name)
+            else:
+                (folder / name).symlink_to("/dev/zero")
+    proc = subprocess.run([sys.executable, "-m", "porter", "migrate", str(root), "--diff", "-j", "1"],
+                          capture_output=True, timeout=120, preexec_fn=_limit_memory)
+    assert proc.returncode in (0, 2), proc.stderr
+    assert b"porter_runtime.device()" in proc.stdout
+
+
+def _limit_memory():
+    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+
+def test_a_huge_sparse_python_file_is_refused_before_it_is_read(tmp_path):
+    root = make_repo(tmp_path / "repo", {"a.py": CUDA})
+    with open(root / "huge.py", "wb") as handle:
+        handle.truncate(8 << 30)  # 8 GB of holes: nothing on disk, all of it in memory if read
+    proc = subprocess.run([sys.executable, "-m", "porter", "migrate", str(root), "--diff", "-j", "1"],
+                          capture_output=True, timeout=120, preexec_fn=_limit_memory)
+    assert proc.returncode == 2, proc.stderr
+    assert b"larger than the 67.1 MB porter reads" in proc.stdout + proc.stderr
+    assert b"porter_runtime.device()" in proc.stdout
+
+
+def test_a_notebook_with_too_much_code_is_refused(tmp_path):
+    import json
+
+    from porter.engine import Options, process_file
+    from porter.registry import all_rules
+
+    cell = {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+            "source": ["import torch\n"] + [f"y{i} = torch.ones(1).cuda()\n" for i in range(60_000)]}
+    nb = {"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path = tmp_path / "big.ipynb"
+    path.write_text(json.dumps(nb, indent=1) + "\n")
+    result = process_file(path, "big.ipynb", Options(rules=all_rules()), None)
+    assert result.status == "error" and "larger than the 1 MB porter parses" in result.error
+
+
+# -- (5) diffs that apply --------------------------------------------------------------------
+
+ODD = {
+    "bom": "\ufeffimport torch\nx = torch.ones(1).cuda()\n".encode(),
+    "form-feed": b"import torch\n\x0c\ndef f():\n    return 1\x0c\nx = torch.ones(1).cuda()\n",
+    "u2028": "import torch\ns = '\u2028'\nx = torch.ones(1).cuda()\n".encode(),
+    "lone-cr": b"import torch\ns = 1 # a\rb\nx = torch.ones(1).cuda()\n",
+    "mixed": b"import torch\r\ny = 1\nz = 2\r\nx = torch.ones(1).cuda()\r\n",
+    "no-newline-at-end": b"import torch\nx = torch.ones(1).cuda()",
+    "cr-only": b"import torch\rx = torch.ones(1).cuda()\r",
+}
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+@pytest.mark.parametrize("name", sorted(ODD))
+def test_diff_applies_with_git_apply(tmp_path, name):
+    data = ODD[name]
+    root = make_repo(tmp_path / "repo", {"a.py": data})
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    proc = run_porter("migrate", root / "a.py", "--root", root, "--diff", "-j", "1", "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert b"porter_runtime.device()" in proc.stdout
+    (tmp_path / "p.diff").write_bytes(proc.stdout)
+    applied = subprocess.run(["git", "apply", "--whitespace=nowarn", str(tmp_path / "p.diff")], cwd=root,
+                             capture_output=True)
+    assert applied.returncode == 0, applied.stderr
+    written = make_repo(tmp_path / "written", {"a.py": data})
+    assert run_porter("migrate", written / "a.py", "--root", written, "--write", "-j", "1", "-q").returncode == 0
+    assert (root / "a.py").read_bytes() == (written / "a.py").read_bytes()
+
