@@ -210,7 +210,7 @@ def test_a_notebook_with_too_much_code_is_refused(tmp_path):
     from porter.registry import all_rules
 
     cell = {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
-            "source": ["import torch\n"] + [f"y{i} = torch.ones(1).cuda()\n" for i in range(60_000)]}
+            "source": ["import torch\n", "x = torch.ones(1).cuda()\n"] + ["# " + "padding " * 100 + "\n"] * 1_500}
     nb = {"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
     path = tmp_path / "big.ipynb"
     path.write_text(json.dumps(nb, indent=1) + "\n")
@@ -248,3 +248,102 @@ def test_diff_applies_with_git_apply(tmp_path, name):
     assert run_porter("migrate", written / "a.py", "--root", written, "--write", "-j", "1", "-q").returncode == 0
     assert (root / "a.py").read_bytes() == (written / "a.py").read_bytes()
 
+
+
+def test_lines_no_rule_touched_keep_their_text(tmp_path):
+    data = b"import torch\ntry:\n    pass\nexcept ValueError :\n    pass\nx = torch.ones(1).cuda()\n"
+    root = make_repo(tmp_path / "repo", {"a.py": data})
+    assert run_porter("migrate", root, "--write", "-j", "1", "-q").returncode == 0
+    new = (root / "a.py").read_bytes()
+    assert b"except ValueError :\n" in new and b"porter_runtime.device()" in new
+
+
+def test_a_file_its_codec_cannot_give_back_is_not_rewritten(tmp_path):
+    data = b'# -*- coding: unicode_escape -*-\nimport torch\ns = "caf\\xe9"\nx = torch.ones(1).cuda()\n'
+    root = make_repo(tmp_path / "repo", {"a.py": data})
+    proc = run_porter("migrate", root, "--write", "-j", "1")
+    assert proc.returncode == 2 and b"unicode_escape" in proc.stderr + proc.stdout
+    assert (root / "a.py").read_bytes() == data
+
+
+# -- (6) smaller items -------------------------------------------------------------------------
+
+def test_select_and_ignore_of_the_same_rules_is_an_input_error(tmp_path):
+    root = make_repo(tmp_path / "repo", {"a.py": CUDA})
+    proc = run_porter("migrate", root, "--check", "--select", "PT", "--ignore", "PT", "-j", "1")
+    assert proc.returncode == 2 and b"no rule left to run" in proc.stderr
+
+
+def test_gitignore_character_classes_and_escapes_are_honoured(tmp_path):
+    from porter.discover import discover
+
+    root = make_repo(tmp_path / "repo", {
+        ".gitignore": b"gen_[0-9].py\n\\#hash.py\nskip[!x].py\n",
+        "gen_1.py": CUDA, "gen_a.py": CUDA, "#hash.py": CUDA, "skipa.py": CUDA, "skipx.py": CUDA})
+    found = discover([root], root)
+    assert sorted(p.name for p in found.files) == ["gen_a.py", "skipx.py"]
+
+
+def test_a_tree_1200_folders_deep_is_walked(tmp_path):
+    from porter.discover import discover
+
+    root = make_repo(tmp_path / "repo", {"a.py": CUDA})
+    deep = root
+    for _ in range(1200):
+        deep = deep / "d"
+        deep.mkdir()
+    (deep / "b.py").write_bytes(CUDA)
+    found = discover([root], root)
+    assert sorted(p.name for p in found.files) == ["a.py", "b.py"]
+
+
+def test_one_file_named_twice_is_processed_once(tmp_path):
+    root = make_repo(tmp_path / "repo", {"d/x.py": CUDA})
+    proc = run_porter("migrate", root / "d" / "x.py", f"{root}/d/../d/x.py", "--root", root, "-j", "1",
+                      "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    import json
+    assert [f["path"] for f in json.loads(proc.stdout)["files"]] == ["d/x.py"]
+
+
+def test_setuptools_packages_after_another_list_key_gets_the_runtime(tmp_path):
+    from porter.runtime_home import Home, manifest_change
+
+    text = b'[project]\nname = "p"\n\n[tool.setuptools]\npy-modules = ["tool"]\npackages = ["mypkg"]\n'
+    root = make_repo(tmp_path / "repo", {"pyproject.toml": text, "mypkg/__init__.py": b""})
+    change, note = manifest_change(root, Home(root / "mypkg" / "porter_runtime", "mypkg"))
+    assert change is not None and b'packages = ["mypkg", "mypkg.porter_runtime"]' in change.new
+
+
+def test_a_vendored_txt_of_another_tool_is_not_porters(tmp_path):
+    from porter.discover import discover
+
+    root = make_repo(tmp_path / "repo", {"third/VENDORED.txt": b"vendored by pip's vendoring tool\n",
+                                         "third/__init__.py": b"", "third/m.py": CUDA})
+    assert [p.name for p in discover([root], root).files] == ["__init__.py", "m.py"]
+
+
+def test_timeout_nan_is_a_usage_error(tmp_path):
+    root = make_repo(tmp_path / "repo", {"a.py": b"x = 1\n"})
+    proc = run_porter("verify", root, "--timeout", "nan")
+    assert proc.returncode == 2 and b"not a number of seconds" in proc.stderr and b"internal error" not in proc.stderr
+
+
+def test_diff_into_a_closed_pipe_stops_quietly(tmp_path):
+    files = {f"m{i:02d}.py": CUDA for i in range(40)}
+    root = make_repo(tmp_path / "repo", files)
+    porter = subprocess.Popen([sys.executable, "-m", "porter", "migrate", str(root), "--diff", "-j", "1", "-q"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    porter.stdout.read(10)
+    porter.stdout.close()  # `| head -c 10`
+    _, err = porter.communicate(timeout=120)
+    assert err == b"" and porter.returncode in (0, -13), err
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a file to another user")
+def test_run_as_root_keeps_the_owner_of_files_it_writes(tmp_path):
+    root = make_repo(tmp_path / "repo", {"a.py": CUDA})
+    os.chown(root / "a.py", 1234, 5678)
+    assert apply_changes(root, [Change("a.py", CUDA, b"ported\n")]) == []
+    info = os.stat(root / "a.py")
+    assert (info.st_uid, info.st_gid) == (1234, 5678)

@@ -6,7 +6,9 @@ progress) goes to stderr, so ``porter migrate . --diff | git apply`` just works.
 
 from __future__ import annotations
 
+import math
 import os
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -153,6 +155,13 @@ def _migrate(console, paths, show_diff, write, check, fail_on, interactive, out_
         sys.exit(1)
 
 
+def _finite(value, param):
+    """A number of seconds, not nan or inf (FloatRange lets both through)."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a number of seconds", param=param)
+    return value
+
+
 def _inside_root(paths, root: Path) -> list[Path]:
     """Each path as the path inside the root it names, links and ``..`` resolved: a path
     that leads out of the root (``repo/link/../x.py`` where ``link`` points elsewhere, a
@@ -255,6 +264,8 @@ def _run_config(paths, root, settings: Config, select, ignore, exclude, runtime_
     if select and not select_codes:
         raise InputError("--select: no rule code given")
     rules = select_rules(select_codes or settings.select or (), ignore_codes or settings.ignore or ())
+    if not rules:  # a run of no rule would pass --check whatever the code holds
+        raise InputError("no rule left to run: --ignore (or the settings' ignore) removes every rule --select chose")
     runtime_dir = runtime_dir or settings.runtime_dir
     options = Options(
         rules=rules,
@@ -456,9 +467,9 @@ Exit codes:
 @click.option("--run", "command", metavar="CMD",
               help="Also run CMD (a shell command) in the tree's root with CUDA hidden, e.g. "
                    "\"python train.py --steps 2\".")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=60.0, show_default=True, metavar="SECONDS",
+@click.option("--timeout", type=click.FloatRange(min=0.1), callback=lambda ctx, param, v: _finite(v, param), default=60.0, show_default=True, metavar="SECONDS",
               help="Seconds each module may take to import.")
-@click.option("--run-timeout", type=click.FloatRange(min=0.1), default=None, metavar="SECONDS",
+@click.option("--run-timeout", type=click.FloatRange(min=0.1), callback=lambda ctx, param, v: _finite(v, param), default=None, metavar="SECONDS",
               help="Seconds the --run command may take (default: no limit).")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, metavar="N",
               help="Worker processes at most (default: all cores; each imports at least 8 modules).")
@@ -541,6 +552,8 @@ cli.add_command(fit)  # runs the target's code; migrate never does
 
 
 def main(argv: Optional[list[str]] = None) -> None:
+    if hasattr(signal, "SIGPIPE"):  # `porter migrate --diff | head`: stop quietly, as git does
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
         cli.main(args=argv, prog_name="porter")
     except Exception:  # a bug in porter: exit 2, never the 1 that means "changes pending"

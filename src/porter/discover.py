@@ -101,11 +101,33 @@ def _glob_regex(pattern: str, anchored: bool) -> re.Pattern[str]:
         elif pattern[i] == "?":
             out += "[^/]"
             i += 1
+        elif pattern[i] == "\\" and i + 1 < len(pattern):  # an escaped character: itself
+            out += re.escape(pattern[i + 1])
+            i += 2
+        elif pattern[i] == "[" and _class_end(pattern, i) > 0:
+            end = _class_end(pattern, i)
+            body = pattern[i + 1:end]
+            negate = body[:1] in ("!", "^")
+            body = body[1:] if negate else body
+            out += "[" + ("^/" if negate else "") + "".join("\\" + c if c in "\\^[]" else c for c in body) + "]"
+            i = end + 1
         else:
             out += re.escape(pattern[i])
             i += 1
     prefix = "" if anchored else "(?:.*/)?"
     return re.compile(f"^{prefix}{out}$")
+
+
+def _class_end(pattern: str, start: int) -> int:
+    """Where the character class opened at ``start`` closes (a "]" right after "[" or
+    "[!" is a member), or -1: an unclosed "[" is a plain character, as in git."""
+    i = start + 1
+    if pattern[i:i + 1] in ("!", "^"):
+        i += 1
+    if pattern[i:i + 1] == "]":
+        i += 1
+    end = pattern.find("]", i)
+    return end
 
 
 def _excluded(rel: str, excludes: Sequence[str]) -> bool:
@@ -174,15 +196,16 @@ def _walk(top: Path, root: Path, excludes, skip_resolved, found: Discovery, patt
     yield from _walk_dir(top, root, excludes, skip_resolved, found, ignores, patterns)
 
 
-def _walk_dir(folder: Path, root, excludes, skip_resolved, found, ignores, patterns) -> Iterator[Path]:
-    own = GitIgnore.load(folder)
-    ignores = ignores + [own] if own else ignores
-    try:
-        entries = sorted(os.scandir(folder), key=lambda e: e.name)
-    except OSError as exc:
-        found.skipped.append(Skipped(relative_posix(folder, root), f"cannot list folder: {exc.strerror}", error=True))
-        return
-    for entry in entries:
+def _walk_dir(top: Path, root, excludes, skip_resolved, found, ignores, patterns) -> Iterator[Path]:
+    """The files under ``top`` in sorted order, depth first, with an explicit stack of
+    folders being listed: a tree 1,200 folders deep is no deeper for Python's stack."""
+    stack = [_listing(top, root, found, ignores)]
+    while stack:
+        entries, ignores = stack[-1]
+        entry = next(entries, None)
+        if entry is None:
+            stack.pop()
+            continue
         path = Path(entry.path)
         rel = relative_posix(path, root)
         is_dir = entry.is_dir(follow_symlinks=False)
@@ -202,9 +225,21 @@ def _walk_dir(folder: Path, root, excludes, skip_resolved, found, ignores, patte
                 continue
             if path.resolve() in skip_resolved or _porters(path):
                 continue  # porter's own runtime (or a stopped run's half copy), wherever it was vendored: never ported
-            yield from _walk_dir(path, root, excludes, skip_resolved, found, ignores, patterns)
+            stack.append(_listing(path, root, found, ignores))
         elif entry.is_file(follow_symlinks=False) and any(fnmatch.fnmatch(entry.name, p) for p in patterns):
             yield path
+
+
+def _listing(folder: Path, root, found, ignores):
+    """(the folder's entries in name order, the .gitignore rules that apply inside it)."""
+    own = GitIgnore.load(folder)
+    ignores = ignores + [own] if own else ignores
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError as exc:
+        found.skipped.append(Skipped(relative_posix(folder, root), f"cannot list folder: {exc.strerror}", error=True))
+        entries = []
+    return iter(entries), ignores
 
 
 def _porters(folder: Path) -> bool:

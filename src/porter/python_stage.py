@@ -27,11 +27,12 @@ from porter.context import ignore_comments
 from porter.options import Options
 from porter.prefilter import SyntaxFacts, byte_candidates, candidate_rules
 from porter.results import FileResult, SourceResult
+from porter.roundtrip import restore_untouched
 from porter.rule import Finding, Rule
 from porter.rule_pass import run_rules
 from porter.runtime_home import LazyBootstrap, runtime_home_fields
 from porter.segments import Reduced, WholeFile, reduce
-from porter.sources import decode_error, describe_syntax_error, python_syntax_error
+from porter.sources import codec_error, decode_error, describe_syntax_error, python_syntax_error
 
 
 #: Set to "0" to parse every file whole (porter.segments); the output is the same.
@@ -82,15 +83,17 @@ def _migrate(
 ) -> SourceResult:
     """The rule pass over ``code`` (``data`` itself, or its reduction), then the
     import changes its rewrites call for."""
-    new_module, ctx = run_rules(cst.parse_module(code), data, path, options, rules, facts, reduced)
+    module = cst.parse_module(code)
+    new_module, ctx = run_rules(module, data, path, options, rules, facts, reduced)
     if not ctx.rewrites():
         return SourceResult(code, ctx.findings())  # rules change code only through rewrite()
     if ctx.needs_runtime and not ctx.resolver.imports_of("porter_runtime"):
         new_module = imports.add_runtime_import(new_module, runtime_bootstrap)
     new_module = imports.remove_unused(new_module, ctx)
     new_module = probes.remove_dead(new_module, ctx, options.ledger)
+    new = restore_untouched(code, module.bytes, new_module.bytes)
     # findings last: removing a dead probe is reported too
-    return SourceResult(new_module.bytes, ctx.findings(), ctx.needs_runtime)
+    return SourceResult(new, ctx.findings(), ctx.needs_runtime)
 
 
 #: LibCST parses at roughly 100 KB/s on a slow machine: a multi-megabyte generated file
@@ -148,7 +151,7 @@ def _port(data: bytes, rel: str, options: Options, bootstrap: Union[None, str, L
         if line:  # its own porter_runtime would shadow the import: report, don't rewrite
             return FileResult(rel, "unchanged", findings=_not_rewritten(result.findings, line),
                               uses_runtime=uses_runtime, runtime_from=runtime_from)
-    problem = compile_error(result.new, data, rel)
+    problem = codec_error(data) or compile_error(result.new, data, rel)
     if problem:
         return FileResult(rel, "error", error=problem)
     folder, package, note = runtime_home_fields(bootstrap, rel)

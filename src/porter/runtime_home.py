@@ -266,8 +266,14 @@ def _shown(path: Path, root: Path) -> str:
 
 
 def is_vendored(folder: Path) -> bool:
-    """Whether porter vendored ``folder`` (it holds porter's marker file)."""
-    return _is_file(folder / MARKER) and _is_file(folder / "__init__.py")
+    """Whether porter vendored ``folder`` (it holds porter's marker file, which says so:
+    a VENDORED.txt of another tool's is not porter's)."""
+    if not (_is_file(folder / MARKER) and _is_file(folder / "__init__.py")):
+        return False
+    try:
+        return read_bounded(folder / MARKER, 4096, follow=False).startswith(b"porter_runtime ")
+    except OSError:
+        return False
 
 
 def stdlib_names() -> frozenset:
@@ -344,8 +350,10 @@ def manifest_change(root: Path, home: Home, write: bool = True, base: Optional[b
     return None
 
 
+#: ``packages = [...]`` in the [tool.setuptools] table, whatever keys (lists, inline
+#: tables) come before it in the table: the table ends at the next line starting with "[".
 _SETUPTOOLS_PACKAGES = re.compile(
-    r"^\[tool\.setuptools\][^\[]*?^packages\s*=\s*\[(?P<list>[^\]]*)\]", re.M | re.S)
+    r"^\[tool\.setuptools\][^\n]*\n(?:(?!\[)(?!packages\s*=).*\n)*?^packages\s*=\s*\[(?P<list>[^\]]*)\]", re.M)
 
 
 # -- one file at a time ----------------------------------------------------------------
