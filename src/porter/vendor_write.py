@@ -36,7 +36,10 @@ def is_partial(folder: Path) -> bool:
 def older_partial(folder: Path, ours: dict) -> bool:
     """A copy an older porter (one file at a time, no marker) was stopped writing: only
     files of porter's runtime (``ours``), each byte-identical to porter's, or its
-    temporary files."""
+    temporary files; no VENDORED.txt, which it wrote after the modules (with it, the
+    copy is porter's and a run adds what it lacks)."""
+    if os.path.lexists(folder / "VENDORED.txt"):
+        return False
     try:
         names = [p for p in folder.rglob("*") if "__pycache__" not in p.parts]
         files = [p for p in names if p.is_file() and not p.is_symlink()]
