@@ -347,3 +347,38 @@ def test_run_as_root_keeps_the_owner_of_files_it_writes(tmp_path):
     assert apply_changes(root, [Change("a.py", CUDA, b"ported\n")]) == []
     info = os.stat(root / "a.py")
     assert (info.st_uid, info.st_gid) == (1234, 5678)
+
+
+# -- notebooks get the checks .py files get ------------------------------------------------------
+
+def _notebook_result(tmp_path, *cells):
+    import json
+
+    from porter.engine import Options, process_file
+    from porter.registry import all_rules
+
+    nb = {"cells": [{"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+                     "source": cell.splitlines(keepends=True)} for cell in cells],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path = tmp_path / "nb.ipynb"
+    path.write_text(json.dumps(nb, indent=1) + "\n")
+    return process_file(path, "nb.ipynb", Options(rules=all_rules()), None)
+
+
+def test_a_notebook_cell_python_rejects_is_not_rewritten(tmp_path):
+    result = _notebook_result(tmp_path, "import torch\ntry:\n    x = torch.ones(1).cuda()\nexcept ValueError, e:\n"
+                                        "    pass\n")
+    assert result.status == "error" and "cell 1: does not compile" in result.error
+
+
+def test_a_notebook_that_binds_porter_runtime_is_not_rewritten(tmp_path):
+    result = _notebook_result(tmp_path, "import torch\nporter_runtime = 3\n", "x = torch.ones(1).cuda()\n")
+    assert result.status == "unchanged"
+    assert any("binds the name porter_runtime" in f.message for f in result.findings)
+
+
+def test_notebook_continuation_lines_starting_with_percent_or_not_equal_are_python(tmp_path):
+    result = _notebook_result(tmp_path, "import torch\nx = (torch.ones(1).cuda().sum()\n     % 2)\n"
+                                        "y = (x\n     != 0)\n")
+    assert result.status == "changed", result.error
+    assert b"     % 2)" in result.new and b"     != 0)" in result.new

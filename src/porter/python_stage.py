@@ -149,7 +149,7 @@ def _port(data: bytes, rel: str, options: Options, bootstrap: Union[None, str, L
     if result.needs_runtime:
         line = binds_runtime_name(data)
         if line:  # its own porter_runtime would shadow the import: report, don't rewrite
-            return FileResult(rel, "unchanged", findings=_not_rewritten(result.findings, line),
+            return FileResult(rel, "unchanged", findings=not_rewritten(result.findings, line),
                               uses_runtime=uses_runtime, runtime_from=runtime_from)
     problem = codec_error(data) or compile_error(result.new, data, rel)
     if problem:
@@ -212,7 +212,7 @@ def binds_runtime_name(data: bytes) -> int:
     return 0
 
 
-def _not_rewritten(findings: list[Finding], line: int) -> list[Finding]:
+def not_rewritten(findings: list[Finding], line: int) -> list[Finding]:
     why = (f"not rewritten: this file binds the name porter_runtime itself (line {line}), which would shadow "
            "the runtime import; rename it and run porter again")
     return [dataclasses.replace(f, action="review", message=f"{why}. {f.message}",
