@@ -382,3 +382,18 @@ def test_notebook_continuation_lines_starting_with_percent_or_not_equal_are_pyth
                                         "y = (x\n     != 0)\n")
     assert result.status == "changed", result.error
     assert b"     % 2)" in result.new and b"     != 0)" in result.new
+
+
+def test_report_file_names_are_escaped_in_markdown_and_sarif(tmp_path):
+    import json
+
+    name = "a|b `c` #1 é.py"
+    root = make_repo(tmp_path / "repo", {name: b"import torch\nx = torch.ones(1).cuda()\ny = torch.cuda.memory_allocated()\n"})
+    md, sarif = tmp_path / "r.md", tmp_path / "r.sarif"
+    proc = run_porter("migrate", root, "-j", "1", "-q", "--report", md, "--report", sarif)
+    assert proc.returncode == 0, proc.stderr
+    text = md.read_text()
+    assert f"`{name}`" not in text and "``a\\|b `c` #1 é.py" in text
+    uris = {loc["physicalLocation"]["artifactLocation"]["uri"]
+            for result in json.loads(sarif.read_text())["runs"][0]["results"] for loc in result["locations"]}
+    assert uris == {"a%7Cb%20%60c%60%20%231%20%C3%A9.py"}
