@@ -397,3 +397,35 @@ def test_report_file_names_are_escaped_in_markdown_and_sarif(tmp_path):
     uris = {loc["physicalLocation"]["artifactLocation"]["uri"]
             for result in json.loads(sarif.read_text())["runs"][0]["results"] for loc in result["locations"]}
     assert uris == {"a%7Cb%20%60c%60%20%231%20%C3%A9.py"}
+
+
+# -- verify ----------------------------------------------------------------------------------
+
+def test_verify_ends_when_a_module_forks_a_long_lived_child_and_a_later_one_crashes(tmp_path):
+    root = make_repo(tmp_path / "repo", {
+        "setup.cfg": b"",
+        "a_fork.py": b"import os, time\nif os.fork() == 0:\n    time.sleep(600)\n    os._exit(0)\n",
+        "b_crash.py": b"import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"})
+    proc = subprocess.run([sys.executable, "-m", "porter", "verify", str(root), "-j", "1", "--timeout", "300"],
+                          capture_output=True, timeout=90)
+    assert proc.returncode == 1 and b"1 crashed" in proc.stdout + proc.stderr
+
+
+def test_verify_refuses_an_interpreter_that_is_not_python(tmp_path):
+    root = make_repo(tmp_path / "repo", {"setup.cfg": b"", "a.py": b"x = 1\n"})
+    proc = run_porter("verify", root, "--python", "/bin/sh")
+    assert proc.returncode == 2 and b"not a Python 3 interpreter" in proc.stderr
+    assert b"internal error" not in proc.stderr
+
+
+def test_verify_ctrl_c_exits_130(tmp_path):
+    import signal
+    import time
+
+    root = make_repo(tmp_path / "repo", {"setup.cfg": b"", "slow.py": b"import time\ntime.sleep(60)\n"})
+    proc = subprocess.Popen([sys.executable, "-m", "porter", "verify", str(root), "-j", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(4)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 130

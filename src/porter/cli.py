@@ -155,6 +155,20 @@ def _migrate(console, paths, show_diff, write, check, fail_on, interactive, out_
         sys.exit(1)
 
 
+def _not_python3(python: str) -> str:
+    """Why ``python`` can't run the modules ("" when it is a Python 3 interpreter)."""
+    import subprocess
+
+    try:
+        proc = subprocess.run([python, "-c", "import sys; print(sys.version_info[0])"], capture_output=True,
+                              stdin=subprocess.DEVNULL, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"cannot run it: {exc}"
+    if proc.returncode != 0 or proc.stdout.strip() != b"3":
+        return "not a Python 3 interpreter"
+    return ""
+
+
 def _finite(value, param):
     """A number of seconds, not nan or inf (FloatRange lets both through)."""
     if value is not None and not math.isfinite(value):
@@ -520,6 +534,10 @@ def verify(path, command, timeout, run_timeout, jobs, include_tests, exclude, al
         console.print(f"porter: error: --python {python}: not found", markup=False, soft_wrap=True)
         sys.exit(2)
     python = os.path.abspath(shutil.which(python))  # a relative --python names a file from here, not from the tree
+    problem = _not_python3(python)
+    if problem:
+        console.print(f"porter: error: --python {python}: {problem}", markup=False, soft_wrap=True)
+        sys.exit(2)
     settings = _settings(root, config_file)
     # the analysis runs in this process, beside the import workers' threads (no fork)
     config = _run_config([path], root, settings, (), (), exclude, None, None, 1)
@@ -533,6 +551,9 @@ def verify(path, command, timeout, run_timeout, jobs, include_tests, exclude, al
     except OSError as exc:
         console.print(f"porter: error: {exc}", markup=False, soft_wrap=True)
         sys.exit(2)
+    except KeyboardInterrupt:  # the children are stopped with it; nothing was written
+        console.print("porter: interrupted", markup=False)
+        sys.exit(130)
     if output_format == "json":
         import json
 
