@@ -429,3 +429,10 @@ def test_verify_ctrl_c_exits_130(tmp_path):
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=60)
     assert proc.returncode == 130
+
+
+def test_settings_values_are_not_printed_raw(tmp_path):
+    root = make_repo(tmp_path / "repo", {"a.py": CUDA, "pyproject.toml": b'[tool.porter]\nruntime-dir = "a\\u001b]0;x\\u0007b"\n'})
+    proc = run_porter("migrate", root, "-q")
+    assert proc.returncode == 2
+    assert b"\x07" not in proc.stderr and b"\x1b" not in proc.stderr and b"a\\x1b]0;x\\x07b" in proc.stderr

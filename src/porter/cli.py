@@ -218,7 +218,8 @@ class InputError(click.ClickException):
     exit_code = 2
 
     def show(self, file=None) -> None:
-        click.echo(f"porter: error: {self.format_message()}", err=True)
+        # values from a settings file or a flag, never sent to the terminal raw
+        click.echo(f"porter: error: {shown(self.format_message())}", err=True)
 
 
 SettingsError = InputError
