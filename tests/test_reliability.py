@@ -436,3 +436,29 @@ def test_settings_values_are_not_printed_raw(tmp_path):
     proc = run_porter("migrate", root, "-q")
     assert proc.returncode == 2
     assert b"\x07" not in proc.stderr and b"\x1b" not in proc.stderr and b"a\\x1b]0;x\\x07b" in proc.stderr
+
+
+def test_out_copies_every_link_as_a_link(tmp_path):
+    root = make_repo(tmp_path / "repo", {"a.py": CUDA, "conf/base.yaml": b"x: 1\n", "data.txt": b"d\n"})
+    (root / "conf" / "run.yaml").symlink_to("base.yaml")
+    (root / "latest.txt").symlink_to("data.txt")
+    out = tmp_path / "out"
+    proc = run_porter("migrate", root, "--out", out, "-j", "1", "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert os.readlink(out / "conf" / "run.yaml") == "base.yaml" and os.readlink(out / "latest.txt") == "data.txt"
+
+
+def test_out_never_calls_a_file_cut_during_the_copy_whole(tmp_path, monkeypatch):
+    from porter import outtree
+
+    root = make_repo(tmp_path / "repo", {"a.py": CUDA, "big.bin": b"x" * 100_000})
+    real_copy = shutil.copy2
+
+    def cut(src, dst, **kw):
+        real_copy(src, dst, **kw)
+        if str(src).endswith("big.bin"):
+            os.truncate(src, 10)  # the owner's tool truncates it while porter copies
+
+    monkeypatch.setattr(shutil, "copy2", cut)
+    with pytest.raises(outtree.OutError, match="big.bin: it changed while it was copied"):
+        outtree.copy_tree(root, tmp_path / "out")

@@ -311,7 +311,10 @@ def _prepare_copy(paths, root: Path, out_dir: Path, runtime_dir: Optional[Path])
     except OutError as exc:
         raise InputError(str(exc)) from None
     out.mkdir(parents=True, exist_ok=True)
-    copy_tree(root, out)
+    try:
+        copy_tree(root, out)
+    except OutError as exc:
+        raise InputError(str(exc)) from None
     return mapped, out, runtime_dir
 
 

@@ -212,7 +212,8 @@ def _walk_dir(top: Path, root, excludes, skip_resolved, found, ignores, patterns
         if _excluded(rel, excludes) or _gitignored(path, is_dir, ignores):
             continue
         if entry.is_symlink():
-            if entry.name.endswith(".py") or _links_to_dir(entry):
+            # a link to a file the run would read is said so (and --out copies it as a link)
+            if any(fnmatch.fnmatch(entry.name, p) for p in patterns) or entry.name.endswith(".py") or _links_to_dir(entry):
                 found.skipped.append(Skipped(rel, "symbolic link, not followed"))
             continue
         if is_dir:
