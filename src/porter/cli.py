@@ -362,7 +362,7 @@ def _interactive(config: RunConfig, console, show: bool):
     from porter import interactive
 
     changes: list[Change] = []
-    result = _run_with_progress(config, console, changes.append, show=show)
+    result = _run_with_progress(config, console, changes.extend, show=show)
     findings = {f.path: f.findings for f in result.files}
     sources = [c for c in changes if c.path in findings]
     plans = [interactive.plan(c, findings[c.path], interactive.whole_file_display) for c in sources]
