@@ -3,7 +3,6 @@ writes, a --write run never loses an edit, never writes outside the root, and le
 vendored runtime whole or absent. In process (porter.run with apply's writer): fast."""
 
 import os
-from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
