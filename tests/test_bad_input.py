@@ -216,14 +216,14 @@ def test_unreadable_file(tmp_path, monkeypatch):
     from porter.engine.process import Options, process_file
     from porter.engine.registry import all_rules
 
-    real = Path.read_bytes
+    real = os.open
 
-    def read_bytes(self):
-        if self.name == "secret.py":
-            raise PermissionError(13, "Permission denied", str(self))
-        return real(self)
+    def open_(path, flags, *args, **kwargs):
+        if str(path).endswith("secret.py"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path, flags, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    monkeypatch.setattr(os, "open", open_)
     result = process_file(root / "secret.py", "secret.py", Options(rules=all_rules()), None)
     assert (result.status, result.error) == ("error", "cannot read: Permission denied")
 

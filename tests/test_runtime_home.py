@@ -102,6 +102,13 @@ def _ruff(repo: Path) -> Counter:
     return Counter((Path(e["filename"]).relative_to(repo).as_posix(), e["code"]) for e in json.loads(proc.stdout))
 
 
+#: What a port leaves on purpose, by fixture: ``import torch`` whose only use became the
+#: runtime's stays (porter removes only dead imports of CUDA-only packages, the standard
+#: library and torch's submodules), and an import other modules read through the package
+#: (``from utils import GradScaler``) stays although its own module no longer uses it.
+KNOWN_NEW = {"device_flow": Counter({("options.py", "F401"): 1, ("utils/__init__.py", "F401"): 1})}
+
+
 @pytest.mark.skipif(not RUFF.exists(), reason="ruff (test extra) is not installed")
 @pytest.mark.parametrize("name", REPOS)
 def test_ruff_finds_nothing_new_in_a_ported_fixture_repo(name, tmp_path):
@@ -113,7 +120,7 @@ def test_ruff_finds_nothing_new_in_a_ported_fixture_repo(name, tmp_path):
     proc = run_porter("migrate", ported, "--write", "-j", "1")
     assert proc.returncode in (0, 2), proc.stderr  # a fixture may hold a deliberately bad file
     before, after = _ruff(original), _ruff(ported)
-    new = after - before
+    new = after - before - KNOWN_NEW.get(name, Counter())
     assert not new, f"ruff errors the port added: {dict(new)}"
     for path in ported.rglob("*.py"):
         if "porter_runtime" not in path.parts:

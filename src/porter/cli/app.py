@@ -6,11 +6,13 @@ progress) goes to stderr, so ``porter migrate . --diff | git apply`` just works.
 
 from __future__ import annotations
 
+import math
 import os
+import signal
 import sys
 import traceback
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import click
 
@@ -69,7 +71,7 @@ def cli() -> None:
 @click.option("--exclude", multiple=True, help="Skip paths matching this glob (repeatable).")
 @click.option("--runtime-dir", type=click.Path(path_type=Path),
               help="Where --write vendors porter_runtime (default: <root>/porter_runtime).")
-@click.option("--root", type=click.Path(path_type=Path, file_okay=False),
+@click.option("--root", type=click.Path(path_type=Path, file_okay=False, exists=True),
               help="Project root: diff paths are relative to it and the runtime goes in it "
                    "(default: the nearest folder with pyproject.toml, setup.py, setup.cfg, "
                    "requirements.txt or .git).")
@@ -116,6 +118,7 @@ def _migrate(console, paths, show_diff, write, check, fail_on, interactive, out_
         sys.exit(2)
     _check_combinations(reports, output_format, show_diff, interactive, check, out_dir)
     root = (root or find_root(paths)).absolute()
+    paths = _inside_root(paths, root)
     settings = _settings(root, config_file)
     config = _run_config(paths, root, settings, select, ignore, exclude, runtime_dir, unsafe_fixes, jobs)
     _check_layout(config)
@@ -152,6 +155,45 @@ def _migrate(console, paths, show_diff, write, check, fail_on, interactive, out_
         sys.exit(1)
 
 
+def _not_python3(python: str) -> str:
+    """Why ``python`` can't run the modules ("" when it is a Python 3 interpreter)."""
+    import subprocess
+
+    try:
+        proc = subprocess.run([python, "-c", "import sys; print(sys.version_info[0])"], capture_output=True,
+                              stdin=subprocess.DEVNULL, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"cannot run it: {exc}"
+    if proc.returncode != 0 or proc.stdout.strip() != b"3":
+        return "not a Python 3 interpreter"
+    return ""
+
+
+def _finite(value, param):
+    """A number of seconds, not nan or inf (FloatRange lets both through)."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a number of seconds", param=param)
+    return value
+
+
+def _inside_root(paths, root: Path) -> list[Path]:
+    """Each path as the path inside the root it names, links and ``..`` resolved: a path
+    that leads out of the root (``repo/link/../x.py`` where ``link`` points elsewhere, a
+    file named beside ``--root``) is refused before anything is read, and ``d/../d/x.py``
+    is the same file as ``d/x.py``."""
+    real_root = root.resolve()
+    inside = []
+    for path in paths:
+        try:
+            rel = path.resolve().relative_to(real_root)
+        except ValueError:
+            raise InputError(f"{shown(str(path))}: is outside the root {shown(str(root))} (links and '..' "
+                             "resolved); porter reads and writes only inside the root: pass --root") from None
+        if root / rel not in inside:
+            inside.append(root / rel)
+    return inside
+
+
 def _check_combinations(reports, output_format, show_diff, interactive, check, out_dir) -> None:
     for report_path in reports:
         if report_path.suffix not in (".md", ".json", ".sarif"):
@@ -176,7 +218,8 @@ class InputError(click.ClickException):
     exit_code = 2
 
     def show(self, file=None) -> None:
-        click.echo(f"porter: error: {self.format_message()}", err=True)
+        # values from a settings file or a flag, never sent to the terminal raw
+        click.echo(f"porter: error: {shown(self.format_message())}", err=True)
 
 
 SettingsError = InputError
@@ -236,6 +279,8 @@ def _run_config(paths, root, settings: Config, select, ignore, exclude, runtime_
     if select and not select_codes:
         raise InputError("--select: no rule code given")
     rules = select_rules(select_codes or settings.select or (), ignore_codes or settings.ignore or ())
+    if not rules:  # a run of no rule would pass --check whatever the code holds
+        raise InputError("no rule left to run: --ignore (or the settings' ignore) removes every rule --select chose")
     runtime_dir = runtime_dir or settings.runtime_dir
     options = Options(
         rules=rules,
@@ -266,7 +311,10 @@ def _prepare_copy(paths, root: Path, out_dir: Path, runtime_dir: Optional[Path])
     except OutError as exc:
         raise InputError(str(exc)) from None
     out.mkdir(parents=True, exist_ok=True)
-    copy_tree(root, out)
+    try:
+        copy_tree(root, out)
+    except OutError as exc:
+        raise InputError(str(exc)) from None
     return mapped, out, runtime_dir
 
 
@@ -276,8 +324,8 @@ def _stream(config: RunConfig, console, show_diff: bool, write: bool, show: bool
 
     runtime_diffs: list[bytes] = []  # the user's own files first, the runtime's last
 
-    def sink(change: Change) -> Optional[str]:
-        if show_diff:
+    def sink(changes: Sequence[Change]) -> Optional[str]:
+        for change in changes if show_diff else ():
             out = _diff(change)
             out = colourise(out) if colour else out
             if change.runtime:
@@ -285,7 +333,7 @@ def _stream(config: RunConfig, console, show_diff: bool, write: bool, show: bool
             else:
                 sys.stdout.buffer.write(out)
         if write:
-            failed = apply_changes(config.root, [change])
+            failed = apply_changes(config.root, changes)
             if failed:
                 write_failed.extend(failed)
                 return failed[0][1]  # the run reports the file as failed
@@ -314,7 +362,7 @@ def _interactive(config: RunConfig, console, show: bool):
     from porter.cli import interactive
 
     changes: list[Change] = []
-    result = _run_with_progress(config, console, changes.append, show=show)
+    result = _run_with_progress(config, console, changes.extend, show=show)
     findings = {f.path: f.findings for f in result.files}
     sources = [c for c in changes if c.path in findings]
     plans = [interactive.plan(c, findings[c.path], interactive.whole_file_display) for c in sources]
@@ -443,9 +491,9 @@ Exit codes:
 @click.option("--run", "command", metavar="CMD",
               help="Also run CMD (a shell command) in the tree's root with CUDA hidden, e.g. "
                    "\"python train.py --steps 2\".")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=60.0, show_default=True, metavar="SECONDS",
+@click.option("--timeout", type=click.FloatRange(min=0.1), callback=lambda ctx, param, v: _finite(v, param), default=60.0, show_default=True, metavar="SECONDS",
               help="Seconds each module may take to import.")
-@click.option("--run-timeout", type=click.FloatRange(min=0.1), default=None, metavar="SECONDS",
+@click.option("--run-timeout", type=click.FloatRange(min=0.1), callback=lambda ctx, param, v: _finite(v, param), default=None, metavar="SECONDS",
               help="Seconds the --run command may take (default: no limit).")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, metavar="N",
               help="Worker processes at most (default: all cores; each imports at least 8 modules).")
@@ -455,7 +503,7 @@ Exit codes:
               help="Let the code import this installed CUDA-only package (hidden by default).")
 @click.option("--python", "python", default=None, metavar="EXE",
               help="The interpreter that runs the code (default: the one running porter).")
-@click.option("--root", type=click.Path(path_type=Path, file_okay=False),
+@click.option("--root", type=click.Path(path_type=Path, file_okay=False, exists=True),
               help="Project root (default: as for migrate).")
 @click.option("--config", "config_file", type=click.Path(path_type=Path, dir_okay=False, exists=True),
               help="Settings file used for porter's analysis of the tree (default: as for migrate).")
@@ -508,6 +556,10 @@ def verify(path, command, timeout, run_timeout, jobs, include_tests, exclude, al
         console.print(f"porter: error: --python {python}: not found", markup=False, soft_wrap=True)
         sys.exit(2)
     python = os.path.abspath(shutil.which(python))  # a relative --python names a file from here, not from the tree
+    problem = _not_python3(python)
+    if problem:
+        console.print(f"porter: error: --python {python}: {problem}", markup=False, soft_wrap=True)
+        sys.exit(2)
     settings = _settings(root, config_file)
     # the analysis runs in this process, beside the import workers' threads (no fork)
     config = _run_config([path], root, settings, (), (), exclude, None, None, 1)
@@ -522,6 +574,9 @@ def verify(path, command, timeout, run_timeout, jobs, include_tests, exclude, al
     except OSError as exc:
         console.print(f"porter: error: {exc}", markup=False, soft_wrap=True)
         sys.exit(2)
+    except KeyboardInterrupt:  # the children are stopped with it; nothing was written
+        console.print("porter: interrupted", markup=False)
+        sys.exit(130)
     if output_format == "json":
         import json
 
@@ -541,6 +596,8 @@ cli.add_command(fit)  # runs the target's code; migrate never does
 
 
 def main(argv: Optional[list[str]] = None) -> None:
+    if hasattr(signal, "SIGPIPE"):  # `porter migrate --diff | head`: stop quietly, as git does
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
         cli.main(args=argv, prog_name="porter")
     except Exception:  # a bug in porter: exit 2, never the 1 that means "changes pending"

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from porter.engine.registry import all_rules
+from porter.files.safe_io import read_bounded
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -77,8 +78,7 @@ def load_config(root: Path, explicit: Optional[Path] = None) -> Config:
 
 def _read(path: Path) -> dict[str, Any]:
     try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
+        return tomllib.loads(read_bounded(path).decode("utf-8"))
     except OSError as exc:
         raise ConfigError(f"{path.name}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:

@@ -52,6 +52,8 @@ class FileContext:
         self._positions = None
         self._ignores = ignore_comments(reduced.data if reduced is not None else source)
         self._records: list[_Record] = []
+        #: the records of each node (by identity: LibCST nodes hash by id)
+        self._by_node: dict[cst.CSTNode, list[_Record]] = {}
         #: every node a rule rewrote, kept or not (porter.rulebase.guards decides which may stay)
         self.rewritten: list[cst.CSTNode] = []
         #: nodes whose rewrite is dropped: they lie in code that only runs on CUDA
@@ -75,7 +77,9 @@ class FileContext:
             self.rewritten.append(node)
         if action == "rewrite" and after is not None and self._records:
             self._drop_overwritten(node, after)
-        self._records.append(_Record(rule, node, action, message, after, suggestion))
+        record = _Record(rule, node, action, message, after, suggestion)
+        self._records.append(record)
+        self._by_node.setdefault(node, []).append(record)
 
     def _drop_overwritten(self, node: cst.CSTNode, after: cst.CSTNode) -> None:
         """Forget the rewrites inside ``node`` that its new replacement threw away.
@@ -88,6 +92,10 @@ class FileContext:
         changing one keyword of a call); otherwise one change is reported once.
         """
         inside = _subtree(node)
+        # Only a record of a node inside this one can be dropped: skip the scan of every
+        # record otherwise (8,000 independent rewrites in one file made it quadratic).
+        if not any(r.action == "rewrite" for n in inside for r in self._by_node.get(n, ())):
+            return
         kept = _subtree(after)
         self._records = [
             r for r in self._records
@@ -95,6 +103,9 @@ class FileContext:
                 (r.node is node and not _survives(r, after)) or
                 (r.node is not node and r.node in inside and r.after not in kept)))
         ]
+        self._by_node = {}
+        for r in self._records:
+            self._by_node.setdefault(r.node, []).append(r)
 
     def recorded(self) -> bool:
         """Whether any rule recorded a rewrite or a finding (porter.edits.imports asks)."""

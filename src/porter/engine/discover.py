@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
+from porter.files.apply import runtime_files
+from porter.files.safe_io import text_bounded
+from porter.files.vendor_write import is_leftover_name, is_partial, older_partial
 from porter.project.runtime_home import is_pointer, is_vendored
 
 SKIP_DIRS = frozenset({
@@ -67,7 +70,7 @@ class GitIgnore:
     def load(cls, folder: Path) -> Optional["GitIgnore"]:
         path = folder / ".gitignore"
         try:
-            return cls(folder, path.read_text(encoding="utf-8", errors="replace").splitlines())
+            return cls(folder, text_bounded(path).splitlines())
         except OSError:
             return None
 
@@ -98,11 +101,33 @@ def _glob_regex(pattern: str, anchored: bool) -> re.Pattern[str]:
         elif pattern[i] == "?":
             out += "[^/]"
             i += 1
+        elif pattern[i] == "\\" and i + 1 < len(pattern):  # an escaped character: itself
+            out += re.escape(pattern[i + 1])
+            i += 2
+        elif pattern[i] == "[" and _class_end(pattern, i) > 0:
+            end = _class_end(pattern, i)
+            body = pattern[i + 1:end]
+            negate = body[:1] in ("!", "^")
+            body = body[1:] if negate else body
+            out += "[" + ("^/" if negate else "") + "".join("\\" + c if c in "\\^[]" else c for c in body) + "]"
+            i = end + 1
         else:
             out += re.escape(pattern[i])
             i += 1
     prefix = "" if anchored else "(?:.*/)?"
     return re.compile(f"^{prefix}{out}$")
+
+
+def _class_end(pattern: str, start: int) -> int:
+    """Where the character class opened at ``start`` closes (a "]" right after "[" or
+    "[!" is a member), or -1: an unclosed "[" is a plain character, as in git."""
+    i = start + 1
+    if pattern[i:i + 1] in ("!", "^"):
+        i += 1
+    if pattern[i:i + 1] == "]":
+        i += 1
+    end = pattern.find("]", i)
+    return end
 
 
 def _excluded(rel: str, excludes: Sequence[str]) -> bool:
@@ -171,22 +196,24 @@ def _walk(top: Path, root: Path, excludes, skip_resolved, found: Discovery, patt
     yield from _walk_dir(top, root, excludes, skip_resolved, found, ignores, patterns)
 
 
-def _walk_dir(folder: Path, root, excludes, skip_resolved, found, ignores, patterns) -> Iterator[Path]:
-    own = GitIgnore.load(folder)
-    ignores = ignores + [own] if own else ignores
-    try:
-        entries = sorted(os.scandir(folder), key=lambda e: e.name)
-    except OSError as exc:
-        found.skipped.append(Skipped(relative_posix(folder, root), f"cannot list folder: {exc.strerror}", error=True))
-        return
-    for entry in entries:
+def _walk_dir(top: Path, root, excludes, skip_resolved, found, ignores, patterns) -> Iterator[Path]:
+    """The files under ``top`` in sorted order, depth first, with an explicit stack of
+    folders being listed: a tree 1,200 folders deep is no deeper for Python's stack."""
+    stack = [_listing(top, root, found, ignores)]
+    while stack:
+        entries, ignores = stack[-1]
+        entry = next(entries, None)
+        if entry is None:
+            stack.pop()
+            continue
         path = Path(entry.path)
         rel = relative_posix(path, root)
         is_dir = entry.is_dir(follow_symlinks=False)
         if _excluded(rel, excludes) or _gitignored(path, is_dir, ignores):
             continue
         if entry.is_symlink():
-            if entry.name.endswith(".py") or _links_to_dir(entry):
+            # a link to a file the run would read is said so (and --out copies it as a link)
+            if any(fnmatch.fnmatch(entry.name, p) for p in patterns) or entry.name.endswith(".py") or _links_to_dir(entry):
                 found.skipped.append(Skipped(rel, "symbolic link, not followed"))
             continue
         if is_dir:
@@ -197,13 +224,32 @@ def _walk_dir(folder: Path, root, excludes, skip_resolved, found, ignores, patte
                     found.skipped.append(Skipped(rel, f"skipped: a folder named {entry.name}/ is taken for build "
                                                       "output; name it on the command line to port it"))
                 continue
-            if path.resolve() in skip_resolved or is_vendored(path):
-                continue  # porter's own runtime, wherever it was vendored: never ported
-            yield from _walk_dir(path, root, excludes, skip_resolved, found, ignores, patterns)
+            if path.resolve() in skip_resolved or _porters(path):
+                continue  # porter's own runtime (or a stopped run's half copy), wherever it was vendored: never ported
+            stack.append(_listing(path, root, found, ignores))
         elif entry.is_file(follow_symlinks=False) and any(fnmatch.fnmatch(entry.name, p) for p in patterns):
             if entry.name == "porter_runtime.py" and is_pointer(path):
                 continue  # porter's pointer to the root copy: never ported
             yield path
+
+
+def _listing(folder: Path, root, found, ignores):
+    """(the folder's entries in name order, the .gitignore rules that apply inside it)."""
+    own = GitIgnore.load(folder)
+    ignores = ignores + [own] if own else ignores
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError as exc:
+        found.skipped.append(Skipped(relative_posix(folder, root), f"cannot list folder: {exc.strerror}", error=True))
+        entries = []
+    return iter(entries), ignores
+
+
+def _porters(folder: Path) -> bool:
+    """A copy of porter's runtime, or one a stopped run left half-written (porter.files.vendor_write)."""
+    if is_vendored(folder) or is_partial(folder) or is_leftover_name(folder.name):
+        return True
+    return folder.name == "porter_runtime" and older_partial(folder, runtime_files())
 
 
 def _links_to_dir(entry: os.DirEntry) -> bool:

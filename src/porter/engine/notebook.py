@@ -25,13 +25,14 @@ import dataclasses
 import difflib
 import json
 import re
+import warnings
 from typing import Any
 
 import libcst as cst
 
 from porter.edits import imports
 from porter.engine.options import Options
-from porter.engine.python_stage import migrate_source
+from porter.engine.python_stage import binds_runtime_name, migrate_source, not_rewritten
 from porter.engine.results import FileResult
 from porter.files.sources import describe_syntax_error
 from porter.project.runtime_home import runtime_home_fields
@@ -101,7 +102,10 @@ def code_cells(notebook: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
 # -- IPython syntax ----------------------------------------------------------------
 
 def mask(text: str) -> tuple[str, dict[str, str]]:
-    """``text`` with magic and shell lines replaced by unique placeholders."""
+    """``text`` with magic and shell lines replaced by unique placeholders; none in a
+    cell that is Python as it is (a continuation line may start with ``%`` or ``!=``)."""
+    if _parses(text):
+        return text, {}
     lines = text.splitlines(keepends=True)
     saved: dict[str, str] = {}
     for i, line in enumerate(lines):
@@ -111,6 +115,14 @@ def mask(text: str) -> tuple[str, dict[str, str]]:
             saved[key] = line.rstrip("\r\n")
             lines[i] = key + line[len(line.rstrip("\r\n")):]
     return "".join(lines), saved
+
+
+def _parses(text: str) -> bool:
+    try:
+        ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True
 
 
 def unmask(text: str, saved: dict[str, str]) -> str:
@@ -148,15 +160,45 @@ def migrate_notebook(data: bytes, options: Options, *, path: str, bootstrap=None
             raise NotebookError(f"cell {number}: {reason}") from None
         offset = prefix.count("\n")
         findings += [_in_cell(f, number, offset) for f in result.findings]
-        new = unmask(result.new.decode("utf-8").split(_MARK + "\n", 1)[1], saved)
+        ported = result.new.decode("utf-8").split(_MARK + "\n", 1)[1]
+        if ported != masked:  # as for a .py file: Python 3 before, compiling after
+            problem = _compile_problem(ported, masked)
+            if problem:
+                raise NotebookError(f"cell {number}: {problem}")
+        new = unmask(ported, saved)
         context += _imports(masked)
         if new != text:
             _set_text(cell, new)
             changed.append(number)
             needs_runtime |= result.needs_runtime
+    line = binds_runtime_name("\n".join(mask(cell_text(c))[0] for _, c in cells).encode()) if needs_runtime else 0
+    if line:  # a cell's own porter_runtime would shadow the import: report, don't rewrite
+        return data, not_rewritten(findings, line)
     if needs_runtime and not any(_RUNTIME_IMPORT.search(cell_text(c)) for _, c in cells):
         _import_runtime(cells, changed[0], bootstrap, [name for line in context[1:] for name in _top_names(line)])
     return (dump(notebook, style) if changed else data), findings
+
+
+def _compile_problem(new: str, old: str) -> str:
+    """Why a ported cell would not compile, as python_stage.compile_error says it of a
+    file, with IPython's top-level ``await`` allowed."""
+    def error(code: str) -> str:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                compile(code, "<cell>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+        except SyntaxError as exc:
+            return f"{exc.msg} (cell line {exc.lineno})"
+        except (ValueError, RecursionError, MemoryError) as exc:
+            return str(exc) or type(exc).__name__
+        return ""
+
+    if not error(new):
+        return ""
+    original = error(old)
+    if original:
+        return f"does not compile: {original}; left untouched"
+    return f"internal error: the ported cell would not compile ({error(new)}); left untouched"
 
 
 def _imports(code: str) -> list[str]:
@@ -195,10 +237,25 @@ def _import_runtime(cells: list[tuple[int, dict[str, Any]]], first_changed: int,
     _set_text(target, unmask(module.code, saved))
 
 
+def _check_size(data: bytes) -> None:
+    """NotebookError for a notebook whose code is larger than a .py porter parses (the
+    outputs, images included, cost nothing)."""
+    from porter.engine.python_stage import MAX_PARSE_BYTES
+
+    if len(data) <= MAX_PARSE_BYTES:
+        return
+    cells = load(data)[0]["cells"]
+    code = sum(len(cell_text(c)) for c in cells if c.get("cell_type") == "code")
+    if code > MAX_PARSE_BYTES:
+        raise NotebookError(f"{code / 1e6:.1f} MB of code: larger than the {MAX_PARSE_BYTES / 1e6:.0f} MB "
+                            "porter parses; port it by hand or split it")
+
+
 def process_notebook(data: bytes, rel: str, options: Options, bootstrap=None) -> FileResult:
     """The notebook stage (porter.engine.process picks it for a ``.ipynb``): every failure is a
     per-file error."""
     try:
+        _check_size(data)
         new, findings = migrate_notebook(data, options, path=rel, bootstrap=bootstrap)
     except NotebookError as exc:
         return FileResult(rel, "error", error=str(exc))

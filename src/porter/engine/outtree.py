@@ -35,8 +35,11 @@ def copy_tree(root: Path, out: Path) -> list[str]:
     for file in found.files:
         rel = file.relative_to(root)
         target = out / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(file, target, follow_symlinks=False)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _copy_whole(file, target)
+        except OSError as exc:  # a full disk, a file cut while copied: never a copy said to be whole
+            raise OutError(f"{out}: cannot copy {rel.as_posix()}: {exc.strerror or exc}; the copy is incomplete") from None
         copied.append(rel.as_posix())
     for skipped in found.skipped:  # links are reported by the walk; copy them as links
         source = root / skipped.path
@@ -45,6 +48,17 @@ def copy_tree(root: Path, out: Path) -> list[str]:
             target.parent.mkdir(parents=True, exist_ok=True)
             os.symlink(os.readlink(source), target)
     return copied
+
+
+def _copy_whole(source: Path, target: Path) -> None:
+    """Copy a file with its times and mode; OSError unless the copy has every byte the
+    file had when the copy began and still has at its end."""
+    before = os.stat(source, follow_symlinks=False)
+    shutil.copy2(source, target, follow_symlinks=False)
+    after, copy = os.stat(source, follow_symlinks=False), os.stat(target, follow_symlinks=False)
+    if not (before.st_size == after.st_size == copy.st_size and before.st_mtime_ns == after.st_mtime_ns):
+        raise OSError(f"it changed while it was copied ({before.st_size} bytes, then {after.st_size}; "
+                      f"{copy.st_size} copied)")
 
 
 def map_paths(paths: Sequence[Path], root: Path, out: Path) -> list[Path]:

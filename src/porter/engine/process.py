@@ -30,12 +30,17 @@ from porter.engine.python_stage import (
 )
 from porter.engine.results import FileResult, SourceResult
 from porter.engine.text_stage import migrate_text, process_text
+from porter.files.safe_io import Refused, read_bounded
 from porter.project.runtime_home import LazyBootstrap
 
 __all__ = [
     "FileResult", "LazyBootstrap", "MAX_PARSE_BYTES", "Options", "SourceResult", "ledger_source",
     "migrate_source", "migrate_text", "process_file", "stage_for",
 ]
+
+#: No file larger than this is read at all (Python files over porter.engine.python_stage's
+#: MAX_PARSE_BYTES are only searched, never parsed).
+READ_LIMIT = 64 << 20
 
 Bootstrap = Union[None, str, LazyBootstrap]
 Stage = Callable[[bytes, str, Options, Bootstrap], FileResult]
@@ -53,8 +58,10 @@ def stage_for(rel: str) -> Stage:
 def process_file(path: Path, rel: str, options: Options, bootstrap: Bootstrap) -> FileResult:
     """Migrate one file; every failure becomes a per-file error, never an exception."""
     options = options.for_path(rel)
-    try:
-        data = path.read_bytes()
+    try:  # the size is checked before the read; a FIFO or a device is refused unread
+        data = read_bounded(path, READ_LIMIT, follow=False)
+    except Refused as exc:
+        return FileResult(rel, "error", error=f"cannot read: {exc}")
     except OSError as exc:
         return FileResult(rel, "error", error=f"cannot read: {exc.strerror or exc}")
     with _collector_paused():

@@ -23,6 +23,7 @@ from typing import Optional, Sequence, Union
 import libcst as cst
 
 from porter.edits import imports, probes
+from porter.edits.roundtrip import restore_untouched
 from porter.engine.context import ignore_comments
 from porter.engine.options import Options
 from porter.engine.prefilter import SyntaxFacts, byte_candidates, candidate_rules
@@ -30,6 +31,7 @@ from porter.engine.results import FileResult, SourceResult
 from porter.engine.rule_pass import run_rules
 from porter.engine.segments import Reduced, reduce
 from porter.files.sources import (
+    codec_error,
     decode_error,
     describe_syntax_error,
     python_syntax_error,
@@ -86,15 +88,17 @@ def _migrate(
 ) -> SourceResult:
     """The rule pass over ``code`` (``data`` itself, or its reduction), then the
     import changes its rewrites call for."""
-    new_module, ctx = run_rules(cst.parse_module(code), data, path, options, rules, facts, reduced)
+    module = cst.parse_module(code)
+    new_module, ctx = run_rules(module, data, path, options, rules, facts, reduced)
     if not ctx.rewrites():
         return SourceResult(code, ctx.findings())  # rules change code only through rewrite()
     if ctx.needs_runtime and not ctx.resolver.imports_of("porter_runtime"):
         new_module = imports.add_runtime_import(new_module, runtime_bootstrap)
     new_module = imports.remove_unused(new_module, ctx)
     new_module = probes.remove_dead(new_module, ctx, options.ledger)
+    new = restore_untouched(code, module.bytes, new_module.bytes)
     # findings last: removing a dead probe is reported too
-    return SourceResult(new_module.bytes, ctx.findings(), ctx.needs_runtime)
+    return SourceResult(new, ctx.findings(), ctx.needs_runtime)
 
 
 def project_candidates(data: bytes, options: Options, path: str) -> tuple[list[type[Rule]], Optional[SyntaxFacts]]:
@@ -168,9 +172,9 @@ def _port(data: bytes, rel: str, options: Options, bootstrap: Union[None, str, L
     if result.needs_runtime:
         line = binds_runtime_name(data)
         if line:  # its own porter_runtime would shadow the import: report, don't rewrite
-            return FileResult(rel, "unchanged", findings=_not_rewritten(result.findings, line),
+            return FileResult(rel, "unchanged", findings=not_rewritten(result.findings, line),
                               uses_runtime=uses_runtime, runtime_from=runtime_from)
-    problem = compile_error(result.new, data, rel)
+    problem = codec_error(data) or compile_error(result.new, data, rel)
     if problem:
         return FileResult(rel, "error", error=problem)
     folder, package, note = runtime_home_fields(bootstrap, rel)
@@ -231,7 +235,7 @@ def binds_runtime_name(data: bytes) -> int:
     return 0
 
 
-def _not_rewritten(findings: list[Finding], line: int) -> list[Finding]:
+def not_rewritten(findings: list[Finding], line: int) -> list[Finding]:
     why = (f"not rewritten: this file binds the name porter_runtime itself (line {line}), which would shadow "
            "the runtime import; rename it and run porter again")
     return [dataclasses.replace(f, action="review", message=f"{why}. {f.message}",

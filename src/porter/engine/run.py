@@ -117,7 +117,8 @@ def default_jobs() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-Sink = Callable[[Change], Optional[str]]
+#: Takes the changes of one file, or of one vendored copy (written together).
+Sink = Callable[[Sequence[Change]], Optional[str]]
 
 
 def run(
@@ -178,9 +179,8 @@ def run(
             notes += [note] if note else []
             if home.package and home.folder not in homes:
                 shipped.append(home)  # the build config is edited at the end (porter.project.runtime_home)
-            for change in changes:
-                if sink is not None and not problem:
-                    problem = sink(change) or ""
+            if sink is not None and changes and not problem:
+                problem = sink(changes) or ""
         homes[home.folder], held[home.folder] = problem, modules
         if problem:
             result.notes.append(f"porter_runtime not vendored at {relative_posix(home.folder, root)}/: {problem}")
@@ -201,7 +201,7 @@ def run(
             if old != new:
                 rel = relative_posix(home.pointer, root)
                 change = Change(rel, old, new, runtime=True)
-                problem = (sink(change) or "") if sink is not None else ""
+                problem = (sink([change]) or "") if sink is not None else ""
                 if not problem:
                     result.runtime_changes.append(change)
                     folder = relative_posix(home.pointer.parent, root)
@@ -231,7 +231,7 @@ def run(
                 item.status, item.error = "error", f"not written: it needs porter_runtime, which could not be vendored ({problem})"
                 item.old = item.new = None
             elif sink is not None:
-                error = sink(Change(item.path, item.old, item.new))  # type: ignore[arg-type]
+                error = sink([Change(item.path, item.old, item.new)])  # type: ignore[arg-type]
                 item.old = item.new = None
                 if error:
                     item.status, item.error = "error", error
@@ -269,7 +269,7 @@ def _ship(config: RunConfig, result: RunResult, shipped: list[Home], edited: Opt
         result.notes.append(note)
         if change is None:
             continue
-        error = sink(change) if sink is not None else None
+        error = sink([change]) if sink is not None else None
         if error:
             result.notes.append(f"pyproject.toml: not written: {error}")
             continue

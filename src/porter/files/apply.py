@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
 
-from porter.files.sources import source_encoding
+from porter.files.safe_io import Refused, read_bounded, write_in_root
+from porter.files.vendor_write import is_partial, older_partial, vendor_folder
 
 _VERSION = re.compile(r'^__version__\s*=\s*["\']([^"\']+)["\']', re.M)
 
@@ -29,6 +30,9 @@ class Change:
     new: bytes
     #: a file of the vendored runtime (or the manifest line that ships it), not the user's code
     runtime: bool = False
+    #: the vendored copy's folder (relative to the root) for a file of the runtime: the
+    #: copy's files are written together (porter.files.vendor_write)
+    folder: str = ""
 
 
 # -- atomic writes -------------------------------------------------------------
@@ -127,7 +131,9 @@ def vendor_changes(target: Path, root: Path, write: bool = True,
     hand) is left alone and the note says so.
     """
     ours = runtime_version()
-    theirs = vendored_version(target)
+    # a stopped run's half copy: rewritten whole
+    partial = is_partial(target) or (target.is_dir() and older_partial(target, runtime_files()))
+    theirs = None if partial else vendored_version(target)
     wanted = runtime_files(modules)
     rel = Path(os.path.relpath(target, root)).as_posix()
     if theirs is not None:
@@ -140,9 +146,9 @@ def vendor_changes(target: Path, root: Path, write: bool = True,
                 return [], note
     changes = []
     for name, data in wanted.items():
-        old = read_or_none(target / name)
+        old = None if partial else read_or_none(target / name)
         if old != data:
-            changes.append(Change(f"{rel}/{name}", old, data, runtime=True))
+            changes.append(Change(f"{rel}/{name}", old, data, runtime=True, folder=rel))
     if theirs and theirs != ours:
         note = (f"porter_runtime updated from {theirs} to {ours} at {rel}/" if write
                 else f"would update porter_runtime from {theirs} to {ours} at {rel}/")
@@ -199,25 +205,15 @@ exclude = ["*"]  # porter's own code, checked where porter is developed
 """
 
 
-def read_or_none(path: Path) -> Optional[bytes]:
+def read_or_none(path: Path, limit: int = 64 << 20) -> Optional[bytes]:
+    """A regular file's bytes (bounded, never blocking on a FIFO), or None."""
     try:
-        return path.read_bytes()
+        return read_bounded(path, limit)
     except OSError:
         return None
 
 
 # -- diffs -----------------------------------------------------------------------
-
-def _decode(data: bytes) -> tuple[str, str]:
-    try:
-        encoding = source_encoding(data)
-    except SyntaxError:
-        encoding = "utf-8"
-    try:
-        return data.decode(encoding, errors="surrogateescape"), encoding
-    except UnicodeError:  # a codec without surrogateescape (UTF-16): bytes as latin-1
-        return data.decode("latin-1"), "latin-1"
-
 
 _GIT_ESCAPES = {0x07: "\\a", 0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0B: "\\v", 0x0C: "\\f", 0x0D: "\\r",
                 0x22: '\\"', 0x5C: "\\\\"}
@@ -234,9 +230,15 @@ def git_quote(name: str) -> str:
 
 
 def unified_diff(change: Change) -> bytes:
-    """A ``git apply``-able diff of one file, in the file's own encoding."""
-    new_text, encoding = _decode(change.new)
-    old_text = _decode(change.old)[0] if change.old is not None else ""
+    """A ``git apply``-able diff of one file, byte for byte in the file's own encoding.
+
+    Lines are split where git splits them, at b"\\n" only: a form feed, U+2028, a lone
+    CR or a BOM stays inside its line (``str.splitlines`` cut lines there, and a BOM
+    decoded away came back at the top of the diff body), so the diff applies to the
+    file as it is on disk. Bytes map one to one to latin-1 characters for difflib.
+    """
+    old_text = change.old.decode("latin-1") if change.old is not None else ""
+    new_text = change.new.decode("latin-1")
     a, b = git_quote(f"a/{change.path}"), git_quote(f"b/{change.path}")
     old_name = a if change.old is not None else "/dev/null"
     header = f"diff --git {a} {b}\n"
@@ -244,9 +246,7 @@ def unified_diff(change: Change) -> bytes:
         header += "new file mode 100644\n"
     header += f"--- {old_name}\n+++ {b}\n"
     body = []
-    lines = difflib.unified_diff(
-        old_text.splitlines(keepends=True), new_text.splitlines(keepends=True), lineterm="", n=3
-    )
+    lines = difflib.unified_diff(_lines(old_text), _lines(new_text), lineterm="", n=3)
     for line in list(lines)[2:]:  # difflib's own ---/+++ lines are replaced by ours
         if line.startswith("@@"):
             body.append(line + "\n")
@@ -254,7 +254,14 @@ def unified_diff(change: Change) -> bytes:
             body.append(line)
         else:
             body.append(line + "\n\\ No newline at end of file\n")
-    return header.encode("utf-8") + "".join(body).encode(encoding, errors="surrogateescape")
+    return header.encode("utf-8") + "".join(body).encode("latin-1")
+
+
+def _lines(text: str) -> list[str]:
+    """Lines as git sees them: ended by "\\n" alone, the end kept."""
+    parts = text.split("\n")
+    lines = [part + "\n" for part in parts[:-1]]
+    return lines + [parts[-1]] if parts[-1] else lines
 
 
 _COLOURS = {b"+": b"\x1b[32m", b"-": b"\x1b[31m", b"@": b"\x1b[36m"}
@@ -275,54 +282,33 @@ def colourise(diff: bytes) -> bytes:
 def apply_changes(root: Path, changes: Iterable[Change]) -> list[tuple[str, str]]:
     """Write every change atomically; returns (path, error) for the ones that failed.
 
-    A change is written only onto the bytes it was computed from: a file that vanished,
-    was edited during the run, is read-only, or lies behind a symbolic link is left
-    exactly as it is and reported.
+    A change is written only onto the bytes it was computed from, checked again just
+    before the rename: a file that vanished, was edited during the run, is read-only,
+    or lies behind a symbolic link is left exactly as it is and reported. The files of
+    one vendored copy are written together, as one folder (porter.files.vendor_write).
     """
     failed = []
+    copies: dict[str, list[Change]] = {}
     for change in changes:
-        path = root / change.path
-        problem = _unsafe_target(root, change)
-        if problem:
-            failed.append((change.path, problem))
+        if change.folder:
+            copies.setdefault(change.folder, []).append(change)
             continue
         try:
-            write_atomic(path, change.new)
+            with _interrupts_deferred():
+                write_in_root(root, change.path, change.new, change.old)
         except OSError as exc:
-            failed.append((change.path, f"cannot write: {exc.strerror or exc}"))
+            failed.append((change.path, _reason(exc)))
+    for folder, files in copies.items():
+        inside = [(c.path[len(folder) + 1:], c.old, c.new) for c in files]
+        try:
+            with _interrupts_deferred():
+                vendor_folder(root, folder, inside)
+        except OSError as exc:
+            failed += [(c.path, _reason(exc)) for c in files]
     return failed
 
 
-def _unsafe_target(root: Path, change: Change) -> Optional[str]:
-    """Why writing ``change`` would lose data or leave the tree, or None."""
-    link = _link_on_path(root, change.path)
-    if link:
-        return f"not written: {link} is a symbolic link (porter never writes through links)"
-    path = root / change.path
-    if change.old is None:
-        return None
-    try:
-        current = path.read_bytes()
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        return "not written: the file vanished during the run"
-    except OSError as exc:
-        return f"cannot write: {exc.strerror or exc}"
-    if current != change.old:
-        return "not written: the file changed on disk during the run"
-    if not mode & 0o222 or not os.access(path, os.W_OK):
-        return "not written: the file is read-only"
-    return None
-
-
-def _link_on_path(root: Path, rel: str) -> Optional[str]:
-    """The first component of ``rel`` below ``root`` that is a symbolic link."""
-    parts = Path(rel).parts
-    if ".." in parts:  # a --runtime-dir outside the root: the user named it
-        return None
-    here = root
-    for part in parts:
-        here = here / part
-        if here.is_symlink():
-            return Path(*here.relative_to(root).parts).as_posix()
-    return None
+def _reason(exc: OSError) -> str:
+    if isinstance(exc, Refused):
+        return str(exc)
+    return f"cannot write: {exc.strerror or exc}"

@@ -61,6 +61,21 @@ def decode_error(data: bytes) -> Optional[str]:
     return None
 
 
+def codec_error(data: bytes) -> Optional[str]:
+    """Why porter can't write this file back in its own encoding without changing lines
+    no rule touched (``unicode_escape`` escapes every newline; UTF-7 has more than one
+    spelling of a character), or None."""
+    try:
+        encoding = source_encoding(data)
+        same = data.decode(encoding).encode(encoding) == data
+    except (SyntaxError, UnicodeError, LookupError):
+        return None  # decode_error has said why
+    if same:
+        return None
+    return (f"encoded as {encoding}, which does not give back the file's own bytes: porter would change "
+            "lines no rule touched; convert it to UTF-8 to port it")
+
+
 def describe_syntax_error(exc: cst.ParserSyntaxError, data: bytes) -> str:
     """A one-line reason for a file LibCST could not parse."""
     return python_syntax_error(data) or f"LibCST cannot parse this file (line {exc.raw_line}): {exc.message}"

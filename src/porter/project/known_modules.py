@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from porter.files.safe_io import text_bounded
+
 #: Import names of popular packages that install without CUDA.
 KNOWN = frozenset("""
     torch torchvision torchaudio torchtext torchdata torchmetrics torchelastic functorch
@@ -100,7 +102,7 @@ def declared(root: Path) -> frozenset[str]:
     for pattern in _MANIFESTS:
         for path in root.glob(pattern):
             try:
-                text = path.read_text(encoding="utf-8", errors="replace")
+                text = text_bounded(path)
             except OSError:
                 continue
             for dist in _manifest_names(path, text):
@@ -121,7 +123,7 @@ def extensions(root: Path, rel_paths: Iterable[str]) -> frozenset[str]:
         if rel.rsplit("/", 1)[-1] != "setup.py":
             continue
         try:
-            text = (root / rel).read_bytes().decode("utf-8", "replace")
+            text = text_bounded(root / rel)
         except OSError:
             continue
         for name in _CUDA_EXTENSION.findall(text):

@@ -577,10 +577,11 @@ def account(
     for f in findings:
         if f.code != CODE:
             by_start.setdefault((f.line, f.column - 1), []).append(f)
+    starts = _Starts(findings)
     out = []
     for node, kind, what, why, inert in scanner.found:
         start, end = scanner.finder.start(node), scanner.finder.end(node)
-        state, detail = _state(scanner, node, (start, end), by_start, findings, open_regions, inert, ignores)
+        state, detail = _state(scanner, node, (start, end), by_start, starts, open_regions, inert, ignores)
         if state == "unaccounted" and new is not None and kind.endswith("import"):
             state, detail = _removed(node, what.split()[-1], new, findings) or (state, detail)
         if state == "unaccounted" and what == "'nccl'":
@@ -588,6 +589,21 @@ def account(
         out.append(Touchpoint(start[0], start[1] + 1, kind, what, state, detail if state != "unaccounted" else why))
     out.sort(key=lambda t: (t.line, t.column, t.kind))
     return out
+
+
+class _Starts:
+    """The findings (other than the ledger's own) sorted by where they start, so that
+    those inside one span are found by bisection: a scan of every finding for each
+    touchpoint made a file with 8,000 rewrites quadratic."""
+
+    def __init__(self, findings: Sequence[Finding]) -> None:
+        self.entries = sorted(((f.line, f.column - 1), i, f) for i, f in enumerate(findings) if f.code != CODE)
+        self.keys = [key for key, _, _ in self.entries]
+
+    def within(self, start, end) -> list[Finding]:
+        """The findings starting in [start, end), in the order they were made."""
+        chosen = self.entries[bisect.bisect_left(self.keys, start):bisect.bisect_left(self.keys, end)]
+        return [f for _, _, f in sorted(chosen, key=lambda entry: entry[1])]
 
 
 def _state(scanner, node, span, by_start, findings, regions: Sequence[Region], inert, ignores) -> tuple[str, str]:
@@ -630,12 +646,12 @@ def _removed(node: ast.AST, module: str, new: bytes, findings: Sequence[Finding]
     return ("rewritten", chosen[0].code) if chosen else None
 
 
-def _covering(scanner: _Scanner, node: ast.AST, span, by_start, findings: Sequence[Finding]) -> list[Finding]:
+def _covering(scanner: _Scanner, node: ast.AST, span, by_start, starts: _Starts) -> list[Finding]:
     """The findings that cover a touchpoint: starting inside it, or on an enclosing
     expression or statement (a review only up to the touchpoint's own statement; a
     rewrite up to the enclosing function, since it replaced all of the node)."""
     start, end = span
-    found = [f for f in findings if f.code != CODE and start <= (f.line, f.column - 1) < end]
+    found = starts.within(start, end)
     in_statement = True
     for parent in scanner._ancestors(node):
         if isinstance(parent, _STOP):

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Optional
 
+from porter.files.apply import read_or_none
 from porter.project.value_flow import FlowFacts, Kind, Scope
 from porter.project.value_flow import build as build_flow
 
@@ -73,10 +74,9 @@ def build(root: Path, rels: Iterable[str]) -> ProjectModel:
     sources: dict[str, bytes] = {}
     for rel in rels:
         if rel.endswith(".py"):
-            try:
-                sources[rel] = (root / rel).read_bytes()
-            except OSError:
-                continue
+            data = read_or_none(root / rel)  # bounded, regular files only, as the engine reads
+            if data is not None:
+                sources[rel] = data
     return build_from(sources)
 
 

@@ -35,7 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional, Union
 
-from porter.files.apply import Change
+from porter.files.apply import Change, runtime_files
+from porter.files.safe_io import read_bounded, text_bounded
+from porter.files.vendor_write import is_partial, older_partial
 
 RUNTIME = "porter_runtime"
 MARKER = "VENDORED.txt"
@@ -207,7 +209,7 @@ def _installable(root: Path) -> bool:
     if any(_is_file(root / name) for name in _BUILD_FILES):
         return True
     try:
-        text = (root / "pyproject.toml").read_text(encoding="utf-8", errors="replace")
+        text = text_bounded(root / "pyproject.toml")
     except OSError:
         return False
     return "[project]" in text or "[build-system]" in text or "[tool.poetry]" in text
@@ -254,9 +256,8 @@ def _imported_as(root: Path, dotted: str) -> bool:
         for name in files:
             if name.endswith(".py"):
                 try:
-                    with open(os.path.join(folder, name), "rb") as handle:
-                        if pattern.search(handle.read(1 << 20)):
-                            return True
+                    if pattern.search(read_bounded(Path(folder, name), 1 << 20, follow=False)):
+                        return True
                 except OSError:
                     continue
     return False
@@ -265,7 +266,7 @@ def _imported_as(root: Path, dotted: str) -> bool:
 def _maps_packages(root: Path) -> bool:
     for name in ("setup.py", "setup.cfg", "pyproject.toml"):
         try:
-            text = (root / name).read_text(encoding="utf-8", errors="replace")
+            text = text_bounded(root / name)
         except OSError:
             continue
         if re.search(r"package[_-]dir|\bwhere\s*=", text):
@@ -292,8 +293,14 @@ def _shown(path: Path, root: Path) -> str:
 
 
 def is_vendored(folder: Path) -> bool:
-    """Whether porter vendored ``folder`` (it holds porter's marker file)."""
-    return _is_file(folder / MARKER) and _is_file(folder / "__init__.py")
+    """Whether porter vendored ``folder`` (it holds porter's marker file, which says so:
+    a VENDORED.txt of another tool's is not porter's)."""
+    if not (_is_file(folder / MARKER) and _is_file(folder / "__init__.py")):
+        return False
+    try:
+        return read_bounded(folder / MARKER, 4096, follow=False).startswith(b"porter_runtime ")
+    except OSError:
+        return False
 
 
 #: The first line of a pointer module: how porter knows the file is its own.
@@ -374,7 +381,7 @@ def refuse_home(home: Home, root: Path) -> str:
     rel = folder.absolute().relative_to(root.absolute())
     if folder.exists() and not folder.is_dir():
         return f"{rel.as_posix()} exists and is not a folder"
-    if folder.is_dir() and not is_vendored(folder):
+    if folder.is_dir() and not is_vendored(folder) and not is_partial(folder) and not older_partial(folder, runtime_files()):
         try:
             empty = not any(folder.iterdir())
         except OSError as exc:
@@ -394,7 +401,7 @@ def manifest_change(root: Path, home: Home, write: bool = True, base: Optional[b
     wanted = f"{home.package}.{RUNTIME}"
     pyproject = root / "pyproject.toml"
     try:
-        data = base if base is not None else pyproject.read_bytes()
+        data = base if base is not None else read_bounded(pyproject)
     except OSError:
         data = b""
     text = data.decode("utf-8", errors="surrogateescape")
@@ -420,7 +427,7 @@ def manifest_change(root: Path, home: Home, write: bool = True, base: Optional[b
                     f"pyproject.toml: {verb} {wanted} to [tool.setuptools] packages, so that the build ships it")
     for name in ("setup.py", "setup.cfg"):
         try:
-            other = (root / name).read_text(encoding="utf-8", errors="replace")
+            other = text_bounded(root / name)
         except OSError:
             continue
         if re.search(r"""packages\s*=\s*\[?[^\n]*["']?%s["']?""" % re.escape(home.package), other) and \
@@ -429,8 +436,10 @@ def manifest_change(root: Path, home: Home, write: bool = True, base: Optional[b
     return None
 
 
+#: ``packages = [...]`` in the [tool.setuptools] table, whatever keys (lists, inline
+#: tables) come before it in the table: the table ends at the next line starting with "[".
 _SETUPTOOLS_PACKAGES = re.compile(
-    r"^\[tool\.setuptools\][^\[]*?^packages\s*=\s*\[(?P<list>[^\]]*)\]", re.M | re.S)
+    r"^\[tool\.setuptools\][^\n]*\n(?:(?!\[)(?!packages\s*=).*\n)*?^packages\s*=\s*\[(?P<list>[^\]]*)\]", re.M)
 
 
 # -- one file at a time ----------------------------------------------------------------

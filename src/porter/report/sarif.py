@@ -9,6 +9,8 @@ could not process is a tool execution notification, not a result.
 from __future__ import annotations
 
 import json
+import os
+import urllib.parse
 from typing import Any
 
 import porter
@@ -43,7 +45,9 @@ def _message(item: dict[str, Any], action: str) -> str:
 
 
 def _location(path: str, item: dict[str, Any] | None) -> dict[str, Any]:
-    physical: dict[str, Any] = {"artifactLocation": {"uri": path, "uriBaseId": _BASE}}
+    # A URI reference: spaces, '#', '%', '?' and bytes outside ASCII percent-encoded.
+    uri = urllib.parse.quote(os.fsencode(path), safe="/")
+    physical: dict[str, Any] = {"artifactLocation": {"uri": uri, "uriBaseId": _BASE}}
     # A notebook's findings count lines inside a cell, not in the JSON file.
     if item is not None and not path.endswith(".ipynb"):
         physical["region"] = {"startLine": max(1, item["line"]), "startColumn": max(1, item["column"])}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from typing import Any
 
@@ -86,6 +87,15 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _code(name: str) -> str:
+    """A file name as a Markdown code span in a table or a list: control characters
+    shown escaped, "|" escaped for the table, fenced by more backticks than it holds."""
+    shown = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in name).replace("|", "\\|")
+    fence = "`" * (max((len(m) for m in re.findall("`+", shown)), default=0) + 1)
+    pad = " " if shown.startswith("`") or shown.endswith("`") else ""
+    return f"{fence}{pad}{shown}{pad}{fence}"
+
+
 def to_markdown(report: dict[str, Any]) -> str:
     """A report for people and pull-request descriptions."""
     s = report["summary"]
@@ -109,7 +119,8 @@ def to_markdown(report: dict[str, Any]) -> str:
     if reviews:
         lines += ["## Needs a human", ""]
         for path, x in reviews:
-            lines.append(f"- [ ] `{path}:{x['line']}` **{x['code']}** {_cell(x['message'])}")
+            where = f"{path}:{x['line']}"
+            lines.append(f"- [ ] {_code(where)} **{x['code']}** {_cell(x['message'])}")
             if x["before"]:
                 lines.append(f"  - code: `{_cell(x['before'])}`")
             if x["suggestion"]:
@@ -118,14 +129,14 @@ def to_markdown(report: dict[str, Any]) -> str:
     failed = [f for f in report["files"] if f["status"] == "error"]
     if failed or report["skipped"]:
         lines += ["## Files not processed", "", "| file | reason |", "|---|---|"]
-        lines += [f"| `{f['path']}` | {_cell(f['error'])} |" for f in failed]
-        lines += [f"| `{x['path']}` | {_cell(x['reason'])} (skipped) |" for x in report["skipped"]]
+        lines += [f"| {_code(f['path'])} | {_cell(f['error'])} |" for f in failed]
+        lines += [f"| {_code(x['path'])} | {_cell(x['reason'])} (skipped) |" for x in report["skipped"]]
         lines.append("")
     changed = [f for f in report["files"] if f["rewrites"]]
     if changed:
         lines += ["## Rewrites", ""]
         for f in changed:
-            lines += [f"### `{f['path']}`", "", "| line | code | before | after |", "|---:|---|---|---|"]
+            lines += [f"### {_code(f['path'])}", "", "| line | code | before | after |", "|---:|---|---|---|"]
             lines += [f"| {x['line']} | {x['code']} | `{_cell(x['before'])}` | `{_cell(x['after'])}` |"
                       for x in f["rewrites"]]
             lines.append("")
@@ -146,7 +157,7 @@ def _ledger_markdown(data) -> list[str]:
              "(unaccounted ones are PT999 findings).", "",
              "| file | " + " | ".join(states) + " |", "|---|" + "---:|" * len(states)]
     lines.append("| **all files** | " + " | ".join(f"**{data['counts'][s]}**" for s in states) + " |")
-    lines += [f"| `{f['path']}` | " + " | ".join(str(f["counts"][s]) for s in states) + " |" for f in data["files"]]
+    lines += [f"| {_code(f['path'])} | " + " | ".join(str(f["counts"][s]) for s in states) + " |" for f in data["files"]]
     return lines + [""]
 
 

@@ -238,6 +238,7 @@ class _Batch:
                 start_new_session=os.name == "posix",
             )
             _LIVE.add(proc)
+            threading.Thread(target=_reap, args=(proc,), daemon=True).start()
             killed = threading.Event()
             timer: Optional[threading.Timer] = None
 
@@ -371,11 +372,18 @@ def _last_line(text: str) -> str:
 def _kill(proc: subprocess.Popen, killed: threading.Event) -> None:
     if proc.poll() is None:
         killed.set()
-        _kill_group(proc)
         try:
             proc.kill()
         except OSError:
             pass
+    _kill_group(proc)  # even after the worker died: a child it forked may hold its pipe open
+
+
+def _reap(proc: subprocess.Popen) -> None:
+    """Once the worker exits, end what it started: a process a module forked keeps the
+    worker's output pipe open, and the read of it would wait for that process's end."""
+    proc.wait()
+    _kill_group(proc)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
