@@ -65,11 +65,26 @@ def _probe() -> Resolution:
     if torch.cuda.is_available():
         return Resolution(torch.device("cuda"), "torch.cuda.is_available() is True")
     if _compat.mps_available():
-        return Resolution(torch.device("mps"),
-                          "torch.backends.mps.is_available() is True, CUDA is not")
+        return _multiprocess_on_a_mac() or Resolution(
+            torch.device("mps"), "torch.backends.mps.is_available() is True, CUDA is not")
     if _compat.xpu_available():
         return Resolution(torch.device("xpu"), "torch.xpu.is_available() is True, CUDA is not")
     return Resolution(torch.device("cpu"), "no CUDA, MPS or XPU device is available")
+
+
+def _multiprocess_on_a_mac(note: str = "") -> Optional[Resolution]:
+    """The CPU, for one of several processes a launcher (torchrun) started on a Mac:
+    Gloo, the only backend macOS builds, cannot communicate MPS tensors, and a Mac has one
+    GPU. The run then works, on the CPU, as it would with PORTER_DEVICE=cpu (which
+    PORTER_DEVICE=mps overrides, and then the launch is refused: _dist.check_launch)."""
+    try:
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return None
+    if world <= 1:
+        return None
+    return Resolution(torch.device("cpu"), f"a {world}-process launch: Gloo, macOS's only distributed backend, "
+                      f"cannot communicate MPS tensors, so each process runs on the CPU{note}")
 
 
 def resolve(announce: bool = True) -> Resolution:
@@ -80,7 +95,8 @@ def resolve(announce: bool = True) -> Resolution:
     if _resolution is None:
         override = os.environ.get("PORTER_DEVICE", "").strip()
         if _compat.emulated():
-            _resolution = Resolution(EMULATED, f"PORTER_EMULATE=mps; {EMULATION_LABEL}", "mps")
+            _resolution = _multiprocess_on_a_mac(f"; {EMULATION_LABEL}") or Resolution(
+                EMULATED, f"PORTER_EMULATE=mps; {EMULATION_LABEL}", "mps")
         else:
             _resolution = _from_env(override) if override else _probe()
     if announce:

@@ -92,6 +92,25 @@ def test_multi_process_mps_launch_is_a_clear_error(simulate, monkeypatch):
     assert recorder.calls == [((), {"backend": "gloo"})]
 
 
+def test_a_torchrun_launch_on_a_mac_runs_each_process_on_the_cpu(simulate, monkeypatch):
+    """torchrun --nproc_per_node 2 on a Mac: WORLD_SIZE is 2 before the device is first
+    asked for, so the runtime picks the CPU (Gloo can't communicate MPS tensors) and says
+    why, instead of a model on MPS that the first collective refuses. PORTER_DEVICE=mps
+    still insists, and the launch is then refused."""
+    machine = simulate("mps")
+    recorder = machine.record(dist, "init_process_group")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert porter_runtime.device() == torch.device("cpu")
+    assert "2-process launch" in porter_runtime._device.resolve().reason
+    porter_runtime.init_process_group("nccl")
+    assert recorder.calls == [((), {"backend": "gloo"})]
+    porter_runtime._reset()
+    monkeypatch.setenv("PORTER_DEVICE", "mps")
+    assert porter_runtime.device() == torch.device("mps")
+    with pytest.raises(RuntimeError, match="2-process launch resolved to mps"):
+        porter_runtime.init_process_group("nccl")
+
+
 def test_real_single_process_gloo_group_on_this_cpu(tmp_path):
     porter_runtime.init_process_group("nccl", init_method=f"file://{tmp_path}/store",
                                       world_size=1, rank=0)
