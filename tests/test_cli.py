@@ -214,17 +214,21 @@ def test_readme_lists_every_rule_and_ci_runs_its_commands():
 
 def test_scripts_find_the_runtime_from_any_folder_without_sys_path_code(tree, tmp_path):
     """No ported file touches sys.path. A script in a subfolder that imports nothing of the
-    repository gets a copy beside it (its own folder is first on sys.path), so it runs from
-    the root, from its folder and from anywhere else; a package finds the root's copy."""
+    repository gets a pointer module beside it (its own folder is first on sys.path) that
+    loads the root copy, so it runs from the root, from its folder and from anywhere else;
+    a package finds the root's copy; the repository holds one copy."""
+    from porter.project.runtime_home import is_pointer
+
     proc = run_porter("migrate", tree, "--write")
     assert proc.returncode == 0, proc.stderr
     for path in tree.rglob("*.py"):
-        if "porter_runtime" not in path.parts:
+        if "porter_runtime" not in path.parts and path.name != "porter_runtime.py":
             assert "sys.path" not in path.read_text(), path
-    # porter_runtime beside the script is not first-party for isort: sorted before torch
+    # the pointer stands for the root copy, which isort calls first-party: after torch
     assert (tree / "scripts" / "run.py").read_text() == (
-        '"""Run it."""\nimport porter_runtime\nimport torch as t\nprint(t.ones(1).to(porter_runtime.device()))\n')
-    assert (tree / "scripts" / "porter_runtime" / "VENDORED.txt").is_file()
+        '"""Run it."""\nimport torch as t\n\nimport porter_runtime\nprint(t.ones(1).to(porter_runtime.device()))\n')
+    assert is_pointer(tree / "scripts" / "porter_runtime.py")
+    assert [p for p in tree.rglob("porter_runtime") if p.is_dir()] == [tree / "porter_runtime"]
     for cwd in (tree, tmp_path, tree / "scripts"):
         proc = subprocess.run(python_without_porter(str(tree / "scripts" / "run.py")), cwd=cwd,
                               capture_output=True, text=True)
@@ -232,13 +236,14 @@ def test_scripts_find_the_runtime_from_any_folder_without_sys_path_code(tree, tm
     (tree / "pkg" / "show.py").write_text("from pkg.model import DEV\nprint(DEV.type)\n")
     proc = subprocess.run(python_without_porter("-m", "pkg.show"), cwd=tree, capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.strip() == "cpu", proc.stderr
-    # Every copy is installable on its own (it carries a pyproject.toml).
+    # The copy is installable on its own (it carries a pyproject.toml).
     site = tmp_path / "site"
     install = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                              "--no-index", "--target", str(site), str(tree / "scripts" / "porter_runtime")],
+                              "--no-index", "--target", str(site), str(tree / "porter_runtime")],
                              capture_output=True, text=True)
     assert install.returncode == 0, install.stderr
-    shutil.rmtree(tree / "scripts" / "porter_runtime")
+    shutil.rmtree(tree / "porter_runtime")
+    (tree / "scripts" / "porter_runtime.py").unlink()
     proc = subprocess.run(python_without_porter(str(tree / "scripts" / "run.py")), cwd=tmp_path,
                           capture_output=True, text=True)
     assert proc.returncode != 0 and "No module named 'porter_runtime'" in proc.stderr  # the test can tell
