@@ -160,7 +160,7 @@ def ledger_line(report: dict[str, Any]) -> str:
 
 
 def render_summary(report: dict[str, Any], console) -> None:
-    """The terminal summary (rich, on stderr)."""
+    """The terminal summary (rich, on stderr): what ``-q`` drops."""
     from rich.table import Table
 
     s = report["summary"]
@@ -183,13 +183,7 @@ def render_summary(report: dict[str, Any], console) -> None:
     def line(*parts) -> None:
         console.print(Text.assemble(*parts), soft_wrap=True)
 
-    for f in report["files"]:
-        for x in f["findings"]:
-            line((f"{f['path']}:{x['line']}:{x['column']} ", "yellow"), (x["code"], "bold"), " ", x["message"])
-            if x["suggestion"]:
-                line("    suggestion: ", x["suggestion"])
-        if f["status"] == "error":
-            line((f["path"], "red"), ": error: ", f["error"])
+    # The lines per file and per finding come before it (porter.output_formats).
     for x in report["skipped"]:
         line((f"{x['path']}: skipped: {x['reason']}", "dim"))
     for note in report["runtime"]["notes"]:
