@@ -146,15 +146,18 @@ def _migrate(console, paths, show_diff, write, check, fail_on, interactive, out_
     config.full_runtime = bool(full_runtime if full_runtime is not None else settings.full_runtime)
     machine = output_format in output_formats.MACHINE
     show = not no_progress and not quiet and not machine
+    # each changed file's replacements, for SARIF's fixes (the sink drops the bytes)
+    edits: Optional[dict] = {} if output_format == "sarif" or any(r.suffix == ".sarif" for r in reports) else None
     if interactive:
         result, write_failed = _interactive(config, console, show=show)
         mode = "interactive"
     else:
-        result, write_failed = _stream(config, console, show_diff, write, show=show, views=not quiet and not machine)
+        result, write_failed = _stream(config, console, show_diff, write, show=show, views=not quiet and not machine,
+                                       edits=edits)
         mode = "write" if write else "check" if check else "diff" if show_diff else "dry-run"
     data = reporting.build(result, mode)
-    _write_reports(data, reports)
-    emit(data, output_format, quiet, console)
+    _write_reports(data, reports, edits)
+    emit(data, output_format, quiet, console, edits)
     for path, error in write_failed:
         console.print(f"porter: error: {shown(path)}: {shown(error)}", markup=False, soft_wrap=True)
     if out_dir is not None and not quiet and not machine:
@@ -249,7 +252,8 @@ def _prepare_copy(paths, root: Path, out_dir: Path, runtime_dir: Optional[Path])
     return mapped, out, runtime_dir
 
 
-def _stream(config: RunConfig, console, show_diff: bool, write: bool, show: bool, views: bool = True):
+def _stream(config: RunConfig, console, show_diff: bool, write: bool, show: bool, views: bool = True,
+            edits: Optional[dict] = None):
     write_failed: list[tuple[str, str]] = []
     colour = show_diff and sys.stdout.isatty()
 
@@ -258,6 +262,10 @@ def _stream(config: RunConfig, console, show_diff: bool, write: bool, show: bool
     cell_views: list[str] = []  # and their cells one by one on stderr, for reading
 
     def sink(change: Change) -> Optional[str]:
+        if edits is not None and change.old is not None and not change.runtime:
+            from porter.sarif_fixes import replacements
+
+            edits[change.path] = replacements(change.old, change.new)
         if show_diff:
             out = unified_diff(change)
             out = colourise(out) if colour else out
@@ -319,14 +327,12 @@ def _interactive(config: RunConfig, console, show: bool):
             accepted.append(Change(file.change.path, file.change.old, data))
     if any(b"porter_runtime" in c.new for c in accepted):
         accepted += [c for c in changes if c.path not in findings]
-    kept = {c.path for c in accepted}
-    for item in result.files:  # the report tells what was written, not what was proposed
-        if item.status == "changed" and item.path not in kept:
-            item.status = "unchanged"
     if not any(c.path not in findings for c in accepted):
         result.runtime_changes, result.notes = [], []
-    click.echo(f"{len([c for c in accepted if c.path in findings])} of {len(sources)} changed files written")
-    return result, apply_changes(config.root, accepted)
+    failed = apply_changes(config.root, accepted)
+    summary = interactive.written(result, sources, accepted, answers, plans, {path for path, _ in failed})
+    click.echo(summary, err=True)
+    return result, failed
 
 
 def _run_with_progress(config: RunConfig, console, sink, show: bool):
@@ -345,10 +351,14 @@ def _run_with_progress(config: RunConfig, console, sink, show: bool):
 
 
 @cli.command("rules")
+@click.argument("prefixes", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="Print the rules as JSON on stdout.")
-def list_rules(as_json: bool) -> None:
-    """List every rule: code, name, safety and summary."""
-    rules = all_rules()
+def list_rules(prefixes: tuple[str, ...], as_json: bool) -> None:
+    """List the rules (those whose code starts with one of PREFIXES): code, name, safety and summary."""
+    wanted = tuple(p.strip().upper() for p in inputs.split(prefixes))
+    rules = [r for r in all_rules() if not wanted or r.code.startswith(wanted)]
+    if not rules:
+        raise InputError(f"no rule code starts with {', '.join(wanted)}; `porter rules` lists them")
     if as_json:
         import json
 
@@ -369,21 +379,27 @@ def list_rules(as_json: bool) -> None:
 @cli.command()
 @click.argument("code")
 def explain(code: str) -> None:
-    """Print a rule's documentation and its examples."""
+    """Print a rule's documentation and its examples (Markdown; rendered on a terminal)."""
     from porter.explain import render
 
-    rule = by_code(code)
+    rule = by_code(code.strip().upper())
     if rule is None:
         raise InputError(f"no rule {code!r}; `porter rules` lists them")
-    click.echo(render(rule))
+    text = render(rule)
+    if sys.stdout.isatty():  # rendered for a terminal; piped, the Markdown stays as written
+        from porter.terminal_markdown import show_markdown
+
+        show_markdown(text)
+    else:
+        click.echo(text)
 
 
-def _write_reports(data: dict, reports) -> None:
+def _write_reports(data: dict, reports, edits: Optional[dict] = None) -> None:
     for report_path in reports:
         if report_path.suffix == ".sarif":
             from porter import sarif
 
-            text = sarif.dumps(data)
+            text = sarif.dumps(data, edits)
         elif report_path.suffix == ".json":
             text = reporting.to_json(data)
         else:

@@ -11,14 +11,15 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from porter import output_formats
+from porter import output_formats, sarif
+from porter.report import render_summary, to_json
 from porter.terminal_text import for_terminal, shown
 
 
-def emit(data: dict[str, Any], output_format: str, quiet: bool, console) -> None:
+def emit(data: dict[str, Any], output_format: str, quiet: bool, console, edits=None) -> None:
     safe = for_terminal(data)
     if output_format in ("json", "sarif"):  # valid UTF-8 whatever the file names: \\udcxx escapes
-        text = output_formats.document(data, output_format)
+        text = sarif.dumps(data, edits) if output_format == "sarif" else to_json(data)
         sys.stdout.buffer.write(text.encode("utf-8", errors="backslashreplace"))
         sys.stdout.flush()
         print_errors(safe, console)
@@ -32,8 +33,6 @@ def emit(data: dict[str, Any], output_format: str, quiet: bool, console) -> None
     for line in output_formats.lines(safe, output_format):
         console.print(line, markup=False, soft_wrap=True, highlight=False)
     if not quiet:
-        from porter.report import render_summary
-
         render_summary(safe, console)
 
 

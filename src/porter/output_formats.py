@@ -100,14 +100,3 @@ def lines(report: dict[str, Any], output_format: str) -> Iterator[str]:
     if output_format == "github":
         return github(report)
     return concise(report)
-
-
-def document(report: dict[str, Any], output_format: str) -> str:
-    """The whole report as one document, for ``json`` and ``sarif``."""
-    if output_format == "sarif":
-        from porter import sarif
-
-        return sarif.dumps(report)
-    from porter.report import to_json
-
-    return to_json(report)
