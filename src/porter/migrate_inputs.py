@@ -73,8 +73,11 @@ def _codes(values: Sequence[str], flag: str) -> Optional[list[str]]:
 
 def choose_rules(settings: Config, select=(), ignore=(), extend_select=()):
     """The rules of ``settings`` with the flags on top (a flag given replaces the key)."""
-    chosen = _codes(select, "--select") or settings.select
-    more = (_codes(extend_select, "--extend-select") or []) + settings.extend_select
+    flag = _codes(select, "--select")
+    extra = _codes(extend_select, "--extend-select") or []
+    # as ruff: --select starts over; the settings' select and extend-select apply otherwise
+    chosen = flag or settings.select
+    more = extra if flag else settings.extend_select + extra
     if chosen and more:
         chosen = chosen + more
     return select_rules(chosen or (), _codes(ignore, "--ignore") or settings.ignore or ())
