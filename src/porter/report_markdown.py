@@ -8,12 +8,15 @@ report never shows where the tree sat on the machine that ported it.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from typing import Any
 
 from porter.output_formats import PENDING_MODES, severity
 from porter.registry import by_code
 
+#: A note that a copy of the runtime got one more module: the PR tells the copy once.
+_ADDED = re.compile(r"(added|would add) .* to porter_runtime at ")
 #: Files named per rule before "and N more".
 FILES_SHOWN = 5
 
@@ -84,16 +87,16 @@ def _changes(report: dict[str, Any]) -> list[str]:
     rules = [r for r in report["rules"] if r["rewrites"]]
     if not rules:
         return ["## What changed and why", "", "No code needed a rewrite.", ""]
-    lines = ["## What changed and why", "", "| rule | what it does, and why | rewrites | files |", "|---|---|---:|---|"]
+    lines = ["## What changed and why", "", "| rule | what it does | rewrites | files |", "|---|---|---:|---|"]
     for r in rules:
         rule = by_code(r["code"])
         summary = rule.summary() if rule else ""
         lines.append(f"| {r['code']} {r['name']} | {_cell(summary)} | {r['rewrites']} | {_files(files[r['code']])} |")
-    runtime = report["runtime"]
     lines += ["", "Why at all: each rewritten line names CUDA, and without CUDA it stops with "
               "`AssertionError: Torch not compiled with CUDA enabled` or runs on the CPU without saying so."]
-    if runtime["notes"]:
-        lines += [""] + [f"- {_cell(note)}" for note in runtime["notes"]]
+    notes = [n for n in report["runtime"]["notes"] if not _ADDED.match(n)]  # one copy, told once
+    if notes:
+        lines += [""] + [f"- {_cell(note)}" for note in notes]
     return lines + [""]
 
 
