@@ -127,7 +127,9 @@ def test_reports_markdown_and_json(tree):
     assert rewrite["code"] == "PT002" and rewrite["line"] == 2
     assert rewrite["before"] == "device('cuda')" and rewrite["after"] == "porter_runtime.device()"
     text = md.read_text()
-    assert "# Porter migration report" in text and "`device('cuda')`" in text and "PT002" in text
+    assert text.startswith("# Port to Apple Silicon (MPS) and CPU, unchanged on CUDA\n")
+    assert "| PT002 torch-device-cuda |" in text and "`pkg/model.py`" in text
+    assert str(tree) not in text  # paths relative to the root, never the machine's
 
 
 def test_select_ignore_and_exclude(tree):

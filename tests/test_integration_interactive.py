@@ -106,3 +106,14 @@ def test_interactive_notebook_is_one_hunk(tmp_path):
     assert result.exit_code == 0, result.output
     assert "(cell 3)" in result.output
     assert "porter_runtime.synchronize()" in nbformat.read(str(path), as_version=4).cells[5].source
+
+
+def test_the_summary_counts_what_was_written(tmp_path):
+    root = make_tree(tmp_path / "r", {"train.py": TRAIN, "other.py": "import torch\nx = torch.ones(1).cuda()\n"})
+    result = interact(root, ["n", "n", "y", "n"])  # other.py: no; train.py: the second hunk only
+    assert result.exit_code == 0, result.output
+    assert "wrote 1 file (1 of 4 changes accepted and written; 2 files had changes)" in result.stderr
+    assert "Ported train.py" in result.stderr and "Ported other.py" not in result.stderr
+    refused = make_tree(tmp_path / "s", {"train.py": TRAIN})
+    result = interact(refused, ["n", "n", "n"])
+    assert "wrote 0 files (0 of 3 changes" in result.stderr and "Ported" not in result.stderr

@@ -104,7 +104,8 @@ def test_notebook_diff_is_shown_per_cell(tmp_path):
     data = path.read_bytes()
     proc = run_porter("migrate", path, "--diff")
     assert proc.returncode == 0, proc.stderr
-    out = proc.stdout.decode()
+    assert b"+++ b/nb.ipynb\n" in proc.stdout  # the patch: the notebook's JSON, for git apply
+    out = proc.stderr.decode()  # the cells one by one, for reading
     assert "--- a/nb.ipynb (cell 3)\n+++ b/nb.ipynb (cell 3)\n" in out
     assert "-x = torch.ones(2).cuda()\n+x = torch.ones(2).to(porter_runtime.device())\n" in out
     assert "(cell 6)" in out and "(cell 4)" not in out and "(cell 8)" not in out

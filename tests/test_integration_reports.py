@@ -82,3 +82,103 @@ def test_unknown_report_suffix_is_refused(tmp_path):
     root = make_tree(tmp_path / "repo", SAMPLE)
     proc = run_porter("migrate", root, "--report", tmp_path / "x.xml")
     assert proc.returncode == 2 and b".sarif" in proc.stderr
+
+
+def _apply(text: str, replacements: list) -> str:
+    """SARIF replacements of whole lines (column 1 to column 1), as a viewer applies them."""
+    lines = text.splitlines(keepends=True)
+    for r in sorted(replacements, key=lambda r: -r["deletedRegion"]["startLine"]):
+        region = r["deletedRegion"]
+        assert region["startColumn"] == region["endColumn"] == 1
+        lines[region["startLine"] - 1:region["endLine"] - 1] = [r["insertedContent"]["text"]]
+    return "".join(lines)
+
+
+def test_sarif_levels_and_fixes_that_make_what_write_makes(tmp_path):
+    files = {**FILES, "multi.py": "import torch\n\nx = torch.ones(1).cuda()\n\n\n\ny = torch.zeros(1).cuda()\n"}
+    files.pop("broken.py")
+    root = make_tree(tmp_path / "repo", files)
+    out = tmp_path / "porter.report.sarif"
+    assert run_porter("migrate", root, "--report", out).returncode == 0
+    sarif = json.loads(out.read_text())
+    jsonschema.validate(sarif, SCHEMA, cls=jsonschema.Draft4Validator)
+    [run] = sarif["runs"]
+    levels = {(r["ruleId"], r["level"]) for r in run["results"]}
+    assert ("PT404", "warning") in levels and ("PT001", "note") in levels  # a human's item / a fix
+    rules = {r["id"]: r for r in run["tool"]["driver"]["rules"]}
+    assert rules["PT404"]["defaultConfiguration"]["level"] == "warning"
+    assert rules["PT001"]["defaultConfiguration"]["level"] == "note"
+    fixed = {}
+    for result in run["results"]:
+        uri = result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+        assert ("fixes" in result) == (result["properties"]["action"] == "rewrite")
+        for fix in result.get("fixes", []):
+            [change] = fix["artifactChanges"]
+            assert change["artifactLocation"]["uri"] == uri
+            fixed.setdefault(uri, []).extend(r for r in change["replacements"] if r not in fixed.get(uri, []))
+    first = [r for r in run["results"] if r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+             == "multi.py"][0]
+    # the first rewrite's fix alone holds the runtime import: it makes valid code by itself
+    assert "import porter_runtime" in json.dumps(first["fixes"])
+    before = {uri: (root / uri).read_text() for uri in fixed}
+    assert run_porter("migrate", root, "--write").returncode == 0
+    for uri, replacements in fixed.items():
+        assert _apply(before[uri], replacements) == (root / uri).read_text(), uri
+
+
+def test_sarif_help_uri_per_rule_from_the_documentation_url(tmp_path):
+    from porter.report import sarif
+
+    root = make_tree(tmp_path / "repo", SAMPLE)
+    report = tmp_path / "r.json"
+    run_porter("migrate", root, "--report", report)
+    data = sarif.to_sarif(json.loads(report.read_text()), docs="https://docs.example/porter/")
+    rules = data["runs"][0]["tool"]["driver"]["rules"]
+    assert all(r["helpUri"] == f"https://docs.example/porter/rules/{r['id']}" for r in rules)
+    jsonschema.validate(data, SCHEMA, cls=jsonschema.Draft4Validator)
+    assert all("helpUri" not in r for r in sarif.to_sarif(json.loads(report.read_text()), docs="")["runs"][0]
+               ["tool"]["driver"]["rules"])
+
+
+GOLDEN = Path(__file__).parent / "data" / "report_golden.md"
+PR_TREE = {
+    "requirements.txt": "torch\n",
+    "train.py": "import torch\nfrom model import Net\n\nnet = Net().cuda()\ntorch.cuda.synchronize()\n",
+    "model.py": "import torch\n\n\nclass Net(torch.nn.Module):\n    def forward(self, x):\n"
+                "        return x.to('cuda')\n",
+    "data.py": "from torch.utils.data import DataLoader\n\n\ndef loader(ds):\n"
+               "    return DataLoader(ds, num_workers=2, collate_fn=lambda b: b)\n",
+    "broken.py": "import torch\nx = torch.ones(1).cuda(\n",
+}
+
+
+def test_markdown_report_is_a_pr_description_golden(tmp_path):
+    """The Markdown report, byte for byte (PORTER_UPDATE_GOLDEN=1 writes the golden file)."""
+    import os
+
+    root = make_tree(tmp_path / "repo", PR_TREE)
+    out = tmp_path / "port.md"
+    proc = run_porter("migrate", root, "--write", "--report", out)
+    assert proc.returncode == 2  # broken.py
+    text = out.read_text()
+    if os.environ.get("PORTER_UPDATE_GOLDEN"):
+        GOLDEN.write_text(text)
+    assert str(tmp_path) not in text and "/tmp" not in text  # no machine paths
+    assert text == GOLDEN.read_text()
+
+
+def test_markdown_report_lists_real_items_first(tmp_path):
+    from porter.report.markdown import to_markdown
+
+    root = make_tree(tmp_path / "repo", PR_TREE)
+    report = tmp_path / "r.json"
+    run_porter("migrate", root, "--report", report)
+    data = json.loads(report.read_text())
+    [entry] = [f for f in data["files"] if f["path"] == "data.py"]
+    info = {**entry["findings"][0], "code": "PT998", "line": 1, "message": "an import not installed", "severity": "info"}
+    entry["findings"].insert(0, info)
+    text = to_markdown(data)
+    assert "## Needs a human (1)" in text
+    assert text.index("**PT404**") < text.index("For information (1") < text.index("**PT998**")
+    # the diff is not repeated line by line: no before/after of each rewrite
+    assert ".cuda()" not in text.split("## Needs a human")[0].split("## What changed and why")[1].split("|---|")[1]

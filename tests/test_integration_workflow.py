@@ -79,10 +79,10 @@ def test_completion_completes_subcommands_and_options():
     import os
     import sys
 
-    env = {**os.environ, "_PORTER_COMPLETE": "bash_complete", "COMP_WORDS": "porter migrate --for",
+    env = {**os.environ, "_PORTER_COMPLETE": "bash_complete", "COMP_WORDS": "porter migrate --output-f",
            "COMP_CWORD": "2"}
     proc = subprocess.run([sys.executable, "-m", "porter"], env=env, capture_output=True, text=True)
-    assert "--format" in proc.stdout, proc.stderr
+    assert "--output-format" in proc.stdout, proc.stderr
     env.update(COMP_WORDS="porter ", COMP_CWORD="1")
     proc = subprocess.run([sys.executable, "-m", "porter"], env=env, capture_output=True, text=True)
     assert "migrate" in proc.stdout and "completion" in proc.stdout

@@ -17,18 +17,22 @@ from typing import Optional, Sequence
 import click
 
 import porter
+from porter.cli import migrate_inputs as inputs
 from porter.cli.doctor import doctor
+from porter.cli.migrate_output import emit, print_notebook_views
+from porter.cli.terminal_text import for_terminal as _for_terminal  # noqa: F401 (shown: a public name)
+from porter.cli.terminal_text import shown
 from porter.engine.config import Config, ConfigError, load_config
 from porter.engine.discover import find_root
-from porter.engine.options import Options
-from porter.engine.registry import all_rules, by_code, select_rules
+from porter.engine.registry import all_rules, by_code
 from porter.engine.run import RunConfig, default_jobs, run
 from porter.files.apply import Change, apply_changes, colourise, unified_diff
+from porter.report import output_formats
 from porter.report import summary as reporting
 
 EXIT_CODES = """\b
 Exit codes:
-  0  clean, or changes applied / shown
+  0  clean, or changes applied / shown (and always with --exit-zero, but 2)
   1  with --check: files would change or findings need a human
   2  bad input or a failure: a flag or setting porter can't use, a file it
      could not read, decode or parse, a write that failed, an internal error
@@ -39,10 +43,6 @@ def _stderr_console(no_color: bool = False):
     from rich.console import Console
 
     return Console(stderr=True, no_color=no_color, highlight=False)
-
-
-def _split(values: tuple[str, ...]) -> list[str]:
-    return [part for value in values for part in value.split(",") if part.strip()]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -64,11 +64,19 @@ def cli() -> None:
               help="Write a ported copy of the tree (with the runtime) into DIR; the original stays as is.")
 @click.option("--report", "reports", multiple=True, type=click.Path(path_type=Path),
               help="Write the migration report: FILE.md (Markdown), FILE.json or FILE.sarif (SARIF 2.1.0).")
-@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="json: print the report (as FILE.json) on stdout instead of the summary.")
+@click.option("--output-format", "output_format", type=click.Choice(output_formats.FORMATS), default=None,
+              help="concise (default): a line per file that changes and per finding; full: with the code and "
+                   "suggestions; json / sarif: the report on stdout; github: workflow annotations on stdout.")
+@click.option("--format", "old_format", type=click.Choice(["text", "json"]), default=None, hidden=True,
+              help="The old spelling: text is --output-format concise, json is --output-format json.")
+@click.option("--exit-zero", is_flag=True, help="Exit 0 even when --check finds something (2 still means a failure).")
 @click.option("--select", multiple=True, help="Only rules whose code starts with these (comma-separated).")
+@click.option("--extend-select", multiple=True, help="Rules to run on top of the selected ones (comma-separated).")
 @click.option("--ignore", multiple=True, help="Skip rules whose code starts with these (comma-separated).")
-@click.option("--exclude", multiple=True, help="Skip paths matching this glob (repeatable).")
+@click.option("--exclude", multiple=True, help="Skip paths matching this glob (repeatable); replaces the settings' list.")
+@click.option("--extend-exclude", multiple=True, help="Skip paths matching this glob too (repeatable).")
+@click.option("--force-exclude/--no-force-exclude", default=None,
+              help="Apply the excludes to files named on the command line too (for pre-commit).")
 @click.option("--runtime-dir", type=click.Path(path_type=Path),
               help="Where --write vendors porter_runtime (default: <root>/porter_runtime).")
 @click.option("--root", type=click.Path(path_type=Path, file_okay=False, exists=True),
@@ -83,27 +91,34 @@ def cli() -> None:
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
               help="Worker processes (default: all cores). Output is the same for any number.")
 @click.option("--no-progress", is_flag=True, help="Never show a progress bar.")
-@click.option("-q", "--quiet", is_flag=True, help="Print no summary (errors still go to stderr).")
-def migrate(paths, show_diff, write, check, fail_on, interactive, out_dir, reports, output_format, select, ignore,
-            exclude, runtime_dir, root, config_file, unsafe_fixes, full_runtime, jobs, no_progress, quiet) -> None:
+@click.option("-q", "--quiet", is_flag=True,
+              help="Only the lines per file and per finding, no summary (errors still go to stderr).")
+def migrate(paths, show_diff, write, check, fail_on, interactive, out_dir, reports, output_format, old_format,
+            exit_zero, select, extend_select, ignore, exclude, extend_exclude, force_exclude, runtime_dir, root,
+            config_file, unsafe_fixes, full_runtime, jobs, no_progress, quiet) -> None:
     """Migrate PATHS (files or folders). Without --diff/--write/--check: a dry run.
 
-    Settings come from porter.toml or [tool.porter] in pyproject.toml at the root;
-    flags win over them."""
+    Settings come from the nearest porter.toml or [tool.porter] in pyproject.toml
+    (a nested one governs the files below it); flags win over them."""
     console = _stderr_console()
+    output_format = output_format or ("json" if old_format == "json" else "concise")
+    flags = dict(select=select, ignore=ignore, exclude=exclude, extend_select=extend_select,
+                 extend_exclude=extend_exclude)
     try:
-        _migrate(console, paths, show_diff, write, check, fail_on, interactive, out_dir, reports, output_format,
-                 select, ignore, exclude, runtime_dir, root, config_file, unsafe_fixes, full_runtime, jobs, no_progress,
-                 quiet)
+        code = _migrate(console, paths, show_diff, write, check, fail_on, interactive, out_dir, reports,
+                        output_format, flags, force_exclude, runtime_dir, root, config_file, unsafe_fixes,
+                        full_runtime, jobs, no_progress, quiet)
     except KeyboardInterrupt:
         # Writes are atomic: every file is as it was or fully ported, no temporary file left.
         console.print("porter: interrupted; every file is either untouched or fully written", markup=False)
         sys.exit(130)
+    sys.exit(0 if code == 1 and exit_zero else code)
 
 
-def _migrate(console, paths, show_diff, write, check, fail_on, interactive, out_dir, reports, output_format, select,
-             ignore, exclude, runtime_dir, root, config_file, unsafe_fixes, full_runtime, jobs, no_progress,
-             quiet) -> None:
+def _migrate(console, paths, show_diff, write, check, fail_on, interactive, out_dir, reports, output_format, flags,
+             force_exclude, runtime_dir, root, config_file, unsafe_fixes, full_runtime, jobs, no_progress,
+             quiet) -> int:
+    """The run; its exit code (0 clean, 1 --check found something, 2 a failure)."""
     # Every input is checked before anything is written: a bad one stops the run whole.
     bad = False
     for p in paths:
@@ -115,44 +130,56 @@ def _migrate(console, paths, show_diff, write, check, fail_on, interactive, out_
             console.print(f"porter: error: {shown(str(p))}: no such file or folder", markup=False, soft_wrap=True)
             bad = True
     if bad:
-        sys.exit(2)
+        return 2
     _check_combinations(reports, output_format, show_diff, interactive, check, out_dir)
-    root = (root or find_root(paths)).absolute()
+    root = _inputs(inputs.project_root, paths, root)
     paths = _inside_root(paths, root)
-    settings = _settings(root, config_file)
-    config = _run_config(paths, root, settings, select, ignore, exclude, runtime_dir, unsafe_fixes, jobs)
+    settings = _settings(root, config_file, paths)
+    if force_exclude if force_exclude is not None else settings.force_exclude:
+        paths = inputs.force_excluded(paths, root, inputs.exclude_globs(settings, flags["exclude"],
+                                                                       flags["extend_exclude"]))
+    config = _run_config(paths, root, settings, runtime_dir=runtime_dir, unsafe_fixes=unsafe_fixes, jobs=jobs,
+                         **flags)
     _check_layout(config)
     if out_dir is not None:
         paths, root, runtime_dir = _prepare_copy(paths, root, out_dir, runtime_dir or settings.runtime_dir)
         write = True
-        config = _run_config(paths, root, settings, select, ignore, exclude, runtime_dir, unsafe_fixes, jobs)
+        config = _run_config(paths, root, settings, runtime_dir=runtime_dir, unsafe_fixes=unsafe_fixes,
+                             jobs=jobs, **flags)
     config.write = write or interactive
     config.full_runtime = bool(full_runtime if full_runtime is not None else settings.full_runtime)
-    quiet = quiet or output_format == "json"
+    machine = output_format in output_formats.MACHINE
+    show = not no_progress and not quiet and not machine
+    # each changed file's replacements, for SARIF's fixes (the sink drops the bytes)
+    edits: Optional[dict] = {} if output_format == "sarif" or any(r.suffix == ".sarif" for r in reports) else None
     if interactive:
-        result, write_failed = _interactive(config, console, show=not no_progress and not quiet)
+        result, write_failed = _interactive(config, console, show=show)
         mode = "interactive"
     else:
-        result, write_failed = _stream(config, console, show_diff, write, show=not no_progress and not quiet)
+        result, write_failed = _stream(config, console, show_diff, write, show=show, views=not quiet and not machine,
+                                       edits=edits)
         mode = "write" if write else "check" if check else "diff" if show_diff else "dry-run"
     data = reporting.build(result, mode)
-    _write_reports(data, reports)
-    if output_format == "json":  # valid UTF-8 whatever the file names: \\udcxx escapes
-        sys.stdout.buffer.write(reporting.to_json(data).encode("utf-8", errors="backslashreplace"))
-        sys.stdout.flush()
-    if not quiet:
-        reporting.render_summary(_for_terminal(data), console)
-    elif output_format == "json":
-        _print_errors(data, console)
+    _write_reports(data, reports, edits)
+    emit(data, output_format, quiet, console, edits)
     for path, error in write_failed:
         console.print(f"porter: error: {shown(path)}: {shown(error)}", markup=False, soft_wrap=True)
-    if out_dir is not None and not quiet:
+    if out_dir is not None and not quiet and not machine:
         console.print(f"ported copy written to {shown(str(out_dir))}", markup=False, soft_wrap=True)
 
     if result.errors or write_failed or any(s.error for s in result.skipped):
-        sys.exit(2)
+        return 2
     if check and (result.changed or (fail_on == "any" and result.reviews)):
-        sys.exit(1)
+        return 1
+    return 0
+
+
+def _inputs(function, *args):
+    """``function(*args)`` with an input problem as porter's one-line error (exit 2)."""
+    try:
+        return function(*args)
+    except inputs.InputProblem as exc:
+        raise InputError(str(exc)) from None
 
 
 def _not_python3(python: str) -> str:
@@ -205,8 +232,8 @@ def _check_combinations(reports, output_format, show_diff, interactive, check, o
             raise InputError(f"--report {shown(str(report_path))}: is a folder or a symbolic link, not a file")
         if not os.access(folder, os.W_OK):
             raise InputError(f"--report {shown(str(report_path))}: cannot write into {shown(str(folder))}")
-    if output_format == "json" and (show_diff or interactive):
-        raise click.UsageError("--format json prints the report on stdout; it can't be combined with "
+    if output_format in output_formats.MACHINE and (show_diff or interactive):
+        raise click.UsageError(f"--output-format {output_format} prints on stdout; it can't be combined with "
                                + ("--diff" if show_diff else "--interactive"))
     if interactive and (check or out_dir is not None):
         raise click.UsageError("--interactive can't be combined with " + ("--check" if check else "--out"))
@@ -225,32 +252,6 @@ class InputError(click.ClickException):
 SettingsError = InputError
 
 
-def shown(text: str) -> str:
-    """A name from the repository as it is safe to print: control characters and bytes
-    that are not UTF-8 escaped (``\\x1b``, ``\\xe9``), never sent to the terminal raw."""
-    out = []
-    for ch in text:
-        code = ord(ch)
-        if 0xDC80 <= code <= 0xDCFF:  # a byte os.fsdecode could not decode
-            out.append(f"\\x{code - 0xDC00:02x}")
-        elif code < 0x20 or code == 0x7F or 0x80 <= code < 0xA0 or 0xD800 <= code <= 0xDFFF:
-            out.append(ch.encode("unicode_escape").decode("ascii") if code < 0xD800 else f"\\u{code:04x}")
-        else:
-            out.append(ch)
-    return "".join(out)
-
-
-def _for_terminal(value):
-    """The report with every string made safe to print (``shown``)."""
-    if isinstance(value, str):
-        return shown(value)
-    if isinstance(value, dict):
-        return {k: _for_terminal(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_for_terminal(v) for v in value]
-    return value
-
-
 def _check_layout(config: RunConfig) -> None:
     from porter.project.runtime_home import LayoutError
 
@@ -260,42 +261,22 @@ def _check_layout(config: RunConfig) -> None:
         raise InputError(f"runtime folder {exc}") from None
 
 
-def _settings(root: Path, config_file: Optional[Path]) -> Config:
+def _settings(root: Path, config_file: Optional[Path], paths=()) -> Config:
+    """The explicit file's settings, else the nearest settings file at or above the
+    first path (or the root)."""
+    from porter.cli.folder_settings import nearest_config
+
     try:
-        return load_config(root, config_file)
+        return load_config(root, config_file or nearest_config(paths[0] if paths else root))
     except ConfigError as exc:
         raise SettingsError(str(exc)) from None
 
 
-def _run_config(paths, root, settings: Config, select, ignore, exclude, runtime_dir, unsafe_fixes, jobs) -> RunConfig:
-    """The run's settings: each flag given wins over the settings file's value."""
-    from porter.engine.config import check_codes
-
-    try:
-        select_codes = check_codes(_split(select), "--select") if select else None
-        ignore_codes = check_codes(_split(ignore), "--ignore") if ignore else None
-    except ConfigError as exc:
-        raise InputError(str(exc)) from None
-    if select and not select_codes:
-        raise InputError("--select: no rule code given")
-    rules = select_rules(select_codes or settings.select or (), ignore_codes or settings.ignore or ())
-    if not rules:  # a run of no rule would pass --check whatever the code holds
-        raise InputError("no rule left to run: --ignore (or the settings' ignore) removes every rule --select chose")
-    runtime_dir = runtime_dir or settings.runtime_dir
-    options = Options(
-        rules=rules,
-        unsafe_fixes=bool(unsafe_fixes if unsafe_fixes is not None else settings.unsafe_fixes),
-        dependencies=settings.dependencies or "marker",
-        per_file_ignores=tuple((glob, tuple(codes)) for glob, codes in settings.per_file_ignores.items()),
-    )
-    return RunConfig(
-        paths=[p.absolute() for p in paths],
-        root=root,
-        options=options,
-        excludes=_split(exclude) or settings.exclude or [],
-        runtime_dir=runtime_dir.absolute() if runtime_dir else None,
-        jobs=jobs or default_jobs(),
-    )
+def _run_config(paths, root, settings: Config, select=(), ignore=(), exclude=(), runtime_dir=None,
+                unsafe_fixes=None, jobs=None, extend_select=(), extend_exclude=()) -> RunConfig:
+    """The run's settings: each flag given wins over the settings files' values."""
+    return _inputs(lambda: inputs.run_config(paths, root, settings, select, ignore, exclude, runtime_dir,
+                                             unsafe_fixes, jobs or default_jobs(), extend_select, extend_exclude))
 
 
 def _prepare_copy(paths, root: Path, out_dir: Path, runtime_dir: Optional[Path]):
@@ -318,18 +299,30 @@ def _prepare_copy(paths, root: Path, out_dir: Path, runtime_dir: Optional[Path])
     return mapped, out, runtime_dir
 
 
-def _stream(config: RunConfig, console, show_diff: bool, write: bool, show: bool):
+def _stream(config: RunConfig, console, show_diff: bool, write: bool, show: bool, views: bool = True,
+            edits: Optional[dict] = None):
     write_failed: list[tuple[str, str]] = []
     colour = show_diff and sys.stdout.isatty()
 
     runtime_diffs: list[bytes] = []  # the user's own files first, the runtime's last
+    notebooks: list[bytes] = []  # then the notebooks, whole-file JSON diffs under one split line
+    cell_views: list[str] = []  # and their cells one by one on stderr, for reading
 
     def sink(changes: Sequence[Change]) -> Optional[str]:
-        for change in changes if show_diff else ():
-            out = _diff(change)
+        for change in changes:
+            if edits is not None and change.old is not None and not change.runtime:
+                from porter.report.sarif_fixes import replacements
+
+                edits[change.path] = replacements(change.old, change.new)
+            if not show_diff:
+                continue
+            out = unified_diff(change)
             out = colourise(out) if colour else out
             if change.runtime:
                 runtime_diffs.append(out)
+            elif change.path.endswith(".ipynb"):
+                notebooks.append(out)
+                cell_views.append(_cells(change))
             else:
                 sys.stdout.buffer.write(out)
         if write:
@@ -342,19 +335,24 @@ def _stream(config: RunConfig, console, show_diff: bool, write: bool, show: bool
     result = _run_with_progress(config, console, sink, show=show)
     for out in runtime_diffs:
         sys.stdout.buffer.write(out)
+    if notebooks:  # git apply passes over a line outside a patch; people see where notebooks start
+        sys.stdout.buffer.write(NOTEBOOK_SPLIT + b"".join(notebooks))
     sys.stdout.flush()
+    if views:
+        print_notebook_views([v for v in cell_views if v], console)
     # Failed source writes are file errors in the result; only the runtime's are left.
     reported = {f.path for f in result.errors}
     return result, [(path, error) for path, error in write_failed if path not in reported]
 
 
-def _diff(change: Change) -> bytes:
-    """A git apply-able diff; a notebook's code cells are shown one by one instead."""
-    if change.path.endswith(".ipynb") and change.old is not None:
-        from porter.engine.notebook import cell_diff
+NOTEBOOK_SPLIT = b"# porter: notebooks (.ipynb) below, as whole-file JSON diffs; their cells one by one are on stderr\n"
 
-        return cell_diff(change.path, change.old, change.new).encode("utf-8", errors="surrogateescape")
-    return unified_diff(change)
+
+def _cells(change: Change) -> str:
+    """A notebook's code cells one by one (porter.engine.notebook), for people."""
+    from porter.engine.notebook import cell_diff
+
+    return cell_diff(change.path, change.old, change.new) if change.old is not None else ""
 
 
 def _interactive(config: RunConfig, console, show: bool):
@@ -378,14 +376,12 @@ def _interactive(config: RunConfig, console, show: bool):
             accepted.append(Change(file.change.path, file.change.old, data))
     if any(b"porter_runtime" in c.new for c in accepted):
         accepted += [c for c in changes if c.path not in findings]
-    kept = {c.path for c in accepted}
-    for item in result.files:  # the report tells what was written, not what was proposed
-        if item.status == "changed" and item.path not in kept:
-            item.status = "unchanged"
     if not any(c.path not in findings for c in accepted):
         result.runtime_changes, result.notes = [], []
-    click.echo(f"{len([c for c in accepted if c.path in findings])} of {len(sources)} changed files written")
-    return result, apply_changes(config.root, accepted)
+    failed = apply_changes(config.root, accepted)
+    summary = interactive.written(result, sources, accepted, answers, plans, {path for path, _ in failed})
+    click.echo(summary, err=True)
+    return result, failed
 
 
 def _run_with_progress(config: RunConfig, console, sink, show: bool):
@@ -410,10 +406,14 @@ def _run_with_progress(config: RunConfig, console, sink, show: bool):
 
 
 @cli.command("rules")
+@click.argument("prefixes", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="Print the rules as JSON on stdout.")
-def list_rules(as_json: bool) -> None:
-    """List every rule: code, name, safety and summary."""
-    rules = all_rules()
+def list_rules(prefixes: tuple[str, ...], as_json: bool) -> None:
+    """List the rules (those whose code starts with one of PREFIXES): code, name, safety and summary."""
+    wanted = tuple(p.strip().upper() for p in inputs.split(prefixes))
+    rules = [r for r in all_rules() if not wanted or r.code.startswith(wanted)]
+    if not rules:
+        raise InputError(f"no rule code starts with {', '.join(wanted)}; `porter rules` lists them")
     if as_json:
         import json
 
@@ -434,33 +434,32 @@ def list_rules(as_json: bool) -> None:
 @cli.command()
 @click.argument("code")
 def explain(code: str) -> None:
-    """Print a rule's documentation and its examples."""
+    """Print a rule's documentation and its examples (Markdown; rendered on a terminal)."""
     from porter.report.explain import render
 
-    rule = by_code(code)
+    rule = by_code(code.strip().upper())
     if rule is None:
         raise InputError(f"no rule {code!r}; `porter rules` lists them")
-    click.echo(render(rule))
+    text = render(rule)
+    if sys.stdout.isatty():  # rendered for a terminal; piped, the Markdown stays as written
+        from porter.cli.terminal_markdown import show_markdown
+
+        show_markdown(text)
+    else:
+        click.echo(text)
 
 
-def _write_reports(data: dict, reports) -> None:
+def _write_reports(data: dict, reports, edits: Optional[dict] = None) -> None:
     for report_path in reports:
         if report_path.suffix == ".sarif":
             from porter.report import sarif
 
-            text = sarif.dumps(data)
+            text = sarif.dumps(data, edits)
         elif report_path.suffix == ".json":
             text = reporting.to_json(data)
         else:
             text = reporting.to_markdown(data)
         report_path.write_bytes(text.encode("utf-8", errors="backslashreplace"))
-
-
-def _print_errors(data: dict, console) -> None:
-    """What must reach a person even when stdout is for a script: files that failed."""
-    for f in data["files"]:
-        if f["status"] == "error":
-            console.print(f"porter: error: {shown(f['path'])}: {shown(f['error'])}", markup=False, soft_wrap=True)
 
 
 @cli.command()

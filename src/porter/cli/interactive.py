@@ -247,6 +247,21 @@ def _display(hunk: Hunk, echo) -> None:
         echo(click.style(line, fg=colours.get(line[:1])) if line[:1] in colours else line)
 
 
+def written(result, sources: list[Change], accepted: list[Change], answers: list[set[int]],
+            plans: list[FilePlan], failed: set[str]) -> str:
+    """Mark in ``result`` what was written (a file not written is unchanged, as the
+    report must tell), and say it in one line: files and changes written, of those proposed."""
+    wrote = {c.path for c in accepted if c.path not in failed}
+    for item in result.files:
+        if item.status == "changed" and item.path not in wrote:
+            item.status = "unchanged"
+    files = sum(1 for c in sources if c.path in wrote)
+    hunks = sum(len(chosen) for plan, chosen in zip(plans, answers) if plan.change.path in wrote)
+    proposed = sum(len(plan.hunks) for plan in plans)
+    return (f"wrote {files} file{'s' if files != 1 else ''} ({hunks} of {proposed} "
+            f"change{'s' if proposed != 1 else ''} accepted and written; {len(sources)} files had changes)")
+
+
 def whole_file_display(change: Change) -> str:
     if change.path.endswith(".ipynb") and change.old is not None:
         from porter.engine.notebook import cell_diff

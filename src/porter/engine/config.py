@@ -1,14 +1,17 @@
 """Settings kept with the code: ``[tool.porter]`` in pyproject.toml, or ``porter.toml``.
 
-Like ruff, porter reads one file at the run's root: ``porter.toml`` (keys at the top
-level) wins over ``pyproject.toml`` (keys under ``[tool.porter]``). Command-line flags
-win over both. A key porter does not know, or a value of the wrong kind, is an error
+Like ruff, the settings of a file are in the nearest folder at or above it that holds
+``porter.toml`` (keys at the top level, wins) or a ``pyproject.toml`` with ``[tool.porter]``
+(porter.cli.folder_settings). Command-line flags win over both. A key porter does not know, or a value of the wrong kind, is an error
 that names the file and the key: a typo must never silently switch a rule back on.
 
     [tool.porter]
     select = ["PT", "TP1"]          # rule code prefixes to run (default: every rule)
+    extend-select = ["PT9"]         # more prefixes on top of select
     ignore = ["PT801"]              # rule code prefixes to skip
-    exclude = ["experiments/*"]     # path globs to skip, relative to the root
+    exclude = ["experiments/*"]     # path globs to skip, relative to the settings file
+    extend-exclude = ["legacy/*"]   # more globs on top of exclude
+    force-exclude = false           # true: exclude files named on the command line too
     runtime-dir = "src/porter_runtime"   # where --write vendors the runtime
     unsafe-fixes = false
     full-runtime = false            # vendor every runtime module, not only those the port uses
@@ -47,8 +50,11 @@ class Config:
 
     source: Optional[Path] = None
     select: Optional[list[str]] = None
+    extend_select: list[str] = field(default_factory=list)
     ignore: Optional[list[str]] = None
     exclude: Optional[list[str]] = None
+    extend_exclude: list[str] = field(default_factory=list)
+    force_exclude: Optional[bool] = None
     runtime_dir: Optional[Path] = None
     unsafe_fixes: Optional[bool] = None
     full_runtime: Optional[bool] = None
@@ -149,6 +155,20 @@ def _set_exclude(config: Config, value: Any, where: str, base: Path) -> None:
     config.exclude = _strings(value, where)
 
 
+def _set_extend_select(config: Config, value: Any, where: str, base: Path) -> None:
+    config.extend_select = _codes(value, where)
+
+
+def _set_extend_exclude(config: Config, value: Any, where: str, base: Path) -> None:
+    config.extend_exclude = _strings(value, where)
+
+
+def _set_force_exclude(config: Config, value: Any, where: str, base: Path) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}: expected true or false")
+    config.force_exclude = value
+
+
 def _set_runtime_dir(config: Config, value: Any, where: str, base: Path) -> None:
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(f"{where}: expected a folder path (a string)")
@@ -187,8 +207,11 @@ def _set_per_file(config: Config, value: Any, where: str, base: Path) -> None:
 
 _KEYS = {
     "select": _set_select,
+    "extend-select": _set_extend_select,
     "ignore": _set_ignore,
     "exclude": _set_exclude,
+    "extend-exclude": _set_extend_exclude,
+    "force-exclude": _set_force_exclude,
     "runtime-dir": _set_runtime_dir,
     "unsafe-fixes": _set_unsafe,
     "full-runtime": _set_full_runtime,

@@ -30,9 +30,22 @@ class Options:
     ledger: Optional["ledger.TreeContext"] = None
     #: The repository-wide model the rules may ask (porter.project); None: one file alone.
     project: Optional["ProjectModel"] = None
+    #: Settings files below the root (porter.cli.folder_settings), deepest first: (folder,
+    #: its rules, its per-file-ignores); a file below one of them runs those instead.
+    folders: Sequence[tuple[str, Sequence[type[BaseRule]], Sequence[tuple[str, Sequence[str]]]]] = ()
 
     def for_path(self, rel: str) -> "Options":
-        """These options less the rules that ``per-file-ignores`` turns off for ``rel``."""
+        """These options for ``rel``: the rules of the nearest settings file above it,
+        less those that ``per-file-ignores`` turns off there."""
+        options = self
+        for folder, rules, ignores in self.folders:
+            if rel.startswith(folder + "/"):
+                options = replace(self, rules=rules, per_file_ignores=ignores, folders=())
+                rel = rel[len(folder) + 1:]  # its globs count from its own folder
+                break
+        return options._less_ignored(rel)
+
+    def _less_ignored(self, rel: str) -> "Options":
         if not self.per_file_ignores:
             return self
         codes = ignored_codes(self.per_file_ignores, rel)

@@ -4,6 +4,11 @@ Every rule porter has is listed in ``tool.driver.rules`` (id = the rule's stable
 help = its documentation, the same text as ``porter explain``), so a rule keeps its
 index and its help across runs. Each rewrite and each finding is one result; a file porter
 could not process is a tool execution notification, not a result.
+
+Levels follow the finding: a finding for a human is a ``warning``, an informational one
+(``severity: info``) and a rewrite porter makes itself are a ``note``; a rewrite carries
+its ``fixes`` (porter.report.sarif_fixes) when the run saw the change. ``helpUri`` points into
+porter's documentation when the installed porter names one (its Documentation URL).
 """
 
 from __future__ import annotations
@@ -16,23 +21,46 @@ from typing import Any
 import porter
 from porter.engine.registry import all_rules
 from porter.report.explain import render
+from porter.report.output_formats import severity
+from porter.report.sarif_fixes import fixes_for
 
 SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 _BASE = "SRCROOT"
 
 
-def _rule(rule) -> dict[str, Any]:
+_LEVEL = {"warning": "warning", "info": "note", "fix": "note", "error": "error"}
+
+
+def docs_url() -> str:
+    """The Documentation URL of the installed porter ("" when it names none)."""
+    from importlib import metadata
+
+    try:
+        urls = metadata.metadata("porter").get_all("Project-URL") or []
+    except metadata.PackageNotFoundError:
+        return ""
+    for entry in urls:
+        label, _, url = entry.partition(",")
+        if label.strip().lower() in ("documentation", "docs"):
+            return url.strip()
+    return ""
+
+
+def _rule(rule, docs: str) -> dict[str, Any]:
     doc = rule.doc()
     help_text = render(rule)
-    return {
+    data = {
         "id": rule.code,
         "name": rule.name,
         "shortDescription": {"text": doc.summary},
         "fullDescription": {"text": doc.sections.get("What", doc.summary)},
         "help": {"text": help_text, "markdown": help_text},
-        "defaultConfiguration": {"level": "warning"},
+        "defaultConfiguration": {"level": "warning" if rule.safety.value == "review" else "note"},
         "properties": {"safety": rule.safety.value, "tags": ["porter", "portability", rule.safety.value]},
     }
+    if docs:
+        data["helpUri"] = f"{docs.rstrip('/')}/rules/{rule.code}"
+    return data
 
 
 def _message(item: dict[str, Any], action: str) -> str:
@@ -54,23 +82,28 @@ def _location(path: str, item: dict[str, Any] | None) -> dict[str, Any]:
     return {"physicalLocation": physical}
 
 
-def to_sarif(report: dict[str, Any]) -> dict[str, Any]:
-    """SARIF 2.1.0 for a report built by :func:`porter.report.summary.build`."""
+def to_sarif(report: dict[str, Any], edits: dict[str, list] | None = None, docs: str | None = None) -> dict[str, Any]:
+    """SARIF 2.1.0 for a report built by :func:`porter.report.summary.build`; ``edits``: each
+    changed file's replacements (porter.report.sarif_fixes), for the rewrites' ``fixes``."""
     rules = list(all_rules())
     index = {rule.code: i for i, rule in enumerate(rules)}
+    edits = edits or {}
     results = []
     for entry in report["files"]:
+        fixes = fixes_for(entry["rewrites"], edits.get(entry["path"], []))
         for action, key in (("rewrite", "rewrites"), ("review", "findings")):
-            for item in entry[key]:
+            for n, item in enumerate(entry[key]):
                 result: dict[str, Any] = {
                     "ruleId": item["code"],
-                    "level": "warning",
+                    "level": _LEVEL[severity(item, action)],
                     "message": {"text": _message(item, action)},
                     "locations": [_location(entry["path"], item)],
                     "properties": {"action": action},
                 }
                 if item["code"] in index:
                     result["ruleIndex"] = index[item["code"]]
+                if action == "rewrite" and fixes[n]:
+                    result["fixes"] = [_fix(entry["path"], item, fixes[n])]
                 results.append(result)
     notifications = [
         {"level": "error", "message": {"text": entry["error"]}, "locations": [_location(entry["path"], None)]}
@@ -80,7 +113,7 @@ def to_sarif(report: dict[str, Any]) -> dict[str, Any]:
         "tool": {"driver": {
             "name": "porter",
             "version": porter.__version__,
-            "rules": [_rule(rule) for rule in rules],
+            "rules": [_rule(rule, docs_url() if docs is None else docs) for rule in rules],
         }},
         "originalUriBaseIds": {_BASE: {"uri": _root_uri(report["root"])}},
         "invocations": [{"executionSuccessful": not notifications, "toolExecutionNotifications": notifications}],
@@ -97,5 +130,12 @@ def _root_uri(root: str) -> str:
     return uri if uri.endswith("/") else uri + "/"
 
 
-def dumps(report: dict[str, Any]) -> str:
-    return json.dumps(to_sarif(report), indent=2, ensure_ascii=False) + "\n"
+def _fix(path: str, item: dict[str, Any], replacements: list) -> dict[str, Any]:
+    text = f"{item['code']}: rewrite as porter --write does (porter --write also vendors porter_runtime)"
+    return {"description": {"text": text},
+            "artifactChanges": [{"artifactLocation": {"uri": path, "uriBaseId": _BASE},
+                                 "replacements": replacements}]}
+
+
+def dumps(report: dict[str, Any], edits: dict[str, list] | None = None) -> str:
+    return json.dumps(to_sarif(report, edits), indent=2, ensure_ascii=False) + "\n"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from typing import Any
 
@@ -83,82 +82,12 @@ def to_json(report: dict[str, Any]) -> str:
     return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def _code(name: str) -> str:
-    """A file name as a Markdown code span in a table or a list: control characters
-    shown escaped, "|" escaped for the table, fenced by more backticks than it holds."""
-    shown = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in name).replace("|", "\\|")
-    fence = "`" * (max((len(m) for m in re.findall("`+", shown)), default=0) + 1)
-    pad = " " if shown.startswith("`") or shown.endswith("`") else ""
-    return f"{fence}{pad}{shown}{pad}{fence}"
-
 
 def to_markdown(report: dict[str, Any]) -> str:
-    """A report for people and pull-request descriptions."""
-    s = report["summary"]
-    lines = [
-        "# Porter migration report",
-        "",
-        f"porter {report['tool']['version']} · mode `{report['mode']}` · root `{report['root']}`",
-        "",
-        "| files scanned | files changed | rewrites | needs a human | failed | skipped |",
-        "|---:|---:|---:|---:|---:|---:|",
-        f"| {s['files_scanned']} | {s['files_changed']} | {s['rewrites']} | {s['findings']} "
-        f"| {s['files_failed']} | {s['files_skipped']} |",
-        "",
-    ]
-    if report["rules"]:
-        lines += ["## By rule", "", "| code | rule | safety | rewrites | needs a human |", "|---|---|---|---:|---:|"]
-        lines += [f"| {r['code']} | {r['name']} | {r['safety']} | {r['rewrites']} | {r['findings']} |"
-                  for r in report["rules"]]
-        lines.append("")
-    reviews = [(f["path"], x) for f in report["files"] for x in f["findings"]]
-    if reviews:
-        lines += ["## Needs a human", ""]
-        for path, x in reviews:
-            where = f"{path}:{x['line']}"
-            lines.append(f"- [ ] {_code(where)} **{x['code']}** {_cell(x['message'])}")
-            if x["before"]:
-                lines.append(f"  - code: `{_cell(x['before'])}`")
-            if x["suggestion"]:
-                lines.append(f"  - suggestion: `{_cell(x['suggestion'])}`")
-        lines.append("")
-    failed = [f for f in report["files"] if f["status"] == "error"]
-    if failed or report["skipped"]:
-        lines += ["## Files not processed", "", "| file | reason |", "|---|---|"]
-        lines += [f"| {_code(f['path'])} | {_cell(f['error'])} |" for f in failed]
-        lines += [f"| {_code(x['path'])} | {_cell(x['reason'])} (skipped) |" for x in report["skipped"]]
-        lines.append("")
-    changed = [f for f in report["files"] if f["rewrites"]]
-    if changed:
-        lines += ["## Rewrites", ""]
-        for f in changed:
-            lines += [f"### {_code(f['path'])}", "", "| line | code | before | after |", "|---:|---|---|---|"]
-            lines += [f"| {x['line']} | {x['code']} | `{_cell(x['before'])}` | `{_cell(x['after'])}` |"
-                      for x in f["rewrites"]]
-            lines.append("")
-    if report["runtime"]["notes"]:
-        lines += ["## Runtime", ""] + [f"- {n}" for n in report["runtime"]["notes"]] + [""]
-    lines += _ledger_markdown(report.get("ledger"))
-    return "\n".join(lines)
+    """A report for people: a pull-request description (porter.report.markdown)."""
+    from porter.report.markdown import to_markdown as markdown
 
-
-def _ledger_markdown(data) -> list[str]:
-    """The ledger's counts per state and per file; unaccounted touchpoints are PT999
-    findings, listed under "Needs a human"."""
-    if not data or not data["files"]:
-        return []
-    states = data["states"]
-    lines = ["## CUDA touchpoints", "",
-             "Every CUDA touchpoint porter found, and how the port accounts for it "
-             "(unaccounted ones are PT999 findings).", "",
-             "| file | " + " | ".join(states) + " |", "|---|" + "---:|" * len(states)]
-    lines.append("| **all files** | " + " | ".join(f"**{data['counts'][s]}**" for s in states) + " |")
-    lines += [f"| {_code(f['path'])} | " + " | ".join(str(f["counts"][s]) for s in states) + " |" for f in data["files"]]
-    return lines + [""]
+    return markdown(report)
 
 
 def ledger_line(report: dict[str, Any]) -> str:
@@ -171,7 +100,7 @@ def ledger_line(report: dict[str, Any]) -> str:
 
 
 def render_summary(report: dict[str, Any], console) -> None:
-    """The terminal summary (rich, on stderr)."""
+    """The terminal summary (rich, on stderr): what ``-q`` drops."""
     from rich.table import Table
 
     s = report["summary"]
@@ -194,13 +123,7 @@ def render_summary(report: dict[str, Any], console) -> None:
     def line(*parts) -> None:
         console.print(Text.assemble(*parts), soft_wrap=True)
 
-    for f in report["files"]:
-        for x in f["findings"]:
-            line((f"{f['path']}:{x['line']}:{x['column']} ", "yellow"), (x["code"], "bold"), " ", x["message"])
-            if x["suggestion"]:
-                line("    suggestion: ", x["suggestion"])
-        if f["status"] == "error":
-            line((f["path"], "red"), ": error: ", f["error"])
+    # The lines per file and per finding come before it (porter.report.output_formats).
     for x in report["skipped"]:
         line((f"{x['path']}: skipped: {x['reason']}", "dim"))
     for note in report["runtime"]["notes"]:
