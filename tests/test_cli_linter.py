@@ -134,6 +134,8 @@ def test_settings_per_folder_as_ruff(tmp_path):
     # a file named alone reads the settings nearest to it, as a run over its folder does
     _, _, err = porter("migrate", root / "sub" / "inner.py", "--check", "-q")
     assert "Would port" not in err and "inner.py:2:9 PT999" in err
+    _, _, err = porter("migrate", root / "sub", "--check", "-q")  # its exclude counts from its folder
+    assert "sub/inner.py:2:9 PT999" in err and "legacy" not in err and "Would port" not in err
 
 
 def test_paths_from_two_projects_are_refused_clearly(tmp_path):

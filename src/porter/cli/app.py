@@ -67,7 +67,7 @@ def cli() -> None:
 @click.option("--output-format", "output_format", type=click.Choice(output_formats.FORMATS), default=None,
               help="concise (default): a line per file that changes and per finding; full: with the code and "
                    "suggestions; json / sarif: the report on stdout; github: workflow annotations on stdout.")
-@click.option("--format", "old_format", type=click.Choice(["text", "json"]), default=None, hidden=True,
+@click.option("--format", "old_format", type=click.Choice(["text", "json"]), default=None,
               help="The old spelling: text is --output-format concise, json is --output-format json.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when --check finds something (2 still means a failure).")
 @click.option("--select", multiple=True, help="Only rules whose code starts with these (comma-separated).")
@@ -137,7 +137,7 @@ def _migrate(console, paths, show_diff, write, check, fail_on, interactive, out_
     settings = _settings(root, config_file, paths)
     if force_exclude if force_exclude is not None else settings.force_exclude:
         paths = inputs.force_excluded(paths, root, inputs.exclude_globs(settings, flags["exclude"],
-                                                                       flags["extend_exclude"]))
+                                                                       flags["extend_exclude"], root))
     config = _run_config(paths, root, settings, runtime_dir=runtime_dir, unsafe_fixes=unsafe_fixes, jobs=jobs,
                          **flags)
     _check_layout(config)

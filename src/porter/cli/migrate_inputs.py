@@ -87,22 +87,38 @@ def choose_rules(settings: Config, select=(), ignore=(), extend_select=()):
     return rules
 
 
-def exclude_globs(settings: Config, exclude=(), extend_exclude=()) -> list[str]:
-    return (split(exclude) or settings.exclude or []) + settings.extend_exclude + split(extend_exclude)
+def exclude_globs(settings: Config, exclude=(), extend_exclude=(), root: Optional[Path] = None) -> list[str]:
+    """The run's exclude globs, relative to the root: the flags', and the settings file's
+    counted from its own folder (``--exclude`` replaces its ``exclude``, not its
+    ``extend-exclude``)."""
+    return split(exclude) + _own_globs(settings, bool(exclude), _base(settings, root)) + split(extend_exclude)
+
+
+def _own_globs(config: Config, replaced: bool, base: str) -> list[str]:
+    own = ([] if replaced else config.exclude or []) + config.extend_exclude
+    return rooted_globs(base, own) if base else own
+
+
+def _base(settings: Config, root: Optional[Path]) -> str:
+    """The settings file's folder relative to the root ("" at the root, or above it)."""
+    if settings.source is None or root is None:
+        return ""
+    rel = relative_posix(settings.source.parent, root)
+    return "" if rel == "." or rel.startswith("../") or rel.startswith("/") else rel
 
 
 def run_config(paths, root: Path, settings: Config, select=(), ignore=(), exclude=(), runtime_dir=None,
                unsafe_fixes=None, jobs: int = 1, extend_select=(), extend_exclude=(),
                nested: bool = True) -> RunConfig:
     """The run's settings: each flag given wins over the settings files' values."""
-    excludes = exclude_globs(settings, exclude, extend_exclude)
+    excludes = exclude_globs(settings, exclude, extend_exclude, root)
     folders = []
     if nested:
         for folder, sub in nested_configs(paths, root, excludes, settings.source):
             rules = choose_rules(sub, select, ignore, extend_select)
             ignores = tuple((glob, tuple(codes)) for glob, codes in sub.per_file_ignores.items())
             folders.append((folder, tuple(rules), ignores))
-            excludes += rooted_globs(folder, exclude_globs(sub, (), extend_exclude) if not exclude else [])
+            excludes += _own_globs(sub, bool(exclude), folder)
     runtime_dir = runtime_dir or settings.runtime_dir
     options = Options(
         rules=choose_rules(settings, select, ignore, extend_select),
