@@ -21,6 +21,14 @@ def at_least(major: int, minor: int) -> bool:
     return torch_version() >= (major, minor)
 
 
+def launch_world_size() -> int:
+    """``WORLD_SIZE`` as a launcher (torchrun) set it; 1 when unset or unreadable."""
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return 1
+
+
 def emulated() -> str:
     """The device PORTER_EMULATE names ("mps"), or "" when the runtime runs as itself.
 

@@ -77,10 +77,7 @@ def _multiprocess_on_a_mac(note: str = "") -> Optional[Resolution]:
     Gloo, the only backend macOS builds, cannot communicate MPS tensors, and a Mac has one
     GPU. The run then works, on the CPU, as it would with PORTER_DEVICE=cpu (which
     PORTER_DEVICE=mps overrides, and then the launch is refused: _dist.check_launch)."""
-    try:
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-    except ValueError:
-        return None
+    world = _compat.launch_world_size()
     if world <= 1:
         return None
     return Resolution(torch.device("cpu"), f"a {world}-process launch: Gloo, macOS's only distributed backend, "

@@ -1,10 +1,9 @@
 """torch.distributed choices: NCCL and device ids on CUDA, Gloo and None elsewhere."""
 from __future__ import annotations
 
-import os
 from typing import Any, Optional, TypeVar
 
-from . import _device, _gloo_teardown, _log
+from . import _compat, _device, _gloo_teardown, _log
 
 T = TypeVar("T")
 
@@ -25,7 +24,7 @@ def dist_backend(requested: Optional[str] = None) -> str:
 
 def _world_size(kwargs: dict[str, Any]) -> int:
     size = kwargs.get("world_size", -1)
-    return int(size) if size not in (None, -1) else int(os.environ.get("WORLD_SIZE", "1"))
+    return int(size) if size not in (None, -1) else _compat.launch_world_size()
 
 
 def check_launch(world_size: int) -> None:
@@ -84,10 +83,7 @@ def is_multiprocess_launch() -> bool:
     """True when a launcher (torchrun, ``torch.distributed.run``) started this process
     as one of several: ``WORLD_SIZE`` is above 1. Lets a CPU or MPS run that a
     launcher started set up its process group where the original required CUDA."""
-    try:
-        return int(os.environ.get("WORLD_SIZE", "1")) > 1
-    except ValueError:
-        return False
+    return _compat.launch_world_size() > 1
 
 
 def fsdp_sync_module_states(module: Any, sync: bool) -> bool:

@@ -27,6 +27,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Optional
 
+from porter.files.apply import runtime_source
+
 #: ``porter_runtime.NAME`` (spaces allowed around the dot, as code formatters never add them).
 _ATTRIBUTE = re.compile(rb"\bporter_runtime\s*\.\s*([A-Za-z_]\w*)")
 #: The imports porter itself writes: ``import porter_runtime``, ``from pkg import porter_runtime``,
@@ -149,8 +151,6 @@ def _imports(source: Path) -> dict[str, frozenset[str]]:
 def supply(folder: Path, tool: str) -> dict[str, str]:
     """Copy the installed runtime's modules that ``tool`` needs into ``folder`` (made if
     missing); the environment that hands them to a child process."""
-    from porter.files.apply import runtime_source
-
     folder.mkdir(parents=True, exist_ok=True)
     source = runtime_source()
     for stem in TOOL_MODULES[tool]:

@@ -635,12 +635,8 @@ class DataLoaderUnpicklableFn(Rule):
             return self._error(len(self._frames), "<lambda>")
         if not isinstance(node, cst.Name):
             return None
-        for depth in range(len(self._frames), 0, -1):
-            frame = self._frames[depth - 1]
-            kind = frame.bindings.get(node.value)
-            if frame.kind == "function" and kind is not None:
-                return self._error(depth, "<lambda>") if kind == "holds" else None
-        return self._error(0, "<lambda>") if self._module.bindings.get(node.value) == "holds" else None
+        depth, kind = self._binding(node.value)
+        return self._error(depth, "<lambda>") if kind == "holds" else None
 
     def _pickle_error(self, node: cst.BaseExpression) -> Optional[str]:
         if isinstance(node, cst.Call) and self.matches(node.func, "functools.partial") and node.args:
@@ -649,14 +645,20 @@ class DataLoaderUnpicklableFn(Rule):
             return self._error(len(self._frames), "<lambda>")
         if not isinstance(node, cst.Name):
             return None
+        depth, kind = self._binding(node.value)
+        if depth == 0:  # a module-level name pickles unless it is a lambda
+            return self._error(0, "<lambda>") if kind == "lambda" else None
+        return None if kind == "other" else self._error(depth, "<lambda>" if kind == "lambda" else node.value)
+
+    def _binding(self, name: str) -> tuple[int, Optional[str]]:
+        """How the innermost function frame that binds ``name`` binds it, with its depth;
+        else the module's binding, at depth 0."""
         for depth in range(len(self._frames), 0, -1):
             frame = self._frames[depth - 1]
-            kind = frame.bindings.get(node.value)
+            kind = frame.bindings.get(name)
             if frame.kind == "function" and kind is not None:
-                if kind == "other":
-                    return None
-                return self._error(depth, "<lambda>" if kind == "lambda" else node.value)
-        return self._error(0, "<lambda>") if self._module.bindings.get(node.value) == "lambda" else None
+                return depth, kind
+        return 0, self._module.bindings.get(name)
 
     def _error(self, depth: int, name: str) -> Optional[str]:
         """The pickling error for ``name`` defined in the first ``depth`` frames."""
