@@ -9,6 +9,8 @@ Over the pinned corpus (downloaded and cached by ``bench/corpus.py``'s ``fetch``
     contains a CUDA-ish token (raw text ``cuda``/``nccl``/``flash_attn``/...), one process;
 (b) ``porter migrate --diff -j 1`` over the whole tree;
 (c) ``porter migrate --diff -j 2``;
+(e) the project model alone (``porter.project.model.build`` over every file, the
+    whole-repository pass every ``-j`` run makes first), timed inside its own process;
 (d) TorchFix (pinned, in its own virtual environment: it pins an older libcst), one job,
     over a seeded random sample of the corpus's files, with porter ``-j 1`` (b') timed on
     the very same sample for the ratio.
@@ -19,7 +21,8 @@ and (c) run in ``--rounds`` rounds (default 3), one after the other in each, and
 ratios compare their medians: the machines are shared and a single run can be off by a
 third. Prints files/s, lines/s, peak memory, the ratios (b)/(a), (b)/(c), (d)/(b'), and
 whether every ``-j`` printed the same diff. Goals (issues 7, 16): (b)/(a) <= 0.5,
-(b)/(c) >= 1.7 on 2 cores, (d)/(b') >= 20, peak < 1 GiB, identical output for any ``-j``.
+(b)/(c) >= 1.7 on 2 cores, (d)/(b') >= 20, peak < 1 GiB, identical output for any ``-j``;
+goal (issue 27): (e)/(b) <= 0.25, the project model costs at most a quarter of a ``-j 1`` run.
 """
 
 from __future__ import annotations
@@ -48,6 +51,17 @@ for path in paths:
     with open(path, "rb") as handle:
         libcst.parse_module(handle.read()).bytes
 print(time.perf_counter() - start)
+"""
+
+_MODEL = """
+import sys, time
+from pathlib import Path
+from porter.project import model
+root = Path(sys.argv[1])
+rels = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.py") if p.is_file())
+start = time.perf_counter()
+built = model.build(root, rels)
+print(time.perf_counter() - start, len(built.modules))
 """
 
 _MEASURE = """
@@ -97,6 +111,13 @@ def porter(tree: Path, jobs: int) -> dict:
     return measure([sys.executable, "-m", "porter", "migrate", str(tree), "--diff", "-q", "-j", str(jobs)])
 
 
+def project_model(tree: Path) -> dict:
+    """Seconds the project model takes to build over ``tree``, measured inside the process."""
+    out = subprocess.run([sys.executable, "-c", _MODEL, str(tree)], capture_output=True, text=True, check=True)
+    seconds, modules = out.stdout.split()
+    return {"seconds": float(seconds), "modules": int(modules)}
+
+
 def sample_tree(files: list[Path], root: Path, size: int, seed: int = 7) -> Path:
     """A copy of ``size`` randomly chosen files (same relative paths) in a scratch folder."""
     chosen = random.Random(seed).sample(files, min(size, len(files)))
@@ -139,24 +160,30 @@ def main(argv: list[str] | None = None) -> int:
     print(f"corpus {name}=={version}: {len(files)} files, {lines} lines; "
           f"{len(cudaish)} CUDA-ish files, {cuda_lines} lines")
 
-    rounds = []
+    rounds, models = [], []
     for number in range(1, args.rounds + 1):
         # (a), (b), (c) one after the other in each round: a slow spell of a shared
         # machine then weighs on all three, and the medians of the rounds are compared.
         a, b, c = floor(cudaish), porter(root, 1), porter(root, 2)
+        e = project_model(root)
         for result in (b, c):
             if result["rc"] not in (0, 2):
                 print("porter failed:", result["stderr"], file=sys.stderr)
                 return 1
         rounds.append((a, b, c))
+        models.append(e["seconds"])
         print(f"round {number}: (a) {a['seconds']:.2f} s  (b) {b['seconds']:.2f} s  (c) {c['seconds']:.2f} s  "
-              f"(b)/(a) = {b['seconds'] / a['seconds']:.2f}  (b)/(c) = {b['seconds'] / c['seconds']:.2f}")
+              f"(e) {e['seconds']:.2f} s  (b)/(a) = {b['seconds'] / a['seconds']:.2f}  "
+              f"(b)/(c) = {b['seconds'] / c['seconds']:.2f}  (e)/(b) = {e['seconds'] / b['seconds']:.2f}")
     a, b, c = (_median([r[i] for r in rounds]) for i in range(3))
     print(f"medians of {len(rounds)} round(s):")
     print(row("(a) LibCST parse+codegen, CUDA-ish", a, len(cudaish), cuda_lines))
     print(row("(b) porter migrate --diff -j 1", b, len(files), lines))
     print(row("(c) porter migrate --diff -j 2", c, len(files), lines))
-    ratios = {"(b)/(a)": b["seconds"] / a["seconds"], "(b)/(c)": b["seconds"] / c["seconds"]}
+    e_seconds = sorted(models)[len(models) // 2]
+    print(f"(e) project model alone, {len(files)} files      {e_seconds:8.2f} s (in-process, median)")
+    ratios = {"(b)/(a)": b["seconds"] / a["seconds"], "(b)/(c)": b["seconds"] / c["seconds"],
+              "(e)/(b)": e_seconds / b["seconds"]}
 
     if not args.no_torchfix:
         sample = sample_tree(files, root, args.sample)
