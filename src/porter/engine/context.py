@@ -179,6 +179,7 @@ class FileContext:
                     before=one_line(self.code_for(node)),
                     after=one_line(self.code_for(after)) if after is not None else "",
                     suggestion=suggestion,
+                    severity=rule.severity if action == "review" else "",
                 )
             )
         out.sort(key=lambda f: (f.line, f.column, f.code))

@@ -48,6 +48,10 @@ class Safety(str, Enum):
     UNSAFE = "unsafe"
 
 
+#: The severity of a note: reported "For information", never counted as needing a human.
+INFO = "info"
+
+
 @dataclass(frozen=True)
 class Finding:
     """One rewrite or one item for a human. Plain, picklable data."""
@@ -62,9 +66,20 @@ class Finding:
     before: str = ""
     after: str = ""
     suggestion: str = ""
+    #: "" for an item a human must act on; "info" for a note that blocks nothing (a
+    #: speed note, a finding in code that only runs where CUDA is): listed, never counted
+    #: as needing a human, and --check does not fail on it.
+    severity: str = ""
+
+    @property
+    def needs_human(self) -> bool:
+        return self.action == "review" and self.severity != INFO
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        data = asdict(self)
+        if not data["severity"]:
+            del data["severity"]  # the report's items keep their schema-1 keys
+        return data
 
 
 def one_line(code: str, limit: int = 160) -> str:
@@ -155,6 +170,13 @@ class BaseRule:
     code: ClassVar[str]
     name: ClassVar[str]
     safety: ClassVar[Safety] = Safety.SAFE
+    #: "info" for a review rule whose findings are notes that block nothing (PT801's
+    #: speed notes): they are reported, never counted as needing a human.
+    severity: ClassVar[str] = ""
+    #: True for a rule whose finding in the CUDA arm of a device split (``torch.cuda.FloatTensor
+    #: if x.is_cuda else torch.FloatTensor``) is about the split itself: the other arm runs off
+    #: CUDA, so the finding stays one for a human there (porter.engine.notes).
+    device_split: ClassVar[bool] = False
     valid: ClassVar[Sequence[Union[str, Example]]] = ()
     invalid: ClassVar[Sequence[Example]] = ()
 

@@ -695,6 +695,19 @@ class CudaAvailableGuard(Rule):
                 """),
             line=5, message="also admits MPS",
         ),
+        Example(  # a test skipped off CUDA never runs on a Mac: its guard is a note, not a finding
+            dedent("""\
+                import unittest
+
+                import torch
+
+                @unittest.skipIf(not torch.cuda.is_available(), "Skip when CUDA is not available")
+                class ShampooGPUTest(unittest.TestCase):
+                    def test_step(self):
+                        model = torch.nn.Linear(4, 4).cuda()
+                """),
+            line=5, message="for information: a test skipped off CUDA, line 5",
+        ),
         Example(  # a CUDA-only flag is harmless elsewhere: device-neutral code next to it is ported
             dedent("""\
                 import torch

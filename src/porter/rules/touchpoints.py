@@ -86,6 +86,32 @@ class CudaTouchpoint(BaseRule):
         dedent("""\
         from .cuda_utils import helper
         """),
+        # Tests skipped off CUDA (porter.rulebase.test_gates): they never run on a Mac.
+        dedent("""\
+        import unittest
+
+        import torch
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.testing._internal.common_distributed import skip_if_lt_x_gpu
+
+
+        @unittest.skipIf(not torch.cuda.is_available(), "Skip when CUDA is not available")
+        class HSDPTest(unittest.TestCase):
+            def test_mesh(self):
+                mesh = init_device_mesh("cuda", (2, 2))
+
+
+        class ShardTest(unittest.TestCase):
+            @skip_if_lt_x_gpu(4)
+            def test_shard(self):
+                mesh = init_device_mesh("cuda", (4,))
+        """),
+        # NCCL exists only in CUDA builds: its arm runs only where CUDA is.
+        dedent("""\
+        import torch.distributed as dist
+
+        dist.init_process_group(backend="nccl" if dist.is_nccl_available() else "gloo")
+        """),
     ]
     invalid = [
         # A compiled CUDA extension imported by its module name.
