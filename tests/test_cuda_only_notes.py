@@ -101,3 +101,41 @@ def test_write_then_check_is_clean_with_notes(tmp_path):
     root = make_tree(tmp_path / "repo", {"tests/hsdp_test.py": GPU_TEST, "soap.py": SOAP})
     assert porter("migrate", root, "--write") == 0
     assert porter("migrate", root, "--check") == 0
+
+
+BUFFER = '''\
+import numpy as np
+import torch
+
+
+class ReplayBuffer:
+    def __init__(self, capacity, obs_shape, device):
+        self.obs = np.zeros((capacity,) + obs_shape, dtype=np.uint8)
+        self.device = device
+
+    def sample(self, idx):
+        return torch.from_numpy(self.obs[idx]).to(self.device)
+
+
+def latent(seed, device):
+    z = np.random.RandomState(seed).randn(1, 512)
+    return torch.from_numpy(z).to(device)
+'''
+
+MULTIGPU = '''\
+import torch
+
+device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() and args.cuda else "cpu")
+'''
+
+
+def test_a_known_dtype_is_no_finding_and_a_cpu_fallback_is_a_note(tmp_path):
+    root = make_tree(tmp_path / "repo", {"buffer.py": BUFFER, "multigpu.py": MULTIGPU})
+    report = tmp_path / "r.json"
+    assert porter("migrate", root, "--check", "--report", report) == 1
+    data = json.loads(report.read_text())
+    items = [(entry["path"], item["line"], item["code"], item.get("severity", ""))
+             for entry in data["files"] for item in entry["findings"]]
+    assert ("buffer.py", 16, "PT605", "") in items  # RandomState.randn: float64
+    assert not any(path == "buffer.py" and line == 11 for path, line, _, _ in items)  # uint8
+    assert ("multigpu.py", 3, "PT202", "info") in items

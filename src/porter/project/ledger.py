@@ -653,9 +653,14 @@ def _covering(scanner: _Scanner, node: ast.AST, span, by_start, starts: _Starts)
     start, end = span
     found = starts.within(start, end)
     in_statement = True
+    child = node
     for parent in scanner._ancestors(node):
         if isinstance(parent, _STOP):
             break
+        if isinstance(parent, ast.arguments):  # a default: a rewrite of it starts on the parameter's name
+            child, parent = parent, _parameter_of(parent, child) or parent
+        else:
+            child = parent
         if not hasattr(parent, "lineno"):
             continue  # withitem, comprehension, arguments: no position of their own
         for f in by_start.get(scanner.finder.start(parent), ()):
@@ -664,6 +669,15 @@ def _covering(scanner: _Scanner, node: ast.AST, span, by_start, starts: _Starts)
         if isinstance(parent, ast.stmt):
             in_statement = False
     return found
+
+
+def _parameter_of(arguments: ast.arguments, default: ast.AST) -> Optional[ast.arg]:
+    """The parameter whose default is ``default`` (a rule rewrites ``device="cuda"`` as a
+    whole, from the parameter's name)."""
+    positional = arguments.posonlyargs + arguments.args
+    pairs = list(zip(positional[len(positional) - len(arguments.defaults):], arguments.defaults))
+    pairs += [(a, d) for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None]
+    return next((arg for arg, value in pairs if value is default), None)
 
 
 def finding_for(path: str, touchpoint: Touchpoint, source_line: str) -> Finding:

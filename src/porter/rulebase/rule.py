@@ -147,7 +147,7 @@ class RuleContext(Protocol):
     #: Set by a rule whose rewrite calls the runtime: the engine adds its import.
     needs_runtime: bool
 
-    def record(self, rule: Any, node: cst.CSTNode, action: str, message: str, *,
+    def record(self, rule: Any, node: cst.CSTNode, action: str, message: str, *,  # action: rewrite | review | note
                after: Optional[cst.CSTNode] = None, suggestion: str = "") -> None: ...
 
     def suppressed(self, node: cst.CSTNode, code: str) -> bool: ...
@@ -245,6 +245,13 @@ class Rule(BaseRule):
         if self.ctx.suppressed(node, self.code):
             return
         self.ctx.record(self, node, "review", message, suggestion=suggestion)
+
+    def note(self, node: cst.CSTNode, message: str, *, suggestion: str = "") -> None:
+        """Record a finding that blocks nothing (severity "info"): listed, never counted
+        as needing a human."""
+        if self.ctx.suppressed(node, self.code):
+            return
+        self.ctx.record(self, node, "note", message, suggestion=suggestion)
 
     # -- building runtime calls -------------------------------------------
     def runtime(self, attr: str) -> cst.Attribute:

@@ -533,7 +533,9 @@ class CudaAvailableGuard(Rule):
     alone with no finding: its CUDA side only sets CUDA backend flags or picks
     "nccl", its other side (if any) only picks "gloo". An `elif
     torch.cuda.is_available():` whose `else` only reports and stops (`print(...)`;
-    `sys.exit(1)`) becomes that `else`, led by `porter_runtime.require_device(msg)`. Every
+    `sys.exit(1)`) becomes that `else`, led by `porter_runtime.require_device(msg)`. A
+    device ternary left as it is (`f"cuda:{rank}" if torch.cuda.is_available() else
+    "cpu"`) is a note (severity "info"): its CPU arm runs off CUDA. Every
     other use (`use_cuda = torch.cuda.is_available()`, `assert`, `not ...`, a guard
     around CUDA-only code) is reported with a suggestion, except where the answer is
     only printed (`print(...)`, an f-string) and where it is a requirement
@@ -695,6 +697,14 @@ class CudaAvailableGuard(Rule):
                 """),
             line=5, message="also admits MPS",
         ),
+        Example(  # cleanrl's multi-GPU script: the CPU fallback runs off CUDA, so a note, not a finding
+            dedent("""\
+                import torch
+
+                device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() and args.cuda else "cpu")
+                """),
+            line=3, message="without CUDA it picks the CPU, which runs: for information",
+        ),
         Example(  # a test skipped off CUDA never runs on a Mac: its guard is a note, not a finding
             dedent("""\
                 import unittest
@@ -815,6 +825,10 @@ class CudaAvailableGuard(Rule):
         if not self._guard_calls(test):
             return updated
         residue = cuda_residue(self, body, new_body)
+        if residue is not None and self._falls_back_to_cpu(original):
+            self.note(test, f"{_NOTE}; the CUDA choice (`{residue}`) is not rewritten, and without CUDA it picks "
+                      "the CPU, which runs: for information", suggestion="porter_runtime.device()")
+            return updated
         if residue is not None:
             self.flag(test, f"{_NOTE}; the code it guards still needs CUDA (`{residue}`), so it is not "
                       "rewritten; port the guarded code, then test the runtime", suggestion=f"if {_SUGGESTION}:")
@@ -823,6 +837,13 @@ class CudaAvailableGuard(Rule):
         if self.rewrite(original.test, new_test, "the guard now also admits MPS and XPU") is original.test:
             return updated  # suppressed by a `# porter: ignore` comment
         return updated.with_changes(test=new_test)
+
+    def _falls_back_to_cpu(self, node) -> bool:
+        """A device ternary whose other arm is the CPU (``torch.device(f"cuda:{r}" if
+        torch.cuda.is_available() and args.cuda else "cpu")``): right, if slow, off CUDA."""
+        if not isinstance(node, cst.IfExp) or availability_test(self, node.test) is False:
+            return False
+        return _is_fallback(self, node.orelse, "str") or _is_fallback(self, node.orelse, "device")
 
     def _guard_calls(self, test: cst.BaseExpression) -> list[cst.Call]:
         """The availability calls that are ``test`` or ``and`` operands of it."""
