@@ -47,6 +47,7 @@ from porter.rulebase.guards import (
 )
 from porter.rulebase.matching import ast_dotted_name
 from porter.rulebase.rule import Finding, one_line
+from porter.rulebase.test_gates import mocks_cuda
 
 CODE, NAME = "PT999", "cuda-touchpoint"
 STATES = ("rewritten", "reported", "guarded", "inert", "unaccounted")
@@ -586,6 +587,8 @@ def account(
             state, detail = _removed(node, what.split()[-1], new, findings) or (state, detail)
         if state == "unaccounted" and what == "'nccl'":
             state, detail = _backend_ported(findings, data) or (state, detail)
+        if state == "unaccounted":
+            state, detail = _mocked(scanner, node) or (state, detail)
         out.append(Touchpoint(start[0], start[1] + 1, kind, what, state, detail if state != "unaccounted" else why))
     out.sort(key=lambda t: (t.line, t.column, t.kind))
     return out
@@ -622,6 +625,16 @@ def _state(scanner, node, span, by_start, findings, regions: Sequence[Region], i
     if codes is not None and (not codes or any(CODE.startswith(c) for c in codes)):
         return "inert", "silenced by a `# porter: ignore` comment"
     return "unaccounted", ""
+
+
+def _mocked(scanner: _Scanner, node: ast.AST) -> Optional[tuple[str, str]]:
+    """("inert", why) for a touchpoint in a test that mocks CUDA or the process group
+    (porter.rulebase.test_gates.mocks_cuda): what it hands CUDA reaches the mock."""
+    for parent in scanner._ancestors(node):
+        line = mocks_cuda(parent) if isinstance(parent, ast.stmt) else None
+        if line is not None:
+            return "inert", f"handed to a mock: the test mocks CUDA or the process group (line {line})"
+    return None
 
 
 def _backend_ported(findings: Sequence[Finding], data: bytes) -> Optional[tuple[str, str]]:

@@ -276,6 +276,8 @@ class TextFinding:
     after: str = ""
     suggestion: str = ""
     rewrite: bool = False
+    #: "info" for a note that blocks nothing (see Finding.severity)
+    severity: str = ""
 
 
 class TextRule(BaseRule):
@@ -298,8 +300,10 @@ class TextRule(BaseRule):
         """Return the new text (``text`` itself when nothing changes); record findings."""
         raise NotImplementedError
 
-    def flag(self, line: int, message: str, *, column: int = 1, before: str = "", suggestion: str = "") -> None:
-        self.findings.append(TextFinding(line, column, message, before=before.strip(), suggestion=suggestion))
+    def flag(self, line: int, message: str, *, column: int = 1, before: str = "", suggestion: str = "",
+             severity: str = "") -> None:
+        self.findings.append(TextFinding(line, column, message, before=before.strip(), suggestion=suggestion,
+                                         severity=severity))
 
     def changed(self, line: int, before: str, after: str, message: str) -> None:
         self.findings.append(TextFinding(line, 1, message, before=before.strip(), after=after.strip(), rewrite=True))

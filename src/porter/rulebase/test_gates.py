@@ -70,3 +70,37 @@ def gated_module(tree: ast.Module, polarity: Polarity) -> Optional[ast.stmt]:
         if any(cuda_only_marker(v, polarity) is not None for v in values):
             return stmt
     return None
+
+
+#: What a test mocks when it stands CUDA or a process group in (by the patched name's last part).
+_MOCKED_ENTRY_POINTS = frozenset({
+    "is_available", "set_device", "device_count", "current_device", "init_process_group", "DDP",
+    "DistributedDataParallel", "FSDP", "FullyShardedDataParallel", "fully_shard", "init_device_mesh",
+})
+
+
+def _patched(decorator: ast.AST) -> Optional[str]:
+    """The name a ``@patch("a.b.c")`` / ``@patch.object(module, "c")`` decorator mocks."""
+    if not isinstance(decorator, ast.Call) or not decorator.args:
+        return None
+    name = ast_dotted_name(decorator.func) or ""
+    if name.rsplit(".", 1)[-1] == "patch" and isinstance(decorator.args[0], ast.Constant):
+        value = decorator.args[0].value
+        return value if isinstance(value, str) else None
+    if name.endswith("patch.object") and len(decorator.args) > 1 and isinstance(decorator.args[1], ast.Constant):
+        value = decorator.args[1].value
+        return value if isinstance(value, str) else None
+    return None
+
+
+def mocks_cuda(node: ast.stmt) -> Optional[int]:
+    """The line of the decorator by which a test function mocks CUDA or the process group
+    (``@patch("torch.cuda.is_available", return_value=True)``, ``@patch("pkg.parallel.DDP")``),
+    or None: what such a test hands CUDA ("nccl", ``device_ids=[2]``) reaches the mock."""
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    for decorator in node.decorator_list:
+        target = _patched(decorator)
+        if target and (target.startswith("torch.cuda.") or target.rsplit(".", 1)[-1] in _MOCKED_ENTRY_POINTS):
+            return decorator.lineno
+    return None

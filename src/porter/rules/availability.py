@@ -535,7 +535,8 @@ class CudaAvailableGuard(Rule):
     torch.cuda.is_available():` whose `else` only reports and stops (`print(...)`;
     `sys.exit(1)`) becomes that `else`, led by `porter_runtime.require_device(msg)`. A
     device ternary left as it is (`f"cuda:{rank}" if torch.cuda.is_available() else
-    "cpu"`) is a note (severity "info"): its CPU arm runs off CUDA. Every
+    "cpu"`) is a note (severity "info"): its CPU arm runs off CUDA; so is the answer
+    used as a repeat count (`(torch.device("cuda"),) * torch.cuda.is_available()`). Every
     other use (`use_cuda = torch.cuda.is_available()`, `assert`, `not ...`, a guard
     around CUDA-only code) is reported with a suggestion, except where the answer is
     only printed (`print(...)`, an f-string) and where it is a requirement
@@ -697,6 +698,17 @@ class CudaAvailableGuard(Rule):
                 """),
             line=5, message="also admits MPS",
         ),
+        Example(  # the devices a test runs on: CUDA's entry is left out off CUDA, the CPU one runs
+            dedent("""\
+                import torch
+
+                class ShampooGraftingTest(unittest.TestCase):
+                    available_devices = (torch.device("cpu"),) + (
+                        torch.device("cuda"),
+                    ) * torch.cuda.is_available()
+                """),
+            line=6, message="they are left out and the rest runs: for information",
+        ),
         Example(  # cleanrl's multi-GPU script: the CPU fallback runs off CUDA, so a note, not a finding
             dedent("""\
                 import torch
@@ -742,6 +754,7 @@ class CudaAvailableGuard(Rule):
         self._handled: set[cst.Call] = set()  # calls decided at their if/ternary
         self._dist_guards: Optional[set[int]] = None
         self._elifs: set[int] = set()  # ids of the `elif` branches seen
+        self._repeats: set[cst.BaseExpression] = set()  # availability calls used as a repeat count
 
     def visit_If(self, node: cst.If) -> None:
         if isinstance(node.orelse, cst.If):
@@ -767,6 +780,10 @@ class CudaAvailableGuard(Rule):
         if isinstance(node.func, cst.Name) and node.func.value == "print" and self.qualname(node.func) is None:
             for arg in node.args:  # only reported
                 self._handled.update(self._calls(arg.value))
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        if isinstance(node.operator, cst.Multiply):  # `(torch.device("cuda"),) * is_available()`
+            self._repeats.update(side for side in (node.left, node.right) if availability_test(self, side))
 
     def visit_Arg(self, node: cst.Arg) -> None:
         if node.keyword is not None and node.keyword.value == "pin_memory":
@@ -805,6 +822,10 @@ class CudaAvailableGuard(Rule):
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
         if original in self._handled or availability_test(self, original) is None:
+            return updated
+        if original in self._repeats:
+            self.note(original, _NOTE + "; here it only repeats CUDA entries once or not at all, so off CUDA "
+                      "they are left out and the rest runs: for information", suggestion=_SUGGESTION)
             return updated
         self.flag(original, _NOTE + "; if it means \"is there an accelerator\", use "
                   f"`{_SUGGESTION}` (and `porter_runtime.device()` for the device)", suggestion=_SUGGESTION)

@@ -106,6 +106,21 @@ class CudaTouchpoint(BaseRule):
             def test_shard(self):
                 mesh = init_device_mesh("cuda", (4,))
         """),
+        # A unit test that mocks CUDA and the process group: its "nccl" reaches the mocks.
+        dedent("""\
+        import unittest
+        from unittest.mock import MagicMock, patch
+
+        from trainer.utils import setup_distribution
+
+
+        class SetupDistributionTest(unittest.TestCase):
+            @patch("torch.distributed.init_process_group")
+            @patch("torch.cuda.is_available", return_value=True)
+            def test_setup_distribution_cuda(self, mock_cuda: MagicMock, mock_init: MagicMock) -> None:
+                device = setup_distribution(backend="nccl", rank=1, world_size=4, local_rank=1)
+                mock_init.assert_called_once_with(backend="nccl", init_method="env://", rank=1, world_size=4)
+        """),
         # NCCL exists only in CUDA builds: its arm runs only where CUDA is.
         dedent("""\
         import torch.distributed as dist
