@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Iterable, Iterator, Optional, Sequence
 
+from porter.project import selectors
 from porter.project.known_modules import KNOWN, is_standard
 from porter.rulebase.codeview import code_view, prefilter_enabled
 from porter.rulebase.cuda_packages import (
@@ -220,6 +221,7 @@ class _Scanner:
         self.names = self.finder.names
         self.parents: dict[ast.AST, ast.AST] = {}
         self.found: list[tuple[ast.AST, str, str, str, Optional[str]]] = []
+        self._functions: Optional[dict] = None  # the module's functions, when a default needs them
 
     def _cuda_module(self, name: str) -> bool:
         root = name.split(".")[0]
@@ -494,6 +496,16 @@ class _Scanner:
             return "prose, not a device, backend or variable name"
         return None
 
+    def _selects_by_name(self, arguments: ast.arguments, default: ast.AST) -> bool:
+        """A parameter default only compared by name (porter.project.selectors)."""
+        function = self.parents.get(arguments)
+        param = selectors.defaulted_parameter(arguments, default)
+        if param is None or not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return False
+        if self._functions is None:
+            self._functions = selectors.module_functions(self.tree)
+        return selectors.only_compared(function, param.arg, self._functions)
+
     def _lookalike(self, func: ast.AST) -> bool:
         """``torch.device(...)`` where ``torch`` is imported from something else."""
         spelled, name = ast_dotted_name(func), self.names.qualname(func)
@@ -503,6 +515,8 @@ class _Scanner:
     def _use_in(self, parent: ast.AST, child: ast.AST) -> Optional[str]:
         if isinstance(parent, ast.Compare):
             return "compared with: a comparison can't fail off CUDA"
+        if isinstance(parent, ast.arguments) and self._selects_by_name(parent, child):
+            return "the default of a parameter that is only compared by name (`impl == 'cuda'`), never a device"
         if isinstance(parent, ast.keyword) and parent.arg in _MESSAGE_KEYWORDS:
             return "message text"
         if isinstance(parent, ast.keyword) and parent.arg == "choices":
@@ -671,7 +685,7 @@ def _covering(scanner: _Scanner, node: ast.AST, span, by_start, starts: _Starts)
         if isinstance(parent, _STOP):
             break
         if isinstance(parent, ast.arguments):  # a default: a rewrite of it starts on the parameter's name
-            child, parent = parent, _parameter_of(parent, child) or parent
+            child, parent = parent, selectors.defaulted_parameter(parent, child) or parent
         else:
             child = parent
         if not hasattr(parent, "lineno"):
@@ -682,15 +696,6 @@ def _covering(scanner: _Scanner, node: ast.AST, span, by_start, starts: _Starts)
         if isinstance(parent, ast.stmt):
             in_statement = False
     return found
-
-
-def _parameter_of(arguments: ast.arguments, default: ast.AST) -> Optional[ast.arg]:
-    """The parameter whose default is ``default`` (a rule rewrites ``device="cuda"`` as a
-    whole, from the parameter's name)."""
-    positional = arguments.posonlyargs + arguments.args
-    pairs = list(zip(positional[len(positional) - len(arguments.defaults):], arguments.defaults))
-    pairs += [(a, d) for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None]
-    return next((arg for arg, value in pairs if value is default), None)
 
 
 def finding_for(path: str, touchpoint: Touchpoint, source_line: str) -> Finding:

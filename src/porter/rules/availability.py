@@ -518,6 +518,26 @@ _NOTE = ("`torch.cuda.is_available()` is False without CUDA, so on a Mac this ta
          "CPU path even though MPS is there")
 
 
+class _MpsCheck(cst.CSTVisitor):
+    """Finds a call of ``torch.backends.mps.is_available()`` (by qualified name)."""
+
+    def __init__(self, rule: Rule, scope: cst.CSTNode) -> None:
+        self.rule = rule
+        self.scope = scope
+        self.found = False
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return node is self.scope or not isinstance(self.scope, cst.Module)  # the module's own code only
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return not isinstance(self.scope, cst.Module)
+
+    def visit_Call(self, node: cst.Call) -> Optional[bool]:
+        if self.rule.qualname(node.func) == "torch.backends.mps.is_available":
+            self.found = True
+        return not self.found
+
+
 class CudaAvailableGuard(Rule):
     """`if torch.cuda.is_available():` around device-neutral code tests `is_accelerator_available()`.
 
@@ -536,7 +556,9 @@ class CudaAvailableGuard(Rule):
     `sys.exit(1)`) becomes that `else`, led by `porter_runtime.require_device(msg)`. A
     device ternary left as it is (`f"cuda:{rank}" if torch.cuda.is_available() else
     "cpu"`) is a note (severity "info"): its CPU arm runs off CUDA; so is the answer
-    used as a repeat count (`(torch.device("cuda"),) * torch.cuda.is_available()`). Every
+    used as a repeat count (`(torch.device("cuda"),) * torch.cuda.is_available()`), and
+    any use in a function (or module) that also asks `torch.backends.mps.is_available()`:
+    its own device choice already has an MPS branch. Every
     other use (`use_cuda = torch.cuda.is_available()`, `assert`, `not ...`, a guard
     around CUDA-only code) is reported with a suggestion, except where the answer is
     only printed (`print(...)`, an f-string) and where it is a requirement
@@ -698,6 +720,23 @@ class CudaAvailableGuard(Rule):
                 """),
             line=5, message="also admits MPS",
         ),
+        Example(  # the example picks MPS itself: right on a Mac as written, a note
+            dedent("""\
+                import torch
+
+                def main(args):
+                    use_cuda = args.cuda and torch.cuda.is_available()
+                    use_mps = args.mps and torch.backends.mps.is_available()
+                    if use_cuda:
+                        device = torch.device("cuda")
+                    elif use_mps:
+                        device = torch.device("mps")
+                    else:
+                        device = torch.device("cpu")
+                    return device
+                """),
+            line=4, message="so it picks MPS on a Mac as written: for information",
+        ),
         Example(  # the devices a test runs on: CUDA's entry is left out off CUDA, the CPU one runs
             dedent("""\
                 import torch
@@ -755,6 +794,8 @@ class CudaAvailableGuard(Rule):
         self._dist_guards: Optional[set[int]] = None
         self._elifs: set[int] = set()  # ids of the `elif` branches seen
         self._repeats: set[cst.BaseExpression] = set()  # availability calls used as a repeat count
+        self._functions: list[cst.FunctionDef] = []
+        self._mps_scopes: dict[int, bool] = {}
 
     def visit_If(self, node: cst.If) -> None:
         if isinstance(node.orelse, cst.If):
@@ -827,7 +868,7 @@ class CudaAvailableGuard(Rule):
             self.note(original, _NOTE + "; here it only repeats CUDA entries once or not at all, so off CUDA "
                       "they are left out and the rest runs: for information", suggestion=_SUGGESTION)
             return updated
-        self.flag(original, _NOTE + "; if it means \"is there an accelerator\", use "
+        self._report(original, _NOTE + "; if it means \"is there an accelerator\", use "
                   f"`{_SUGGESTION}` (and `porter_runtime.device()` for the device)", suggestion=_SUGGESTION)
         return updated
 
@@ -840,7 +881,7 @@ class CudaAvailableGuard(Rule):
         if right_everywhere(self, original, self._guard_calls(test)):
             return updated
         if availability_test(self, test) is False:
-            self.flag(test, _NOTE + "; code it guards now runs on a Mac",
+            self._report(test, _NOTE + "; code it guards now runs on a Mac",
                       suggestion=f"if not {_SUGGESTION}:")
             return updated
         if not self._guard_calls(test):
@@ -851,13 +892,39 @@ class CudaAvailableGuard(Rule):
                       "the CPU, which runs: for information", suggestion="porter_runtime.device()")
             return updated
         if residue is not None:
-            self.flag(test, f"{_NOTE}; the code it guards still needs CUDA (`{residue}`), so it is not "
+            self._report(test, f"{_NOTE}; the code it guards still needs CUDA (`{residue}`), so it is not "
                       "rewritten; port the guarded code, then test the runtime", suggestion=f"if {_SUGGESTION}:")
             return updated
         new_test = accelerator_test(self, original.test, updated.test)
         if self.rewrite(original.test, new_test, "the guard now also admits MPS and XPU") is original.test:
             return updated  # suppressed by a `# porter: ignore` comment
         return updated.with_changes(test=new_test)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._functions.append(node)
+
+    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
+        self._functions.pop()
+        return updated
+
+    def _report(self, node: cst.CSTNode, message: str, *, suggestion: str) -> None:
+        """A finding, or a note where the function (or module) asks for MPS itself."""
+        if self._asks_for_mps():
+            self.note(node, message + "; this code also asks `torch.backends.mps.is_available()`, so it picks "
+                      "MPS on a Mac as written: for information", suggestion=suggestion)
+        else:
+            self.flag(node, message, suggestion=suggestion)
+
+    def _asks_for_mps(self) -> bool:
+        """Whether the enclosing function (or the module) calls ``torch.backends.mps.is_available()``:
+        a device choice of its own with an MPS branch (yolov5's select_device, an example's
+        ``use_mps = args.mps and torch.backends.mps.is_available()``)."""
+        scope = self._functions[-1] if self._functions else self.ctx.module
+        if id(scope) not in self._mps_scopes:
+            finder = _MpsCheck(self, scope)
+            scope.visit(finder)
+            self._mps_scopes[id(scope)] = finder.found
+        return self._mps_scopes[id(scope)]
 
     def _falls_back_to_cpu(self, node) -> bool:
         """A device ternary whose other arm is the CPU (``torch.device(f"cuda:{r}" if

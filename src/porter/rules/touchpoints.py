@@ -106,6 +106,17 @@ class CudaTouchpoint(BaseRule):
             def test_shard(self):
                 mesh = init_device_mesh("cuda", (4,))
         """),
+        # A choice of implementation by name, compared and handed on, never a device.
+        dedent("""\
+        def upfirdn2d(x, f, up=1, down=1, padding=0, flip_filter=False, gain=1, impl='cuda'):
+            assert impl in ['ref', 'cuda']
+            if impl == 'cuda' and x.device.type == 'cuda' and _init():
+                return _upfirdn2d_cuda(up=up, down=down, padding=padding, flip_filter=flip_filter, gain=gain).apply(x, f)
+            return _upfirdn2d_ref(x, f, up=up, down=down, padding=padding, flip_filter=flip_filter, gain=gain)
+
+        def filter2d(x, f, padding=0, flip_filter=False, gain=1, impl='cuda'):
+            return upfirdn2d(x, f, padding=padding, flip_filter=flip_filter, gain=gain, impl=impl)
+        """),
         # A unit test that mocks CUDA and the process group: its "nccl" reaches the mocks.
         dedent("""\
         import unittest
@@ -129,6 +140,17 @@ class CudaTouchpoint(BaseRule):
         """),
     ]
     invalid = [
+        Example(  # a default that becomes a device is no mere choice of name
+            dedent("""\
+            import torch
+
+            def sample(n, device='cuda'):
+                if device == 'cuda':
+                    torch.backends.cudnn.benchmark = True
+                return torch.randn(n, device=device)
+            """),
+            line=3, message="'cuda'",
+        ),
         # A compiled CUDA extension imported by its module name.
         Example(dedent("""\
         import torch
