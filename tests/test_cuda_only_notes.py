@@ -139,3 +139,24 @@ def test_a_known_dtype_is_no_finding_and_a_cpu_fallback_is_a_note(tmp_path):
     assert ("buffer.py", 16, "PT605", "") in items  # RandomState.randn: float64
     assert not any(path == "buffer.py" and line == 11 for path, line, _, _ in items)  # uint8
     assert ("multigpu.py", 3, "PT202", "info") in items
+
+
+TRAIN_LOOP = '''\
+import torch as th
+
+
+class TrainLoop:
+    def __init__(self, model):
+        self.model = model
+        self.sync_cuda = th.cuda.is_available()
+'''
+
+
+def test_a_flag_read_nowhere_in_the_tree_is_a_note_and_one_read_elsewhere_a_finding(tmp_path):
+    alone = make_tree(tmp_path / "alone", {"train_util.py": TRAIN_LOOP, "run.py": "loop = 1\n"})
+    read = make_tree(tmp_path / "read", {"train_util.py": TRAIN_LOOP,
+                                         "run.py": "def step(loop):\n    return loop.sync_cuda\n"})
+    for root, severity in ((alone, "info"), (read, "")):
+        report = tmp_path / f"{root.name}.json"
+        porter("migrate", root, "--check", "--report", report)
+        assert findings(report)[("train_util.py", "PT202")].get("severity", "") == severity

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from textwrap import dedent
 from typing import Optional, Union
 
@@ -558,7 +559,9 @@ class CudaAvailableGuard(Rule):
     "cpu"`) is a note (severity "info"): its CPU arm runs off CUDA; so is the answer
     used as a repeat count (`(torch.device("cuda"),) * torch.cuda.is_available()`), and
     any use in a function (or module) that also asks `torch.backends.mps.is_available()`:
-    its own device choice already has an MPS branch. Every
+    its own device choice already has an MPS branch; and a flag set from it that
+    nothing reads (`self.sync_cuda = torch.cuda.is_available()` with no other
+    `.sync_cuda` in the repository). Every
     other use (`use_cuda = torch.cuda.is_available()`, `assert`, `not ...`, a guard
     around CUDA-only code) is reported with a suggestion, except where the answer is
     only printed (`print(...)`, an f-string) and where it is a requirement
@@ -720,6 +723,32 @@ class CudaAvailableGuard(Rule):
                 """),
             line=5, message="also admits MPS",
         ),
+        Example(  # guided-diffusion's TrainLoop sets a flag that nothing reads: a note
+            dedent("""\
+                import torch as th
+
+                class TrainLoop:
+                    def __init__(self, model, batch_size):
+                        self.model = model
+                        self.batch_size = batch_size
+                        self.sync_cuda = th.cuda.is_available()
+                """),
+            line=7, message="the flag it sets is read nowhere",
+        ),
+        Example(  # a flag that is read decides something: a finding
+            dedent("""\
+                import torch as th
+
+                class TrainLoop:
+                    def __init__(self, model):
+                        self.sync_cuda = th.cuda.is_available()
+
+                    def step(self):
+                        if self.sync_cuda:
+                            th.cuda.synchronize()
+                """),
+            line=5, message="if it means \"is there an accelerator\"",
+        ),
         Example(  # the example picks MPS itself: right on a Mac as written, a note
             dedent("""\
                 import torch
@@ -796,6 +825,7 @@ class CudaAvailableGuard(Rule):
         self._repeats: set[cst.BaseExpression] = set()  # availability calls used as a repeat count
         self._functions: list[cst.FunctionDef] = []
         self._mps_scopes: dict[int, bool] = {}
+        self._unread_flags: set[cst.BaseExpression] = set()  # availability calls setting a flag nothing reads
 
     def visit_If(self, node: cst.If) -> None:
         if isinstance(node.orelse, cst.If):
@@ -821,6 +851,26 @@ class CudaAvailableGuard(Rule):
         if isinstance(node.func, cst.Name) and node.func.value == "print" and self.qualname(node.func) is None:
             for arg in node.args:  # only reported
                 self._handled.update(self._calls(arg.value))
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if len(node.targets) == 1 and availability_test(self, node.value) and self._unread(node.targets[0].target):
+            self._unread_flags.add(node.value)
+
+    def _unread(self, target: cst.BaseExpression) -> bool:
+        """A flag nothing reads: ``self.sync_cuda`` with no other ``.sync_cuda`` in the tree
+        (porter.project.flags; this file alone without a project), or a name this file
+        never reads and no other module imports."""
+        source = self.ctx.source
+        if isinstance(target, cst.Attribute):
+            name = target.attr.value
+            if self.ctx.project is not None:
+                return name in self.ctx.project.unread_flags
+            return len(re.findall(rb"\." + re.escape(name.encode()) + rb"\b", source)) == 1
+        if isinstance(target, cst.Name):
+            name = target.value
+            alone = len(re.findall(rb"(?<![\w.])" + re.escape(name.encode()) + rb"\b", source)) == 1
+            return alone and (self.ctx.project is None or not self.ctx.project.read_elsewhere(self.ctx.path, name))
+        return False
 
     def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
         if isinstance(node.operator, cst.Multiply):  # `(torch.device("cuda"),) * is_available()`
@@ -863,6 +913,10 @@ class CudaAvailableGuard(Rule):
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
         if original in self._handled or availability_test(self, original) is None:
+            return updated
+        if original in self._unread_flags:
+            self.note(original, _NOTE + "; the flag it sets is read nowhere, so it decides nothing: for information",
+                      suggestion=_SUGGESTION)
             return updated
         if original in self._repeats:
             self.note(original, _NOTE + "; here it only repeats CUDA entries once or not at all, so off CUDA "
