@@ -131,3 +131,14 @@ def test_a_label_no_finding_matches_is_named_stale():
               {"code": "TP603", "path": "b.py", "match": "triton", "verdict": "real"}]
     findings = [{"code": "PT999", "path": "a.py", "message": "import mpi4py resolves nowhere", "before": ""}]
     assert gauntlet.stale_labels(findings, labels) == ["TP603 b.py 'triton'"]
+
+
+def test_notes_are_not_needs_a_human_but_keep_their_labels():
+    report = {"files": [{"path": "a.py", "findings": [
+        {"code": "PT202", "action": "review", "message": "guard", "before": ""},
+        {"code": "PT801", "action": "review", "severity": "info", "message": "eigh: slow", "before": ""}]}]}
+    assert [f["code"] for f in gauntlet.review_findings(report)] == ["PT202"]
+    everything = gauntlet.review_findings(report, notes=True)
+    assert [f["code"] for f in everything] == ["PT202", "PT801"]
+    labels = [{"code": "PT801", "path": "a.py", "match": "eigh", "verdict": "false"}]
+    assert gauntlet.stale_labels(everything, labels) == []

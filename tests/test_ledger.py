@@ -177,6 +177,25 @@ def test_rewritten_and_reported_carry_the_rule_code(tmp_path):
         (".cuda()", "rewritten", "PT001"), ("torch.cuda.synchronize()", "rewritten", "PT101")}
 
 
+def test_a_rewritten_parameter_default_is_rewritten_not_unaccounted(tmp_path):
+    """PT005 rewrites ``device="cuda"`` from the parameter's name; the touchpoint is the
+    string (latent-diffusion's encoders, minDiffusion's train functions)."""
+    root = write(tmp_path, {"m.py": """\
+        import torch
+
+        class FrozenCLIPEmbedder(torch.nn.Module):
+            def __init__(self, version="ViT-L/14", device="cuda", max_length=77):
+                super().__init__()
+                self.device = device
+
+        def train(n_epoch: int = 100, *, device: str = "cuda:1") -> None:
+            torch.zeros(n_epoch, device=device)
+    """})
+    found, _ = touchpoints(root)
+    assert {(t.what, t.state, t.detail) for t in found["m.py"]} == {
+        ("'cuda'", "rewritten", "PT005"), ("'cuda:1'", "rewritten", "PT005")}
+
+
 def test_the_ledger_does_not_depend_on_the_rules_that_ran(tmp_path):
     """With no rule selected, the same touchpoints are found (and unaccounted)."""
     root = write(tmp_path, {"m.py": "import torch\nx = torch.zeros(2).cuda()\n"})

@@ -17,7 +17,7 @@ from porter.edits.positions import locate
 from porter.engine.options import Options
 from porter.engine.segments import Reduced
 from porter.rulebase.matching import ImportFacts, Resolver
-from porter.rulebase.rule import Finding, Rule, WholeFile, one_line
+from porter.rulebase.rule import INFO, Finding, Rule, WholeFile, one_line
 
 
 class _Record(NamedTuple):
@@ -174,11 +174,12 @@ class FileContext:
                     path=self.path,
                     line=self.reduced.original_line(start.line) if self.reduced is not None else start.line,
                     column=start.column + 1,
-                    action=action,
+                    action="review" if action == "note" else action,
                     message=message,
                     before=one_line(self.code_for(node)),
                     after=one_line(self.code_for(after)) if after is not None else "",
                     suggestion=suggestion,
+                    severity=INFO if action == "note" else rule.severity if action == "review" else "",
                 )
             )
         out.sort(key=lambda f: (f.line, f.column, f.code))

@@ -25,6 +25,7 @@ import libcst as cst
 from porter.edits import imports, probes
 from porter.edits.roundtrip import restore_untouched
 from porter.engine.context import ignore_comments
+from porter.engine.notes import cuda_only_notes
 from porter.engine.options import Options
 from porter.engine.prefilter import SyntaxFacts, byte_candidates, candidate_rules
 from porter.engine.results import FileResult, SourceResult
@@ -45,6 +46,24 @@ SEGMENTS_ENV = "PORTER_SEGMENTS"
 
 
 def migrate_source(
+    data: bytes,
+    options: Options,
+    *,
+    path: str = "<string>",
+    runtime_bootstrap: Union[None, str, LazyBootstrap] = None,
+    candidates: Optional[tuple[list[type[Rule]], Optional[SyntaxFacts]]] = None,
+    segments: Optional[bool] = None,
+) -> SourceResult:
+    """Apply the rules to one file's bytes (:func:`_migrate_source`); findings in code
+    that only runs where CUDA is become notes (porter.engine.notes)."""
+    result = _migrate_source(data, options, path=path, runtime_bootstrap=runtime_bootstrap,
+                             candidates=candidates, segments=segments)
+    keep = {r.code for r in options.source_rules if r.device_split}
+    result.findings = cuda_only_notes(result.findings, data, keep)
+    return result
+
+
+def _migrate_source(
     data: bytes,
     options: Options,
     *,

@@ -70,7 +70,8 @@ class RunResult:
 
     @property
     def reviews(self) -> int:
-        return sum(len(f.reviews) for f in self.files)
+        """The findings a human must act on (info-level notes don't count)."""
+        return sum(f.needs_human for item in self.files for f in item.findings)
 
     def changes(self) -> list[Change]:
         """Every file change kept by a run without a sink: the runtime, then sources."""

@@ -23,7 +23,7 @@ def migrate_text(data: bytes, options: Options, *, path: str) -> SourceResult:
         text = rule.check(text)
         findings += [
             Finding(rule.code, rule.name, path, f.line, f.column, "rewrite" if f.rewrite else "review",
-                    f.message, f.before, f.after, f.suggestion)
+                    f.message, f.before, f.after, f.suggestion, "" if f.rewrite else f.severity or rule.severity)
             for f in rule.findings
         ]
     findings.sort(key=lambda f: (f.line, f.column, f.code))

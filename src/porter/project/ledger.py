@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Iterable, Iterator, Optional, Sequence
 
+from porter.project import selectors
 from porter.project.known_modules import KNOWN, is_standard
 from porter.rulebase.codeview import code_view, prefilter_enabled
 from porter.rulebase.cuda_packages import (
@@ -47,6 +48,7 @@ from porter.rulebase.guards import (
 )
 from porter.rulebase.matching import ast_dotted_name
 from porter.rulebase.rule import Finding, one_line
+from porter.rulebase.test_gates import mocks_cuda
 
 CODE, NAME = "PT999", "cuda-touchpoint"
 STATES = ("rewritten", "reported", "guarded", "inert", "unaccounted")
@@ -219,6 +221,7 @@ class _Scanner:
         self.names = self.finder.names
         self.parents: dict[ast.AST, ast.AST] = {}
         self.found: list[tuple[ast.AST, str, str, str, Optional[str]]] = []
+        self._functions: Optional[dict] = None  # the module's functions, when a default needs them
 
     def _cuda_module(self, name: str) -> bool:
         root = name.split(".")[0]
@@ -493,6 +496,16 @@ class _Scanner:
             return "prose, not a device, backend or variable name"
         return None
 
+    def _selects_by_name(self, arguments: ast.arguments, default: ast.AST) -> bool:
+        """A parameter default only compared by name (porter.project.selectors)."""
+        function = self.parents.get(arguments)
+        param = selectors.defaulted_parameter(arguments, default)
+        if param is None or not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return False
+        if self._functions is None:
+            self._functions = selectors.module_functions(self.tree)
+        return selectors.only_compared(function, param.arg, self._functions)
+
     def _lookalike(self, func: ast.AST) -> bool:
         """``torch.device(...)`` where ``torch`` is imported from something else."""
         spelled, name = ast_dotted_name(func), self.names.qualname(func)
@@ -502,6 +515,8 @@ class _Scanner:
     def _use_in(self, parent: ast.AST, child: ast.AST) -> Optional[str]:
         if isinstance(parent, ast.Compare):
             return "compared with: a comparison can't fail off CUDA"
+        if isinstance(parent, ast.arguments) and self._selects_by_name(parent, child):
+            return "the default of a parameter that is only compared by name (`impl == 'cuda'`), never a device"
         if isinstance(parent, ast.keyword) and parent.arg in _MESSAGE_KEYWORDS:
             return "message text"
         if isinstance(parent, ast.keyword) and parent.arg == "choices":
@@ -586,6 +601,8 @@ def account(
             state, detail = _removed(node, what.split()[-1], new, findings) or (state, detail)
         if state == "unaccounted" and what == "'nccl'":
             state, detail = _backend_ported(findings, data) or (state, detail)
+        if state == "unaccounted":
+            state, detail = _mocked(scanner, node) or (state, detail)
         out.append(Touchpoint(start[0], start[1] + 1, kind, what, state, detail if state != "unaccounted" else why))
     out.sort(key=lambda t: (t.line, t.column, t.kind))
     return out
@@ -624,6 +641,16 @@ def _state(scanner, node, span, by_start, findings, regions: Sequence[Region], i
     return "unaccounted", ""
 
 
+def _mocked(scanner: _Scanner, node: ast.AST) -> Optional[tuple[str, str]]:
+    """("inert", why) for a touchpoint in a test that mocks CUDA or the process group
+    (porter.rulebase.test_gates.mocks_cuda): what it hands CUDA reaches the mock."""
+    for parent in scanner._ancestors(node):
+        line = mocks_cuda(parent) if isinstance(parent, ast.stmt) else None
+        if line is not None:
+            return "inert", f"handed to a mock: the test mocks CUDA or the process group (line {line})"
+    return None
+
+
 def _backend_ported(findings: Sequence[Finding], data: bytes) -> Optional[tuple[str, str]]:
     """A backend name matters only where the process group starts: when the file's
     ``init_process_group`` is (or became) the runtime's (gloo off CUDA), "nccl" is handled."""
@@ -653,9 +680,14 @@ def _covering(scanner: _Scanner, node: ast.AST, span, by_start, starts: _Starts)
     start, end = span
     found = starts.within(start, end)
     in_statement = True
+    child = node
     for parent in scanner._ancestors(node):
         if isinstance(parent, _STOP):
             break
+        if isinstance(parent, ast.arguments):  # a default: a rewrite of it starts on the parameter's name
+            child, parent = parent, selectors.defaulted_parameter(parent, child) or parent
+        else:
+            child = parent
         if not hasattr(parent, "lineno"):
             continue  # withitem, comprehension, arguments: no position of their own
         for f in by_start.get(scanner.finder.start(parent), ()):

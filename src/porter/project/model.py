@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Optional
 
 from porter.files.apply import read_or_none
+from porter.project.flags import unread_flags
 from porter.project.value_flow import FlowFacts, Kind, Scope
 from porter.project.value_flow import build as build_flow
 
@@ -47,6 +48,8 @@ class ProjectModel:
     flow: FlowFacts = field(default_factory=FlowFacts)
     #: every part of every module's dotted name: what an import of the tree's own code starts with
     roots: frozenset[str] = frozenset()
+    #: attributes set from ``torch.cuda.is_available()`` and read nowhere (porter.project.flags)
+    unread_flags: frozenset[str] = frozenset()
 
     def read_elsewhere(self, rel: str, name: str) -> bool:
         """Whether another module of the tree reads ``name`` from the module ``rel``."""
@@ -84,7 +87,8 @@ def build_from(sources: Mapping[str, bytes]) -> ProjectModel:
     modules = {rel: module_name(rel) for rel in sorted(sources)}
     roots = frozenset(part for name in modules.values() for part in name.split("."))
     return ProjectModel(modules=modules, exported=_exports(sources, modules),
-                        overrides=_overrides(sources), flow=build_flow(sources), roots=roots)
+                        overrides=_overrides(sources), flow=build_flow(sources), roots=roots,
+                        unread_flags=unread_flags(sources))
 
 
 # -- which names other modules read ----------------------------------------------

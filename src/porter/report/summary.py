@@ -18,10 +18,12 @@ def build(result: RunResult, mode: str) -> dict[str, Any]:
     """The report as plain data; the JSON schema (``schema_version`` 1) is this dict."""
     rewrites: Counter[str] = Counter()
     reviews: Counter[str] = Counter()
+    notes: Counter[str] = Counter()  # info-level findings: listed, not counted as needing a human
     files = []
     for item in result.files:
         for finding in item.findings:
-            (rewrites if finding.action == "rewrite" else reviews)[finding.code] += 1
+            kind = rewrites if finding.action == "rewrite" else reviews if finding.needs_human else notes
+            kind[finding.code] += 1
         if item.status == "unchanged" and not item.findings:
             continue
         files.append({
@@ -32,7 +34,7 @@ def build(result: RunResult, mode: str) -> dict[str, Any]:
             "findings": [_finding(f) for f in item.reviews],
         })
     by_rule = []
-    for code in sorted(set(rewrites) | set(reviews)):
+    for code in sorted(set(rewrites) | set(reviews) | set(notes)):
         rule = by_code(code)
         by_rule.append({
             "code": code,
@@ -40,6 +42,7 @@ def build(result: RunResult, mode: str) -> dict[str, Any]:
             "safety": rule.safety.value if rule else "",
             "rewrites": rewrites[code],
             "findings": reviews[code],
+            **({"notes": notes[code]} if notes[code] else {}),
         })
     return {
         "schema_version": SCHEMA_VERSION,
@@ -53,6 +56,7 @@ def build(result: RunResult, mode: str) -> dict[str, Any]:
             "files_skipped": len(result.skipped),
             "rewrites": sum(rewrites.values()),
             "findings": sum(reviews.values()),
+            "notes": sum(notes.values()),
         },
         "rules": by_rule,
         "files": files,

@@ -8,9 +8,10 @@ negated test, and the body of ``try: import flash_attn`` whose ``except ImportEr
 is a real fallback (one that neither re-raises nor imports another CUDA-only module),
 with the availability flags such a ``try`` sets (``HAS_FLASH = True`` / ``False``).
 
-Two kinds: ``"device"`` regions hang on a test of the device (porter can port such a
+Three kinds: ``"device"`` regions hang on a test of the device (porter can port such a
 guard, and then its body must be ported too); ``"import"`` regions hang on a CUDA-only
-import succeeding. Positions are 1-based lines and 0-based character columns, the
+import succeeding; ``"test"`` regions are tests skipped off CUDA (porter.rulebase.test_gates:
+``@unittest.skipIf(not torch.cuda.is_available(), ...)``, ``@skip_if_lt_x_gpu(4)``). Positions are 1-based lines and 0-based character columns, the
 way LibCST counts them (``ast`` counts UTF-8 bytes).
 """
 
@@ -24,6 +25,7 @@ from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from porter.rulebase.cuda_packages import IMPORT_ROOTS, is_cuda_only_module
 from porter.rulebase.matching import ast_dotted_name
+from porter.rulebase.test_gates import gated_definition, gated_module
 
 Position = tuple[int, int]  # (line, column)
 Span = tuple[Position, Position]
@@ -94,6 +96,15 @@ class Names:
 
 
 _CUDA_STRING = re.compile(r"^cuda(:\d+)?$")
+#: Values that are truthy only in a CUDA build with CUDA present: the CUDA version of the
+#: build (None in CPU and MPS builds), torch's own test flags.
+_CUDA_VALUES = frozenset({"torch.version.cuda", "torch.testing._internal.common_cuda.TEST_CUDA",
+                          "torch.testing._internal.common_cuda.TEST_MULTIGPU",
+                          "torch.testing._internal.common_utils.TEST_CUDA"})
+#: Calls that answer True only where CUDA is: NCCL exists only in CUDA builds (a Mac's
+#: and a CPU build's torch answer False).
+_CUDA_CALLS = frozenset({"torch.cuda.is_available", "torch.cuda.is_initialized",
+                         "torch.distributed.is_nccl_available"})
 _AVAILABLE = re.compile(r"^(?:is_|has_)?(\w+?)_(?:is_)?available$")
 _EXIT_CALLS = {"sys.exit", "exit", "quit", "os._exit"}
 
@@ -155,6 +166,8 @@ class GuardFinder:
             return self._call_test(test)
         if isinstance(test, ast.Attribute) and test.attr == "is_cuda":
             return True, "device", ()
+        if self.names.qualname(test) in _CUDA_VALUES:
+            return True, "device", ()
         if isinstance(test, ast.Compare) and len(test.ops) == 1:
             return self._compare_test(test.left, test.ops[0], test.comparators[0])
         key = ast_dotted_name(test)
@@ -165,7 +178,7 @@ class GuardFinder:
 
     def _call_test(self, call: ast.Call) -> Optional[tuple[bool, str, tuple[Span, ...]]]:
         name = self.names.qualname(call.func)
-        if name in ("torch.cuda.is_available", "torch.cuda.is_initialized") and not call.args:
+        if name in _CUDA_CALLS and not call.args:
             return True, "device", ()
         if (isinstance(call.func, ast.Attribute) and call.func.attr == "startswith" and len(call.args) == 1
                 and isinstance(call.args[0], ast.Constant) and call.args[0].value in ("cuda", "cuda:")):
@@ -207,11 +220,26 @@ class GuardFinder:
         asks :meth:`expression` for the ternaries and ``and`` around what it cares about)."""
         self._import_guards(self.tree)
         self._flags()
+        self._tests()
         self._block(self.tree.body)
         if expressions:
             for node in ast.walk(self.tree):
                 self.expression(node)
         return self.regions
+
+    def _tests(self) -> None:
+        """Tests skipped off CUDA (porter.rulebase.test_gates): a decorated class or
+        function from its first decorator on, or the whole module under its ``pytestmark``."""
+        marker = gated_module(self.tree, self.polarity)
+        if marker is not None:
+            self.regions.append(Region(self.span(self.tree.body[0], self.tree.body[-1]), marker.lineno, "test",
+                                       (self.span(marker),)))
+            return
+        for node in statements(self.tree):
+            found = gated_definition(node, self.polarity)
+            if found is not None:
+                first = node.decorator_list[0]  # type: ignore[attr-defined]
+                self.regions.append(Region(self.span(first, node), first.lineno, "test", (self.span(first),)))
 
     def expression(self, node: ast.AST) -> None:
         if isinstance(node, ast.IfExp):

@@ -48,6 +48,10 @@ class Safety(str, Enum):
     UNSAFE = "unsafe"
 
 
+#: The severity of a note: reported "For information", never counted as needing a human.
+INFO = "info"
+
+
 @dataclass(frozen=True)
 class Finding:
     """One rewrite or one item for a human. Plain, picklable data."""
@@ -62,9 +66,20 @@ class Finding:
     before: str = ""
     after: str = ""
     suggestion: str = ""
+    #: "" for an item a human must act on; "info" for a note that blocks nothing (a
+    #: speed note, a finding in code that only runs where CUDA is): listed, never counted
+    #: as needing a human, and --check does not fail on it.
+    severity: str = ""
+
+    @property
+    def needs_human(self) -> bool:
+        return self.action == "review" and self.severity != INFO
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        data = asdict(self)
+        if not data["severity"]:
+            del data["severity"]  # the report's items keep their schema-1 keys
+        return data
 
 
 def one_line(code: str, limit: int = 160) -> str:
@@ -132,7 +147,7 @@ class RuleContext(Protocol):
     #: Set by a rule whose rewrite calls the runtime: the engine adds its import.
     needs_runtime: bool
 
-    def record(self, rule: Any, node: cst.CSTNode, action: str, message: str, *,
+    def record(self, rule: Any, node: cst.CSTNode, action: str, message: str, *,  # action: rewrite | review | note
                after: Optional[cst.CSTNode] = None, suggestion: str = "") -> None: ...
 
     def suppressed(self, node: cst.CSTNode, code: str) -> bool: ...
@@ -155,6 +170,13 @@ class BaseRule:
     code: ClassVar[str]
     name: ClassVar[str]
     safety: ClassVar[Safety] = Safety.SAFE
+    #: "info" for a review rule whose findings are notes that block nothing (PT801's
+    #: speed notes): they are reported, never counted as needing a human.
+    severity: ClassVar[str] = ""
+    #: True for a rule whose finding in the CUDA arm of a device split (``torch.cuda.FloatTensor
+    #: if x.is_cuda else torch.FloatTensor``) is about the split itself: the other arm runs off
+    #: CUDA, so the finding stays one for a human there (porter.engine.notes).
+    device_split: ClassVar[bool] = False
     valid: ClassVar[Sequence[Union[str, Example]]] = ()
     invalid: ClassVar[Sequence[Example]] = ()
 
@@ -224,6 +246,13 @@ class Rule(BaseRule):
             return
         self.ctx.record(self, node, "review", message, suggestion=suggestion)
 
+    def note(self, node: cst.CSTNode, message: str, *, suggestion: str = "") -> None:
+        """Record a finding that blocks nothing (severity "info"): listed, never counted
+        as needing a human."""
+        if self.ctx.suppressed(node, self.code):
+            return
+        self.ctx.record(self, node, "note", message, suggestion=suggestion)
+
     # -- building runtime calls -------------------------------------------
     def runtime(self, attr: str) -> cst.Attribute:
         """``porter_runtime.<attr>``, scheduling the runtime import."""
@@ -247,6 +276,8 @@ class TextFinding:
     after: str = ""
     suggestion: str = ""
     rewrite: bool = False
+    #: "info" for a note that blocks nothing (see Finding.severity)
+    severity: str = ""
 
 
 class TextRule(BaseRule):
@@ -269,8 +300,10 @@ class TextRule(BaseRule):
         """Return the new text (``text`` itself when nothing changes); record findings."""
         raise NotImplementedError
 
-    def flag(self, line: int, message: str, *, column: int = 1, before: str = "", suggestion: str = "") -> None:
-        self.findings.append(TextFinding(line, column, message, before=before.strip(), suggestion=suggestion))
+    def flag(self, line: int, message: str, *, column: int = 1, before: str = "", suggestion: str = "",
+             severity: str = "") -> None:
+        self.findings.append(TextFinding(line, column, message, before=before.strip(), suggestion=suggestion,
+                                         severity=severity))
 
     def changed(self, line: int, before: str, after: str, message: str) -> None:
         self.findings.append(TextFinding(line, 1, message, before=before.strip(), after=after.strip(), rewrite=True))

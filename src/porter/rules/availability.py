@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from textwrap import dedent
 from typing import Optional, Union
 
@@ -518,6 +519,26 @@ _NOTE = ("`torch.cuda.is_available()` is False without CUDA, so on a Mac this ta
          "CPU path even though MPS is there")
 
 
+class _MpsCheck(cst.CSTVisitor):
+    """Finds a call of ``torch.backends.mps.is_available()`` (by qualified name)."""
+
+    def __init__(self, rule: Rule, scope: cst.CSTNode) -> None:
+        self.rule = rule
+        self.scope = scope
+        self.found = False
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return node is self.scope or not isinstance(self.scope, cst.Module)  # the module's own code only
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return not isinstance(self.scope, cst.Module)
+
+    def visit_Call(self, node: cst.Call) -> Optional[bool]:
+        if self.rule.qualname(node.func) == "torch.backends.mps.is_available":
+            self.found = True
+        return not self.found
+
+
 class CudaAvailableGuard(Rule):
     """`if torch.cuda.is_available():` around device-neutral code tests `is_accelerator_available()`.
 
@@ -533,7 +554,14 @@ class CudaAvailableGuard(Rule):
     alone with no finding: its CUDA side only sets CUDA backend flags or picks
     "nccl", its other side (if any) only picks "gloo". An `elif
     torch.cuda.is_available():` whose `else` only reports and stops (`print(...)`;
-    `sys.exit(1)`) becomes that `else`, led by `porter_runtime.require_device(msg)`. Every
+    `sys.exit(1)`) becomes that `else`, led by `porter_runtime.require_device(msg)`. A
+    device ternary left as it is (`f"cuda:{rank}" if torch.cuda.is_available() else
+    "cpu"`) is a note (severity "info"): its CPU arm runs off CUDA; so is the answer
+    used as a repeat count (`(torch.device("cuda"),) * torch.cuda.is_available()`), and
+    any use in a function (or module) that also asks `torch.backends.mps.is_available()`:
+    its own device choice already has an MPS branch; and a flag set from it that
+    nothing reads (`self.sync_cuda = torch.cuda.is_available()` with no other
+    `.sync_cuda` in the repository). Every
     other use (`use_cuda = torch.cuda.is_available()`, `assert`, `not ...`, a guard
     around CUDA-only code) is reported with a suggestion, except where the answer is
     only printed (`print(...)`, an f-string) and where it is a requirement
@@ -695,6 +723,81 @@ class CudaAvailableGuard(Rule):
                 """),
             line=5, message="also admits MPS",
         ),
+        Example(  # guided-diffusion's TrainLoop sets a flag that nothing reads: a note
+            dedent("""\
+                import torch as th
+
+                class TrainLoop:
+                    def __init__(self, model, batch_size):
+                        self.model = model
+                        self.batch_size = batch_size
+                        self.sync_cuda = th.cuda.is_available()
+                """),
+            line=7, message="the flag it sets is read nowhere",
+        ),
+        Example(  # a flag that is read decides something: a finding
+            dedent("""\
+                import torch as th
+
+                class TrainLoop:
+                    def __init__(self, model):
+                        self.sync_cuda = th.cuda.is_available()
+
+                    def step(self):
+                        if self.sync_cuda:
+                            th.cuda.synchronize()
+                """),
+            line=5, message="if it means \"is there an accelerator\"",
+        ),
+        Example(  # the example picks MPS itself: right on a Mac as written, a note
+            dedent("""\
+                import torch
+
+                def main(args):
+                    use_cuda = args.cuda and torch.cuda.is_available()
+                    use_mps = args.mps and torch.backends.mps.is_available()
+                    if use_cuda:
+                        device = torch.device("cuda")
+                    elif use_mps:
+                        device = torch.device("mps")
+                    else:
+                        device = torch.device("cpu")
+                    return device
+                """),
+            line=4, message="so it picks MPS on a Mac as written: for information",
+        ),
+        Example(  # the devices a test runs on: CUDA's entry is left out off CUDA, the CPU one runs
+            dedent("""\
+                import torch
+
+                class ShampooGraftingTest(unittest.TestCase):
+                    available_devices = (torch.device("cpu"),) + (
+                        torch.device("cuda"),
+                    ) * torch.cuda.is_available()
+                """),
+            line=6, message="they are left out and the rest runs: for information",
+        ),
+        Example(  # cleanrl's multi-GPU script: the CPU fallback runs off CUDA, so a note, not a finding
+            dedent("""\
+                import torch
+
+                device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() and args.cuda else "cpu")
+                """),
+            line=3, message="without CUDA it picks the CPU, which runs: for information",
+        ),
+        Example(  # a test skipped off CUDA never runs on a Mac: its guard is a note, not a finding
+            dedent("""\
+                import unittest
+
+                import torch
+
+                @unittest.skipIf(not torch.cuda.is_available(), "Skip when CUDA is not available")
+                class ShampooGPUTest(unittest.TestCase):
+                    def test_step(self):
+                        model = torch.nn.Linear(4, 4).cuda()
+                """),
+            line=5, message="for information: a test skipped off CUDA, line 5",
+        ),
         Example(  # a CUDA-only flag is harmless elsewhere: device-neutral code next to it is ported
             dedent("""\
                 import torch
@@ -719,6 +822,10 @@ class CudaAvailableGuard(Rule):
         self._handled: set[cst.Call] = set()  # calls decided at their if/ternary
         self._dist_guards: Optional[set[int]] = None
         self._elifs: set[int] = set()  # ids of the `elif` branches seen
+        self._repeats: set[cst.BaseExpression] = set()  # availability calls used as a repeat count
+        self._functions: list[cst.FunctionDef] = []
+        self._mps_scopes: dict[int, bool] = {}
+        self._unread_flags: set[cst.BaseExpression] = set()  # availability calls setting a flag nothing reads
 
     def visit_If(self, node: cst.If) -> None:
         if isinstance(node.orelse, cst.If):
@@ -744,6 +851,30 @@ class CudaAvailableGuard(Rule):
         if isinstance(node.func, cst.Name) and node.func.value == "print" and self.qualname(node.func) is None:
             for arg in node.args:  # only reported
                 self._handled.update(self._calls(arg.value))
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if len(node.targets) == 1 and availability_test(self, node.value) and self._unread(node.targets[0].target):
+            self._unread_flags.add(node.value)
+
+    def _unread(self, target: cst.BaseExpression) -> bool:
+        """A flag nothing reads: ``self.sync_cuda`` with no other ``.sync_cuda`` in the tree
+        (porter.project.flags; this file alone without a project), or a name this file
+        never reads and no other module imports."""
+        source = self.ctx.source
+        if isinstance(target, cst.Attribute):
+            name = target.attr.value
+            if self.ctx.project is not None:
+                return name in self.ctx.project.unread_flags
+            return len(re.findall(rb"\." + re.escape(name.encode()) + rb"\b", source)) == 1
+        if isinstance(target, cst.Name):
+            name = target.value
+            alone = len(re.findall(rb"(?<![\w.])" + re.escape(name.encode()) + rb"\b", source)) == 1
+            return alone and (self.ctx.project is None or not self.ctx.project.read_elsewhere(self.ctx.path, name))
+        return False
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        if isinstance(node.operator, cst.Multiply):  # `(torch.device("cuda"),) * is_available()`
+            self._repeats.update(side for side in (node.left, node.right) if availability_test(self, side))
 
     def visit_Arg(self, node: cst.Arg) -> None:
         if node.keyword is not None and node.keyword.value == "pin_memory":
@@ -783,7 +914,15 @@ class CudaAvailableGuard(Rule):
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
         if original in self._handled or availability_test(self, original) is None:
             return updated
-        self.flag(original, _NOTE + "; if it means \"is there an accelerator\", use "
+        if original in self._unread_flags:
+            self.note(original, _NOTE + "; the flag it sets is read nowhere, so it decides nothing: for information",
+                      suggestion=_SUGGESTION)
+            return updated
+        if original in self._repeats:
+            self.note(original, _NOTE + "; here it only repeats CUDA entries once or not at all, so off CUDA "
+                      "they are left out and the rest runs: for information", suggestion=_SUGGESTION)
+            return updated
+        self._report(original, _NOTE + "; if it means \"is there an accelerator\", use "
                   f"`{_SUGGESTION}` (and `porter_runtime.device()` for the device)", suggestion=_SUGGESTION)
         return updated
 
@@ -796,20 +935,57 @@ class CudaAvailableGuard(Rule):
         if right_everywhere(self, original, self._guard_calls(test)):
             return updated
         if availability_test(self, test) is False:
-            self.flag(test, _NOTE + "; code it guards now runs on a Mac",
+            self._report(test, _NOTE + "; code it guards now runs on a Mac",
                       suggestion=f"if not {_SUGGESTION}:")
             return updated
         if not self._guard_calls(test):
             return updated
         residue = cuda_residue(self, body, new_body)
+        if residue is not None and self._falls_back_to_cpu(original):
+            self.note(test, f"{_NOTE}; the CUDA choice (`{residue}`) is not rewritten, and without CUDA it picks "
+                      "the CPU, which runs: for information", suggestion="porter_runtime.device()")
+            return updated
         if residue is not None:
-            self.flag(test, f"{_NOTE}; the code it guards still needs CUDA (`{residue}`), so it is not "
+            self._report(test, f"{_NOTE}; the code it guards still needs CUDA (`{residue}`), so it is not "
                       "rewritten; port the guarded code, then test the runtime", suggestion=f"if {_SUGGESTION}:")
             return updated
         new_test = accelerator_test(self, original.test, updated.test)
         if self.rewrite(original.test, new_test, "the guard now also admits MPS and XPU") is original.test:
             return updated  # suppressed by a `# porter: ignore` comment
         return updated.with_changes(test=new_test)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._functions.append(node)
+
+    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
+        self._functions.pop()
+        return updated
+
+    def _report(self, node: cst.CSTNode, message: str, *, suggestion: str) -> None:
+        """A finding, or a note where the function (or module) asks for MPS itself."""
+        if self._asks_for_mps():
+            self.note(node, message + "; this code also asks `torch.backends.mps.is_available()`, so it picks "
+                      "MPS on a Mac as written: for information", suggestion=suggestion)
+        else:
+            self.flag(node, message, suggestion=suggestion)
+
+    def _asks_for_mps(self) -> bool:
+        """Whether the enclosing function (or the module) calls ``torch.backends.mps.is_available()``:
+        a device choice of its own with an MPS branch (yolov5's select_device, an example's
+        ``use_mps = args.mps and torch.backends.mps.is_available()``)."""
+        scope = self._functions[-1] if self._functions else self.ctx.module
+        if id(scope) not in self._mps_scopes:
+            finder = _MpsCheck(self, scope)
+            scope.visit(finder)
+            self._mps_scopes[id(scope)] = finder.found
+        return self._mps_scopes[id(scope)]
+
+    def _falls_back_to_cpu(self, node) -> bool:
+        """A device ternary whose other arm is the CPU (``torch.device(f"cuda:{r}" if
+        torch.cuda.is_available() and args.cuda else "cpu")``): right, if slow, off CUDA."""
+        if not isinstance(node, cst.IfExp) or availability_test(self, node.test) is False:
+            return False
+        return _is_fallback(self, node.orelse, "str") or _is_fallback(self, node.orelse, "device")
 
     def _guard_calls(self, test: cst.BaseExpression) -> list[cst.Call]:
         """The availability calls that are ``test`` or ``and`` operands of it."""

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from textwrap import dedent
+
 import re
-from typing import Iterator
+from typing import Iterator, Optional
 
 import libcst as cst
 
-from porter.rulebase.rule import Example, Needs, Rule, Safety, TextRule, string_value
+from porter.rulebase.rule import INFO, Example, Needs, Rule, Safety, TextRule, string_value
 
 CONFIG_PATTERNS = ("*.yaml", "*.yml", "*.json", "*.toml", "*.cfg", "*.ini")
 SHELL_PATTERNS = ("*.sh", "*.bash", "*.zsh", "*.slurm", "*.sbatch")
@@ -92,6 +94,11 @@ _LAUNCH = re.compile(
 _VISIBLE = re.compile(r"\bCUDA_VISIBLE_DEVICES=(?P<value>\S*)")
 
 
+def _hides_gpus(value: str) -> bool:
+    """``CUDA_VISIBLE_DEVICES`` set to hide every GPU (to force the CPU): empty or -1."""
+    return value.strip("\"'") in ("", "-1")
+
+
 class ShellMultiGpuLaunch(TextRule):
     """A shell script launches one process per GPU.
 
@@ -110,6 +117,9 @@ class ShellMultiGpuLaunch(TextRule):
     `--nproc_per_node=1` on a Mac (porter_runtime picks gloo and `device_ids=None`
     there), or keep a separate launch line for it.
 
+    A count the caller gives (`--nproc_per_node=${2:-4}`, `"${GPUS}"`) is a note
+    (severity "info"): the one who runs the script picks it.
+
     Known limits:
     Launches spelled through variables (`$LAUNCHER $ARGS`) are not recognised.
     """
@@ -127,7 +137,13 @@ class ShellMultiGpuLaunch(TextRule):
     ]
     invalid = [
         Example("#!/bin/bash\ntorchrun --nproc_per_node=8 pretrain.py --config cfg.yaml\n", path="run.sh"),
-        Example("python -m torch.distributed.launch --nproc_per_node $NGPU train.py\n", path="launch.sh"),
+        Example("python -m torch.distributed.launch --nproc_per_node $NGPU train.py\n", path="launch.sh",
+                message="the count is the caller's: for information"),
+        Example(dedent("""\
+            #!/bin/bash
+            # Usage: ./run_example.sh example.py 4
+            torchrun --nnodes=1 --nproc_per_node=${2:-4} --rdzv_id=101 --rdzv_endpoint="localhost:5972" ${1:-example.py}
+            """), path="run_example.sh", line=3, message="for information"),
         Example("accelerate launch --num_processes=4 train.py\n", path="train.sh"),
     ]
 
@@ -135,9 +151,12 @@ class ShellMultiGpuLaunch(TextRule):
         for number, line in _lines(text):
             match = _LAUNCH.search(_uncommented(line))
             if match and match.group("n") != "1":
+                users = match.group("n").strip("\"'").startswith("$")  # the user's count: their decision
                 self.flag(number, f"{match.group('cmd')} starts {match.group('n')} processes, one per GPU; "
-                          "a Mac has one MPS device", column=match.start() + 1, before=line,
-                          suggestion="use --nproc_per_node=1 on a Mac")
+                          "a Mac has one MPS device" + (" (the count is the caller's: for information)"
+                                                        if users else ""),
+                          column=match.start() + 1, before=line, suggestion="use --nproc_per_node=1 on a Mac",
+                          severity=INFO if users else "")
         return text
 
 
@@ -155,6 +174,10 @@ class ShellCudaVisibleDevices(TextRule):
     Not rewritten: the variable is right on the cluster and harmless elsewhere. To pin
     the device of a ported script, set `PORTER_DEVICE` (`cpu`, `mps`, `cuda:1`).
 
+    A value that picks GPUs (`0,1`) is a note (severity "info"): ignored off CUDA, it
+    blocks nothing. One that hides them all to force the CPU (`=`, `=-1`) is a finding:
+    off CUDA the port then uses MPS.
+
     Known limits:
     Reports every assignment, including harmless ones.
     """
@@ -170,17 +193,22 @@ class ShellCudaVisibleDevices(TextRule):
         Example("# CUDA_VISIBLE_DEVICES=0 python train.py\n", path="run.sh"),
     ]
     invalid = [
-        Example("CUDA_VISIBLE_DEVICES=0,1 python train.py\n", path="run.sh"),
+        Example("CUDA_VISIBLE_DEVICES=0,1 python train.py\n", path="run.sh", message="for information"),
         Example("export CUDA_VISIBLE_DEVICES=3\npython eval.py\n", path="eval.sh"),
+        Example("CUDA_VISIBLE_DEVICES= python eval.py --cpu\n", path="eval.sh", message="to force the CPU"),
     ]
 
     def check(self, text: str) -> str:
         for number, line in _lines(text):
             match = _VISIBLE.search(_uncommented(line))
             if match:
-                self.flag(number, f"CUDA_VISIBLE_DEVICES={match.group('value')} has no effect on MPS or CPU",
+                hides = _hides_gpus(match.group("value"))
+                self.flag(number, f"CUDA_VISIBLE_DEVICES={match.group('value')} has no effect on MPS or CPU"
+                          + ("; it hides the GPUs to force the CPU, and a Mac's port would use MPS" if hides
+                             else " (it picks GPUs: for information)"),
                           column=match.start() + 1, before=line,
-                          suggestion="set PORTER_DEVICE (cpu, mps, cuda:N) to pin the device of the port")
+                          suggestion="set PORTER_DEVICE (cpu, mps, cuda:N) to pin the device of the port",
+                          severity="" if hides else INFO)
         return text
 
 
@@ -262,7 +290,8 @@ class EnvCudaVisibleDevices(Rule):
 
     Fix safety:
     Not rewritten: it is right on CUDA. To choose the device of the port, set
-    `PORTER_DEVICE` instead (or as well).
+    `PORTER_DEVICE` instead (or as well). A value that picks GPUs is a note (severity
+    "info"); one that hides them all (`""`, `"-1"`) to force the CPU is a finding.
 
     Known limits:
     Only literal `"CUDA_VISIBLE_DEVICES"` keys are recognised.
@@ -287,19 +316,44 @@ class EnvCudaVisibleDevices(Rule):
         Example("import os\nos.environ['CUDA_VISIBLE_DEVICES'] = '0,1'\n"),
         Example("import os as o\no.environ.setdefault('CUDA_VISIBLE_DEVICES', args.gpus)\n"),
         Example("from os import environ\nenviron['CUDA_VISIBLE_DEVICES'] = str(rank)\n"),
-        Example("from os import putenv\nputenv('CUDA_VISIBLE_DEVICES', '')\n"),
+        Example("from os import putenv\nputenv('CUDA_VISIBLE_DEVICES', '')\n", message="to force the CPU"),
+        Example(  # yolov5's select_device: a note where it picks GPUs, a finding where it hides them
+            dedent("""\
+                import os
+
+                def select_device(device="", batch_size=0):
+                    cpu = device == "cpu"
+                    mps = device == "mps"
+                    if cpu or mps:
+                        os.environ["CUDA_VISIBLE_DEVICES"] = "-1"
+                    elif device:
+                        os.environ["CUDA_VISIBLE_DEVICES"] = device
+                """),
+            line=7, message="hides the GPUs to force the CPU",
+        ),
     ]
 
     _MESSAGE = "CUDA_VISIBLE_DEVICES selects GPUs for CUDA only; it has no effect on MPS or CPU"
     _SUGGESTION = "set PORTER_DEVICE (cpu, mps, cuda:N) to choose the device of the port"
 
-    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-        target = node.target
-        if isinstance(target, cst.Subscript) and self.matches(target.value, "os.environ"):
-            [element] = target.slice if len(target.slice) == 1 else [None]
-            if element is not None and isinstance(element.slice, cst.Index) and \
-                    string_value(element.slice.value) == "CUDA_VISIBLE_DEVICES":
-                self.flag(node.target, self._MESSAGE, suggestion=self._SUGGESTION)
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for assign in node.targets:
+            target = assign.target
+            if isinstance(target, cst.Subscript) and self.matches(target.value, "os.environ"):
+                [element] = target.slice if len(target.slice) == 1 else [None]
+                if element is not None and isinstance(element.slice, cst.Index) and \
+                        string_value(element.slice.value) == "CUDA_VISIBLE_DEVICES":
+                    self._report(target, node.value)
+
+    def _report(self, node: cst.CSTNode, value: Optional[cst.BaseExpression]) -> None:
+        """A finding where the value hides every GPU to force the CPU (off CUDA the port
+        picks MPS); a note where it picks GPUs, which blocks nothing off CUDA."""
+        text = string_value(value) if value is not None else None
+        if text is not None and _hides_gpus(text):
+            self.flag(node, self._MESSAGE + "; it hides the GPUs to force the CPU, and a Mac's port would use MPS",
+                      suggestion=self._SUGGESTION)
+        else:
+            self.note(node, self._MESSAGE + " (it picks GPUs: for information)", suggestion=self._SUGGESTION)
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
@@ -307,4 +361,4 @@ class EnvCudaVisibleDevices(Rule):
             and self.matches(func.value, "os.environ")
         if (is_setdefault or self.matches(func, "os.putenv")) and node.args \
                 and string_value(node.args[0].value) == "CUDA_VISIBLE_DEVICES":
-            self.flag(node, self._MESSAGE, suggestion=self._SUGGESTION)
+            self._report(node, node.args[1].value if len(node.args) > 1 else None)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from textwrap import dedent
+
 import re
 from typing import Optional
 
 import libcst as cst
 
 from porter.rulebase.needs import literal_patterns
+from porter.rulebase.numpy_dtypes import known_not_float64
 from porter.rulebase.rule import (
     BYTES_GAP,
     CUDA_SPEC,
@@ -202,7 +205,11 @@ class FromNumpyToDevice(Rule):
 
     Known limits:
     Only a move in the same expression is seen; a tensor stored in a variable and
-    moved later is not. An array that is float32 already is reported too.
+    moved later is not. An array whose dtype is in plain sight and is not float64 is
+    left alone: made with `.astype("float32")` or `np.zeros(..., dtype=np.uint8)` in the
+    same function (a `self.` field: anywhere in the class), or by
+    `linear_sum_assignment`; indexing, `transpose` and `reshape` keep that dtype. Any
+    other array (a parameter, a file's contents) is reported, float32 or not.
     """
 
     code = "PT605"
@@ -219,9 +226,69 @@ class FromNumpyToDevice(Rule):
         "x = torch.from_numpy(a).to(porter_runtime.supported_dtype(torch.float64)).to(porter_runtime.device())\n",
         "def f(torch, a):\n    return torch.from_numpy(a).cuda()\n",
         "import mylib as torch\nx = torch.from_numpy(a).cuda()\n",
+        # the dtype is in plain sight and is not float64
+        dedent("""\
+            import numpy as np
+            import torch
+
+            z = np.random.RandomState(0).randn(n_sample, 512).astype("float32")
+            latent = torch.from_numpy(z).to(device)
+            """),
+        dedent("""\
+            import numpy as np
+            import torch
+
+            class PrioritizedReplayBuffer:
+                def __init__(self, capacity, obs_shape, device):
+                    self.buffer_obs = np.zeros((capacity,) + obs_shape, dtype=np.uint8)
+                    self.buffer_actions = np.zeros(capacity, dtype=np.int64)
+                    self.device = device
+
+                def sample(self, indices):
+                    return {
+                        "observations": torch.from_numpy(self.buffer_obs[indices]).to(self.device),
+                        "actions": torch.from_numpy(self.buffer_actions[indices]).to(self.device).unsqueeze(1),
+                    }
+            """),
+        dedent("""\
+            import torch
+            from scipy.optimize import linear_sum_assignment
+
+            def noise_assignment(x_start, noise):
+                dist = torch.cdist(x_start.flatten(1), noise.flatten(1))
+                _, assign = linear_sum_assignment(dist.cpu())
+                return torch.from_numpy(assign).to(dist.device)
+            """),
     ]
     invalid = [
         Example("import torch\nx = torch.from_numpy(a).cuda()\n"),
+        Example(  # RandomState.randn is float64
+            dedent("""\
+                import numpy as np
+                import torch
+
+                z = np.random.RandomState(seed).randn(1, G.z_dim)
+                z = torch.from_numpy(z).to(device)
+                """),
+            line=5, message="float64",
+        ),
+        Example(  # one of the field's assignments is float64
+            dedent("""\
+                import numpy as np
+                import torch
+
+                class Buffer:
+                    def __init__(self, n):
+                        self.rewards = np.zeros(n, dtype=np.float32)
+
+                    def reset(self, n):
+                        self.rewards = np.zeros(n)
+
+                    def sample(self, idx, device):
+                        return torch.from_numpy(self.rewards[idx]).to(device)
+                """),
+            line=12, message="float64",
+        ),
         Example("import torch as t\nx = t.from_numpy(a).to(device, non_blocking=True)\n"),
         Example("from torch import from_numpy\nx = from_numpy(a).to('cuda')\n"),
     ]
@@ -229,13 +296,39 @@ class FromNumpyToDevice(Rule):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._moved: set[int] = set()
+        self._functions: list[cst.FunctionDef] = []
+        self._classes: list[cst.ClassDef] = []
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._functions.append(node)
+
+    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
+        self._functions.pop()
+        return updated
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._classes.append(node)
+
+    def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
+        self._classes.pop()
+        return updated
 
     def visit_Call(self, node: cst.Call) -> None:
         if self._any_move(node):
             self._moved.add(id(node.func.value))  # type: ignore[attr-defined]
 
+    def _known_not_float64(self, call: cst.Call) -> bool:
+        """The array's dtype is in plain sight and is not float64 (porter.rulebase.numpy_dtypes)."""
+        if len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
+            return False
+        klass = self._classes[-1] if self._classes else None
+        if klass is not None:
+            self.ctx.see_all_uses_of(["self"])  # a method left out may set the field
+        function = self._functions[-1] if self._functions else self.ctx.module
+        return known_not_float64(call.args[0].value, self.qualname, function, klass)
+
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        if id(original) in self._moved and self.matches(original.func):
+        if id(original) in self._moved and self.matches(original.func) and not self._known_not_float64(original):
             self.flag(original, "a NumPy array is float64 unless made otherwise, and MPS has no float64",
                       suggestion="porter_runtime.to_device(torch.from_numpy(a)), or .float() before the move")
         return updated

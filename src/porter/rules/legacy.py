@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from textwrap import dedent
+
 from typing import Optional
 
 import libcst as cst
@@ -76,6 +78,7 @@ class LegacyCudaTensor(Rule):
     code = "PT602"
     name = "legacy-cuda-tensor"
     safety = Safety.SAFE
+    device_split = True  # `cuda.FloatTensor if x.is_cuda else FloatTensor`: the CPU arm runs on a Mac
     needs = Needs(targets=frozenset(_LEGACY))
 
     valid = [
@@ -107,6 +110,19 @@ class LegacyCudaTensor(Rule):
         Example("import torch\nx = torch.cuda.FloatTensor(size)\n"),
         Example("from torch.cuda import FloatTensor\nx = FloatTensor(2)\n"),
         Example("import torch\nok = isinstance(x, torch.cuda.FloatTensor)\ny = x.type(torch.cuda.HalfTensor)\n"),
+        Example(  # a device split: on MPS `x.is_cuda` is False and the CPU arm runs, so it stays a finding
+            dedent("""\
+                import torch
+
+                def apply(self, x):
+                    if x.is_cuda:
+                        x -= torch.cuda.FloatTensor(self.mean)
+                    else:
+                        x -= torch.FloatTensor(self.mean)
+                    return x
+                """),
+            line=5, message="CUDA",
+        ),
     ]
 
     def __init__(self, ctx) -> None:

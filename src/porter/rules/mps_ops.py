@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 import libcst as cst
 
-from porter.rulebase.rule import Example, Needs, Rule, Safety
+from porter.rulebase.rule import INFO, Example, Needs, Rule, Safety
 
 
 class MissingOp(NamedTuple):
@@ -101,7 +101,9 @@ class MpsMissingOp(Rule):
     training step that can dominate the time.
 
     Fix safety:
-    Review only: nothing is rewritten, the code runs as it is. Off the hot path
+    A note (severity "info"): nothing is rewritten and nothing blocks, the code runs
+    as it is, so it is listed "For information" and never counted as needing a human
+    (nor fails `--check`). Off the hot path
     (evaluation, a loss computed once per epoch) it can stay; in the hot path,
     compute it on the CPU deliberately or use the suggested equivalent where one is
     given.
@@ -117,6 +119,7 @@ class MpsMissingOp(Rule):
     code = "PT801"
     name = "mps-missing-op"
     safety = Safety.REVIEW
+    severity = INFO  # a speed note: the op runs, on the CPU
     needs = Needs(calls_only=True, targets=frozenset(_BY_NAME), methods=frozenset(_BY_METHOD))
 
     valid = [

@@ -86,8 +86,71 @@ class CudaTouchpoint(BaseRule):
         dedent("""\
         from .cuda_utils import helper
         """),
+        # Tests skipped off CUDA (porter.rulebase.test_gates): they never run on a Mac.
+        dedent("""\
+        import unittest
+
+        import torch
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.testing._internal.common_distributed import skip_if_lt_x_gpu
+
+
+        @unittest.skipIf(not torch.cuda.is_available(), "Skip when CUDA is not available")
+        class HSDPTest(unittest.TestCase):
+            def test_mesh(self):
+                mesh = init_device_mesh("cuda", (2, 2))
+
+
+        class ShardTest(unittest.TestCase):
+            @skip_if_lt_x_gpu(4)
+            def test_shard(self):
+                mesh = init_device_mesh("cuda", (4,))
+        """),
+        # A choice of implementation by name, compared and handed on, never a device.
+        dedent("""\
+        def upfirdn2d(x, f, up=1, down=1, padding=0, flip_filter=False, gain=1, impl='cuda'):
+            assert impl in ['ref', 'cuda']
+            if impl == 'cuda' and x.device.type == 'cuda' and _init():
+                return _upfirdn2d_cuda(up=up, down=down, padding=padding, flip_filter=flip_filter, gain=gain).apply(x, f)
+            return _upfirdn2d_ref(x, f, up=up, down=down, padding=padding, flip_filter=flip_filter, gain=gain)
+
+        def filter2d(x, f, padding=0, flip_filter=False, gain=1, impl='cuda'):
+            return upfirdn2d(x, f, padding=padding, flip_filter=flip_filter, gain=gain, impl=impl)
+        """),
+        # A unit test that mocks CUDA and the process group: its "nccl" reaches the mocks.
+        dedent("""\
+        import unittest
+        from unittest.mock import MagicMock, patch
+
+        from trainer.utils import setup_distribution
+
+
+        class SetupDistributionTest(unittest.TestCase):
+            @patch("torch.distributed.init_process_group")
+            @patch("torch.cuda.is_available", return_value=True)
+            def test_setup_distribution_cuda(self, mock_cuda: MagicMock, mock_init: MagicMock) -> None:
+                device = setup_distribution(backend="nccl", rank=1, world_size=4, local_rank=1)
+                mock_init.assert_called_once_with(backend="nccl", init_method="env://", rank=1, world_size=4)
+        """),
+        # NCCL exists only in CUDA builds: its arm runs only where CUDA is.
+        dedent("""\
+        import torch.distributed as dist
+
+        dist.init_process_group(backend="nccl" if dist.is_nccl_available() else "gloo")
+        """),
     ]
     invalid = [
+        Example(  # a default that becomes a device is no mere choice of name
+            dedent("""\
+            import torch
+
+            def sample(n, device='cuda'):
+                if device == 'cuda':
+                    torch.backends.cudnn.benchmark = True
+                return torch.randn(n, device=device)
+            """),
+            line=3, message="'cuda'",
+        ),
         # A compiled CUDA extension imported by its module name.
         Example(dedent("""\
         import torch

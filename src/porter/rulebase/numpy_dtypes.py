@@ -1,0 +1,118 @@
+"""Whether a NumPy array's dtype is known, from the code around it, not to be float64.
+
+``torch.from_numpy(a).to(device)`` fails on MPS only when ``a`` is float64 (PT605). The
+array is often made a few lines up with its dtype in plain sight: ``.astype("float32")``,
+``np.zeros(shape, dtype=np.uint8)`` (a replay buffer's field, set in ``__init__``),
+scipy's ``linear_sum_assignment`` (integer indices). Indexing, ``transpose`` and
+``reshape`` keep a dtype. Anything else (a parameter, a file's contents, arithmetic) is
+unknown and stays a finding.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import libcst as cst
+
+from porter.rulebase.rule import keyword, string_value
+
+#: dtype spellings that are not float64 (``np.<name>``, ``"<name>"``, or the builtin).
+_NOT_FLOAT64 = frozenset({
+    "float32", "float16", "half", "single", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32",
+    "int64", "bool", "bool_", "intc", "intp", "ubyte", "byte", "short", "int_", "longlong", "complex64", "csingle",
+    "f4", "f2", "u1", "i1", "i2", "i4", "i8", "int", "long",
+})
+#: NumPy functions that take a ``dtype=`` and make an array of it.
+_MAKERS = frozenset(f"numpy.{n}" for n in (
+    "zeros", "ones", "empty", "full", "array", "asarray", "arange", "frombuffer", "fromfile", "zeros_like",
+    "ones_like", "empty_like", "full_like", "ascontiguousarray"))
+#: Functions whose results are integer arrays.
+_INTEGER_RESULTS = frozenset({"scipy.optimize.linear_sum_assignment", "numpy.argsort", "numpy.argmax",
+                              "numpy.argmin", "numpy.nonzero", "numpy.where"})
+#: Methods that keep the array's dtype.
+_KEEPS = frozenset({"transpose", "reshape", "copy", "squeeze", "ravel", "flatten", "swapaxes", "repeat"})
+
+Qualname = Callable[[cst.BaseExpression], Optional[str]]
+
+
+def _is_dtype(node: cst.BaseExpression, qualname: Qualname) -> bool:
+    """A dtype that is not float64: ``"float32"``, ``np.uint8``, ``int``, ``bool``."""
+    text = string_value(node)
+    if text is not None:
+        return text.lstrip("<>=|") in _NOT_FLOAT64
+    name = qualname(node) or (node.value if isinstance(node, cst.Name) and node.value in ("int", "bool") else None)
+    return name is not None and name.rsplit(".", 1)[-1] in _NOT_FLOAT64 and name.split(".")[0] in ("numpy", name)
+
+
+class Assignments(cst.CSTVisitor):
+    """Every value assigned to a name or ``self.attr`` in a tree (a tuple target's whole value)."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.values: list[cst.BaseExpression] = []
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            if self._binds(target.target):
+                self.values.append(node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None and self._binds(node.target):
+            self.values.append(node.value)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        if self._binds(node.target):
+            self.values.append(node.target)  # `a /= b` may change nothing we know: unknown below
+
+    def _binds(self, target: cst.BaseExpression) -> bool:
+        if isinstance(target, (cst.Tuple, cst.List)):
+            return any(self._binds(e.value) for e in target.elements)
+        return _spelled(target) == self.target
+
+
+def _spelled(node: cst.BaseExpression) -> Optional[str]:
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self":
+        return "self." + node.attr.value
+    return None
+
+
+def known_not_float64(node: cst.BaseExpression, qualname: Qualname, function: cst.CSTNode,
+                      klass: Optional[cst.CSTNode], depth: int = 0) -> bool:
+    """Whether the array ``node`` is known not to be float64. A name's assignments are
+    looked up in ``function`` (the enclosing function, or the module), ``self.attr``'s
+    in ``klass`` (the enclosing class); every one must be known."""
+    while True:
+        if isinstance(node, cst.Subscript):
+            node = node.value
+        elif (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+              and node.func.attr.value in _KEEPS and qualname(node.func) is None):
+            node = node.func.value
+        else:
+            break
+    if isinstance(node, cst.Call):
+        return _made_not_float64(node, qualname)
+    name = _spelled(node)
+    if name is None or depth > 2:
+        return False
+    scope = klass if name.startswith("self.") else function
+    if scope is None:
+        return False
+    found = Assignments(name)
+    scope.visit(found)
+    return bool(found.values) and all(
+        v is not node and known_not_float64(v, qualname, function, klass, depth + 1) for v in found.values)
+
+
+def _made_not_float64(call: cst.Call, qualname: Qualname) -> bool:
+    name = qualname(call.func)
+    if name in _INTEGER_RESULTS:
+        return True
+    dtype = keyword(call, "dtype")
+    if name in _MAKERS and dtype is not None:
+        return _is_dtype(dtype.value, qualname)
+    if isinstance(call.func, cst.Attribute) and call.func.attr.value == "astype" and name is None:
+        given = dtype.value if dtype is not None else call.args[0].value if call.args else None
+        return given is not None and _is_dtype(given, qualname)
+    return False

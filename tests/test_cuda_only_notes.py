@@ -1,0 +1,162 @@
+"""Findings that block nothing are notes (severity "info"), through the real CLI: code that
+only runs where CUDA is (a test skipped off CUDA, an ``if x.is_cuda:`` arm, NCCL's arm) and
+PT801's speed notes are listed "For information", never counted as needing a human, and
+``--check`` does not fail on them; a device split's CPU arm (PT602) stays a finding."""
+
+import json
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from porter.cli.app import cli
+from test_cli import make_tree
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import gauntlet  # noqa: E402
+
+GPU_TEST = '''\
+import unittest
+
+import torch
+from torch.distributed.device_mesh import init_device_mesh
+from torch.testing._internal.common_distributed import skip_if_lt_x_gpu
+
+
+@unittest.skipIf(not torch.cuda.is_available(), "Skip when CUDA is not available")
+class ShampooHSDPTest(unittest.TestCase):
+    @skip_if_lt_x_gpu(4)
+    def test_mesh(self):
+        mesh = init_device_mesh("cuda", (2, 2))
+        self.assertEqual(mesh.device_type, "cuda")
+'''
+
+SOAP = '''\
+import torch
+
+
+def eigenbasis(mat):
+    _, q = torch.linalg.eigh(mat + 1e-30 * torch.eye(mat.size(0), device=mat.device))
+    return q
+'''
+
+PCA = '''\
+import torch
+
+
+class PCA:
+    def apply(self, x):
+        if x.is_cuda:
+            x -= torch.cuda.FloatTensor(self.mean)
+        else:
+            x -= torch.FloatTensor(self.mean)
+        return x
+'''
+
+NEEDS_HUMAN = "import torch\nuse_cuda = not args.no_cuda and torch.cuda.is_available()\n"
+
+
+def porter(*args):
+    result = CliRunner().invoke(cli, [*map(str, args), "-j", "1"])
+    if result.exception and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code
+
+
+def findings(report: Path) -> dict:
+    data = json.loads(report.read_text())
+    return {(entry["path"], item["code"]): item for entry in data["files"] for item in entry["findings"]}
+
+
+def test_a_gpu_test_and_a_speed_note_are_notes_and_check_passes(tmp_path):
+    root = make_tree(tmp_path / "repo", {"tests/hsdp_test.py": GPU_TEST, "soap.py": SOAP})
+    report = tmp_path / "r.json"
+    assert porter("migrate", root, "--check", "--report", report) == 0
+    found = findings(report)
+    guard = found[("tests/hsdp_test.py", "PT202")]
+    assert guard["severity"] == "info" and "a test skipped off CUDA, line 8" in guard["message"]
+    assert found[("soap.py", "PT801")]["severity"] == "info"
+    assert ("tests/hsdp_test.py", "PT999") not in found  # the mesh's "cuda" is guarded by the test's skip
+    data = json.loads(report.read_text())
+    assert data["summary"]["findings"] == 0 and data["summary"]["notes"] == 2
+    assert gauntlet.review_findings(data) == []  # the gauntlet counts only what needs a human
+    markdown = tmp_path / "r.md"
+    porter("migrate", root, "--check", "--report", markdown)
+    text = markdown.read_text()
+    assert "## Needs a human (0)" in text and "For information (2;" in text
+
+
+def test_a_device_split_stays_a_finding_and_a_real_one_still_fails_check(tmp_path):
+    root = make_tree(tmp_path / "repo", {"pca.py": PCA, "train.py": NEEDS_HUMAN})
+    report = tmp_path / "r.json"
+    assert porter("migrate", root, "--check", "--report", report) == 1
+    found = findings(report)
+    assert "severity" not in found[("pca.py", "PT602")]  # on MPS the CPU arm runs: a human must look
+    assert "severity" not in found[("train.py", "PT202")]
+    data = json.loads(report.read_text())
+    assert data["summary"]["findings"] == 2 and len(gauntlet.review_findings(data)) == 2
+
+
+def test_write_then_check_is_clean_with_notes(tmp_path):
+    root = make_tree(tmp_path / "repo", {"tests/hsdp_test.py": GPU_TEST, "soap.py": SOAP})
+    assert porter("migrate", root, "--write") == 0
+    assert porter("migrate", root, "--check") == 0
+
+
+BUFFER = '''\
+import numpy as np
+import torch
+
+
+class ReplayBuffer:
+    def __init__(self, capacity, obs_shape, device):
+        self.obs = np.zeros((capacity,) + obs_shape, dtype=np.uint8)
+        self.device = device
+
+    def sample(self, idx):
+        return torch.from_numpy(self.obs[idx]).to(self.device)
+
+
+def latent(seed, device):
+    z = np.random.RandomState(seed).randn(1, 512)
+    return torch.from_numpy(z).to(device)
+'''
+
+MULTIGPU = '''\
+import torch
+
+device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() and args.cuda else "cpu")
+'''
+
+
+def test_a_known_dtype_is_no_finding_and_a_cpu_fallback_is_a_note(tmp_path):
+    root = make_tree(tmp_path / "repo", {"buffer.py": BUFFER, "multigpu.py": MULTIGPU})
+    report = tmp_path / "r.json"
+    assert porter("migrate", root, "--check", "--report", report) == 1
+    data = json.loads(report.read_text())
+    items = [(entry["path"], item["line"], item["code"], item.get("severity", ""))
+             for entry in data["files"] for item in entry["findings"]]
+    assert ("buffer.py", 16, "PT605", "") in items  # RandomState.randn: float64
+    assert not any(path == "buffer.py" and line == 11 for path, line, _, _ in items)  # uint8
+    assert ("multigpu.py", 3, "PT202", "info") in items
+
+
+TRAIN_LOOP = '''\
+import torch as th
+
+
+class TrainLoop:
+    def __init__(self, model):
+        self.model = model
+        self.sync_cuda = th.cuda.is_available()
+'''
+
+
+def test_a_flag_read_nowhere_in_the_tree_is_a_note_and_one_read_elsewhere_a_finding(tmp_path):
+    alone = make_tree(tmp_path / "alone", {"train_util.py": TRAIN_LOOP, "run.py": "loop = 1\n"})
+    read = make_tree(tmp_path / "read", {"train_util.py": TRAIN_LOOP,
+                                         "run.py": "def step(loop):\n    return loop.sync_cuda\n"})
+    for root, severity in ((alone, "info"), (read, "")):
+        report = tmp_path / f"{root.name}.json"
+        porter("migrate", root, "--check", "--report", report)
+        assert findings(report)[("train_util.py", "PT202")].get("severity", "") == severity
