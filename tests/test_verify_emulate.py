@@ -228,3 +228,33 @@ def test_ddp_in_a_one_process_group_runs_on_the_cpu_of_a_mac(schedule):
     code, data, _ = verify(schedule, "--emulate", "mps", "--run", "python diffusion.py --ddp 29621")
     assert code == 0, data["run"]
     assert "a process group" in data["run"]["output"]
+
+
+GAN = """
+    import numpy as np
+    import torch
+    import torch.nn as nn
+    from torch.autograd import Variable
+
+    cuda = True if torch.cuda.is_available() else False
+    Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor
+
+    generator = nn.Sequential(nn.Linear(8, 4), nn.Tanh())
+    if cuda:
+        generator.cuda()
+    z = Variable(Tensor(np.random.normal(0, 1, (2, 8))))
+    valid = Variable(Tensor(2, 1).fill_(1.0), requires_grad=False)
+    print("gen", generator(z).shape, valid.sum().item())
+"""
+
+
+def test_a_flag_that_picks_legacy_cuda_types_keeps_a_mac_on_the_cpu(tmp_path):
+    """PyTorch-GAN's dcgan: porter used to admit MPS in `cuda`, which then picked
+    torch.cuda.FloatTensor on a Mac ('type torch.cuda.FloatTensor not available'); the
+    flag is kept (PT202 reports it), so the script runs on the CPU there, as before."""
+    tree = write_tree(tmp_path / "repo", {"dcgan.py": GAN, "requirements.txt": "torch\nnumpy\n"})
+    port(tree)
+    assert "cuda = True if torch.cuda.is_available() else False" in (tree / "dcgan.py").read_text()
+    code, data, _ = verify(tree, "--emulate", "mps", "--run", "python dcgan.py")
+    assert code == 0, data["run"]
+    assert "gen" in data["run"]["output"]
