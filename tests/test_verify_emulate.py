@@ -164,3 +164,97 @@ def test_without_the_runtime_the_emulation_says_it_never_started(tmp_path):
     code, data, _ = verify(tree, "--emulate", "mps", "--run", "python plain.py")
     assert code == 0
     assert data["emulate"]["started"] is False
+
+
+SCHEDULE = """
+    import os
+    import sys
+
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+
+
+    class Diffusion(nn.Module):
+        def __init__(self, T=10):
+            super().__init__()
+            self.net = nn.Linear(4, 4)
+            self.register_buffer("betas", torch.linspace(1e-4, 0.02, T).double())
+            self.register_buffer("sqrt_alphas_bar", torch.sqrt(torch.cumprod(1.0 - self.betas, dim=0)))
+
+        def forward(self, x, t):
+            return self.net(x) * self.sqrt_alphas_bar[t].float()[:, None]
+
+
+    def main():
+        if "--ddp" in sys.argv:
+            os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[-1])
+            dist.init_process_group("nccl", rank=0, world_size=1)
+        device = torch.device("cuda")
+        model = Diffusion().to(device)
+        if "--ddp" in sys.argv:
+            model = nn.parallel.DistributedDataParallel(model, device_ids=[0])
+        x = torch.randn(2, 4, device=device)
+        t = torch.randint(10, (2,), device=device)
+        print("out", model(x, t).sum().item())
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+@pytest.fixture(scope="module")
+def schedule(tmp_path_factory):
+    root = write_tree(tmp_path_factory.mktemp("schedule") / "repo",
+                      {"diffusion.py": SCHEDULE, "requirements.txt": "torch\n"})
+    port(root)
+    return root
+
+
+def test_a_float64_buffer_of_a_module_moved_to_the_device_runs(schedule):
+    """pytorch-ddpm: `register_buffer("betas", ....double())`, then `.to(device)` raised
+    'Cannot convert a MPS Tensor to float64' on a Mac; the port keeps the buffers float32
+    there (porter_runtime.double) and float64 on CUDA."""
+    assert "porter_runtime.double(torch.linspace(" in (schedule / "diffusion.py").read_text()
+    code, data, _ = verify(schedule, "--emulate", "mps", "--run", "python diffusion.py")
+    assert code == 0, data["run"]
+    assert "out" in data["run"]["output"]
+
+
+def test_ddp_in_a_one_process_group_runs_on_the_cpu_of_a_mac(schedule):
+    """DiT / improved-diffusion / DINO under torchrun --nproc_per_node=1: Gloo can't
+    broadcast MPS tensors, so the runtime resolves a Mac with a process group to the CPU."""
+    code, data, _ = verify(schedule, "--emulate", "mps", "--run", "python diffusion.py --ddp 29621")
+    assert code == 0, data["run"]
+    assert "a process group" in data["run"]["output"]
+
+
+GAN = """
+    import numpy as np
+    import torch
+    import torch.nn as nn
+    from torch.autograd import Variable
+
+    cuda = True if torch.cuda.is_available() else False
+    Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor
+
+    generator = nn.Sequential(nn.Linear(8, 4), nn.Tanh())
+    if cuda:
+        generator.cuda()
+    z = Variable(Tensor(np.random.normal(0, 1, (2, 8))))
+    valid = Variable(Tensor(2, 1).fill_(1.0), requires_grad=False)
+    print("gen", generator(z).shape, valid.sum().item())
+"""
+
+
+def test_a_flag_that_picks_legacy_cuda_types_keeps_a_mac_on_the_cpu(tmp_path):
+    """PyTorch-GAN's dcgan: porter used to admit MPS in `cuda`, which then picked
+    torch.cuda.FloatTensor on a Mac ('type torch.cuda.FloatTensor not available'); the
+    flag is kept (PT202 reports it), so the script runs on the CPU there, as before."""
+    tree = write_tree(tmp_path / "repo", {"dcgan.py": GAN, "requirements.txt": "torch\nnumpy\n"})
+    port(tree)
+    assert "cuda = True if torch.cuda.is_available() else False" in (tree / "dcgan.py").read_text()
+    code, data, _ = verify(tree, "--emulate", "mps", "--run", "python dcgan.py")
+    assert code == 0, data["run"]
+    assert "gen" in data["run"]["output"]

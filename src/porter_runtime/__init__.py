@@ -55,6 +55,7 @@ _EXPORTS = {
     "fsdp_sync_module_states": "_dist", "is_multiprocess_launch": "_dist",
     "is_bf16_supported": "_dtypes", "supported_dtype": "_dtypes",
     "build_cuda_extension": "_extensions",
+    "FlashAttention": "_flash_v1",
     "fa3_attention": "_fa3",
     "attn_implementation": "_huggingface", "cuda_option": "_huggingface",
     "load_state_dict": "_idioms", "require_device": "_idioms",

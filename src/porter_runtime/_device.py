@@ -65,23 +65,77 @@ def _probe() -> Resolution:
     if torch.cuda.is_available():
         return Resolution(torch.device("cuda"), "torch.cuda.is_available() is True")
     if _compat.mps_available():
-        return _multiprocess_on_a_mac() or Resolution(
+        return _distributed_on_a_mac() or Resolution(
             torch.device("mps"), "torch.backends.mps.is_available() is True, CUDA is not")
     if _compat.xpu_available():
         return Resolution(torch.device("xpu"), "torch.xpu.is_available() is True, CUDA is not")
     return Resolution(torch.device("cpu"), "no CUDA, MPS or XPU device is available")
 
 
-def _multiprocess_on_a_mac(note: str = "") -> Optional[Resolution]:
-    """The CPU, for one of several processes a launcher (torchrun) started on a Mac:
-    Gloo, the only backend macOS builds, cannot communicate MPS tensors, and a Mac has one
-    GPU. The run then works, on the CPU, as it would with PORTER_DEVICE=cpu (which
-    PORTER_DEVICE=mps overrides, and then the launch is refused: _dist.check_launch)."""
+#: Set by the runtime's init_process_group off CUDA: a process group is being made.
+_group_started = False
+
+
+def _distributed_on_a_mac(note: str = "") -> Optional[Resolution]:
+    """The CPU, for a process on a Mac that uses a process group, or that a launcher
+    (torchrun) started for one: Gloo, the only backend macOS builds, cannot communicate
+    MPS tensors (``ProcessGroupGloo::broadcast: invalid tensor type``), not even in a
+    group of one process, where DDP still broadcasts the model. The run then works, on
+    the CPU, as it would with PORTER_DEVICE=cpu (which PORTER_DEVICE=mps overrides: a
+    multi-process launch is then refused, _dist.check_launch). Only the Mac branches of
+    the resolution ask: CUDA is chosen before this is read."""
     world = _compat.launch_world_size()
-    if world <= 1:
+    if world > 1:
+        why = f"a {world}-process launch"
+    elif "WORLD_SIZE" in os.environ:
+        why = "a launch for a process group (WORLD_SIZE=1)"
+    elif _group_started or _group_initialized():
+        why = "a process group"
+    else:
         return None
-    return Resolution(torch.device("cpu"), f"a {world}-process launch: Gloo, macOS's only distributed backend, "
-                      f"cannot communicate MPS tensors, so each process runs on the CPU{note}")
+    return Resolution(torch.device("cpu"), f"{why}: Gloo, macOS's only distributed backend, "
+                      f"cannot communicate MPS tensors, so this process runs on the CPU{note}")
+
+
+def _group_initialized() -> bool:
+    """A default process group exists (one the code made with torch.distributed itself)."""
+    dist = getattr(torch, "distributed", None)
+    return bool(dist is not None and dist.is_available() and dist.is_initialized())
+
+
+def note_process_group() -> None:
+    """Called by the runtime's ``init_process_group`` off CUDA, before the group is made.
+
+    From then on a Mac resolves to the CPU (:func:`_distributed_on_a_mac`). Where the
+    device had already resolved to MPS (a device asked for before the group was made,
+    with no launcher's WORLD_SIZE to tell), it is resolved again, with a line saying so:
+    what the code makes from now on (the model DDP wraps, the batches) goes to the CPU,
+    and a tensor it put on MPS before must be moved by hand. PORTER_DEVICE is kept."""
+    global _group_started, _resolution
+    _group_started = True
+    previous = _resolution
+    if previous is None or previous.kind != "mps" or _overridden(previous):
+        return
+    _resolution = None
+    now = resolve(announce=False)
+    message = (f"a process group is being made after the device resolved to {previous.device}; "
+               f"using {now.device} from now on ({now.reason})")
+    if previous.device.type == "mps" and _mps_in_use():
+        _log.warn_once("device:process-group", message + "; tensors already on mps must be moved to it")
+    else:
+        _log.info_once("device:process-group", message)
+
+
+def _mps_in_use() -> bool:
+    """Tensors live on MPS now (a real Mac; the emulated device holds none)."""
+    try:
+        return torch.mps.current_allocated_memory() > 0
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def _overridden(resolution: Resolution) -> bool:
+    return resolution.reason.startswith("PORTER_DEVICE=")
 
 
 def resolve(announce: bool = True) -> Resolution:
@@ -92,7 +146,7 @@ def resolve(announce: bool = True) -> Resolution:
     if _resolution is None:
         override = os.environ.get("PORTER_DEVICE", "").strip()
         if _compat.emulated():
-            _resolution = _multiprocess_on_a_mac(f"; {EMULATION_LABEL}") or Resolution(
+            _resolution = _distributed_on_a_mac(f"; {EMULATION_LABEL}") or Resolution(
                 EMULATED, f"PORTER_EMULATE=mps; {EMULATION_LABEL}", "mps")
         else:
             _resolution = _from_env(override) if override else _probe()
@@ -113,8 +167,9 @@ def resolve(announce: bool = True) -> Resolution:
 
 def _reset() -> None:
     """Forget the cached resolution and one-time messages (for tests)."""
-    global _resolution
+    global _resolution, _group_started
     _resolution = None
+    _group_started = False
     _log.reset()
 
 

@@ -40,7 +40,9 @@ def init_process_group(backend: Optional[str] = None, **kwargs: Any) -> None:
     """Twin of torch.distributed.init_process_group with the backend chosen per device.
 
     CUDA: forwarded unchanged (backend None stays None, as in the original).
-    MPS / CPU: backend from dist_backend(); an MPS multi-process launch raises;
+    MPS / CPU: backend from dist_backend(); on a Mac the device resolves to the CPU
+    from here on (_device.note_process_group: Gloo cannot communicate MPS tensors),
+    and a multi-process launch that PORTER_DEVICE=mps keeps on MPS raises;
     ``device_id`` (which binds the group to a CUDA device, and which torch refuses for a
     CPU device: "device_id parameter must be an accelerator with an index") is dropped,
     with one info line. A Gloo group is also held until the interpreter exits
@@ -48,6 +50,7 @@ def init_process_group(backend: Optional[str] = None, **kwargs: Any) -> None:
     """
     import torch.distributed as dist  # deferred: importing it is not free
 
+    _device.note_process_group()  # on a Mac, the CPU from now on (Gloo has no MPS tensors)
     if _device.is_cuda():
         dist.init_process_group(backend=backend, **kwargs)
         return

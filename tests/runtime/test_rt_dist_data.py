@@ -80,8 +80,11 @@ def test_real_gloo_group_with_a_cpu_device_id(tmp_path):
 
 
 def test_multi_process_mps_launch_is_a_clear_error(simulate, monkeypatch):
+    """Only PORTER_DEVICE=mps keeps a Mac's process group on MPS; a multi-process one is
+    then refused. Without it the group makes the runtime choose the CPU."""
     machine = simulate("mps")
     recorder = machine.record(dist, "init_process_group")
+    monkeypatch.setenv("PORTER_DEVICE", "mps")
     with pytest.raises(RuntimeError, match="2-process launch resolved to mps.*PORTER_DEVICE=cpu"):
         porter_runtime.init_process_group("nccl", world_size=2, rank=0)
     monkeypatch.setenv("WORLD_SIZE", "4")
@@ -90,6 +93,7 @@ def test_multi_process_mps_launch_is_a_clear_error(simulate, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "1")
     porter_runtime.init_process_group()
     assert recorder.calls == [((), {"backend": "gloo"})]
+    assert porter_runtime.device() == torch.device("mps")
 
 
 def test_a_torchrun_launch_on_a_mac_runs_each_process_on_the_cpu(simulate, monkeypatch):

@@ -539,6 +539,43 @@ class _MpsCheck(cst.CSTVisitor):
         return not self.found
 
 
+class _TypeFlags(cst.CSTVisitor):
+    """Names that are the test of an ``if`` or a ternary whose CUDA side names a legacy
+    CUDA tensor type (``Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor``)."""
+
+    def __init__(self, rule: Rule) -> None:
+        super().__init__()
+        self.rule = rule
+        self.names: set[str] = set()
+
+    def visit_IfExp(self, node: cst.IfExp) -> None:
+        self._test(node.test, node.body)
+
+    def visit_If(self, node: cst.If) -> None:
+        self._test(node.test, node.body)
+
+    def _test(self, test: cst.BaseExpression, body: cst.CSTNode) -> None:
+        if isinstance(test, cst.Name) and _names_cuda_type(self.rule, body):
+            self.names.add(test.value)
+
+
+class _CudaTypes(cst.CSTVisitor):
+    def __init__(self, rule: Rule) -> None:
+        super().__init__()
+        self.rule, self.found = rule, False
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        name = self.rule.qualname(node)
+        self.found = self.found or bool(name and name.startswith("torch.cuda.") and name.endswith("Tensor"))
+        return not self.found
+
+
+def _names_cuda_type(rule: Rule, node: cst.CSTNode) -> bool:
+    finder = _CudaTypes(rule)
+    node.visit(finder)
+    return finder.found
+
+
 class CudaAvailableGuard(Rule):
     """`if torch.cuda.is_available():` around device-neutral code tests `is_accelerator_available()`.
 
@@ -658,6 +695,16 @@ class CudaAvailableGuard(Rule):
         Example("import torch\nuse_cuda = not args.no_cuda and torch.cuda.is_available()\n"),
         Example("import torch\nif torch.cuda.is_available():\n    model = apex.amp.initialize(model)\n    x = x.cuda()\n"),
         Example("import torch\nif not torch.cuda.is_available():\n    args.amp = False\n"),
+        Example(  # PyTorch-GAN: the flag picks a legacy CUDA type, which a Mac lacks: kept, reported
+            dedent("""\
+                import torch
+
+                cuda = True if torch.cuda.is_available() else False
+                Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor
+                z = Tensor(np.random.normal(0, 1, (batch_size, latent_dim)))
+                """),
+            line=3, message="chooses a legacy CUDA tensor type",
+        ),
         Example(  # dino's init_distributed_mode: the one-process setup needs no CUDA, the else only refuses
             dedent("""\
                 import os
@@ -821,6 +868,8 @@ class CudaAvailableGuard(Rule):
         super().__init__(ctx)
         self._handled: set[cst.Call] = set()  # calls decided at their if/ternary
         self._dist_guards: Optional[set[int]] = None
+        self._flags: dict[int, str] = {}  # id of a ternary -> the name it is assigned to
+        self._type_flags: Optional[set[str]] = None
         self._elifs: set[int] = set()  # ids of the `elif` branches seen
         self._repeats: set[cst.BaseExpression] = set()  # availability calls used as a repeat count
         self._functions: list[cst.FunctionDef] = []
@@ -853,6 +902,8 @@ class CudaAvailableGuard(Rule):
                 self._handled.update(self._calls(arg.value))
 
     def visit_Assign(self, node: cst.Assign) -> None:
+        if isinstance(node.value, cst.IfExp) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+            self._flags[id(node.value)] = node.targets[0].target.value
         if len(node.targets) == 1 and availability_test(self, node.value) and self._unread(node.targets[0].target):
             self._unread_flags.add(node.value)
 
@@ -940,6 +991,13 @@ class CudaAvailableGuard(Rule):
             return updated
         if not self._guard_calls(test):
             return updated
+        if isinstance(original, cst.IfExp) and self._selects_cuda_type(original):
+            self.flag(test, f"{_NOTE}; the flag it sets chooses a legacy CUDA tensor type (`torch.cuda.FloatTensor "
+                      "if cuda else torch.FloatTensor`), which exists only with CUDA, so it is not rewritten and "
+                      "the code runs on the CPU off CUDA, as before",
+                      suggestion="build tensors with torch.tensor(..., device=porter_runtime.device()) instead of "
+                                 "the legacy types, then test porter_runtime.is_accelerator_available()")
+            return updated
         residue = cuda_residue(self, body, new_body)
         if residue is not None and self._falls_back_to_cpu(original):
             self.note(test, f"{_NOTE}; the CUDA choice (`{residue}`) is not rewritten, and without CUDA it picks "
@@ -986,6 +1044,19 @@ class CudaAvailableGuard(Rule):
         if not isinstance(node, cst.IfExp) or availability_test(self, node.test) is False:
             return False
         return _is_fallback(self, node.orelse, "str") or _is_fallback(self, node.orelse, "device")
+
+    def _selects_cuda_type(self, node: cst.IfExp) -> bool:
+        """``cuda = True if torch.cuda.is_available() else False`` whose name the file tests to
+        pick ``torch.cuda.FloatTensor``: admitting MPS would make it pick that type on a Mac,
+        where it raises; and ``x.type(Tensor)`` can name no MPS type."""
+        name = self._flags.get(id(node))
+        if name is None:
+            return False
+        if self._type_flags is None:
+            finder = _TypeFlags(self)
+            self.ctx.module.visit(finder)
+            self._type_flags = finder.names
+        return name in self._type_flags
 
     def _guard_calls(self, test: cst.BaseExpression) -> list[cst.Call]:
         """The availability calls that are ``test`` or ``and`` operands of it."""

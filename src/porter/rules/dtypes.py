@@ -5,6 +5,7 @@ from __future__ import annotations
 from textwrap import dedent
 
 import re
+from textwrap import dedent
 from typing import Optional
 
 import libcst as cst
@@ -356,7 +357,10 @@ class DoubleOnDevice(Rule):
     Rewrites `x.double()` (a tensor or a module) when it is chained with a move to
     the CUDA or runtime device: `model.double().cuda()` becomes
     `porter_runtime.double(model).cuda()`, and `x.cuda().double()` becomes
-    `porter_runtime.double(x.cuda())`.
+    `porter_runtime.double(x.cuda())`. Also when the tensor becomes a module's
+    state, which moves with the module: `self.register_buffer("betas",
+    torch.linspace(b1, b2, T).double())` and `nn.Parameter(w.double())` (a diffusion
+    schedule kept in float64, then `model.to(device)`).
 
     Why:
     MPS has no float64: `TypeError: Cannot convert a MPS Tensor to float64 dtype as
@@ -369,8 +373,9 @@ class DoubleOnDevice(Rule):
 
     Known limits:
     Only a move in the same expression (`.cuda()`, `.to("cuda")`,
-    `.to(porter_runtime.device())`) is seen. A file that defines its own `double`
-    method gets findings instead.
+    `.to(porter_runtime.device())`) or a buffer / parameter is seen. A file that
+    defines its own `double` method gets findings instead. A module whose float64
+    buffers never leave the CPU gets float32 ones on a Mac too (with the warning).
     """
 
     code = "PT606"
@@ -398,6 +403,33 @@ class DoubleOnDevice(Rule):
             "y = porter_runtime.double(tensor([1.0])).to(porter_runtime.device(), non_blocking=True)\n",
         ),
         Example("class P:\n    def double(self):\n        return self\n\np = P().double().cuda()\n"),
+        Example(  # a float64 noise schedule: buffers move to the device with the module
+            dedent("""\
+                import torch
+                import torch.nn as nn
+
+
+                class GaussianDiffusionTrainer(nn.Module):
+                    def __init__(self, model, beta_1, beta_T, T):
+                        super().__init__()
+                        self.register_buffer(
+                            'betas', torch.linspace(beta_1, beta_T, T).double())
+                        self.scale = nn.Parameter(torch.ones(1).double())
+                """),
+            dedent("""\
+                import porter_runtime
+                import torch
+                import torch.nn as nn
+
+
+                class GaussianDiffusionTrainer(nn.Module):
+                    def __init__(self, model, beta_1, beta_T, T):
+                        super().__init__()
+                        self.register_buffer(
+                            'betas', porter_runtime.double(torch.linspace(beta_1, beta_T, T)))
+                        self.scale = nn.Parameter(porter_runtime.double(torch.ones(1)))
+                """),
+        ),
     ]
 
     def __init__(self, ctx) -> None:
@@ -408,6 +440,9 @@ class DoubleOnDevice(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         if is_device_move(self, node):
             self._moved.add(id(node.func.value))  # type: ignore[attr-defined]
+        state = _module_state(self, node)
+        if state is not None:
+            self._moved.add(id(state))
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         func = original.func
@@ -426,6 +461,20 @@ class DoubleOnDevice(Rule):
 
 
 _DEFINES_DOUBLE = re.compile(rb"\bdef\s+double\s*\(")
+_PARAMETER = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
+
+
+def _module_state(rule: Rule, call: cst.Call) -> Optional[cst.BaseExpression]:
+    """The tensor ``X.register_buffer(name, tensor)`` or ``nn.Parameter(tensor)`` makes part
+    of a module: it goes wherever ``module.to(device)`` sends the module."""
+    if rule.qualname(call.func) in _PARAMETER:
+        given = keyword(call, "data") or (positional(call)[:1] or [None])[0]
+    elif isinstance(call.func, cst.Attribute) and call.func.attr.value == "register_buffer" \
+            and rule.qualname(call.func.value) is None:
+        given = keyword(call, "tensor") or (positional(call)[1:2] or [None])[0]
+    else:
+        return None
+    return given.value if given is not None else None
 
 
 def _is_dtype(rule: Rule, node: cst.BaseExpression) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Optional
 
 import libcst as cst
@@ -46,6 +47,8 @@ _FA3 = "flash_attn_interface.flash_attn_func"
 _FA3_OPTIONS = frozenset({"q", "k", "v", "softmax_scale", "causal", "window_size", "softcap",
                           "deterministic"})
 _ROOTS = ("flash_attn", "flash_attn_interface")
+#: flash-attn 1.x's attention module (removed in 2.0): its twin is a class of the runtime.
+_V1_CLASS = "flash_attn.flash_attention.FlashAttention"
 _CHAIN_ADVICE = ("give the last `except ImportError:` a fallback (`flash_attn_func = None` and a "
                  "PyTorch path), or call porter_runtime.attention / porter_runtime.fa3_attention")
 
@@ -113,7 +116,7 @@ class FlashAttnFunc(Rule):
     safety = Safety.SAFE
     needs = Needs(
         calls_only=False,  # an import chain is reported even where its names are only values
-        targets=frozenset({*_TARGETS, _FA3}),
+        targets=frozenset({*_TARGETS, _FA3, _V1_CLASS}),
         # an import chain is removed once no use is left in the module
         unit_filter=package_units(_ROOTS),
     )
@@ -174,6 +177,32 @@ class FlashAttnFunc(Rule):
             "except ImportError:\n    HAS_FLASH = False\n\n"
             "def attend(q, k, v):\n    if HAS_FLASH:\n        return porter_runtime.attention(q, k, v)\n"
             "    return sdpa(q, k, v)\n",
+        ),
+        # flash-attn 1.x's module, imported where it is built (the import goes with its use)
+        Example(
+            example_code("""
+            import torch.nn as nn
+
+
+            class QKVFlashAttention(nn.Module):
+                def __init__(self, embed_dim, num_heads, attention_dropout=0.0, device=None, dtype=None):
+                    from flash_attn.flash_attention import FlashAttention
+
+                    super().__init__()
+                    factory_kwargs = {"device": device, "dtype": dtype}
+                    self.inner_attn = FlashAttention(attention_dropout=attention_dropout, **factory_kwargs)
+            """),
+            example_code("""
+            import porter_runtime
+            import torch.nn as nn
+
+
+            class QKVFlashAttention(nn.Module):
+                def __init__(self, embed_dim, num_heads, attention_dropout=0.0, device=None, dtype=None):
+                    super().__init__()
+                    factory_kwargs = {"device": device, "dtype": dtype}
+                    self.inner_attn = porter_runtime.FlashAttention(attention_dropout=attention_dropout, **factory_kwargs)
+            """),
         ),
         # FlashAttention-3 first, FlashAttention-2 as the fallback: no guard, ported
         Example(
@@ -290,6 +319,8 @@ class FlashAttnFunc(Rule):
         super().__init__(ctx)
         self._chains = None
         self._unpacked: set[cst.Call] = set()
+        self._ported: Counter[str] = Counter()  # bare names whose calls were rewritten
+        self._loads: Optional[Counter[str]] = None
 
     def visit_Assign(self, node: cst.Assign) -> None:
         self._unpacked.update(_unpacked_call(node))
@@ -303,6 +334,10 @@ class FlashAttnFunc(Rule):
         options = chain_alternatives(self, original.func, self._chains)
         if not options:
             return updated
+        if options == [_V1_CLASS]:
+            new = updated.with_changes(func=self.runtime("FlashAttention"))
+            return self.rewrite(original, new, "flash-attn 1.x's `FlashAttention` module is now the runtime's "
+                                "(1.x's own class on CUDA where it imports, its semantics on SDPA elsewhere)")
         if options[0] == _FA3 and all(_TARGETS.get(o) == "flash_attn_func" for o in options[1:]):
             return self._fa3(original, updated)
         functions = {_TARGETS.get(o) for o in options}
@@ -314,6 +349,12 @@ class FlashAttnFunc(Rule):
         flags, ported = self._scan()
         body = without_stops(self, original.body, updated.body, flags, ported, "flash_attn")
         return drop_dead_chains(self, original, updated.with_changes(body=body), _ROOTS, _CHAIN_ADVICE)
+
+    def rewrite(self, original, replacement, message, **kwargs):  # type: ignore[override]
+        result = super().rewrite(original, replacement, message, **kwargs)
+        if result is not original and isinstance(original, cst.Call) and isinstance(original.func, cst.Name):
+            self._ported[original.func.value] += 1
+        return result
 
     def _fa3(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         problem = _fa3_problem(original, original in self._unpacked)
@@ -342,7 +383,55 @@ class FlashAttnFunc(Rule):
     def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
         flags, ported = self._scan()
         body = without_stops(self, original.body, updated.body, flags, ported, "flash_attn")
+        body = self._without_local_imports(body)
         return updated if body is updated.body else updated.with_changes(body=body)
+
+    def _without_local_imports(self, body):
+        """A function's own ``from flash_attn... import X`` goes once every use of X in the
+        file was a call rewritten here (the engine's clean-up sees top-level imports only)."""
+        kept = [stmt for stmt in body if not self._dead_local_import(stmt)]
+        if len(kept) == len(body):
+            return body
+        if kept and body[0] is not kept[0]:
+            kept[0] = kept[0].with_changes(leading_lines=body[0].leading_lines)
+        return kept or body
+
+    def _dead_local_import(self, stmt: cst.BaseStatement) -> bool:
+        if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+            return False
+        node = stmt.body[0]
+        if not isinstance(node, cst.ImportFrom) or node.relative or isinstance(node.names, cst.ImportStar):
+            return False
+        if not under(cst.Module([]).code_for_node(node.module) if node.module else None, _ROOTS):
+            return False
+        names = [(a.asname.name if a.asname else a.name) for a in node.names]
+        if not all(isinstance(n, cst.Name) for n in names):
+            return False
+        if self._loads is None:
+            self._loads = _name_loads(self.ctx.module)
+        return all(self._ported[n.value] and self._ported[n.value] == self._loads[n.value] for n in names)
+
+
+class _Loads(cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: Counter[str] = Counter()
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.counts[node.value] += 1
+
+
+def _name_loads(module: cst.Module) -> Counter:
+    """How often each name occurs in the module outside import statements."""
+    loads = _Loads()
+    module.visit(loads)
+    return loads.counts
 
 
 def _unpacked_call(node: cst.CSTNode) -> list[cst.Call]:
@@ -408,8 +497,10 @@ class _Uses(UseFinder, cst.CSTVisitor):
         return False
 
     def on_use(self, node: cst.BaseExpression, name: str, call: Optional[cst.Call]) -> None:
-        if call is None or name not in _TARGETS and name != _FA3:
+        if call is None or name not in _TARGETS and name not in (_FA3, _V1_CLASS):
             self.all_ported = False
+        elif name == _V1_CLASS:
+            pass  # any arguments: the twin has 1.x's signature
         elif name == _FA3:
             self.all_ported &= _fa3_problem(call, call in self._unpacked) is None
         else:
@@ -449,6 +540,7 @@ _ADVICE = [
      "or torch.nn.MultiheadAttention"),
 ]
 _FUNCTION_NAMES = frozenset({*_TARGETS, _FA3})
+_PORTED_CALLS = _FUNCTION_NAMES | {_V1_CLASS}
 
 
 def _advice(name: str) -> str:
@@ -457,6 +549,8 @@ def _advice(name: str) -> str:
             return text
     if name == _FA3:
         return "call porter_runtime.fa3_attention (FA3's signature) where this value is used"
+    if name == _V1_CLASS:
+        return "construct porter_runtime.FlashAttention (flash-attn 1.x's signature) where this value is used"
     if name in _FUNCTION_NAMES:
         twin = _FUNCTIONS[_TARGETS[name]][0]
         return f"call porter_runtime.{twin} (same signature) where this value is used"
@@ -508,7 +602,7 @@ class FlashAttnUnsupported(UseFinder, Rule):
     ]
 
     def on_use(self, node: cst.BaseExpression, name: str, call: Optional[cst.Call]) -> None:
-        if call is not None and name in _FUNCTION_NAMES:
+        if call is not None and name in _PORTED_CALLS:
             return  # TP101 rewrites or reports it
         what = f"`{name}`" + (" (called)" if call is not None else "")
         self.flag(call or node, f"{what} needs the flash_attn package, which does not build "

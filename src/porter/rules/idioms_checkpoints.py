@@ -47,6 +47,8 @@ class _Evidence:
     wraps: dict[str, list[_Wrap]] = field(default_factory=dict)
     saved: set[str] = field(default_factory=set)  # `X.state_dict()` is taken of these
     gpu_names: set[str] = field(default_factory=set)  # `n_gpu = torch.cuda.device_count()`
+    #: X where the file saves both `X.module.state_dict()` and `X.state_dict()`
+    unwrapped_saves: set[str] = field(default_factory=set)
     strips_prefixes: bool = False
 
 
@@ -54,9 +56,12 @@ class _EvidenceFinder(cst.CSTVisitor):
     """One pass over the original module gathering how its models are wrapped."""
 
     def __init__(self, rule: Rule) -> None:
+        super().__init__()
         self.rule = rule
         self.found = _Evidence()
         self._tests: list[cst.BaseExpression] = []
+        self._inner: set[str] = set()  # X of `X.module.state_dict()`
+        self._whole: set[str] = set()  # X of `X.state_dict()`
 
     def visit_If(self, node: cst.If) -> None:
         self._tests.append(node.test)
@@ -93,10 +98,18 @@ class _EvidenceFinder(cst.CSTVisitor):
         name = self.rule.qualname(value.func)
         return "compile" if name in _COMPILE else "parallel" if name in _PARALLEL else None
 
+    def leave_Module(self, node: cst.Module) -> None:
+        self.found.unwrapped_saves = self._inner & self._whole
+
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
         if isinstance(func, cst.Attribute) and func.attr.value == "state_dict":
             self.found.saved.add(_text(func.value))
+            owner = _moved_from(func.value)
+            if isinstance(owner, cst.Attribute) and owner.attr.value == "module":
+                self._inner.add(_text(owner.value))
+            else:
+                self._whole.add(_text(owner))
         elif self.rule.qualname(func) in _PREFIX_HELPERS:
             self.found.strips_prefixes = True
 
@@ -104,6 +117,14 @@ class _EvidenceFinder(cst.CSTVisitor):
         value = string_value(node)
         if value is not None and _PREFIX.match(value):
             self.found.strips_prefixes = True
+
+
+def _moved_from(node: cst.BaseExpression) -> cst.BaseExpression:
+    """``net`` for ``net.cpu()`` / ``net.to(...)`` / ``net.cuda()``: whose state is saved."""
+    while (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+           and node.func.attr.value in ("cpu", "cuda", "to")):
+        node = node.func.value
+    return node
 
 
 class _Mentions(cst.CSTVisitor):
@@ -153,7 +174,12 @@ class WrappedCheckpoint(Rule):
       `module.`), a Mac with one device does not;
     - a wrapper inside any `if` (so some runs leave the model bare) while the file
       also takes the wrapped model's `state_dict()`: the file writes the prefixed
-      checkpoint it may load into the bare model.
+      checkpoint it may load into the bare model;
+    - a file that saves both `net.module.state_dict()` and `net.state_dict()` (the
+      inner model behind a GPU test, the wrapper itself otherwise, as CycleGAN-style
+      `save_networks` do): where the test fails while `net` is still a DataParallel
+      (a port off CUDA keeps it), the checkpoint carries `module.` keys that the
+      file's own load into `net.module` meets.
     Everything else is left alone: an unconditional wrapper (the model is wrapped at
     load time on every device), optimizers and schedulers by their names, `super()`,
     `model.module.load_state_dict` (the author addresses the inner model), and every
@@ -237,6 +263,12 @@ class WrappedCheckpoint(Rule):
                     return super().load_state_dict(sd, strict)
             """),
         "import porter_runtime\nporter_runtime.load_state_dict(model, sd)\n",
+        dedent("""\
+            import torch
+            net = torch.nn.DataParallel(net)
+            torch.save(net.module.state_dict(), path)
+            net.module.load_state_dict(torch.load(path))
+            """),
     ]
     invalid = [
         Example(
@@ -311,6 +343,51 @@ class WrappedCheckpoint(Rule):
         Example(
             dedent("""\
                 import torch
+
+                class BaseModel:
+                    def parallelize(self):
+                        self.netG = torch.nn.DataParallel(self.netG, self.gpu_ids)
+
+                    def save_networks(self, path):
+                        net = self.netG
+                        if len(self.gpu_ids) > 0 and torch.cuda.is_available():
+                            torch.save(net.module.cpu().state_dict(), path)
+                            net.cuda(self.gpu_ids[0])
+                        else:
+                            torch.save(net.cpu().state_dict(), path)
+
+                    def load_networks(self, path):
+                        net = self.netG
+                        if isinstance(net, torch.nn.DataParallel):
+                            net = net.module
+                        net.load_state_dict(torch.load(path, map_location=str(self.device)))
+                """),
+            dedent("""\
+                import porter_runtime
+                import torch
+
+                class BaseModel:
+                    def parallelize(self):
+                        self.netG = torch.nn.DataParallel(self.netG, self.gpu_ids)
+
+                    def save_networks(self, path):
+                        net = self.netG
+                        if len(self.gpu_ids) > 0 and torch.cuda.is_available():
+                            torch.save(net.module.cpu().state_dict(), path)
+                            net.cuda(self.gpu_ids[0])
+                        else:
+                            torch.save(net.cpu().state_dict(), path)
+
+                    def load_networks(self, path):
+                        net = self.netG
+                        if isinstance(net, torch.nn.DataParallel):
+                            net = net.module
+                        porter_runtime.load_state_dict(net, torch.load(path, map_location=str(self.device)))
+                """),
+        ),
+        Example(
+            dedent("""\
+                import torch
                 from torch.nn.parallel import DistributedDataParallel as DDP
 
                 def main(args):
@@ -374,6 +451,8 @@ class WrappedCheckpoint(Rule):
         found = self.evidence
         if found.strips_prefixes:
             return False
+        if receiver in found.unwrapped_saves:
+            return True
         for wrap in found.wraps.get(receiver, ()):
             if wrap.kind == "compile" or (wrap.conditional and receiver in found.saved):
                 return True
