@@ -171,11 +171,11 @@ def runtime_import_literals() -> set[str]:
     """The strings and comments of the runtime import porter adds (both forms)."""
     import libcst as cst
 
-    from porter.edits import imports
+    from porter.edits.runtime_import import runtime_import
 
     out: set[str] = set()
     for statement in ("import porter_runtime", "from pkg import porter_runtime"):
-        code = cst.Module(body=[imports.runtime_import(statement)]).code.encode()
+        code = cst.Module(body=[runtime_import(statement)]).code.encode()
         out |= {text for _, text in literal_tokens(code)}
     return out
 

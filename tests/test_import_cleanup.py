@@ -195,18 +195,18 @@ def _port(data: bytes, options: Options):
 
 
 def test_the_shortcut_past_the_scope_passes_changes_nothing(monkeypatch):
-    """``imports._may_lose_a_use``: where no replaced node names a top-level import,
+    """``unused_imports._may_lose_a_use``: where no replaced node names a top-level import,
     the clean-up skips its two full scope passes. Forcing them everywhere gives the
     same output on every rule example and fixture file, and the shortcut is taken."""
-    from porter.edits import imports
+    from porter.edits import unused_imports
 
     options = Options(rules=list(all_rules()))
     answers = []
-    real = imports._may_lose_a_use
-    monkeypatch.setattr(imports, "_may_lose_a_use", lambda ctx: answers.append(real(ctx)) or answers[-1])
+    real = unused_imports._may_lose_a_use
+    monkeypatch.setattr(unused_imports, "_may_lose_a_use", lambda ctx: answers.append(real(ctx)) or answers[-1])
     sources = list(_every_source())
     with_shortcut = [_port(data, options) for _, data in sources]
-    monkeypatch.setattr(imports, "_may_lose_a_use", lambda ctx: True)
+    monkeypatch.setattr(unused_imports, "_may_lose_a_use", lambda ctx: True)
     without = [_port(data, options) for _, data in sources]
     assert [name for (name, _), a, b in zip(sources, with_shortcut, without) if a != b] == []
     assert False in answers and True in answers

@@ -52,13 +52,13 @@ def test_porter_toml_wins_and_sets_the_runtime_folder(tmp_path):
 
 
 def test_dependencies_setting_reaches_the_options(tmp_path):
-    from porter.cli.app import _run_config
+    from porter.cli.command_inputs import make_run_config
     from porter.engine.config import load_config
 
     root = make_tree(tmp_path / "repo", {"pyproject.toml": '[tool.porter]\ndependencies = "extra"\n'})
-    config = _run_config([root], root, load_config(root), (), (), (), None, None, 1)
+    config = make_run_config([root], root, load_config(root), (), (), (), None, None, 1)
     assert config.options.dependencies == "extra"
-    assert _run_config([root], root, load_config(tmp_path), (), (), (), None, None, 1).options.dependencies == "marker"
+    assert make_run_config([root], root, load_config(tmp_path), (), (), (), None, None, 1).options.dependencies == "marker"
 
 
 @pytest.mark.parametrize("settings,message", [

@@ -12,7 +12,7 @@ from porter.rules import kernels
 
 from porter.project import ledger, requirements
 from porter.rulebase import cuda_packages
-from porter.edits import imports
+from porter.edits import unused_imports
 from porter.engine.process import Options, process_file
 from porter.engine.registry import all_rules
 from porter.report.summary import build, ledger_line, to_markdown
@@ -226,7 +226,7 @@ def test_reports_show_the_ledger(tmp_path):
 
 
 def test_one_table_of_cuda_only_packages():
-    assert imports.CUDA_ONLY_PACKAGES is cuda_packages.IMPORT_ROOTS
+    assert unused_imports.CUDA_ONLY_PACKAGES is cuda_packages.IMPORT_ROOTS
     assert requirements.CUDA_ONLY is cuda_packages.DISTRIBUTIONS
     assert kernels._PACKAGES["fused_dense_lib"] == cuda_packages.advice_for("fused_dense_lib")
     for module in ("flash_attn", "flash_attn_interface", "xformers.ops", "apex.normalization", "amp_C",

@@ -1,4 +1,4 @@
-"""The pre-filters (porter/engine/prefilter.py) never skip what a rule changes."""
+"""The pre-filters (porter/engine/prefilter/) never skip what a rule changes."""
 
 import ast
 import subprocess
@@ -8,7 +8,8 @@ import pytest
 
 from porter.project.model import build_from
 from porter.engine.process import Options, migrate_source
-from porter.engine.prefilter import _call_pattern, byte_candidates, candidate_rules, syntax_facts
+from porter.engine.prefilter import byte_candidates, candidate_rules, syntax_facts
+from porter.engine.prefilter.byte_stage import _call_pattern
 from porter.engine.registry import all_rules
 from porter.rulebase.rule import Rule
 from porter.rules import idioms

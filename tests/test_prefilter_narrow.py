@@ -69,7 +69,7 @@ def _findings(result):
     ("PT605", "import torch\nx = torch.from_numpy(np.zeros((2, 3))).float()\n", False, False),
     # PT905: a state dict loaded where nothing is compiled or wrapped: no parse
     ("PT905", "import torch\nm.load_state_dict(torch.load(p))\nn = torch.cuda.device_count()\n", False, False),
-    # PT801: the byte stage wants a use the imports of torch can reach (prefilter._may_use):
+    # PT801: the byte stage wants a use the imports of torch can reach (prefilter.byte_stage._may_use):
     # the first name of the dotted name before `mode` bound by an import that mentions torch
     ("PT801", "import torch\nz = posterior.latent_dist.mode()\ny = F.interpolate(x, mode='nearest')\n", False, False),
     ("PT801", "import torch\nv = self.torch.mode(x)\n", False, False),

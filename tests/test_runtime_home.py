@@ -84,7 +84,7 @@ def test_removed_import_keeps_blank_lines_and_trailing_commas():
     from libcst.codemod import CodemodContext
     from libcst.codemod.visitors import RemoveImportsVisitor
 
-    from porter.edits.imports import keep_layout
+    from porter.edits.removal_layout import keep_layout
 
     source = "import sys\n\nimport torch\nfrom a import (\n    b,\n    c,\n)\nimport os\n\nimport re\nimport q\nx = b\n"
     module = cst.parse_module(source)

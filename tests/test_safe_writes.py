@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from porter.files.apply import Change, apply_changes, runtime_files, vendor_changes, write_atomic
+from porter.files.apply import Change, apply_changes, runtime_files, vendor_changes
 from porter_test_utils import run_porter, snapshot
 
 CUDA = b"import torch\nx = torch.ones(1).cuda()\n"
@@ -21,11 +21,11 @@ def leftovers(root: Path) -> list[str]:
     return sorted(p.relative_to(root).as_posix() for p in root.rglob("*porter-tmp*"))
 
 
-def test_write_atomic_keeps_mode_and_leaves_no_temp(tmp_path):
+def test_a_write_keeps_mode_and_leaves_no_temp(tmp_path):
     path = tmp_path / "run.py"
     path.write_bytes(b"old\n")
     path.chmod(0o750)
-    write_atomic(path, b"new\n")
+    assert apply_changes(tmp_path, [Change("run.py", b"old\n", b"new\n")]) == []
     assert path.read_bytes() == b"new\n"
     assert stat.S_IMODE(path.stat().st_mode) == 0o750
     assert leftovers(tmp_path) == []
@@ -190,7 +190,7 @@ def test_ctrl_c_during_a_write_takes_effect_once_the_file_is_whole(tmp_path, mon
 
     monkeypatch.setattr(apply.os, "fsync", interrupted_fsync)
     with pytest.raises(KeyboardInterrupt):
-        apply.write_atomic(target, b"new\n")
+        apply.apply_changes(tmp_path, [Change("train.py", b"old\n", b"new\n")])
     assert target.read_bytes() == b"new\n"
     assert [p.name for p in tmp_path.iterdir()] == ["train.py"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -24,7 +24,7 @@ from typing import Callable, Optional
 import click
 import libcst as cst
 
-from porter.edits import imports
+from porter.edits.runtime_import import add_runtime_import
 from porter.files.apply import Change, unified_diff
 from porter.files.sources import python_syntax_error, source_encoding
 from porter.project.runtime_home import LazyBootstrap
@@ -186,7 +186,7 @@ def assemble(file: FilePlan, accepted: set[int], bootstrap=None) -> tuple[Option
         out += file.new_lines[j1:j2] if tag != "equal" and index in taken else file.old_lines[i1:i2]
     data = "".join(out).encode(file.encoding, errors="surrogateescape")
     if file.stripped_import and b"porter_runtime" in data:
-        data = imports.add_runtime_import(cst.parse_module(data), bootstrap).bytes
+        data = add_runtime_import(cst.parse_module(data), bootstrap).bytes
     problem = python_syntax_error(data)
     if problem:
         return None, f"{file.change.path}: the accepted hunks don't make valid Python ({problem}); left unchanged"

@@ -1,4 +1,5 @@
-"""Names from the repository made safe to print on a terminal."""
+"""What goes to the terminal: names from the repository made safe to print, and the
+console on stderr that carries everything for people."""
 
 from __future__ import annotations
 
@@ -27,3 +28,10 @@ def for_terminal(value):
     if isinstance(value, list):
         return [for_terminal(v) for v in value]
     return value
+
+
+def stderr_console():
+    """A rich console on stderr (rich loads only when a command prints)."""
+    from rich.console import Console
+
+    return Console(stderr=True, no_color=False, highlight=False)

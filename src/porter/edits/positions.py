@@ -5,6 +5,13 @@ about six code generations; porter needs the positions of the handful of nodes i
 recorded. :func:`locate` generates the module's code once with a codegen state that
 follows LibCST's own rules (syntactic positions where a node declares them, else the
 span of its tokens) but only for the nodes asked for.
+
+That state is LibCST's ``CodegenState`` (``libcst._nodes.internal``), driven by
+``Module._codegen``: the one use of LibCST's private API in porter. The public way,
+``MetadataWrapper(...).resolve(PositionProvider)``, is about ten times slower on the
+files of a large repository, and findings need positions in every file that has one.
+LibCST is pinned (pyproject.toml) and tests/test_positions.py holds ``locate`` to
+``PositionProvider`` on real files, so an upgrade that moves the hooks fails there.
 """
 
 from __future__ import annotations

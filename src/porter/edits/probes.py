@@ -12,7 +12,7 @@ Research code probes for a CUDA-only package and keeps the answer in a flag::
 Once the rules have ported every use of ``xops`` and the stop on the flag (TP201 removes
 ``if not XFORMERS_AVAILABLE: raise ...``), the statement binds names that nothing reads:
 ruff reports the import (F401), and a maintainer would delete the whole statement, just
-as porter.edits.imports deletes a plain import whose last use a rule rewrote. The import
+as porter.edits.unused_imports deletes a plain import whose last use a rule rewrote. The import
 clean-up can't do it: it only removes top-level imports, and removing the import alone
 would leave a ``try`` that sets a flag nobody reads.
 

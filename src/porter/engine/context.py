@@ -1,7 +1,7 @@
 """One file's state during the rule pass: what the rules recorded, and what they may ask.
 
 ``FileContext`` is the engine's :class:`porter.rulebase.rule.RuleContext` (what a rule sees) and
-:class:`porter.edits.imports.RulePass` (what the import clean-up reads afterwards). It turns
+:class:`porter.edits.unused_imports.RulePass` (what the import clean-up reads afterwards). It turns
 the records into findings once the pass is over, when positions are worth resolving.
 """
 
@@ -108,7 +108,7 @@ class FileContext:
             self._by_node.setdefault(r.node, []).append(r)
 
     def recorded(self) -> bool:
-        """Whether any rule recorded a rewrite or a finding (porter.edits.imports asks)."""
+        """Whether any rule recorded a rewrite or a finding (porter.edits.unused_imports asks)."""
         return bool(self._records)
 
     def positions(self):

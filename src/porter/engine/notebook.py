@@ -30,7 +30,7 @@ from typing import Any
 
 import libcst as cst
 
-from porter.edits import imports
+from porter.edits.runtime_import import add_runtime_import, place_import
 from porter.engine.options import Options
 from porter.engine.python_stage import binds_runtime_name, migrate_source, not_rewritten
 from porter.engine.results import FileResult
@@ -230,10 +230,10 @@ def _import_runtime(cells: list[tuple[int, dict[str, Any]]], first_changed: int,
     masked, saved = mask(cell_text(target))
     module = cst.parse_module(masked)
     if bootstrap is None:
-        module = imports.add_runtime_import(module, None)
+        module = add_runtime_import(module, None)
     else:
         home = bootstrap(imported)
-        module = imports.place_import(module, home.statement, home.package, bootstrap.first_party)
+        module = place_import(module, home.statement, home.package, bootstrap.first_party)
     _set_text(target, unmask(module.code, saved))
 
 

@@ -22,8 +22,10 @@ from typing import Optional, Sequence, Union
 
 import libcst as cst
 
-from porter.edits import imports, probes
+from porter.edits import probes
 from porter.edits.roundtrip import restore_untouched
+from porter.edits.runtime_import import add_runtime_import
+from porter.edits.unused_imports import remove_unused
 from porter.engine.context import ignore_comments
 from porter.engine.notes import cuda_only_notes
 from porter.engine.options import Options
@@ -112,8 +114,8 @@ def _migrate(
     if not ctx.rewrites():
         return SourceResult(code, ctx.findings())  # rules change code only through rewrite()
     if ctx.needs_runtime and not ctx.resolver.imports_of("porter_runtime"):
-        new_module = imports.add_runtime_import(new_module, runtime_bootstrap)
-    new_module = imports.remove_unused(new_module, ctx)
+        new_module = add_runtime_import(new_module, runtime_bootstrap)
+    new_module = remove_unused(new_module, ctx)
     new_module = probes.remove_dead(new_module, ctx, options.ledger)
     new = restore_untouched(code, module.bytes, new_module.bytes)
     # findings last: removing a dead probe is reported too

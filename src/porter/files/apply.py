@@ -7,8 +7,6 @@ import importlib.util
 import os
 import re
 import signal
-import stat
-import tempfile
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,24 +33,14 @@ class Change:
     folder: str = ""
 
 
-# -- atomic writes -------------------------------------------------------------
-
-def write_atomic(path: Path, data: bytes, mode: Optional[int] = None) -> None:
-    """Write ``data`` to a temporary file beside ``path`` and rename it over ``path``.
-
-    A reader (or a crash) sees either the old file or the new one, never half of it;
-    the file's permission bits are kept. A Ctrl-C during the write takes effect once
-    it is done: an interrupt between creating the temporary file and the ``try`` that
-    removes it would leave the file behind in the user's tree.
-    """
-    with _interrupts_deferred():
-        _write_atomic(path, data, mode)
-
+# -- interrupts -----------------------------------------------------------------
 
 @contextmanager
 def _interrupts_deferred() -> Iterator[None]:
     """Hold SIGINT until the block ends, then act on it as the handler before would
-    (only the main thread may set a handler; elsewhere the block runs as is)."""
+    (only the main thread may set a handler; elsewhere the block runs as is). A Ctrl-C
+    during a write takes effect once it is done: an interrupt between creating the
+    temporary file and the ``try`` that removes it would leave it in the user's tree."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -66,29 +54,6 @@ def _interrupts_deferred() -> Iterator[None]:
             previous(signal.SIGINT, caught[0])  # Python's default raises KeyboardInterrupt
         elif caught and previous == signal.SIG_DFL:
             raise KeyboardInterrupt
-
-
-def _write_atomic(path: Path, data: bytes, mode: Optional[int]) -> None:
-    if mode is None:
-        try:
-            mode = stat.S_IMODE(path.stat().st_mode)
-        except FileNotFoundError:
-            mode = 0o644
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".porter-tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 # -- vendoring -----------------------------------------------------------------

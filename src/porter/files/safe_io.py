@@ -134,25 +134,6 @@ def _is_link(dir_fd: int, name: str) -> bool:
         return False
 
 
-def read_in_root(root: Path, rel: str, limit: int) -> bytes:
-    """The bytes of ``root/rel``: inside the root, no link followed, bounded."""
-    parts = parts_of(rel)
-    folder = open_folder(root, parts[:-1])
-    try:
-        try:
-            fd = os.open(parts[-1], _READ_FLAGS, dir_fd=folder)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise Refused(f"{rel} is a symbolic link, not followed") from None
-            raise
-        try:
-            return _read_fd(fd, limit)
-        finally:
-            os.close(fd)
-    finally:
-        os.close(folder)
-
-
 # -- writing ------------------------------------------------------------------------
 
 #: Called with the file's path between the temporary file's write and the last check

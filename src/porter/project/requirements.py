@@ -12,11 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
-from porter.rulebase.cuda_packages import (
-    DISTRIBUTION_PREFIXES,
-    DISTRIBUTIONS,
-    PORTABLE_DISTRIBUTIONS,
-)
+from porter.rulebase.cuda_packages import DISTRIBUTIONS, is_cuda_only_distribution
 
 #: The marker that keeps a requirement off macOS, the one platform with no CUDA.
 #: Linux and Windows, where CUDA exists, are left exactly as before.
@@ -29,9 +25,6 @@ TORCH_MINIMUM_TEXT = "2.5"
 
 #: Packages with no macOS build, by PEP 503 normalised name (porter.rulebase.cuda_packages).
 CUDA_ONLY = DISTRIBUTIONS
-CUDA_ONLY_PREFIXES = DISTRIBUTION_PREFIXES
-#: nvidia-* packages that are pure Python and install anywhere (NVML bindings).
-NOT_CUDA_ONLY = PORTABLE_DISTRIBUTIONS
 
 # name [extras] (specifier | @ url) [; marker]
 _REQUIREMENT = re.compile(
@@ -52,8 +45,8 @@ def normalise(name: str) -> str:
 
 
 def is_cuda_only(name: str) -> bool:
-    name = normalise(name)
-    return name not in NOT_CUDA_ONLY and (name in CUDA_ONLY or name.startswith(CUDA_ONLY_PREFIXES))
+    """Whether the distribution a requirement names has no build without CUDA."""
+    return is_cuda_only_distribution(normalise(name))
 
 
 @dataclass(frozen=True)

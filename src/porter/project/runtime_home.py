@@ -30,7 +30,6 @@ import functools
 import json
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional, Union
@@ -351,10 +350,6 @@ def refuse_pointer(home: Home, root: Path) -> str:
     if path.exists() and not is_pointer(path):
         return f"{shown} exists and porter did not write it; porter never overwrites it: rename it, or pass --runtime-dir"
     return ""
-
-
-def stdlib_names() -> frozenset:
-    return frozenset(sys.stdlib_module_names)
 
 
 def _unsafe_path(path: Path, root: Path) -> str:

@@ -41,7 +41,6 @@ class Scope:
     bindings: dict[str, set[str]] = field(default_factory=dict)
     globals_: set[str] = field(default_factory=set)
     nonlocals: set[str] = field(default_factory=set)
-    star_imports: bool = False
 
     def bind(self, name: str, target: str) -> None:
         owner = self._owner(name)
@@ -181,7 +180,6 @@ class ScopeBuilder(cst.CSTVisitor):
         module = dotted_name(node.module) if node.module is not None else ""
         prefix = "." * len(node.relative) + (module or "")
         if isinstance(node.names, cst.ImportStar):
-            self.scope.star_imports = True
             return False
         for alias in node.names:
             name = dotted_name(alias.name) or ""

@@ -1,0 +1,256 @@
+"""Imports a rewrite left unused, removed after the rules ran.
+
+Imports that lost their last use to a rewrite (``from torch import device`` once every
+``device("cuda")`` became ``porter_runtime.device()``) are removed with LibCST's
+``RemoveImportsVisitor``, and only those: an import the user had and did not use
+before stays, so nothing the rules did not touch changes. The blank lines around a
+removed import and the trailing comma of an edited import list are kept.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections import Counter
+from typing import TYPE_CHECKING, Optional, Protocol
+
+import libcst as cst
+
+from porter.edits.import_lines import alias_asname, is_import_line
+from porter.edits.removal_layout import keep_layout
+from porter.rulebase.cuda_packages import IMPORT_ROOTS
+from porter.rulebase.guards import parse
+from porter.rulebase.matching import Resolver, dotted_name
+from porter.rulebase.rule import RUNTIME, WholeFile
+
+if TYPE_CHECKING:  # pragma: no cover
+    from porter.engine.segments import Reduced
+    from porter.project.model import ProjectModel
+
+
+class RulePass(Protocol):
+    """What the import clean-up needs of the rule pass that ran over a file (the
+    engine's ``porter.engine.context.FileContext`` is one)."""
+
+    #: The module as the rules saw it, before their rewrites.
+    module: cst.Module
+    #: Its names, resolved before the rewrites.
+    resolver: Resolver
+    #: Set when ``module`` has some definitions stubbed (porter.engine.segments).
+    reduced: Optional["Reduced"]
+
+    #: The file's bytes (before migration).
+    source: bytes
+    #: The file's path, and the repository-wide model (porter.project) or None.
+    path: str
+    project: Optional["ProjectModel"]
+    #: (original node, what replaced it) for each node the rule pass replaced: a node,
+    #: a ``FlattenSentinel`` or a ``RemovalSentinel``.
+    replaced: list
+
+    def recorded(self) -> bool:
+        """Whether any rule recorded a rewrite or a finding."""
+        ...
+
+    def ignored(self, node: cst.CSTNode) -> bool:
+        """Whether a ``# porter: ignore`` comment sits on one of the node's lines."""
+        ...
+
+
+def remove_unused(new_module: cst.Module, ctx: RulePass) -> cst.Module:
+    """Remove the top-level imports whose every use a rule rewrote."""
+    if not ctx.recorded() or not _may_lose_a_use(ctx):
+        return new_module
+    # libcst.codemod is slow to import; only files that lost an import's last use need it.
+    from libcst.codemod import CodemodContext
+
+    before = ctx.resolver.use_counts()
+    after = Resolver(new_module).use_counts()
+    context = CodemodContext()
+    scheduled = False
+    kept = _ignored_imports(ctx)
+    for stmt in ctx.module.body:
+        if not isinstance(stmt, cst.SimpleStatementLine) or stmt in kept:
+            continue
+        for small in stmt.body:
+            if isinstance(small, cst.Import):
+                scheduled |= _remove_dead_module_imports(small, before, after, context, ctx)
+            elif isinstance(small, cst.ImportFrom):
+                scheduled |= _remove_dead_names(small, before, after, context, ctx)
+    if not scheduled:
+        return new_module
+    return keep_layout(new_module, _remover(context, kept).transform_module(new_module))
+
+
+def _remove_dead_names(stmt: cst.ImportFrom, before, after, context, ctx) -> bool:
+    """Schedule each name of ``from a.b import c`` / ``from a.b import c as d`` (absolute,
+    no ``*``) whose every use a rule rewrote."""
+    from libcst.codemod.visitors import RemoveImportsVisitor
+
+    if isinstance(stmt.names, cst.ImportStar) or stmt.relative or stmt.module is None:
+        return False
+    scheduled = False
+    module_name = dotted_name(stmt.module) or ""
+    for alias in stmt.names:
+        obj = dotted_name(alias.name) or ""
+        asname = alias_asname(alias)
+        key = (asname or obj, f"{module_name}.{obj}")
+        if before[key] and not after[key] and not _read_elsewhere(ctx, key[0]):
+            _not_used_in_stubs(ctx, key[0])
+            RemoveImportsVisitor.remove_unused_import(context, module_name, obj, asname)
+            scheduled = True
+    return scheduled
+
+
+def _read_elsewhere(ctx: RulePass, name: str) -> bool:
+    """Whether another module of the repository imports ``name`` from this one (a
+    re-export: ``from pkg import GradScaler`` elsewhere): then the import stays."""
+    project = getattr(ctx, "project", None)
+    return project is not None and project.read_elsewhere(ctx.path, name)
+
+
+def _may_lose_a_use(ctx: RulePass) -> bool:
+    """Whether an import may have lost its last use: the two full scope passes below
+    (over the module before and after the rewrites) answer exactly, this cheaply says
+    when they can only find nothing. Only a replaced node can take a use of a name a
+    top-level import binds; a replacement adds uses (which can't empty a count) unless
+    it binds a name; the runtime's import binds ``porter_runtime``. So nothing is lost
+    when no replacement binds a name and each import-bound name of the replaced nodes
+    is bound by imports alone (``Resolver.simple``) and loaded more often in the file
+    (the ``ast`` of its bytes: stubbed definitions count) than in the replaced nodes."""
+    bound = _top_level_import_names(ctx.module)
+    if not bound:
+        return False
+    if RUNTIME in bound:
+        return True
+    taken = _Names()
+    for original, replacement in ctx.replaced:
+        original.visit(taken)
+        for node in getattr(replacement, "nodes", (replacement,)):  # a FlattenSentinel holds several
+            if isinstance(node, cst.CSTNode) and _binds(node):
+                return True
+    at_risk = [name for name in taken.counts if name in bound]
+    if not at_risk:
+        return False
+    if not all(ctx.resolver.simple(name) for name in at_risk):
+        return True
+    tree = parse(ctx.source)
+    if tree is None:
+        return True
+    loads = Counter(node.id for node in ast.walk(tree) if type(node) is ast.Name and node.id in at_risk)
+    return any(loads[name] <= taken.counts[name] for name in at_risk)
+
+
+class _Names(cst.CSTVisitor):
+    """How often each name occurs (as any ``Name`` node) in the nodes visited."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: Counter[str] = Counter()
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.counts[node.value] += 1
+
+
+#: The nodes that bind a name (or open a scope whose bindings a count can't follow).
+_BINDERS = (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.NamedExpr, cst.For, cst.With, cst.FunctionDef,
+            cst.ClassDef, cst.Lambda, cst.CompFor, cst.Import, cst.ImportFrom, cst.Global, cst.Nonlocal,
+            cst.ExceptHandler, cst.MatchAs, cst.MatchStar, cst.MatchMapping, cst.Del,
+            *(getattr(cst, name) for name in ("TypeAlias", "TypeParam") if hasattr(cst, name)))
+
+
+class _BinderFinder(cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found = False
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, _BINDERS):
+            self.found = True
+        return not self.found
+
+
+def _binds(node: cst.CSTNode) -> bool:
+    finder = _BinderFinder()
+    node.visit(finder)
+    return finder.found
+
+
+def _top_level_import_names(module: cst.Module) -> set[str]:
+    """The names the module's top-level import statements bind."""
+    names = set()
+    for stmt in module.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if not isinstance(small, (cst.Import, cst.ImportFrom)) or isinstance(small.names, cst.ImportStar):
+                continue
+            for alias in small.names:
+                names.add(alias_asname(alias) or (dotted_name(alias.name) or "").split(".")[0])
+    return names
+
+
+def _ignored_imports(ctx: RulePass) -> list[cst.SimpleStatementLine]:
+    """The import lines with a ``# porter: ignore`` comment (any codes): the user asked
+    porter to leave them, so the clean-up neither removes nor edits them, even once a
+    rewrite on another line took their names' last use."""
+    return [stmt for stmt in ctx.module.body
+            if is_import_line(stmt) and ctx.ignored(stmt)]  # type: ignore[arg-type]
+
+
+def _remover(context, kept: list[cst.SimpleStatementLine]):
+    """LibCST's RemoveImportsVisitor that leaves the ``kept`` lines as they are: it
+    removes a scheduled name from every import binding it, a kept line among them."""
+    from libcst.codemod.visitors import RemoveImportsVisitor
+
+    class KeepIgnored(RemoveImportsVisitor):
+        def leave_SimpleStatementLine(self, original, updated):
+            return original if any(original.deep_equals(k) for k in kept) else updated
+
+    return KeepIgnored(context)
+
+
+#: Packages that do not install without CUDA (porter.rulebase.cuda_packages). A plain ``import``
+#: of one of them that a rewrite left without a use would still fail on the port, so it
+#: goes too; so does a
+#: standard-library module (``import sys`` once ``sys.exit`` became
+#: ``porter_runtime.require_device``). Other plain imports (``import torch``) stay even
+#: when unused: importing a library may register backends or ops.
+CUDA_ONLY_PACKAGES = IMPORT_ROOTS
+
+
+def _not_used_in_stubs(ctx: RulePass, name: str) -> None:
+    """A use inside a definition the engine stubbed (porter.engine.segments) is invisible
+    to the counts: only the whole file can tell whether the import is dead."""
+    if ctx.reduced is not None and name in ctx.reduced.stub_names:
+        raise WholeFile(name)
+
+
+#: Submodules that ``import torch`` itself imports: dropping ``import torch.distributed as
+#: dist`` once PT301 rewrote its last use (``dist.init_process_group``) changes nothing.
+_LOADED_BY_TORCH = frozenset({
+    "torch.distributed", "torch.cuda", "torch.cuda.amp", "torch.amp", "torch.nn", "torch.nn.functional",
+    "torch.nn.parallel", "torch.utils.data", "torch.backends.cuda", "torch.backends.cudnn",
+})
+
+
+def _remove_dead_module_imports(stmt: cst.Import, before, after, context, ctx) -> bool:
+    """Schedule ``import a.b`` / ``import a.b as c`` of a CUDA-only package, a
+    standard-library module or a submodule ``import torch`` loads anyway, whose every
+    use a rule rewrote (``import flash_attn`` once
+    each ``flash_attn.flash_attn_func(...)`` was, ``import sys`` once ``sys.exit(...)``
+    became ``porter_runtime.require_device(...)``)."""
+    from libcst.codemod.visitors import RemoveImportsVisitor
+
+    scheduled = False
+    for alias in stmt.names:
+        full = dotted_name(alias.name) or ""
+        if full.split(".")[0] not in CUDA_ONLY_PACKAGES | sys.stdlib_module_names and full not in _LOADED_BY_TORCH:
+            continue
+        asname = alias_asname(alias)
+        key = (asname, full) if asname else (full.split(".")[0], full.split(".")[0])
+        if before[key] and not after[key] and not _read_elsewhere(ctx, key[0]):
+            _not_used_in_stubs(ctx, key[0])
+            RemoveImportsVisitor.remove_unused_import(context, full, asname=asname)
+            scheduled = True
+    return scheduled
