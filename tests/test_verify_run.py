@@ -224,3 +224,35 @@ def test_a_scripts_top_level_is_not_run_by_the_import_stage(tmp_path):
     assert mods["sample.py"]["mapping"]["cause"] == "missing-dependency"
     out = run_porter("verify", tree, "-j", "1").stdout.decode()
     assert "train.py         0.0 s  (a script: its imports only)" in out or "(a script: its imports only)" in out
+
+
+# -- the reader alone, on what launchers print ---------------------------------------------
+
+def test_the_root_cause_rank_and_a_record_traceback_are_preferred():
+    """Two ranks fail; torchrun's table names rank 1 as the first failure, and with @record
+    it carries that rank's traceback in its ``traceback :`` field."""
+    from porter.verify.tracebacks import find_failure
+
+    text = "\n".join([
+        "[rank0]: Traceback (most recent call last):",
+        '[rank0]:   File "/repo/train.py", line 30, in <module>',
+        "[rank0]: RuntimeError: Connection closed by peer",
+        "Traceback (most recent call last):",
+        '  File "/venv/torch/distributed/run.py", line 9, in main',
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "=" * 60,
+        "Root Cause (first observed failure):",
+        "[0]:",
+        "  rank      : 1 (local_rank: 1)",
+        "  exitcode  : 1 (pid: 42)",
+        "  error_file: /tmp/torchelastic_x/error.json",
+        "  traceback : Traceback (most recent call last):",
+        '    File "/repo/model.py", line 12, in forward',
+        "      x = x.cuda()",
+        "  AssertionError: Torch not compiled with CUDA enabled",
+        "=" * 60,
+    ])
+    failure = find_failure(text, lambda frames: [f for f in frames if f[0].startswith("/repo/")])
+    assert (failure.root.rank, failure.root.exitcode, failure.root.error_file) == (1, 1, "/tmp/torchelastic_x/error.json")
+    assert failure.traceback.rank == 1 and failure.traceback.frames == [("/repo/model.py", 12)]
+    assert failure.traceback.exception == "AssertionError: Torch not compiled with CUDA enabled"

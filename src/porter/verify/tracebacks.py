@@ -18,6 +18,7 @@ last one. Its deepest frame inside the tree is where the failure is.
 from __future__ import annotations
 
 import re
+import textwrap
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -121,7 +122,8 @@ def _table_traceback(lines: list[str], rank: Optional[int]) -> list[Traceback]:
         match = _TABLE_TRACE.match(line)
         if match and match["rest"].startswith("Traceback"):
             end = next((j for j in range(i + 1, len(lines)) if lines[j].startswith("=====")), len(lines))
-            return tracebacks([match["rest"], *lines[i + 1:end]], rank)
+            body = textwrap.dedent("\n".join(lines[i + 1:end])).splitlines()  # the table indents it
+            return tracebacks([match["rest"], *body], rank)
     return []
 
 
