@@ -9,7 +9,6 @@ interleaved), through the real CLI.
 """
 
 import pytest
-
 from porter_test_utils import run_porter
 from test_verify import lines_of, port, verify, write_tree
 
@@ -163,7 +162,7 @@ def test_interleaved_mpi_ranks_are_read_apart(tmp_path):
     assert text.returncode == 1
     assert "exit 1: rank 1: AssertionError: Torch not compiled with CUDA enabled" in out
     assert f"at job.py:{lines_of(job, 'torch.zeros(2).cuda()')}" in out
-    assert f"→ CUDA: NOT NAMED by porter: silenced by `# porter: ignore` at job.py:" in out
+    assert "→ CUDA: NOT NAMED by porter: silenced by `# porter: ignore` at job.py:" in out
 
 
 def test_classes_in_the_summary_line(tmp_path):
@@ -174,6 +173,7 @@ def test_classes_in_the_summary_line(tmp_path):
         "d.py": "import torch\n\nONE = torch.zeros(1).cuda()  # porter: ignore\n",
     })
     code, data, _ = verify(tree)
+    assert code == 1
     causes = {m["path"]: m["mapping"]["cause"] for m in data["modules"]}
     assert causes == {"a.py": "cuda", "b.py": "missing-dependency", "c.py": "other", "d.py": "cuda"}
     s = data["summary"]
@@ -215,6 +215,7 @@ def test_a_scripts_top_level_is_not_run_by_the_import_stage(tmp_path):
         "configurator.py": "import sys\n\nfor arg in sys.argv[1:]:\n    exec(open(arg).read())\n",
     })
     code, data, _ = verify(tree)
+    assert code == 1  # sample.py lacks tiktoken
     mods = {m["path"]: m for m in data["modules"]}
     assert not (tree / "TRAINED").exists()
     assert {p: (m["status"], m["imports_only"]) for p, m in mods.items()} == {

@@ -145,7 +145,7 @@ def _related(missing: str, imported: str) -> bool:
 
 #: CUDA in a failure's own words (torch's "Torch not compiled with CUDA enabled", NCCL, a
 #: torch_extensions build, a CUDA-only package's name).
-CUDA_TEXT = re.compile(r"cuda|nccl|nvidia|nvcc|cudnn|triton|torch_extensions|Torch not compiled with CUDA", re.I)
+CUDA_TEXT = re.compile(r"cuda|nccl|nvidia|nvcc|cudnn|triton|torch_extensions|Torch not compiled with CUDA", re.IGNORECASE)
 
 
 def map_failure(frames: Sequence[tuple[str, int]], missing: Sequence[str], index: FindingIndex,
