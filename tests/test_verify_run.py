@@ -257,3 +257,18 @@ def test_the_root_cause_rank_and_a_record_traceback_are_preferred():
     assert (failure.root.rank, failure.root.exitcode, failure.root.error_file) == (1, 1, "/tmp/torchelastic_x/error.json")
     assert failure.traceback.rank == 1 and failure.traceback.frames == [("/repo/model.py", 12)]
     assert failure.traceback.exception == "AssertionError: Torch not compiled with CUDA enabled"
+
+
+def test_a_scripts_setup_call_that_reads_its_settings_is_not_run(tmp_path):
+    """Found on nanoGPT: `torch.manual_seed(1337 + seed_offset)` after the skipped top
+    level assigned seed_offset ran with the header and failed with a NameError."""
+    tree = write_tree(tmp_path / "repo", {"bench.py": '''
+        import torch
+
+        seed = 1337
+        torch.manual_seed(seed)
+        for _ in range(2):
+            print(torch.zeros(1))
+        '''})
+    code, data, _ = verify(tree)
+    assert code == 0 and data["modules"][0]["imports_only"] is True

@@ -51,8 +51,16 @@ def _works(stmt: ast.stmt) -> bool:
     return False
 
 
+def _path_edit(stmt: ast.stmt) -> bool:
+    """``sys.path.insert(0, ...)`` and the like: the imports after it may need it."""
+    return (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
+            and _dotted(stmt.value.func).startswith("sys.path."))
+
+
 def _header(stmt: ast.stmt) -> bool:
-    if isinstance(stmt, (ast.Import, ast.ImportFrom)) or _setup_call(stmt):
+    """Imports and the sys.path edits they need; no other setup call (``torch.manual_seed(
+    seed)`` reads a name the skipped top level assigns)."""
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)) or _path_edit(stmt):
         return True
     if isinstance(stmt, ast.Try):  # try: import x / except ImportError: x = None
         return all(isinstance(s, (ast.Import, ast.ImportFrom, ast.Pass)) for s in stmt.body)
