@@ -72,7 +72,6 @@ COMMIT = re.compile(r"^[0-9a-f]{40}$")
 NAME = re.compile(r"^[a-z0-9_-]+$")
 # A failure off CUDA whose text points at CUDA (porter's own table decides package names); a
 # torch_extensions path is an extension build that needed nvcc and left no library.
-CUDA_TEXT = re.compile(r"cuda|nccl|nvidia|nvcc|cudnn|triton|torch_extensions|Torch not compiled with CUDA", re.I)
 QUIET_ENV = {
     "CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1",
     "MPLBACKEND": "Agg", "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
@@ -486,18 +485,9 @@ def measure_verify(entry: Entry, original: Path, port: Path, venv: Path, scratch
 
 
 def verify_cause(module: dict) -> str:
-    """cuda when the failure points at CUDA: a hidden CUDA-only package, a missing module porter's
-    table calls CUDA-only, or CUDA in the error text; else other."""
-    from porter.rulebase import cuda_packages
-
-    if module.get("hidden_packages"):
-        return "cuda"
-    if any(cuda_packages.is_cuda_only_module(m) or cuda_packages.looks_compiled(m)
-           for m in module.get("missing_modules") or ()):
-        return "cuda"
-    if module.get("status") == "failed" and module.get("error_type") == "ModuleNotFoundError":
-        return "other"
-    return "cuda" if CUDA_TEXT.search(module.get("error") or "") else "other"
+    """cuda or other, as porter verify classes the failure (its mapping's cause; a missing
+    dependency counts as other here)."""
+    return "cuda" if (module.get("mapping") or {}).get("cause") == "cuda" else "other"
 
 
 # --------------------------------------------------------------------------- recipes

@@ -154,13 +154,13 @@ def test_unported_cuda_import_fails_and_is_named_or_not(tmp_path):
         m = mods[path]
         assert m["error"] == "ModuleNotFoundError: No module named 'flash_attn_2_cuda'"
         assert m["location"] == {"path": "pkg/attn.py", "line": attn_line}
-        assert m["mapping"]["named"] is False and m["mapping"]["text"] == "NOT NAMED by porter"
+        assert m["mapping"]["named"] is False and m["mapping"]["text"] == "CUDA: NOT NAMED by porter"
         assert m["mapping"]["silenced_at"] == {"path": "pkg/attn.py", "line": attn_line}
     kernels = mods["pkg/kernels.py"]  # a CUDA extension porter can't see: a porter bug to fix
     assert kernels["error"] == "ModuleNotFoundError: No module named 'fused_kernels_cuda'"
     assert kernels["location"] == {"path": "pkg/kernels.py", "line": 4}
-    assert kernels["mapping"] == {"named": False, "text": "NOT NAMED by porter", "findings": [], "silenced_at": None,
-                                  "missing_dependency": None}
+    assert kernels["mapping"] == {"cause": "cuda", "named": False, "text": "CUDA: NOT NAMED by porter", "findings": [],
+                                  "silenced_at": None, "missing_dependency": None}
     for path in ("pkg/streams.py", "train.py"):
         m = mods[path]
         assert "torch.cuda.Stream requires CUDA support" in m["error"]
@@ -168,7 +168,7 @@ def test_unported_cuda_import_fails_and_is_named_or_not(tmp_path):
         assert m["mapping"]["text"] == f"named by finding PT110 at pkg/streams.py:{stream_line}"
     assert data["summary"] | {"seconds": 0} == {
         "modules": 7, "ok": 2, "failed": 5, "timeout": 0, "crashed": 0, "named": 2, "not_named": 3,
-        "missing_dependency": 0, "skipped": 0, "seconds": 0}
+        "missing_dependency": 0, "other": 0, "skipped": 0, "seconds": 0}
     assert not (tree / "MAIN_RAN").exists()  # imported, not run as __main__
 
     text = run_porter("verify", tree, "-j", "1")
@@ -177,10 +177,10 @@ def test_unported_cuda_import_fails_and_is_named_or_not(tmp_path):
     assert f"pkg/attn.py:{attn_line}: ModuleNotFoundError: No module named 'flash_attn_2_cuda'" in out
     assert f"NOT NAMED by porter: silenced by `# porter: ignore` at pkg/attn.py:{attn_line}" in out
     assert ("pkg/kernels.py:4: ModuleNotFoundError: No module named 'fused_kernels_cuda'\n"
-            "           → NOT NAMED by porter (a porter bug if the cause is CUDA: please report it)") in out
+            "           → CUDA: NOT NAMED by porter (a porter bug: please report it)") in out
     assert f"named by finding PT110 at pkg/streams.py:{stream_line}" in out
     assert "a print at import time" not in out
-    assert "7 modules: 2 ok, 5 failed, 0 timed out; 2 named by porter's report, 3 NOT NAMED" in out
+    assert "7 modules: 2 ok, 5 failed, 0 timed out; CUDA: 2 named by porter's report, 3 NOT NAMED" in out
 
 
 def test_a_missing_pip_package_is_a_missing_dependency_not_a_porter_bug(tmp_path):
@@ -202,7 +202,7 @@ def test_a_missing_pip_package_is_a_missing_dependency_not_a_porter_bug(tmp_path
     assert (data["summary"]["named"], data["summary"]["not_named"], data["summary"]["missing_dependency"]) == (1, 0, 1)
     out = run_porter("verify", tree, "-j", "1").stdout.decode()
     assert "→ not installed: lab_metrics_toolkit (a missing dependency, no sign of CUDA): install it" in out
-    assert "1 named by porter's report, 0 NOT NAMED, 1 missing a dependency" in out
+    assert "CUDA: 1 named by porter's report, 0 NOT NAMED; 1 missing a dependency" in out
 
 
 def test_missing_module_named_by_the_rewrite_that_drops_its_import(copy_tree):
@@ -225,10 +225,11 @@ def test_missing_module_named_by_the_rewrite_that_drops_its_import(copy_tree):
 def test_a_module_that_hangs_times_out_and_the_rest_still_run(tmp_path):
     tree = write_tree(tmp_path / "repo", {
         "a_first.py": "VALUE = 1\n",
-        "b_hangs.py": "import time\n\nwhile True:\n    time.sleep(0.05)\n",
+        # work behind an assignment: a module's top level (a bare loop or call would be a script's)
+        "b_hangs.py": "import time\n\n\ndef wait():\n    while True:\n        time.sleep(0.05)\n\n\nVALUE = wait()\n",
         "c_after.py": "import a_first\n\nassert a_first.VALUE == 1\n",
         "d_broken.py": "raise SystemExit(4)\n",
-        "e_crashes.py": "import os\n\nos._exit(7)\n",
+        "e_crashes.py": "import os\n\nCODE = os._exit(7)\n",
         "f_last.py": "import c_after\n",
         "one/evaluate.py": "import helper\n\nassert helper.WHERE == 'one'\n",  # two folders of scripts,
         "one/helper.py": "WHERE = 'one'\n",  # with the same module names
@@ -241,15 +242,15 @@ def test_a_module_that_hangs_times_out_and_the_rest_still_run(tmp_path):
     assert mods["a_first.py"]["status"] == "ok" and mods["c_after.py"]["status"] == "ok"
     hang = mods["b_hangs.py"]
     assert hang["status"] == "timeout" and hang["error"].startswith("no result after 2 s at b_hangs.py:")
-    assert hang["location"]["path"] == "b_hangs.py" and hang["location"]["line"] in (3, 4)
+    assert hang["location"]["path"] == "b_hangs.py" and hang["location"]["line"] in (5, 6)
     assert mods["d_broken.py"]["status"] == "failed" and mods["d_broken.py"]["error"] == "SystemExit: 4"
     crash = mods["e_crashes.py"]
     assert crash["status"] == "crashed" and crash["error"] == "the interpreter exited with 7 while importing it"
     assert mods["f_last.py"]["status"] == "ok"
     assert mods["one/evaluate.py"]["status"] == "ok" and mods["two/evaluate.py"]["error"] == "ValueError: two"
     assert data["summary"] | {"seconds": 0} == {
-        "modules": 10, "ok": 6, "failed": 2, "timeout": 1, "crashed": 1, "named": 0, "not_named": 3,
-        "missing_dependency": 0, "skipped": 0, "seconds": 0}
+        "modules": 10, "ok": 6, "failed": 2, "timeout": 1, "crashed": 1, "named": 0, "not_named": 0,
+        "missing_dependency": 0, "other": 4, "skipped": 0, "seconds": 0}
 
 
 # -- --run ------------------------------------------------------------------------------

@@ -59,8 +59,27 @@ def _top_names(folder):
     return {e[:-3] if e.endswith(".py") else e for e in entries}
 
 
+def _run_header(item):
+    """A script (porter/verify/scripts.py): only its top-level imports run, under its
+    name, not __main__; the rest of its top level is the program (--run's to check)."""
+    import ast
+    import types
+
+    path = item["file"]
+    with open(path, "rb") as handle:
+        tree = ast.parse(handle.read(), path)
+    keep = set(item["header"])
+    tree.body = [s for s in tree.body if s.lineno in keep]
+    module = types.ModuleType(item["name"])
+    module.__file__ = path
+    exec(compile(tree, path, "exec"), module.__dict__)
+
+
 def _import(item):
     name, path = item["name"], item["file"]
+    if item.get("header") is not None:
+        _run_header(item)
+        return
     if item["kind"] == "module":
         module = importlib.import_module(name)
     else:  # a top-level file: loaded by its location, under its file name

@@ -34,12 +34,17 @@ class Mapping:
     #: the module a ModuleNotFoundError names, when nothing says it is CUDA's: a missing
     #: dependency of the project, not a CUDA cause porter should have named
     dependency: Optional[str] = None
+    #: the failure's class: "cuda" (named by a finding, or CUDA in the failure itself),
+    #: "missing-dependency" or "other" (no sign of CUDA in it)
+    cause: str = "other"
 
     def text(self) -> str:
         if self.dependency:
             return f"not installed: {self.dependency} (a missing dependency, no sign of CUDA)"
+        if not self.named and self.cause == "other":
+            return "other: no sign of CUDA in it (NOT NAMED by porter)"
         if not self.named:
-            return "NOT NAMED by porter"
+            return "CUDA: NOT NAMED by porter"
         first = self.findings[0]
         more = f" (+{len(self.findings) - 1} more)" if len(self.findings) > 1 else ""
         return f"named by finding {first['code']} at {first['path']}:{first['line']}{more}"
@@ -138,10 +143,19 @@ def _related(missing: str, imported: str) -> bool:
     return missing == imported or imported.startswith(missing + ".") or missing.startswith(imported + ".")
 
 
-def map_failure(frames: Sequence[tuple[str, int]], missing: Sequence[str], index: FindingIndex) -> Mapping:
+#: CUDA in a failure's own words (torch's "Torch not compiled with CUDA enabled", NCCL, a
+#: torch_extensions build, a CUDA-only package's name).
+CUDA_TEXT = re.compile(r"cuda|nccl|nvidia|nvcc|cudnn|triton|torch_extensions|Torch not compiled with CUDA", re.IGNORECASE)
+
+
+def map_failure(frames: Sequence[tuple[str, int]], missing: Sequence[str], index: FindingIndex,
+                error: str = "", hidden: Sequence[str] = ()) -> Mapping:
     """Named when a finding sits at a traceback line inside the tree (innermost first;
     the import statements that only chain one tree module to the next are passed over),
-    or at an import of the missing module (in the failing files first, then anywhere)."""
+    or at an import of the missing module (in the failing files first, then anywhere).
+    The class: CUDA when named, or when the failure shows CUDA (a hidden CUDA-only package,
+    a missing module with CUDA evidence, CUDA in the error); a missing dependency when a
+    module without such evidence is not installed; else other."""
     found: list[dict] = []
     for n, (rel, line) in enumerate(frames):
         if n and index.is_import(rel, line):
@@ -166,7 +180,9 @@ def map_failure(frames: Sequence[tuple[str, int]], missing: Sequence[str], index
         silenced = next(((rel, line) for n, (rel, line) in enumerate(frames)
                          if not (n and index.is_import(rel, line)) and index.silenced(rel, line)), None)
         dependency = next((name for name in missing if not _cuda_evidence(name)), None) if not silenced else None
-    return Mapping(bool(unique), unique, silenced, dependency)
+    cuda = bool(unique) or bool(hidden) or any(map(_cuda_evidence, missing)) or bool(CUDA_TEXT.search(error))
+    cause = "cuda" if cuda else "missing-dependency" if dependency else "other"
+    return Mapping(bool(unique), unique, silenced, None if cuda else dependency, cause)
 
 
 def _cuda_evidence(module: str) -> bool:

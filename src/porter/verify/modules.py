@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
+from porter.verify.scripts import script_header
+
 RUNTIME = "porter_runtime"
 
 
@@ -41,6 +43,9 @@ class ModuleSpec:
     #: "module": importlib.import_module(name); "file": loaded from its location (a
     #: top-level file whose name is not an identifier)
     kind: str = "module"
+    #: a script (porter.verify.scripts): the lines of the top-level statements to run
+    #: (its imports); None: the whole module is imported
+    header: Optional[tuple[int, ...]] = None
 
 
 @dataclass(frozen=True)
@@ -72,17 +77,23 @@ def skip_reason(rel: str, include_tests: bool) -> Optional[str]:
     return None
 
 
-def _imports(files: Sequence[Path]) -> tuple[set[str], set[Path]]:
+def _parse(files: Sequence[Path]) -> dict[Path, ast.Module]:
+    trees = {}
+    for file in files:
+        try:
+            trees[file] = ast.parse(file.read_bytes())
+        except (SyntaxError, ValueError, OSError):
+            continue
+    return trees
+
+
+def _imports(trees: dict[Path, ast.Module]) -> tuple[set[str], set[Path]]:
     """Dotted names the tree imports, with their prefixes (``models``, ``models.hrm``
     and ``models.hrm.X`` for ``from models.hrm import X``), and the folders of files
     with relative imports."""
     packages: set[str] = set()
     relative: set[Path] = set()
-    for file in files:
-        try:
-            tree = ast.parse(file.read_bytes())
-        except (SyntaxError, ValueError, OSError):
-            continue
+    for file, tree in trees.items():
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 for alias in node.names:
@@ -150,7 +161,8 @@ def plan(root: Path, files: Sequence[Path], include_tests: bool = False) -> tupl
             skipped.append(SkippedFile(rel, reason))
         else:
             kept.append((file.absolute(), rel))
-    packages, relative = _imports([f for f, _ in kept])
+    trees = _parse([f for f, _ in kept])
+    packages, relative = _imports(trees)
     layout = _Layout(root, packages, relative)
     modules = []
     for file, rel in kept:
@@ -164,7 +176,12 @@ def plan(root: Path, files: Sequence[Path], include_tests: bool = False) -> tupl
             name, kind = prefix + stem, "module"
         else:  # "train-gpt.py": only ever run as a script
             base, name, kind = file.parent, stem, "file"
-        modules.append(ModuleSpec(name, file, rel, base, kind))
+        header = None
+        if file in trees and stem != "__init__":
+            # a sibling's relative import may reach it (from . import x): then it is a module
+            imported = name in packages or file.parent in relative
+            header = script_header(trees[file], imported)
+        modules.append(ModuleSpec(name, file, rel, base, kind, header))
     modules.sort(key=lambda m: (str(m.root), m.name))
     return modules, skipped
 

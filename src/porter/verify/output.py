@@ -19,12 +19,13 @@ def to_data(report: VerifyReport) -> dict[str, Any]:
     def mapping(m: Optional[Mapping]):
         if m is None:
             return None
-        return {"named": m.named, "text": m.text(), "findings": m.findings,
+        return {"cause": m.cause, "named": m.named, "text": m.text(), "findings": m.findings,
                 "silenced_at": where(m.silenced), "missing_dependency": m.dependency}
 
     modules = []
     for m in report.modules:
-        item: dict[str, Any] = {"module": m.module, "path": m.path, "status": m.status, "seconds": m.seconds}
+        item: dict[str, Any] = {"module": m.module, "path": m.path, "status": m.status, "seconds": m.seconds,
+                                "imports_only": m.script}
         if m.status != "ok":
             item.update({"error": m.error, "error_type": m.error_type, "location": where(m.location),
                          "frames": [where(f) for f in m.frames], "missing_modules": m.missing,
@@ -35,7 +36,8 @@ def to_data(report: VerifyReport) -> dict[str, Any]:
     if report.run is not None:
         r = report.run
         run = {"command": r.command, "status": r.status, "returncode": r.returncode, "seconds": r.seconds,
-               "error": r.error, "location": where(r.location), "missing_modules": r.missing,
+               "error": r.error, "location": where(r.location), "rank": r.rank,
+               "frames": [where(f) for f in r.frames], "missing_modules": r.missing,
                "mapping": mapping(r.mapping), "output": r.output}
     return {
         "schema_version": SCHEMA_VERSION,
@@ -77,7 +79,8 @@ def render(report: VerifyReport, console, quiet: bool = False) -> None:
             continue
         label = f"[{_STYLE[m.status]}]{_LABEL[m.status]:<8}[/]"
         if m.status == "ok":
-            console.print(f"  {label} {escape(m.path):<{width}}  {m.seconds:.1f} s", soft_wrap=True)
+            script = "  (a script: its imports only)" if m.script else ""
+            console.print(f"  {label} {escape(m.path):<{width}}  {m.seconds:.1f} s{script}", soft_wrap=True)
             continue
         loc = f"{m.location[0]}:{m.location[1]}" if m.location else m.path
         console.print(f"  {label} {escape(m.path):<{width}}  {escape(loc)}: {escape(m.error)}", soft_wrap=True)
@@ -108,9 +111,11 @@ def render(report: VerifyReport, console, quiet: bool = False) -> None:
         parts.append(f"{c['crashed']} crashed")
     line = f"{c['modules']} module{'' if c['modules'] == 1 else 's'}: " + ", ".join(parts)
     if report.failures:
-        line += f"; {c['named']} named by porter's report, {c['not_named']} NOT NAMED"
+        line += f"; CUDA: {c['named']} named by porter's report, {c['not_named']} NOT NAMED"
         if c["missing_dependency"]:
-            line += f", {c['missing_dependency']} missing a dependency"
+            line += f"; {c['missing_dependency']} missing a dependency"
+        if c["other"]:
+            line += f"; {c['other']} other"
     if report.skipped:
         line += f"; {c['skipped']} files skipped"
     console.print(line + f"  ({report.seconds:.1f} s)", soft_wrap=True)
@@ -150,10 +155,12 @@ def _mapping_line(mapping: Mapping) -> str:
     from rich.markup import escape
 
     if mapping.named:
-        return f"[cyan]→ {escape(mapping.text())}[/]"
+        return f"[cyan]→ CUDA: {escape(mapping.text())}[/]"
     if mapping.dependency:
         return f"[yellow]→ {escape(mapping.text())}[/]: install it (or declare it) and run verify again"
     if mapping.silenced:
-        return (f"[magenta]→ NOT NAMED by porter[/]: silenced by `# porter: ignore` at "
+        return (f"[magenta]→ {escape(mapping.text())}[/]: silenced by `# porter: ignore` at "
                 f"{escape(mapping.silenced[0])}:{mapping.silenced[1]}")
-    return "[bold magenta]→ NOT NAMED by porter[/] (a porter bug if the cause is CUDA: please report it)"
+    if mapping.cause == "other":
+        return f"[dim]→ {escape(mapping.text())}[/] (a porter bug only if the cause is CUDA)"
+    return f"[bold magenta]→ {escape(mapping.text())}[/] (a porter bug: please report it)"

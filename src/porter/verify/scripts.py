@@ -1,0 +1,75 @@
+"""Which files are scripts, and the part of a script ``porter verify`` imports.
+
+A script's top level *is* the program: nanoGPT's ``train.py`` trains at the top level,
+a launcher spawns its children, a ``configurator.py`` walks ``sys.argv``. Importing it
+would run all that (for minutes, or with the verifier's argv). So a file that the tree
+does not import, with no ``if __name__ == "__main__":`` block, whose top level does work
+(a loop, a ``with``, a call made for its effect) is a script, and the import stage runs
+only its header: the top-level imports (and a ``try`` around them) and the ``sys.path``
+edits they may need. Whether the program runs is ``--run``'s question.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Optional
+
+#: Calls at a module's top level that set the process up rather than run the program.
+_SETUP_CALLS = ("sys.path.", "warnings.", "logging.", "os.environ.", "torch.manual_seed", "random.seed",
+                "np.random.seed", "numpy.random.seed", "matplotlib.use", "load_dotenv")
+
+
+def _dotted(node: ast.AST) -> str:
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def _setup_call(stmt: ast.stmt) -> bool:
+    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
+        return False
+    name = _dotted(stmt.value.func) + "."
+    return any(name.startswith(prefix) or name == prefix + "." for prefix in _SETUP_CALLS)
+
+
+def _main_guard(stmt: ast.stmt) -> bool:
+    test = getattr(stmt, "test", None)
+    return (isinstance(stmt, ast.If) and isinstance(test, ast.Compare)
+            and "__name__" in {_dotted(test.left), *(_dotted(c) for c in test.comparators)})
+
+
+def _works(stmt: ast.stmt) -> bool:
+    """Whether a top-level statement runs the program rather than defines it."""
+    if isinstance(stmt, (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)):
+        return True
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, (ast.Call, ast.Await)):
+        return not _setup_call(stmt)
+    if isinstance(stmt, (ast.If, ast.Try)):
+        inner = stmt.body + stmt.orelse + getattr(stmt, "finalbody", [])
+        inner += [s for h in getattr(stmt, "handlers", []) for s in h.body]
+        return any(_works(s) for s in inner)
+    return False
+
+
+def _path_edit(stmt: ast.stmt) -> bool:
+    """``sys.path.insert(0, ...)`` and the like: the imports after it may need it."""
+    return (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
+            and _dotted(stmt.value.func).startswith("sys.path."))
+
+
+def _header(stmt: ast.stmt) -> bool:
+    """Imports and the sys.path edits they need; no other setup call (``torch.manual_seed(
+    seed)`` reads a name the skipped top level assigns)."""
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)) or _path_edit(stmt):
+        return True
+    if isinstance(stmt, ast.Try):  # try: import x / except ImportError: x = None
+        return all(isinstance(s, (ast.Import, ast.ImportFrom, ast.Pass)) for s in stmt.body)
+    return False
+
+
+def script_header(tree: ast.Module, imported: bool) -> Optional[tuple[int, ...]]:
+    """The first lines of the top-level statements to run when the file is a script; None
+    when it is a module to import whole."""
+    if imported or any(_main_guard(s) for s in tree.body) or not any(_works(s) for s in tree.body):
+        return None
+    return tuple(s.lineno for s in tree.body if _header(s))
