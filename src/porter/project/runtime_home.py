@@ -128,15 +128,21 @@ class Layout:
         file = file.absolute()
         top = _top_package(file)
         nested = _namespace_name(top, self.root) if top is not None else None
+        imported = list(imported)
         if nested is not None:
-            return (Home(top / RUNTIME, nested) if self.installable else self._pointer_or_copy(top / RUNTIME, nested)), ""
+            ships = self.installable and _build_may_ship(self.root, nested)
+            return (Home(top / RUNTIME, nested) if ships else self._pointer_or_copy(top / RUNTIME, nested)), ""
         if top is not None and self.installable:
+            # A module that imports another of the repository's packages runs only where
+            # that package imports: it uses that package's copy, so one copy serves both.
+            other = next((n for n in imported if n in self.packages and n != top.name), None)
+            if other is not None and self.packages[other].parent == top.parent:
+                return Home(self.packages[other] / RUNTIME, other), ""
             return Home(top / RUNTIME, top.name), ""  # the package's build ships its copy
         if top is not None and top.parent != self.root:
             return self._pointer_or_copy(top / RUNTIME, top.name), ""
         if top is not None:
             return self.root_home, ""
-        imported = list(imported)
         for name in imported:
             if name in self.packages and self.installable:
                 return Home(self.packages[name] / RUNTIME, name), ""
@@ -185,7 +191,7 @@ def home_of_import(layout: "Layout", file: Path, package: str) -> Home:
     for base in bases:
         folder = base.joinpath(*package.split("."))
         if _is_file(folder / "__init__.py"):
-            if not layout.installable and is_pointer(folder / f"{RUNTIME}.py"):
+            if is_pointer(folder / f"{RUNTIME}.py") and not is_vendored(folder / RUNTIME):
                 return Home(folder / RUNTIME, package, primary=layout.root_home)
             return Home(folder / RUNTIME, package)
     return Home(layout.root.joinpath(*package.split(".")) / RUNTIME, package)
@@ -261,6 +267,24 @@ def _imported_as(root: Path, dotted: str) -> bool:
                 except OSError:
                     continue
     return False
+
+
+def _build_may_ship(root: Path, dotted: str) -> bool:
+    """Whether the build could install the namespace package ``dotted``, which then needs
+    a copy of its own. Not when it names its packages (``find_packages()``, ``find:``, a
+    list without it): ``find_packages`` skips folders without ``__init__.py``, so the
+    package runs from the tree, its base on sys.path, and the root copy serves it. A build
+    porter can't read (pyproject's automatic discovery, ``find_namespace_packages``) may."""
+    texts = []
+    for name in _BUILD_FILES + ("pyproject.toml",):
+        try:
+            texts.append(text_bounded(root / name))
+        except OSError:
+            continue
+    text = "\n".join(texts)
+    if re.search(r"namespace|packages\.find|\b" + re.escape(dotted) + r"\b", text):
+        return True
+    return not re.search(r"find_packages\s*\(|packages\s*=\s*(?:find:|\[)", text)
 
 
 def _maps_packages(root: Path) -> bool:
