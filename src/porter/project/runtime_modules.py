@@ -1,10 +1,11 @@
-"""Which modules of porter_runtime a port needs: the runtime sized to the port.
+"""What of porter_runtime a port needs: the runtime sized to the port.
 
 A 20-line port should not vendor 4,000 lines. ``porter_runtime/__init__.py`` maps each
 public name to the module that defines it (``_EXPORTS``) and imports that module on
 first use, so a vendored copy holding only some modules still imports. A port vendors
-the core (``__init__`` and what it imports when imported) and the modules that define
-the names its code uses (``porter_runtime.NAME``), closed over the runtime's own imports.
+the core (``__init__``) and the names its code uses (``porter_runtime.NAME``), as
+*parts* that porter.files.runtime_shake closes over the runtime's own references and
+cuts each module to.
 
 The names are read from the ported sources as text. Code that reaches the runtime in a
 way this reading can't follow (``import porter_runtime as rt``, ``from porter_runtime
@@ -15,7 +16,7 @@ Two tools of porter run the user's code with runtime modules no port calls: ``po
 records peak memory (``_peak``) and ``porter verify --emulate mps`` emulates a Mac
 (``_emulate``, ``_mps_coverage``). The runtime imports them by name only when the tool's
 variable is set, and the tool hands them to the child (:func:`supply`): a copy holds them
-only with ``--full-runtime``.
+only with ``--full-runtime``, and every copy holds what they use of it (:func:`tool_parts`).
 """
 
 from __future__ import annotations
