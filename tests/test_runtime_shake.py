@@ -218,7 +218,7 @@ def test_a_copy_grows_and_never_shrinks(tmp_path):
     assert vendor_changes(tmp_path / "porter_runtime", tmp_path, parts=parts_for(["device"], SOURCE))[0] == []
 
 
-def test_a_copy_edited_by_hand_is_left_alone_and_one_vendored_whole_is_not_edited(tmp_path):
+def test_a_copy_edited_by_hand_is_left_alone_and_one_vendored_whole_is_not(tmp_path):
     _vendor(tmp_path, parts_for(["device"], SOURCE))
     device = tmp_path / "porter_runtime" / "_device.py"
     device.write_bytes(device.read_bytes().replace(b"def device(", b"def device(  "))
@@ -236,3 +236,15 @@ def test_the_whole_runtime_replaces_a_sized_copy(tmp_path):
     _vendor(tmp_path, None)
     for path in SOURCE.glob("*.py"):
         assert (tmp_path / "porter_runtime" / path.name).read_bytes() == path.read_bytes()
+
+
+def test_a_copy_an_older_porter_vendored_with_whole_modules_only_gains(tmp_path):
+    """Modules held whole (the sizing of an older porter, same runtime version) hold all
+    a port needs of them: they stay as they are, and only what the copy lacks is added."""
+    _vendor(tmp_path, parts_for(["device"], SOURCE))
+    for path in (tmp_path / "porter_runtime").glob("*.py"):
+        path.write_bytes((SOURCE / path.name).read_bytes())
+    changes, _ = vendor_changes(tmp_path / "porter_runtime", tmp_path, parts=parts_for(["device"], SOURCE))
+    assert changes == []
+    changes, _ = vendor_changes(tmp_path / "porter_runtime", tmp_path, parts=parts_for(["compile"], SOURCE))
+    assert changes and all(c.old is None for c in changes)  # new modules only

@@ -137,21 +137,21 @@ def vendor_changes(target: Path, root: Path, write: bool = True,
     partial = is_partial(target) or (target.is_dir() and older_partial(target, runtime_files()))
     theirs = None if partial else vendored_version(target)
     holds = held(target, runtime_source()) if theirs is not None else frozenset()
-    wanted = runtime_files(None if parts is None else parts | holds)
+    wanted, whole = runtime_files(None if parts is None else parts | holds), runtime_files()
     rel = Path(os.path.relpath(target, root)).as_posix()
     if theirs is not None:
         if _version_tuple(theirs) > _version_tuple(ours):
             return [], f"vendored runtime {theirs} at {rel}/ is newer than porter's {ours}; left as is"
         if theirs == ours:
-            mine, whole = runtime_files(holds), runtime_files()  # a copy sized to the port, or not
+            mine = runtime_files(holds)  # a copy sized to the port, or held whole
             edited = any(read_or_none(target / n) not in (None, d, whole.get(n)) for n, d in mine.items())
             note = f"vendored runtime at {rel}/ was edited by hand; left as is" if edited else ""
-            if edited or all(read_or_none(target / n) == d for n, d in wanted.items()):
+            if edited or all(read_or_none(target / n) in (d, whole.get(n)) for n, d in wanted.items()):
                 return [], note
     changes = []
     for name, data in wanted.items():
         old = None if partial else read_or_none(target / name)
-        if old != data:
+        if old != data and old != whole.get(name):  # a module held whole (--full-runtime) holds all of it
             changes.append(Change(f"{rel}/{name}", old, data, runtime=True, folder=rel))
     if theirs and theirs != ours:
         note = (f"porter_runtime updated from {theirs} to {ours} at {rel}/" if write
