@@ -17,6 +17,7 @@ from porter.files.apply import Change, grown_note, read_or_none, runtime_source,
 from porter.project import known_modules
 from porter.project import model as project
 from porter.project.ledger import TreeContext
+from porter.project.lint_exempt import exempt_changes
 from porter.project.runtime_home import (
     Home,
     Layout,
@@ -247,8 +248,20 @@ def run(
     for changes in shown.values():
         if sink is not None and changes:
             sink(changes)  # a dry run's sink shows, it does not fail
-    _ship(config, result, shipped, pyproject[-1] if pyproject else None, sink)
+    edited = _ship(config, result, shipped, pyproject[-1] if pyproject else None, sink)
+    if any(problem == "" for problem in homes.values()):
+        _exempt(config, result, edited, sink)
     return result
+
+
+def _exempt(config: RunConfig, result: RunResult, pyproject: Optional[bytes], sink) -> None:
+    """Keep the repository's formatters and linters off the copies (porter.project.lint_exempt)."""
+    bases = {"pyproject.toml": pyproject} if pyproject is not None and not config.write else {}
+    for change, note in exempt_changes(config.root, config.write, bases):
+        error = sink([change]) if sink is not None and change is not None else None
+        result.notes.append(f"{change.path}: not written: {error}" if error and change is not None else note)
+        if change is not None and not error:
+            result.runtime_changes.append(change)
 
 
 def _merge(kept: list[Change], changes: Sequence[Change]) -> None:
@@ -277,9 +290,10 @@ def with_tree_context(config: RunConfig, rels: Sequence[str]) -> RunConfig:
     return replace(config, options=replace(config.options, ledger=context, project=model))
 
 
-def _ship(config: RunConfig, result: RunResult, shipped: list[Home], edited: Optional[bytes], sink) -> None:
+def _ship(config: RunConfig, result: RunResult, shipped: list[Home], edited: Optional[bytes], sink) -> Optional[bytes]:
     """Add the package copies to a hand-written package list in pyproject.toml. Done last,
-    on top of what a manifest rule of this run made of the file (written, or in the diff)."""
+    on top of what a manifest rule of this run made of the file (written, or in the diff);
+    pyproject.toml as a dry run leaves it (None: as on disk)."""
     base = None if config.write else edited
     for home in shipped:
         manifest = manifest_change(config.root, home, write=config.write, base=base)
@@ -295,4 +309,5 @@ def _ship(config: RunConfig, result: RunResult, shipped: list[Home], edited: Opt
             continue
         result.runtime_changes.append(change)
         base = None if config.write else change.new
+    return base
 
