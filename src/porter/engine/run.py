@@ -13,7 +13,7 @@ from porter.engine.discover import Skipped, discover, relative_posix
 from porter.engine.options import Options
 from porter.engine.process import process_file
 from porter.engine.results import FileResult
-from porter.files.apply import Change, grown_note, read_or_none, runtime_source, vendor_changes
+from porter.files.apply import Change, gained, read_or_none, runtime_source, vendor_changes
 from porter.project import known_modules
 from porter.project import model as project
 from porter.project.ledger import TreeContext
@@ -179,7 +179,9 @@ def run(
             before = emitted.get(home.folder)
             if before is not None:  # a copy this run vendored: only what it gains
                 changes = [c for c in changes if before.get(c.path) != c.new]
-                note = grown_note(relative_posix(home.folder, root), changes, config.write, known=before)
+                what = gained(changes, known=before)
+                note = f"{'added' if config.write else 'would add'} {what} to porter_runtime at " \
+                       f"{relative_posix(home.folder, root)}/" if what else ""
             emitted.setdefault(home.folder, {}).update({c.path: c.new for c in changes})
             notes += [note] if note else []
             if home.package and home.folder not in homes:

@@ -157,24 +157,22 @@ def vendor_changes(target: Path, root: Path, write: bool = True,
         note = (f"porter_runtime updated from {theirs} to {ours} at {rel}/" if write
                 else f"would update porter_runtime from {theirs} to {ours} at {rel}/")
     elif theirs:
-        note = grown_note(rel, changes, write)
+        what = gained(changes)
+        note = "" if not what else f"porter_runtime at {rel}/: added {what}" if write else \
+            f"would add {what} to porter_runtime at {rel}/"
     else:
         note = f"porter_runtime {ours} vendored at {rel}/" if write else f"would vendor porter_runtime {ours} at {rel}/"
     return changes, note
 
 
-def grown_note(rel: str, changes: Iterable[Change], write: bool, known: Optional[Iterable[str]] = None) -> str:
-    """What a copy gains: modules it lacked, and held modules that grow (more of them
-    kept). ``known``: the copy's files so far (default: those on disk)."""
+def gained(changes: Iterable[Change], known: Optional[Iterable[str]] = None) -> str:
+    """What a copy gains, in words: modules it lacked, and more of held modules.
+    ``known``: the copy's files so far (default: those on disk)."""
     known = None if known is None else set(known)
     names = [(c.path.rsplit("/", 1)[-1], c.old is None if known is None else c.path not in known) for c in changes]
     added = ", ".join(n for n, new in names if new)
     grown = ", ".join(n for n, new in names if not new)
-    if write:
-        said = " and ".join(filter(None, [f"added {added}" if added else "", f"grew {grown}" if grown else ""]))
-        return f"porter_runtime at {rel}/: {said}" if said else ""
-    said = " and ".join(filter(None, [f"add {added}" if added else "", f"grow {grown}" if grown else ""]))
-    return f"would {said} in porter_runtime at {rel}/" if said else ""
+    return " and ".join(filter(None, [added, f"more of {grown}" if grown else ""]))
 
 
 def runtime_files(parts: Optional[frozenset[str]] = None) -> dict[str, bytes]:
