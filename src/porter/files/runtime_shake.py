@@ -85,7 +85,7 @@ def held(folder: Path, source: Path) -> frozenset[str]:
         try:
             tree = ast.parse(path.read_bytes())
         except (SyntaxError, ValueError, OSError):
-            parts.add(f"{path.stem}.{WHOLE}")  # not what porter writes: rewritten whole
+            parts.add(f"{path.stem}.{WHOLE}")  # never what porter writes: the copy reads as edited
             continue
         parts.add(path.stem)
         parts.update(f"{path.stem}.{n}" for s in tree.body for n in _defines(s) if n in module.names)
