@@ -203,3 +203,17 @@ def test_the_tools_hand_a_sized_copy_the_modules_they_run_it_with(tmp_path):
         wanted = "porter_runtime._peak" if tool == "fit" else "porter_runtime._emulate"
         assert wanted in done.stdout
     assert not {"_peak", "_emulate", "_mps_coverage"} & _held(repo)  # nothing was written into the copy
+
+
+def test_a_port_that_needs_less_keeps_what_the_copy_holds(tmp_path):
+    """The code that used the most of the runtime goes; the copy stays as it is (another
+    file, or a script outside the scanned paths, may use what it holds) and everything
+    that is left runs."""
+    repo = _repo(tmp_path, {"train.py": TRAIN, "bench.py": "import torch\n\ntorch.cuda.synchronize()\n"})
+    assert run_porter("migrate", repo, "--write", "-q").returncode == 0
+    before = {p.name: p.read_bytes() for p in (repo / "porter_runtime").iterdir()}
+    (repo / "bench.py").unlink()
+    assert run_porter("migrate", repo, "--write", "-q").returncode == 0
+    assert {p.name: p.read_bytes() for p in (repo / "porter_runtime").iterdir()} == before
+    assert run_porter("migrate", repo, "--diff", "-q").stdout == b""
+    assert _run(repo, "train.py").returncode == 0
