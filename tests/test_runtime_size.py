@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from porter.files.apply import runtime_files, runtime_source
-from porter.project.runtime_modules import modules_for, used_names
+from porter.files.runtime_shake import held
+from porter.project.runtime_modules import modules_for, parts_for, used_names
 from porter_test_utils import run_porter
 
 SOURCE = runtime_source()
@@ -63,7 +64,7 @@ def test_a_port_that_only_moves_tensors_vendors_the_core_and_runs(tmp_path):
 def test_a_later_port_adds_the_modules_its_new_code_uses(tmp_path):
     repo = _repo(tmp_path, {"train.py": TRAIN})
     run_porter("migrate", repo, "--write", "-q")
-    before = {p: p.read_bytes() for p in (repo / "porter_runtime").iterdir()}
+    before = held(repo / "porter_runtime", SOURCE)
     (repo / "bench.py").write_text(textwrap.dedent("""\
         import torch
 
@@ -74,7 +75,7 @@ def test_a_later_port_adds_the_modules_its_new_code_uses(tmp_path):
     proc = run_porter("migrate", repo, "--write")
     assert proc.returncode == 0, proc.stderr
     assert {"_compile", "_twins"} <= _held(repo)
-    assert all(p.read_bytes() == data for p, data in before.items())  # what it held stays as it was
+    assert before < held(repo / "porter_runtime", SOURCE)  # what it held stays, and more
     assert b"added" in proc.stderr and b"_compile.py" in proc.stderr
     for script in ("train.py", "bench.py"):
         run = _run(repo, script)
@@ -106,7 +107,7 @@ def test_a_name_whose_module_is_not_vendored_says_how_to_get_it(tmp_path):
     (repo / "late.py").write_text("import porter_runtime\n\nporter_runtime.compile\n")
     proc = _run(repo, "late.py")
     assert proc.returncode == 1
-    assert "porter_runtime.compile lives in _compile.py, which this vendored copy does not hold" in proc.stderr
+    assert "has no attribute 'compile': a vendored copy holds only what the ported code used" in proc.stderr
     assert "--full-runtime" in proc.stderr
 
 
@@ -135,13 +136,14 @@ def test_used_names_reads_what_porter_writes_and_gives_up_on_the_rest(source, na
 
 def test_an_unknown_name_takes_the_whole_runtime():
     assert modules_for({"no_such_name"}, SOURCE) is None
-    assert modules_for({"__version__", "MPS_FALLBACK_SET"}, SOURCE) == {"__init__"}
+    # the core, and what porter fit and porter verify --emulate use of a copy
+    assert modules_for({"__version__", "MPS_FALLBACK_SET"}, SOURCE) == {"__init__", "_compat", "_device", "_log"}
 
 
 def test_every_public_name_works_from_the_modules_porter_picks_for_it(tmp_path):
-    """For each name in ``_EXPORTS``: a copy holding only modules_for({name}), under a
-    package name of its own so no module leaks from one copy to the next, imports and
-    yields the name."""
+    """For each name in ``_EXPORTS``: a copy holding only what parts_for({name}) keeps,
+    under a package name of its own so no module leaks from one copy to the next, imports
+    and yields the name."""
     import ast
 
     tree = ast.parse((SOURCE / "__init__.py").read_text())
@@ -151,7 +153,7 @@ def test_every_public_name_works_from_the_modules_porter_picks_for_it(tmp_path):
     for i, name in enumerate(sorted(exports)):
         package = tmp_path / f"rt_{i}"
         package.mkdir()
-        for file, data in runtime_files(modules_for({name}, SOURCE)).items():
+        for file, data in runtime_files(parts_for({name}, SOURCE)).items():
             (package / file).write_bytes(data)
         lines.append(f"import rt_{i}; assert rt_{i}.{name} is not None, {name!r}")
     script = tmp_path / "check.py"
@@ -201,3 +203,17 @@ def test_the_tools_hand_a_sized_copy_the_modules_they_run_it_with(tmp_path):
         wanted = "porter_runtime._peak" if tool == "fit" else "porter_runtime._emulate"
         assert wanted in done.stdout
     assert not {"_peak", "_emulate", "_mps_coverage"} & _held(repo)  # nothing was written into the copy
+
+
+def test_a_port_that_needs_less_keeps_what_the_copy_holds(tmp_path):
+    """The code that used the most of the runtime goes; the copy stays as it is (another
+    file, or a script outside the scanned paths, may use what it holds) and everything
+    that is left runs."""
+    repo = _repo(tmp_path, {"train.py": TRAIN, "bench.py": "import torch\n\ntorch.cuda.synchronize()\n"})
+    assert run_porter("migrate", repo, "--write", "-q").returncode == 0
+    before = {p.name: p.read_bytes() for p in (repo / "porter_runtime").iterdir()}
+    (repo / "bench.py").unlink()
+    assert run_porter("migrate", repo, "--write", "-q").returncode == 0
+    assert {p.name: p.read_bytes() for p in (repo / "porter_runtime").iterdir()} == before
+    assert run_porter("migrate", repo, "--diff", "-q").stdout == b""
+    assert _run(repo, "train.py").returncode == 0

@@ -35,8 +35,9 @@ def _enable_mps_fallback(environ: _MutableMapping[str, str] = _os.environ,
 MPS_FALLBACK_SET = _enable_mps_fallback()
 
 #: Each public name and the module that defines it. Names are imported on first use
-#: (PEP 562), so a copy vendored with only the modules its repository uses still imports,
-#: and ``import porter_runtime`` costs nothing until a name is used.
+#: (PEP 562), so a copy vendored with only the names its repository uses still imports,
+#: and ``import porter_runtime`` costs nothing until a name is used. A vendored copy's
+#: table lists only the names it holds (porter's tree shaking cuts it).
 _EXPORTS = {
     "GradScaler": "_amp", "amp_dtype": "_amp", "autocast": "_amp", "custom_bwd": "_amp",
     "custom_fwd": "_amp", "grad_scaler": "_amp", "cuda_amp_autocast": "_amp",
@@ -82,6 +83,11 @@ _MODULES = {"bnb_optim", "xformers_bias"}
 
 def __getattr__(name: str):
     module = _EXPORTS.get(name)
+    if module is None and not name.startswith("__") and _os.path.isfile(_os.path.join(__path__[0], "VENDORED.txt")):
+        raise AttributeError(
+            f"module {__name__!r} has no attribute {name!r}: a vendored copy holds only what the ported code "
+            "used when porter vendored it; run `porter migrate --write` again after adding code that uses it, "
+            "or vendor the whole runtime with `--full-runtime`")
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     try:

@@ -13,10 +13,11 @@ from porter.engine.discover import Skipped, discover, relative_posix
 from porter.engine.options import Options
 from porter.engine.process import process_file
 from porter.engine.results import FileResult
-from porter.files.apply import Change, read_or_none, runtime_source, vendor_changes
+from porter.files.apply import Change, gained, read_or_none, runtime_source, vendor_changes
 from porter.project import known_modules
 from porter.project import model as project
 from porter.project.ledger import TreeContext
+from porter.project.lint_exempt import exempt_changes
 from porter.project.runtime_home import (
     Home,
     Layout,
@@ -27,7 +28,7 @@ from porter.project.runtime_home import (
     refuse_home,
     refuse_pointer,
 )
-from porter.project.runtime_modules import modules_for, used_names
+from porter.project.runtime_modules import parts_for, used_names
 
 
 @dataclass
@@ -146,47 +147,53 @@ def run(
     tasks = [(path, relative_posix(path, root), layout) for path in files]
     #: each copy's folder -> why it could not be vendored ("" once it is)
     homes: dict[Path, str] = {}
-    #: each copy's folder -> the runtime modules vendored there so far (None: all of them)
+    #: each copy's folder -> the parts of the runtime vendored there so far (None: all of it)
     held: dict[Path, Optional[frozenset[str]]] = {}
-    #: each copy's folder -> the files this run already wrote or showed there (a dry run
-    #: writes nothing, so the folder on disk can't tell)
-    emitted: dict[Path, set[str]] = {}
+    #: each copy's folder -> its files as this run wrote or showed them (a dry run writes
+    #: nothing, so the folder on disk can't tell)
+    emitted: dict[Path, dict[str, bytes]] = {}
+    #: a dry run's changes to each copy, handed to the sink at the end: a copy that grows
+    #: during the run is shown once, as it ends up (the diff applies as --write writes)
+    shown: dict[Path, list[Change]] = {}
     shipped: list[Home] = []  # copies inside packages, which the build must ship
     pyproject: list[bytes] = []  # pyproject.toml as a rule of this run left it
 
     def vendor(home: Home, code: Optional[bytes], needed: bool = True) -> str:
-        """Vendor one copy, with the modules ``code`` needs; why it could not be, or ""."""
+        """Vendor one copy, with the parts ``code`` needs; why it could not be, or ""."""
         if home.primary is not None:
             return refuse_pointer(home, root) or vendor(home.primary, code, needed) or point(home, needed)
-        modules = None if config.full_runtime or code is None else modules_for(used_names(code), runtime_source())
+        parts = None if config.full_runtime or code is None else parts_for(used_names(code), runtime_source())
         if home.folder in homes:
             have = held[home.folder]
-            if homes[home.folder] or have is None or (modules is not None and modules <= have):
+            if homes[home.folder] or have is None or (parts is not None and parts <= have):
                 return homes[home.folder]
-            modules = None if modules is None else modules | have
+            parts = None if parts is None else parts | have
         problem = refuse_home(home, root)
         if problem and not needed:
             return problem  # a file already imports a folder porter does not own: the user's
         changes: list[Change] = []
         notes: list[str] = []
         if not problem:
-            changes, note = vendor_changes(home.folder, root, write=config.write, modules=modules)
-            if home.folder in emitted:  # a copy this run vendored: only the modules it lacks
-                changes = [c for c in changes if c.path not in emitted[home.folder]]
-                added = ", ".join(c.path.rsplit("/", 1)[-1] for c in changes)
-                note = f"{'added' if config.write else 'would add'} {added} to porter_runtime at " \
-                       f"{relative_posix(home.folder, root)}/" if changes else ""
-            emitted.setdefault(home.folder, set()).update(c.path for c in changes)
+            changes, note = vendor_changes(home.folder, root, write=config.write, parts=parts)
+            if not config.write:
+                shown[home.folder] = changes
+            before = emitted.get(home.folder)
+            if before is not None:  # a copy this run vendored: only what it gains
+                changes = [c for c in changes if before.get(c.path) != c.new]
+                what = gained(changes, known=before)
+                note = f"{'added' if config.write else 'would add'} {what} to porter_runtime at " \
+                       f"{relative_posix(home.folder, root)}/" if what else ""
+            emitted.setdefault(home.folder, {}).update({c.path: c.new for c in changes})
             notes += [note] if note else []
             if home.package and home.folder not in homes:
                 shipped.append(home)  # the build config is edited at the end (porter.project.runtime_home)
-            if sink is not None and changes and not problem:
+            if sink is not None and changes and config.write:
                 problem = sink(changes) or ""
-        homes[home.folder], held[home.folder] = problem, modules
+        homes[home.folder], held[home.folder] = problem, parts
         if problem:
             result.notes.append(f"porter_runtime not vendored at {relative_posix(home.folder, root)}/: {problem}")
         else:
-            result.runtime_changes += changes
+            _merge(result.runtime_changes, changes)
             result.notes += notes
         return problem
 
@@ -241,8 +248,36 @@ def run(
         result.files.append(item)
         if progress is not None:
             progress(done, len(tasks))
-    _ship(config, result, shipped, pyproject[-1] if pyproject else None, sink)
+    for changes in shown.values():
+        if sink is not None and changes:
+            sink(changes)  # a dry run's sink shows, it does not fail
+    edited = _ship(config, result, shipped, pyproject[-1] if pyproject else None, sink)
+    if any(problem == "" for problem in homes.values()):
+        _exempt(config, result, edited, sink)
     return result
+
+
+def _exempt(config: RunConfig, result: RunResult, pyproject: Optional[bytes], sink) -> None:
+    """Keep the repository's formatters and linters off the copies (porter.project.lint_exempt)."""
+    bases = {"pyproject.toml": pyproject} if pyproject is not None and not config.write else {}
+    for change, note in exempt_changes(config.root, config.write, bases):
+        error = sink([change]) if sink is not None and change is not None else None
+        result.notes.append(f"{change.path}: not written: {error}" if error and change is not None else note)
+        if change is not None and not error:
+            result.runtime_changes.append(change)
+
+
+def _merge(kept: list[Change], changes: Sequence[Change]) -> None:
+    """Add a copy's changes to the run's; a file changed twice (the copy grew) is one
+    change, from what the run found to what it left."""
+    where = {c.path: i for i, c in enumerate(kept)}
+    for change in changes:
+        if change.path in where:
+            first = kept[where[change.path]]
+            kept[where[change.path]] = replace(change, old=first.old)
+        else:
+            where[change.path] = len(kept)
+            kept.append(change)
 
 
 def with_tree_context(config: RunConfig, rels: Sequence[str]) -> RunConfig:
@@ -258,9 +293,10 @@ def with_tree_context(config: RunConfig, rels: Sequence[str]) -> RunConfig:
     return replace(config, options=replace(config.options, ledger=context, project=model))
 
 
-def _ship(config: RunConfig, result: RunResult, shipped: list[Home], edited: Optional[bytes], sink) -> None:
+def _ship(config: RunConfig, result: RunResult, shipped: list[Home], edited: Optional[bytes], sink) -> Optional[bytes]:
     """Add the package copies to a hand-written package list in pyproject.toml. Done last,
-    on top of what a manifest rule of this run made of the file (written, or in the diff)."""
+    on top of what a manifest rule of this run made of the file (written, or in the diff);
+    pyproject.toml as a dry run leaves it (None: as on disk)."""
     base = None if config.write else edited
     for home in shipped:
         manifest = manifest_change(config.root, home, write=config.write, base=base)
@@ -276,4 +312,5 @@ def _ship(config: RunConfig, result: RunResult, shipped: list[Home], edited: Opt
             continue
         result.runtime_changes.append(change)
         base = None if config.write else change.new
+    return base
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
 
+from porter.files.runtime_shake import held, shake
 from porter.files.safe_io import Refused, read_bounded, write_in_root
 from porter.files.vendor_write import is_partial, older_partial, vendor_folder
 
@@ -86,55 +87,72 @@ def vendored_version(folder: Path) -> Optional[str]:
 
 
 def vendor_changes(target: Path, root: Path, write: bool = True,
-                   modules: Optional[frozenset[str]] = None) -> tuple[list[Change], str]:
+                   parts: Optional[frozenset[str]] = None) -> tuple[list[Change], str]:
     """The file changes that bring ``target`` to porter's runtime, and a note (in the
     future tense, "would vendor", when the run writes nothing).
 
-    ``modules`` are the runtime modules the port needs (porter.project.runtime_modules; None: all
-    of them); modules a copy already holds stay. Nothing changes when the vendored copy
-    is as new as porter's or newer; a copy of the same version that differs (edited by
-    hand) is left alone and the note says so.
+    ``parts`` are what the port needs of the runtime (porter.project.runtime_modules,
+    porter.files.runtime_shake; None: all of it); what a copy already holds stays, so a
+    copy only grows. Nothing changes when the vendored copy is as new as porter's or
+    newer; a copy of the same version that differs from what porter writes for what it
+    holds (edited by hand) is left alone and the note says so.
     """
     ours = runtime_version()
     # a stopped run's half copy: rewritten whole
     partial = is_partial(target) or (target.is_dir() and older_partial(target, runtime_files()))
     theirs = None if partial else vendored_version(target)
-    wanted = runtime_files(modules)
+    holds = held(target, runtime_source()) if theirs is not None else frozenset()
+    wanted, whole = runtime_files(None if parts is None else parts | holds), runtime_files()
     rel = Path(os.path.relpath(target, root)).as_posix()
     if theirs is not None:
         if _version_tuple(theirs) > _version_tuple(ours):
             return [], f"vendored runtime {theirs} at {rel}/ is newer than porter's {ours}; left as is"
         if theirs == ours:
-            edited = any(read_or_none(target / n) not in (None, d) for n, d in wanted.items())
+            mine = runtime_files(holds)  # a copy sized to the port, or held whole
+            edited = any(read_or_none(target / n) not in (None, d, whole.get(n)) for n, d in mine.items())
             note = f"vendored runtime at {rel}/ was edited by hand; left as is" if edited else ""
-            if edited or all(read_or_none(target / n) == d for n, d in wanted.items()):
+            if edited or all(read_or_none(target / n) in (d, whole.get(n)) for n, d in wanted.items()):
                 return [], note
     changes = []
     for name, data in wanted.items():
         old = None if partial else read_or_none(target / name)
-        if old != data:
+        if old != data and old != whole.get(name):  # a module held whole (--full-runtime) holds all of it
             changes.append(Change(f"{rel}/{name}", old, data, runtime=True, folder=rel))
     if theirs and theirs != ours:
         note = (f"porter_runtime updated from {theirs} to {ours} at {rel}/" if write
                 else f"would update porter_runtime from {theirs} to {ours} at {rel}/")
     elif theirs:
-        added = ", ".join(c.path.rsplit("/", 1)[-1] for c in changes)
-        note = f"porter_runtime at {rel}/: added {added}" if write else f"would add {added} to porter_runtime at {rel}/"
+        what = gained(changes)
+        note = "" if not what else f"porter_runtime at {rel}/: added {what}" if write else \
+            f"would add {what} to porter_runtime at {rel}/"
     else:
         note = f"porter_runtime {ours} vendored at {rel}/" if write else f"would vendor porter_runtime {ours} at {rel}/"
     return changes, note
 
 
-def runtime_files(modules: Optional[frozenset[str]] = None) -> dict[str, bytes]:
+def gained(changes: Iterable[Change], known: Optional[Iterable[str]] = None) -> str:
+    """What a copy gains, in words: modules it lacked, and more of held modules.
+    ``known``: the copy's files so far (default: those on disk)."""
+    known = None if known is None else set(known)
+    names = [(c.path.rsplit("/", 1)[-1], c.old is None if known is None else c.path not in known) for c in changes]
+    added = ", ".join(n for n, new in names if new)
+    grown = ", ".join(n for n, new in names if not new)
+    return " and ".join(filter(None, [added, f"more of {grown}" if grown else ""]))
+
+
+def runtime_files(parts: Optional[frozenset[str]] = None) -> dict[str, bytes]:
     """The runtime's files, by path inside the package, plus the version stamp: every
-    module, or only ``modules`` (their stems)."""
+    module whole, or the modules ``parts`` needs, shaken (porter.files.runtime_shake)."""
     source = runtime_source()
     files = {
         p.relative_to(source).as_posix(): p.read_bytes()
         for p in sorted(source.rglob("*"))
         if p.is_file() and "__pycache__" not in p.parts
-        and ((p.suffix == ".py" and (modules is None or p.stem in modules)) or p.name == "README.md")
+        and ((p.suffix == ".py" and parts is None) or p.name == "README.md")
     }
+    if parts is not None:
+        files.update({f"{stem}.py": data for stem, data in shake(source, parts).items()})
+        files = dict(sorted(files.items()))
     version = runtime_version()
     files["VENDORED.txt"] = (
         f"porter_runtime {version}, vendored by porter.\n"

@@ -127,18 +127,23 @@ class Layout:
         file = file.absolute()
         top = _top_package(file)
         nested = _namespace_name(top, self.root) if top is not None else None
+        imported = list(imported)
         if nested is not None:
-            return (Home(top / RUNTIME, nested) if self.installable else self._pointer_or_copy(top / RUNTIME, nested)), ""
+            ships = self.installable and _build_may_ship(self.root, nested)
+            return (Home(top / RUNTIME, nested) if ships else self._pointer_or_copy(top / RUNTIME, nested)), ""
         if top is not None and self.installable:
-            return Home(top / RUNTIME, top.name), ""  # the package's build ships its copy
+            # the package's build ships its copy; one the module imports serves it too
+            own = [top.name] if self.packages.get(top.name) == top else []
+            name = self.base_package(own + imported) if own else top.name
+            return Home(self.packages[name] / RUNTIME if own else top / RUNTIME, name), ""
         if top is not None and top.parent != self.root:
             return self._pointer_or_copy(top / RUNTIME, top.name), ""
         if top is not None:
             return self.root_home, ""
-        imported = list(imported)
+        if self.installable and any(n in self.packages for n in imported):
+            name = self.base_package(imported)
+            return Home(self.packages[name] / RUNTIME, name), ""
         for name in imported:
-            if name in self.packages and self.installable:
-                return Home(self.packages[name] / RUNTIME, name), ""
             if name in self.packages and self.packages[name].parent != self.root:
                 return self._pointer_or_copy(self.packages[name] / RUNTIME, name), ""
         if file.parent == self.root or any(n in self.first_party and n != RUNTIME for n in imported):
@@ -148,6 +153,19 @@ class Layout:
         # root, or from scripts/), so a pointer beside it loads the root copy (a copy an
         # earlier port put beside it stays in use).
         return self._pointer_or_copy(file.parent / RUNTIME, ""), ""
+
+    def base_package(self, names: Iterable[str]) -> str:
+        """Of the repository's packages among ``names`` (a file's own package and those it
+        imports), the one whose copy the file uses: the one that imports the fewest of
+        the others (``utils`` before ``models``, which imports it), then by name. Code
+        that imports a package runs only where that package imports, and a package's
+        own modules run where it does: every file of a repository whose packages build
+        on one another uses the same copy."""
+        found = [n for n in dict.fromkeys(names) if n in self.packages]
+        if len(found) == 1:
+            return found[0]
+        graph = _package_imports(tuple(sorted((n, str(f)) for n, f in self.packages.items())))
+        return min(found, key=lambda n: (len(_reach(graph, n)), n))
 
     def _pointer_or_copy(self, folder: Path, package: str) -> Home:
         """Code that can't import the root copy by name (a script in a subfolder, a package
@@ -184,7 +202,7 @@ def home_of_import(layout: "Layout", file: Path, package: str) -> Home:
     for base in bases:
         folder = base.joinpath(*package.split("."))
         if _is_file(folder / "__init__.py"):
-            if not layout.installable and is_pointer(folder / f"{RUNTIME}.py"):
+            if is_pointer(folder / f"{RUNTIME}.py") and not is_vendored(folder / RUNTIME):
                 return Home(folder / RUNTIME, package, primary=layout.root_home)
             return Home(folder / RUNTIME, package)
     return Home(layout.root.joinpath(*package.split(".")) / RUNTIME, package)
@@ -260,6 +278,60 @@ def _imported_as(root: Path, dotted: str) -> bool:
                 except OSError:
                     continue
     return False
+
+
+#: An import at the start of a line: at module level, where a failure stops the import.
+_TOP_IMPORT = re.compile(rb"^(?:from|import)[ \t]+([A-Za-z_]\w*)", re.M)
+
+
+@functools.lru_cache(maxsize=8)
+def _package_imports(packages: tuple) -> dict:
+    """Each top-level package -> the others its modules import at module level (once per
+    process: a worker gets the layout with each file)."""
+    names = {name for name, _ in packages}
+    return {name: _top_imports(Path(folder)) & names - {name} for name, folder in packages}
+
+
+def _top_imports(folder: Path) -> set:
+    found = set()
+    for base, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if d not in ("__pycache__", RUNTIME) and not d.startswith(".")]
+        for name in files:
+            if name.endswith(".py"):
+                try:
+                    found |= {m.decode() for m in _TOP_IMPORT.findall(read_bounded(Path(base, name), 1 << 20,
+                                                                                    follow=False))}
+                except OSError:
+                    continue
+    return found
+
+
+def _reach(graph: dict, start: str) -> set:
+    seen, todo = set(), [start]
+    while todo:
+        for other in graph.get(todo.pop(), ()):
+            if other not in seen:
+                seen.add(other)
+                todo.append(other)
+    return seen - {start}
+
+
+def _build_may_ship(root: Path, dotted: str) -> bool:
+    """Whether the build could install the namespace package ``dotted``, which then needs
+    a copy of its own. Not when it names its packages (``find_packages()``, ``find:``, a
+    list without it): ``find_packages`` skips folders without ``__init__.py``, so the
+    package runs from the tree, its base on sys.path, and the root copy serves it. A build
+    porter can't read (pyproject's automatic discovery, ``find_namespace_packages``) may."""
+    texts = []
+    for name in _BUILD_FILES + ("pyproject.toml",):
+        try:
+            texts.append(text_bounded(root / name))
+        except OSError:
+            continue
+    text = "\n".join(texts)
+    if re.search(r"namespace|packages\.find|\b" + re.escape(dotted) + r"\b", text):
+        return True
+    return not re.search(r"find_packages\s*\(|packages\s*=\s*(?:find:|\[)", text)
 
 
 def _maps_packages(root: Path) -> bool:

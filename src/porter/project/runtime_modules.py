@@ -1,10 +1,11 @@
-"""Which modules of porter_runtime a port needs: the runtime sized to the port.
+"""What of porter_runtime a port needs: the runtime sized to the port.
 
 A 20-line port should not vendor 4,000 lines. ``porter_runtime/__init__.py`` maps each
 public name to the module that defines it (``_EXPORTS``) and imports that module on
 first use, so a vendored copy holding only some modules still imports. A port vendors
-the core (``__init__`` and what it imports when imported) and the modules that define
-the names its code uses (``porter_runtime.NAME``), closed over the runtime's own imports.
+the core (``__init__``) and the names its code uses (``porter_runtime.NAME``), as
+*parts* that porter.files.runtime_shake closes over the runtime's own references and
+cuts each module to.
 
 The names are read from the ported sources as text. Code that reaches the runtime in a
 way this reading can't follow (``import porter_runtime as rt``, ``from porter_runtime
@@ -15,7 +16,7 @@ Two tools of porter run the user's code with runtime modules no port calls: ``po
 records peak memory (``_peak``) and ``porter verify --emulate mps`` emulates a Mac
 (``_emulate``, ``_mps_coverage``). The runtime imports them by name only when the tool's
 variable is set, and the tool hands them to the child (:func:`supply`): a copy holds them
-only with ``--full-runtime``.
+only with ``--full-runtime``, and every copy holds what they use of it (:func:`tool_parts`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from porter.files.apply import runtime_source
+from porter.files.runtime_shake import references, shake
 
 #: ``porter_runtime.NAME`` (spaces allowed around the dot, as code formatters never add them).
 _ATTRIBUTE = re.compile(rb"\bporter_runtime\s*\.\s*([A-Za-z_]\w*)")
@@ -75,32 +77,38 @@ def _notebook_code(data: bytes) -> bytes:
         return data
 
 
-def modules_for(names: Optional[Iterable[str]], source: Path) -> Optional[frozenset[str]]:
-    """The module stems a copy needs for ``names`` (None: the whole runtime)."""
+def parts_for(names: Optional[Iterable[str]], source: Path) -> Optional[frozenset[str]]:
+    """The parts of the runtime (porter.files.runtime_shake) a copy needs for ``names``
+    (None: the whole runtime)."""
     if names is None:
         return None
     exports, present = _exports(source), _module_stems(source)
-    wanted = set(_CORE)
+    wanted = set(_CORE) | tool_parts(source)
     for name in names:
         if name in exports:
-            wanted.add(exports[name])
-        elif name in present:  # porter_runtime._device._reset and the like
-            wanted.add(name)
-        elif name not in _init_bindings(source):  # __version__, MPS_FALLBACK_SET: no module
+            module = exports[name]
+            wanted.add(f"{module}.*" if name in _module_exports(source) else f"{module}.{name}")
+        elif name in present:  # porter_runtime._device._reset and the like: the module, whole
+            wanted.add(f"{name}.*")
+        elif name in _init_bindings(source):  # __version__, MPS_FALLBACK_SET
+            wanted.add(f"__init__.{name}")
+        else:
             return None  # a name the runtime doesn't define: don't guess
-    return frozenset(_closure(wanted, source))
+    return frozenset(wanted)
 
 
-def _closure(wanted: set[str], source: Path) -> set[str]:
-    graph = _imports(source)
-    todo, seen = list(wanted), set()
-    while todo:
-        stem = todo.pop()
-        if stem in seen:
-            continue
-        seen.add(stem)
-        todo += graph.get(stem, ())
-    return seen
+def modules_for(names: Optional[Iterable[str]], source: Path) -> Optional[frozenset[str]]:
+    """The module stems a copy needs for ``names`` (None: the whole runtime)."""
+    parts = parts_for(names, source)
+    return None if parts is None else frozenset(shake(source, parts))
+
+
+@lru_cache(maxsize=4)
+def tool_parts(source: Path) -> frozenset[str]:
+    """What the modules porter's tools hand a copy (:func:`supply`) use of it: every copy
+    holds it, so that ``porter fit`` and ``porter verify --emulate mps`` run any port."""
+    stems = {stem for tool in TOOL_MODULES.values() for stem in tool}
+    return references(source, stems & _module_stems(source))
 
 
 @lru_cache(maxsize=4)
@@ -111,10 +119,20 @@ def _module_stems(source: Path) -> frozenset[str]:
 @lru_cache(maxsize=4)
 def _exports(source: Path) -> dict[str, str]:
     """``_EXPORTS`` of the runtime's ``__init__``, read without importing it (and torch)."""
+    return dict(_init_literal(source, "_EXPORTS"))
+
+
+@lru_cache(maxsize=4)
+def _module_exports(source: Path) -> frozenset[str]:
+    """``_MODULES``: the public names that are a module, used whole."""
+    return frozenset(_init_literal(source, "_MODULES"))
+
+
+def _init_literal(source: Path, name: str):
     for node in _tree(source / "__init__.py").body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in node.targets):
-            return dict(ast.literal_eval(node.value))
-    raise RuntimeError(f"{source / '__init__.py'} defines no _EXPORTS")
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise RuntimeError(f"{source / '__init__.py'} defines no {name}")
 
 
 @lru_cache(maxsize=4)
@@ -127,25 +145,6 @@ def _init_bindings(source: Path) -> frozenset[str]:
         elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
             names.add(node.name)
     return frozenset(names)
-
-
-@lru_cache(maxsize=4)
-def _imports(source: Path) -> dict[str, frozenset[str]]:
-    """Each module's stem -> the runtime modules it imports, anywhere in its body."""
-    stems = _module_stems(source)
-    graph = {}
-    for stem in stems:
-        found = set()
-        for node in ast.walk(_tree(source / f"{stem}.py")):
-            if isinstance(node, ast.ImportFrom) and node.level == 1:
-                targets = [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
-                found.update(t for t in targets if t in stems)
-            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("porter_runtime."):
-                found.add(node.module.split(".")[1])
-            elif isinstance(node, ast.Import):
-                found.update(a.name.split(".")[1] for a in node.names if a.name.startswith("porter_runtime."))
-        graph[stem] = frozenset(found & stems)
-    return graph
 
 
 def supply(folder: Path, tool: str) -> dict[str, str]:
