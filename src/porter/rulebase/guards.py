@@ -42,6 +42,9 @@ class Region:
     #: that rewrote something here ported the guard.
     guard_spans: tuple[Span, ...]
 
+    def contains(self, position: Position) -> bool:
+        return self.span[0] <= position < self.span[1]
+
     def encloses(self, span: Span) -> bool:
         """Whether all of ``span`` lies in the region (a ternary's whole rewrite starts
         where its CUDA arm does, yet is not inside it)."""
