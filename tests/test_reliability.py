@@ -410,8 +410,11 @@ def test_report_file_names_are_escaped_in_markdown_and_sarif(tmp_path):
 def test_verify_ends_when_a_module_forks_a_long_lived_child_and_a_later_one_crashes(tmp_path):
     root = make_repo(tmp_path / "repo", {
         "setup.cfg": b"",
-        "a_fork.py": b"import os, time\nif os.fork() == 0:\n    time.sleep(600)\n    os._exit(0)\n",
-        "b_crash.py": b"import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"})
+        # assignments keep both modules (a top-level bare call would make them scripts,
+        # whose top level the import stage does not run: porter.verify.scripts)
+        "a_fork.py": b"import os, time\nCHILD = os.fork()\nif CHILD == 0:\n    SLEPT = time.sleep(600)\n"
+                     b"    EXITED = os._exit(0)\n",
+        "b_crash.py": b"import os, signal\nKILLED = os.kill(os.getpid(), signal.SIGKILL)\n"})
     proc = subprocess.run([sys.executable, "-m", "porter", "verify", str(root), "-j", "1", "--timeout", "300"],
                           capture_output=True, timeout=90)
     assert proc.returncode == 1 and b"1 crashed" in proc.stdout + proc.stderr
@@ -428,7 +431,7 @@ def test_verify_ctrl_c_exits_130(tmp_path):
     import signal
     import time
 
-    root = make_repo(tmp_path / "repo", {"setup.cfg": b"", "slow.py": b"import time\ntime.sleep(60)\n"})
+    root = make_repo(tmp_path / "repo", {"setup.cfg": b"", "slow.py": b"import time\nSLEPT = time.sleep(60)\n"})  # a module: a script would not sleep
     proc = subprocess.Popen([sys.executable, "-m", "porter", "verify", str(root), "-j", "1"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     time.sleep(4)
