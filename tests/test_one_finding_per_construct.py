@@ -1,0 +1,114 @@
+"""One finding per construct, through the real CLI: a device split (PT602) under an
+availability guard porter left as is shares that guard's finding (PT202), so one of the
+two is a note; a ``torch.load(**kwargs)`` wrapper whose every caller passes
+``map_location`` is a note (PT601). ``--check`` right after ``--write`` passes."""
+
+import json
+
+from click.testing import CliRunner
+
+from porter.cli.app import cli
+from test_cli import make_tree
+
+FLAG = '''\
+import torch
+
+cuda = torch.cuda.is_available()
+generator = Generator()
+if cuda:
+    generator = generator.cuda()
+
+Tensor = torch.cuda.FloatTensor if cuda else torch.Tensor
+valid = Tensor(imgs.size(0), 1).fill_(1.0)
+'''
+
+INLINE = '''\
+import torch
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+generator = Generator().to(device)
+Tensor = torch.cuda.FloatTensor if torch.cuda.is_available() else torch.Tensor
+valid = Tensor(imgs.size(0), 1).fill_(1.0)
+'''
+
+DIST_UTIL = '''\
+import io
+
+import torch as th
+
+
+def load_state_dict(path, **kwargs):
+    with open(path, "rb") as f:
+        data = f.read()
+    return th.load(io.BytesIO(data), **kwargs)
+'''
+
+CALLERS = '''\
+from guided import dist_util
+
+
+def resume(model, path):
+    model.load_state_dict(dist_util.load_state_dict(path, map_location="cpu"))
+    opt = dist_util.load_state_dict(
+        path + ".opt", map_location=dist_util.dev()
+    )
+    return opt
+'''
+
+
+def porter(*args):
+    result = CliRunner().invoke(cli, [*map(str, args), "-j", "1"])
+    if result.exception and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code
+
+
+def items(report):
+    data = json.loads(report.read_text())
+    return {(entry["path"], item["line"], item["code"]): item.get("severity", "")
+            for entry in data["files"] for item in entry["findings"]}
+
+
+def test_a_split_under_a_flag_left_as_is_is_a_note_and_on_the_guards_line_the_guard_is(tmp_path):
+    root = make_tree(tmp_path / "repo", {"cyclegan.py": FLAG, "esrgan.py": INLINE})
+    report = tmp_path / "r.json"
+    assert porter("migrate", root, "--check", "--report", report) == 1
+    found = items(report)
+    assert found[("cyclegan.py", 3, "PT202")] == ""  # the flag: port it and its uses follow
+    assert found[("cyclegan.py", 8, "PT602")] == "info"
+    assert found[("esrgan.py", 5, "PT602")] == ""  # says what to do with the type
+    assert found[("esrgan.py", 5, "PT202")] == "info"
+
+
+def test_a_split_under_a_ported_flag_stays_a_finding(tmp_path):
+    ported = FLAG.replace("cuda = torch.cuda.is_available()", "cuda = True if torch.cuda.is_available() else False")
+    root = make_tree(tmp_path / "repo", {"bicyclegan.py": ported})
+    report = tmp_path / "r.json"
+    porter("migrate", root, "--check", "--report", report)
+    found = items(report)
+    assert ("bicyclegan.py", 3, "PT202") not in found  # rewritten: on a Mac the flag is now True
+    assert found[("bicyclegan.py", 8, "PT602")] == ""
+
+
+def test_a_load_wrapper_every_caller_maps_is_a_note_and_one_unmapped_call_keeps_it(tmp_path):
+    mapped = make_tree(tmp_path / "mapped", {"guided/dist_util.py": DIST_UTIL, "guided/train_util.py": CALLERS})
+    unmapped = make_tree(tmp_path / "unmapped", {"guided/dist_util.py": DIST_UTIL, "guided/train_util.py": CALLERS,
+                                                 "sample.py": "from guided import dist_util\n"
+                                                              "state = dist_util.load_state_dict(path)\n"})
+    for root, severity in ((mapped, "info"), (unmapped, "")):
+        report = tmp_path / f"{root.name}.json"
+        porter("migrate", root, "--check", "--report", report)
+        assert items(report)[("guided/dist_util.py", 9, "PT601")] == severity
+
+
+def test_write_then_check_is_clean(tmp_path):
+    root = make_tree(tmp_path / "repo", {"cyclegan.py": FLAG, "esrgan.py": INLINE,
+                                         "guided/dist_util.py": DIST_UTIL, "guided/train_util.py": CALLERS})
+    porter("migrate", root, "--write")
+    before = {p: p.read_bytes() for p in root.rglob("*.py")}
+    assert porter("migrate", root, "--check") in (0, 1)
+    report = tmp_path / "r.json"
+    porter("migrate", root, "--write", "--report", report)
+    assert {p: p.read_bytes() for p in root.rglob("*.py")} == before  # idempotent
+    data = json.loads(report.read_text())
+    assert not any(entry.get("status") == "changed" for entry in data["files"])
