@@ -112,3 +112,67 @@ def test_write_then_check_is_clean(tmp_path):
     assert {p: p.read_bytes() for p in root.rglob("*.py")} == before  # idempotent
     data = json.loads(report.read_text())
     assert not any(entry.get("status") == "changed" for entry in data["files"])
+
+
+TRITON_OPS = '''\
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:
+    raise RuntimeError("triton import failed; try `pip install --pre triton`")
+
+
+@triton.jit
+def dtw_kernel(cost, trace, x, x_stride, cost_stride, trace_stride, N, M, BLOCK_SIZE: tl.constexpr):
+    offsets = tl.arange(0, BLOCK_SIZE)
+    tl.store(cost + offsets, tl.load(x + offsets))
+'''
+
+TIMING = '''\
+import torch
+
+
+def dtw_cuda(x, BLOCK_SIZE=1024):
+    from .triton_ops import dtw_kernel
+
+    dtw_kernel[(1,)](x, x, x, 0, 0, 0, 1, 1, BLOCK_SIZE=BLOCK_SIZE)
+    return x
+
+
+def dtw(x):
+    if x.is_cuda:
+        try:
+            return dtw_cuda(x)
+        except RuntimeError:
+            pass
+    return x.cpu().numpy()
+'''
+
+TIMING_TEST = '''\
+import pytest
+import torch
+
+from whisper.timing import dtw_cuda
+
+
+@pytest.mark.requires_cuda
+def test_dtw_cuda_equivalence():
+    assert dtw_cuda(torch.randn(3, 4).cuda()) is not None
+'''
+
+
+def test_a_module_imported_only_where_cuda_is_is_notes_and_one_import_elsewhere_keeps_findings(tmp_path):
+    files = {"whisper/__init__.py": "", "whisper/triton_ops.py": TRITON_OPS, "whisper/timing.py": TIMING,
+             "tests/test_timing.py": TIMING_TEST}
+    gated = make_tree(tmp_path / "gated", files)
+    eager = make_tree(tmp_path / "eager", {**files, "bench.py": "from whisper.timing import dtw_cuda\ndtw_cuda(x)\n"})
+    for root, severity in ((gated, "info"), (eager, "")):
+        report = tmp_path / f"{root.name}.json"
+        porter("migrate", root, "--check", "--report", report)
+        found = items(report)
+        assert found[("whisper/triton_ops.py", 4, "TP603")] == severity
+        assert found[("whisper/triton_ops.py", 11, "TP601")] == severity
+    porter("migrate", gated, "--write")
+    assert porter("migrate", gated, "--check") == 0

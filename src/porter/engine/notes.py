@@ -36,12 +36,18 @@ from porter.rulebase.rule import INFO, Finding
 _KINDS = ("device", "test")
 
 
-def cuda_only_notes(findings: Sequence[Finding], data: bytes, keep: Collection[str] = ()) -> list[Finding]:
+def cuda_only_notes(findings: Sequence[Finding], data: bytes, keep: Collection[str] = (),
+                    gated_module: bool = False) -> list[Finding]:
     """``findings`` with each one that needs a human, but lies in code only run where
     CUDA is, made a note that names the guard. ``keep``: the codes of the rules whose
-    finding there is about the device split itself (``Rule.device_split``): they stay."""
+    finding there is about the device split itself (``Rule.device_split``): they stay.
+    ``gated_module``: the tree imports this file only where CUDA is (porter.project.cuda_gated)."""
     if not any(f.needs_human for f in findings):
         return list(findings)
+    if gated_module:
+        return [dataclasses.replace(f, severity=INFO, message=f"{f.message} (for information: the tree imports "
+                                    "this module only in code run where CUDA is)") if f.needs_human else f
+                for f in findings]
     tree = parse(data)
     if tree is None:
         return list(findings)
