@@ -176,3 +176,32 @@ def test_a_module_imported_only_where_cuda_is_is_notes_and_one_import_elsewhere_
         assert found[("whisper/triton_ops.py", 11, "TP601")] == severity
     porter("migrate", gated, "--write")
     assert porter("migrate", gated, "--check") == 0
+
+
+LINEAR_NAMES = '''\
+import bitsandbytes as bnb
+import torch
+
+
+def find_all_linear_names(args, model):
+    cls = bnb.nn.Linear4bit if args.bits == 4 else (bnb.nn.Linear8bitLt if args.bits == 8 else torch.nn.Linear)
+    names = set()
+    for name, module in model.named_modules():
+        if isinstance(module, cls):
+            names.add(name.split(".")[-1])
+    return list(names)
+
+
+def build(args):
+    cls = bnb.nn.Linear4bit if args.bits == 4 else torch.nn.Linear
+    return cls(64, 64)
+'''
+
+
+def test_a_bnb_class_only_tested_against_is_a_note_and_one_built_a_finding(tmp_path):
+    root = make_tree(tmp_path / "repo", {"qlora.py": LINEAR_NAMES})
+    report = tmp_path / "r.json"
+    assert porter("migrate", root, "--check", "--report", report) == 1
+    found = items(report)
+    assert found[("qlora.py", 6, "TP502")] == "info"
+    assert found[("qlora.py", 15, "TP502")] == ""
