@@ -205,3 +205,23 @@ def test_a_bnb_class_only_tested_against_is_a_note_and_one_built_a_finding(tmp_p
     found = items(report)
     assert found[("qlora.py", 6, "TP502")] == "info"
     assert found[("qlora.py", 15, "TP502")] == ""
+
+
+VAL = '''\
+import torch
+
+
+def main(opt):
+    opt.half = torch.cuda.is_available() and opt.device != "cpu"  # FP16 for fastest results
+    use_cuda = torch.cuda.is_available() and opt.device != "cpu"
+    return opt, use_cuda
+'''
+
+
+def test_a_half_precision_flag_set_only_on_cuda_is_a_note_and_a_device_flag_a_finding(tmp_path):
+    root = make_tree(tmp_path / "repo", {"val.py": VAL})
+    report = tmp_path / "r.json"
+    assert porter("migrate", root, "--check", "--report", report) == 1
+    found = items(report)
+    assert found[("val.py", 5, "PT202")] == "info"
+    assert found[("val.py", 6, "PT202")] == ""
