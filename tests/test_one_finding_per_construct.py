@@ -225,3 +225,30 @@ def test_a_half_precision_flag_set_only_on_cuda_is_a_note_and_a_device_flag_a_fi
     found = items(report)
     assert found[("val.py", 5, "PT202")] == "info"
     assert found[("val.py", 6, "PT202")] == ""
+
+
+EXPORT = '''\
+import torch
+
+
+def simplify(model_onnx, f):
+    cuda = torch.cuda.is_available()
+    check_requirements(("onnxruntime-gpu" if cuda else "onnxruntime", "onnxslim"))
+    return model_onnx
+
+
+def paddle(w, device):
+    cuda = torch.cuda.is_available() and device.type != "cpu"
+    check_requirements("paddlepaddle-gpu" if cuda else "paddlepaddle>=3.0.0")
+    if cuda:
+        config.enable_use_gpu(memory_pool_init_size_mb=2048, device_id=0)
+'''
+
+
+def test_a_flag_that_only_picks_package_names_is_a_note_and_one_guarding_code_a_finding(tmp_path):
+    root = make_tree(tmp_path / "repo", {"export.py": EXPORT})
+    report = tmp_path / "r.json"
+    assert porter("migrate", root, "--check", "--report", report) == 1
+    found = items(report)
+    assert found[("export.py", 5, "PT202")] == "info"
+    assert found[("export.py", 11, "PT202")] == ""
