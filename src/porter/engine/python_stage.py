@@ -61,7 +61,8 @@ def migrate_source(
     result = _migrate_source(data, options, path=path, runtime_bootstrap=runtime_bootstrap,
                              candidates=candidates, segments=segments)
     keep = {r.code for r in options.source_rules if r.device_split}
-    result.findings = cuda_only_notes(result.findings, data, keep)
+    gated = options.project is not None and path in options.project.cuda_gated
+    result.findings = cuda_only_notes(result.findings, data, keep, gated_module=gated)
     return result
 
 

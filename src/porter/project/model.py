@@ -29,7 +29,9 @@ from pathlib import Path
 from typing import Iterable, Mapping, Optional
 
 from porter.files.apply import read_or_none
+from porter.project.cuda_gated import cuda_gated_modules
 from porter.project.flags import unread_flags
+from porter.project.loaders import mapped_wrappers
 from porter.project.value_flow import FlowFacts, Kind, Scope
 from porter.project.value_flow import build as build_flow
 
@@ -50,6 +52,10 @@ class ProjectModel:
     roots: frozenset[str] = frozenset()
     #: attributes set from ``torch.cuda.is_available()`` and read nowhere (porter.project.flags)
     unread_flags: frozenset[str] = frozenset()
+    #: (file, function): ``torch.load`` wrappers every caller passes ``map_location`` (porter.project.loaders)
+    mapped_wrappers: frozenset[tuple[str, str]] = frozenset()
+    #: files only code run where CUDA is imports (porter.project.cuda_gated)
+    cuda_gated: frozenset[str] = frozenset()
 
     def read_elsewhere(self, rel: str, name: str) -> bool:
         """Whether another module of the tree reads ``name`` from the module ``rel``."""
@@ -88,7 +94,8 @@ def build_from(sources: Mapping[str, bytes]) -> ProjectModel:
     roots = frozenset(part for name in modules.values() for part in name.split("."))
     return ProjectModel(modules=modules, exported=_exports(sources, modules),
                         overrides=_overrides(sources), flow=build_flow(sources), roots=roots,
-                        unread_flags=unread_flags(sources))
+                        unread_flags=unread_flags(sources), mapped_wrappers=mapped_wrappers(sources, modules),
+                        cuda_gated=cuda_gated_modules(sources, modules))
 
 
 # -- which names other modules read ----------------------------------------------

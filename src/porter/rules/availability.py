@@ -26,6 +26,7 @@ from porter.rulebase.rule import (
     cuda_spec,
     string_value,
 )
+from porter.rulebase.name_choice import only_picks_names
 from porter.rulebase.syntax import block_statements, index_args, small_statements
 
 _FALLBACKS = frozenset({"cpu", "mps", "xpu"})
@@ -576,6 +577,22 @@ def _names_cuda_type(rule: Rule, node: cst.CSTNode) -> bool:
     return finder.found
 
 
+#: Flags that turn on half precision (``opt.half``, ``use_fp16``, ``self.amp``).
+_HALF_FLAG = re.compile(r"^(?:use_)?(?:half|fp16|amp|mixed_precision)$")
+
+
+def _is_half_flag(target: cst.BaseExpression) -> bool:
+    name = target.attr.value if isinstance(target, cst.Attribute) else getattr(target, "value", "")
+    return isinstance(name, str) and bool(_HALF_FLAG.match(name))
+
+
+def _and_chain(value: cst.BaseExpression) -> bool:
+    """The availability answer itself, or ``and``-ed with other conditions: True only with CUDA."""
+    if isinstance(value, cst.BooleanOperation):
+        return isinstance(value.operator, cst.And) and _and_chain(value.left) and _and_chain(value.right)
+    return not isinstance(value, (cst.UnaryOperation, cst.IfExp))
+
+
 class CudaAvailableGuard(Rule):
     """`if torch.cuda.is_available():` around device-neutral code tests `is_accelerator_available()`.
 
@@ -598,7 +615,11 @@ class CudaAvailableGuard(Rule):
     any use in a function (or module) that also asks `torch.backends.mps.is_available()`:
     its own device choice already has an MPS branch; and a flag set from it that
     nothing reads (`self.sync_cuda = torch.cuda.is_available()` with no other
-    `.sync_cuda` in the repository). Every
+    `.sync_cuda` in the repository); and a half-precision flag set from it
+    (`opt.half = torch.cuda.is_available() and opt.device != "cpu"`): off CUDA the
+    code runs in float32, a speed choice that runs everywhere; and a flag whose
+    every use picks between names (`"onnxruntime-gpu" if cuda else "onnxruntime"`,
+    porter.rulebase.name_choice): off CUDA the CPU name, which runs. Every
     other use (`use_cuda = torch.cuda.is_available()`, `assert`, `not ...`, a guard
     around CUDA-only code) is reported with a suggestion, except where the answer is
     only printed (`print(...)`, an f-string) and where it is a requirement
@@ -782,6 +803,41 @@ class CudaAvailableGuard(Rule):
                 """),
             line=7, message="the flag it sets is read nowhere",
         ),
+        Example(  # half precision only on CUDA: off CUDA float32 runs, a speed choice (a note)
+            dedent("""\
+                import torch
+
+                def parse_opt(opt):
+                    opt.half = torch.cuda.is_available() and opt.device != "cpu"  # FP16 for fastest results
+                    return opt
+                """),
+            line=4, message="half precision",
+        ),
+        Example(  # a flag that only picks a package and a provider: the CPU ones run off CUDA (a note)
+            dedent("""\
+                import torch
+
+                def load_onnx(w, device):
+                    cuda = torch.cuda.is_available() and device.type != "cpu"  # use CUDA
+                    check_requirements(("onnx", "onnxruntime-gpu" if cuda else "onnxruntime"))
+                    providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if cuda else ["CPUExecutionProvider"]
+                    return onnxruntime.InferenceSession(w, providers=providers)
+                """),
+            line=4, message="only picks between names",
+        ),
+        Example(  # the same flag also guards code: a finding
+            dedent("""\
+                import torch
+
+                def load_onnx(w, device):
+                    cuda = torch.cuda.is_available() and device.type != "cpu"
+                    providers = ["CUDAExecutionProvider"] if cuda else ["CPUExecutionProvider"]
+                    if cuda:
+                        torch.backends.cudnn.benchmark = True
+                    return cuda, providers
+                """),
+            line=4, message="if it means",
+        ),
         Example(  # a flag that is read decides something: a finding
             dedent("""\
                 import torch as th
@@ -875,6 +931,8 @@ class CudaAvailableGuard(Rule):
         self._functions: list[cst.FunctionDef] = []
         self._mps_scopes: dict[int, bool] = {}
         self._unread_flags: set[cst.BaseExpression] = set()  # availability calls setting a flag nothing reads
+        self._half_flags: set[cst.BaseExpression] = set()  # availability calls setting a half-precision flag
+        self._name_flags: set[cst.BaseExpression] = set()  # ... setting a flag that only picks names
 
     def visit_If(self, node: cst.If) -> None:
         if isinstance(node.orelse, cst.If):
@@ -906,6 +964,12 @@ class CudaAvailableGuard(Rule):
             self._flags[id(node.value)] = node.targets[0].target.value
         if len(node.targets) == 1 and availability_test(self, node.value) and self._unread(node.targets[0].target):
             self._unread_flags.add(node.value)
+        if len(node.targets) == 1 and _is_half_flag(node.targets[0].target) and _and_chain(node.value):
+            self._half_flags.update(c for c in self._calls(node.value) if availability_test(self, c))
+        target = node.targets[0].target if len(node.targets) == 1 else None
+        if isinstance(target, cst.Name) and self._functions and _and_chain(node.value) \
+                and only_picks_names(self._functions[-1], target.value):
+            self._name_flags.update(c for c in self._calls(node.value) if availability_test(self, c))
 
     def _unread(self, target: cst.BaseExpression) -> bool:
         """A flag nothing reads: ``self.sync_cuda`` with no other ``.sync_cuda`` in the tree
@@ -968,6 +1032,14 @@ class CudaAvailableGuard(Rule):
         if original in self._unread_flags:
             self.note(original, _NOTE + "; the flag it sets is read nowhere, so it decides nothing: for information",
                       suggestion=_SUGGESTION)
+            return updated
+        if original in self._name_flags:
+            self.note(original, _NOTE + "; here the flag it sets only picks between names (a package, a "
+                      "provider), and without CUDA the CPU one, which runs: for information", suggestion=_SUGGESTION)
+            return updated
+        if original in self._half_flags:
+            self.note(original, _NOTE + "; here it only turns half precision on where CUDA is, so off CUDA "
+                      "float32 runs (a speed choice): for information", suggestion=_SUGGESTION)
             return updated
         if original in self._repeats:
             self.note(original, _NOTE + "; here it only repeats CUDA entries once or not at all, so off CUDA "

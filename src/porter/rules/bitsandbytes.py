@@ -9,6 +9,7 @@ import libcst as cst
 from porter.rulebase.matching import Ambiguous
 from porter.rulebase.rule import Example, Needs, Rule, Safety
 from porter.rulebase.thirdparty import UseFinder
+from porter.rulebase.type_checks import TypeCheckUses
 
 # The twins in porter_runtime.bnb_optim (porter_runtime/_thirdparty_bnb.py), by family.
 _FAMILIES = {
@@ -113,7 +114,7 @@ _ADVICE = [
 ]
 
 
-class BitsandbytesUnsupported(UseFinder, Rule):
+class BitsandbytesUnsupported(TypeCheckUses, UseFinder, Rule):
     """Quantised layers and other bitsandbytes APIs are reported with what to use instead.
 
     What:
@@ -128,6 +129,15 @@ class BitsandbytesUnsupported(UseFinder, Rule):
 
     Fix safety:
     Review only; each finding names the PyTorch replacement.
+
+    A class only tested against is a note, since a type test runs no kernel
+    (porter.rulebase.type_checks):
+
+        cls = bnb.nn.Linear4bit if args.bits == 4 else torch.nn.Linear   # a note
+        if isinstance(module, cls): ...
+
+        cls = bnb.nn.Linear4bit if args.bits == 4 else torch.nn.Linear   # a finding:
+        layer = cls(64, 64)                                               # it builds one
 
     Known limits:
     One finding per use; the import statement itself is not reported.
@@ -148,12 +158,32 @@ class BitsandbytesUnsupported(UseFinder, Rule):
         Example("import bitsandbytes as bnb\nlayer = bnb.nn.Linear8bitLt(1024, 1024, has_fp16_weights=False)\n"),
         Example("from bitsandbytes.nn import Linear4bit\nlayer = Linear4bit(64, 64, compute_dtype=torch.bfloat16)\n"),
         Example("from bitsandbytes.optim import Lion8bit\nopt = Lion8bit(params, lr=1e-4)\n"),
+        Example(  # the class is built, not only tested against
+            "import bitsandbytes as bnb\nimport torch\n\n\ndef build(args):\n"
+            "    cls = bnb.nn.Linear4bit if args.bits == 4 else torch.nn.Linear\n"
+            "    return cls(64, 64)\n",
+            line=6,
+        ),
     ]
 
     def on_use(self, node: cst.BaseExpression, name: str, call: Optional[cst.Call]) -> None:
         if call is not None and name in _OPTIMIZERS:
             return  # TP501
+        if call is None:
+            self.defer_reference(node, name)  # a class only tested against is a note
+            return
+        self._report(node, name, call, False)
+
+    def on_reference(self, node: cst.BaseExpression, name: str, type_test_only: bool) -> None:
+        self._report(node, name, None, type_test_only)
+
+    def _report(self, node: cst.BaseExpression, name: str, call: Optional[cst.Call], type_test_only: bool) -> None:
         advice = next((text for prefix, text in _ADVICE if name.startswith(prefix)),
                       "guard the import (try/except ImportError) and give the code a PyTorch "
                       "path off CUDA")
-        self.flag(call or node, f"`{name}` needs bitsandbytes' CUDA kernels", suggestion=advice)
+        message = f"`{name}` needs bitsandbytes' CUDA kernels"
+        if type_test_only:
+            self.note(node, f"{message} (for information: only a type test's class here, which runs no kernel)",
+                      suggestion=advice)
+        else:
+            self.flag(call or node, message, suggestion=advice)

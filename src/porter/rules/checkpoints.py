@@ -6,6 +6,7 @@ from typing import Optional
 
 import libcst as cst
 
+from porter.project.query import Scoped
 from porter.rulebase.rule import Example, Needs, Rule, Safety, cuda_spec, positional
 from porter.rulebase.syntax import is_device_expr, with_arg
 
@@ -80,7 +81,7 @@ def _device_literal(rule: Rule, node: cst.BaseExpression) -> Optional[cst.BaseEx
     return node.args[0].value
 
 
-class TorchLoadMapLocation(Rule):
+class TorchLoadMapLocation(Scoped, Rule):
     """`torch.load` gets `map_location=porter_runtime.map_location(...)`.
 
     What:
@@ -116,7 +117,20 @@ class TorchLoadMapLocation(Rule):
     Known limits:
     A location held in a variable (`map_location=device`) or a dict is left alone.
     A call with `**kwargs` and no visible `map_location` is reported, since adding
-    one could duplicate it.
+    one could duplicate it; in a module-level wrapper whose every call in the tree
+    passes `map_location` (porter.project.loaders) it is a note, since the callers
+    map the checkpoint:
+
+        # dist_util.py: a note, as every caller names a location
+        def load_state_dict(path, **kwargs):
+            data = read_on_rank_zero(path)
+            return th.load(io.BytesIO(data), **kwargs)
+
+        # train_util.py: each location ported here (PT601 rewrites "cuda" ones)
+        model.load_state_dict(dist_util.load_state_dict(path, map_location="cpu"))
+
+    One call without `map_location` (`dist_util.load_state_dict(path)`), or the
+    wrapper handed on as a value, keeps the finding.
     """
 
     code = "PT601"
@@ -171,8 +185,7 @@ class TorchLoadMapLocation(Rule):
         index = self._location_index(original)
         if index is None:
             if any(a.star for a in original.args):
-                self.flag(original, "torch.load with unpacked arguments: a CUDA checkpoint needs a map_location off CUDA",
-                          suggestion="map_location=porter_runtime.map_location()")
+                self._unpacked(original)
                 return updated
             new_arg = cst.Arg(self.runtime_call("map_location"), keyword=cst.Name("map_location"), equal=_EQ)
             return self.rewrite(original, with_arg(updated, new_arg), _MESSAGE)
@@ -182,6 +195,15 @@ class TorchLoadMapLocation(Rule):
         args = list(updated.args)
         args[index] = args[index].with_changes(value=value)
         return self.rewrite(original, updated.with_changes(args=args), _MESSAGE)
+
+    def _unpacked(self, call: cst.Call) -> None:
+        message = "torch.load with unpacked arguments: a CUDA checkpoint needs a map_location off CUDA"
+        scope = self.scope[1].split(".")
+        project = self.ctx.project
+        if project is not None and len(scope) == 1 and (self.ctx.path, scope[0]) in project.mapped_wrappers:
+            self.note(call, f"{message} (for information: every call of `{scope[0]}` in the tree passes map_location)")
+            return
+        self.flag(call, message, suggestion="map_location=porter_runtime.map_location()")
 
     @staticmethod
     def _location_index(call: cst.Call) -> Optional[int]:
