@@ -15,7 +15,7 @@ from packaging.specifiers import SpecifierSet
 
 from porter.engine.process import Options, migrate_text
 from porter.project import requirements as reqs
-from porter.rules.manifests import PyprojectCudaOnly
+from porter.rules.manifest_cuda_markers import PyprojectCudaOnly
 from porter_test_utils import FIXTURES, ROOT, run_porter
 
 SOURCE = FIXTURES / "manifests"

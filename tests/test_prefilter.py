@@ -12,7 +12,7 @@ from porter.engine.prefilter import byte_candidates, candidate_rules, syntax_fac
 from porter.engine.prefilter.byte_stage import _call_pattern
 from porter.engine.registry import all_rules
 from porter.rulebase.rule import Rule
-from porter.rules import idioms
+from porter.rules import integer_devices
 
 SOURCE_RULES = [r for r in all_rules() if issubclass(r, Rule)]
 INVALID = [(rule, i, ex) for rule in SOURCE_RULES for i, ex in enumerate(rule.invalid)]
@@ -78,7 +78,7 @@ def test_index_evidence_from_a_name_call_reaches_pt901():
 def test_the_rule_base_never_loads_the_prefilter():
     # The engine consults the pre-filter with each rule's `needs`; the rule base and
     # the rules only declare them.
-    code = "import sys, porter.rulebase.rule, porter.rules.idioms; print('porter.engine.prefilter' in sys.modules)"
+    code = "import sys, porter.rulebase.rule, porter.rules.integer_devices; print('porter.engine.prefilter' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 
@@ -109,7 +109,7 @@ def test_no_position_is_recorded_past_a_star():
 
 def _index_uses():
     """Each CUDA-index evidence call of PT901's table, spelled by position and by keyword."""
-    for use in idioms._INDEX_USES.values():
+    for use in integer_devices._INDEX_USES.values():
         head = [repr(use.first)] if use.first else []
         by_position = head + ["None"] * (use.position - len(head)) + ["which"]
         for args in (by_position, head + [f"{use.keyword}=which"]):

@@ -289,7 +289,7 @@ def test_scripts_in_many_folders_share_one_copy_through_pointers(tmp_path):
     import subprocess
     import sys
 
-    from porter.project.runtime_home import is_pointer
+    from porter.project.runtime_copy import is_pointer
     from porter_test_utils import run_porter
 
     repo = tmp_path / "repo"
@@ -335,7 +335,7 @@ def test_a_package_below_the_root_of_a_repository_that_does_not_build_points_to_
     import subprocess
     import sys
 
-    from porter.project.runtime_home import is_pointer
+    from porter.project.runtime_copy import is_pointer
     from porter_test_utils import run_porter
 
     repo = tmp_path / "repo"

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from porter.project.runtime_home import is_pointer, is_vendored
+from porter.project.runtime_copy import is_pointer, is_vendored
 from porter_test_utils import run_porter
 
 SAMPLER = "import torch\n\n\ndef noise(n):\n    return torch.randn(n).cuda()\n"

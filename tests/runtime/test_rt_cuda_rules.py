@@ -14,11 +14,13 @@ import torch
 
 import porter_runtime
 
-rules = pytest.importorskip("porter.rules.cuda_utils")
+calls = pytest.importorskip("porter.rules.cuda_device_calls")
+queries = pytest.importorskip("porter.rules.cuda_device_queries")
+events = pytest.importorskip("porter.rules.cuda_events_nvtx")
 
-TWIN_RULES = [rules.CudaSynchronize, rules.CudaEmptyCache, rules.CudaManualSeed, rules.CudaDeviceQuery,
-              rules.CudaSetDevice, rules.CudaMemoryStats, rules.CudaBf16Supported, rules.CudaEvent,
-              rules.CudaNvtx]
+TWIN_RULES = [calls.CudaSynchronize, calls.CudaEmptyCache, calls.CudaManualSeed, queries.CudaDeviceQuery,
+              calls.CudaSetDevice, queries.CudaMemoryStats, queries.CudaBf16Supported, events.CudaEvent,
+              events.CudaNvtx]
 TABLE = sorted({(q, twin) for rule in TWIN_RULES for q, twin in rule.table.items()})
 
 

@@ -18,16 +18,8 @@ from porter.project import known_modules
 from porter.project import model as project
 from porter.project.ledger import TreeContext
 from porter.project.lint_exempt import exempt_changes
-from porter.project.runtime_home import (
-    Home,
-    Layout,
-    LazyBootstrap,
-    home_of_import,
-    manifest_change,
-    pointer_source,
-    refuse_home,
-    refuse_pointer,
-)
+from porter.project.runtime_copy import Home, manifest_change, pointer_source, refuse_home, refuse_pointer
+from porter.project.runtime_home import Layout, LazyBootstrap, home_of_import
 from porter.project.runtime_modules import parts_for, used_names
 
 

@@ -30,125 +30,30 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Optional, Sequence
+from typing import Optional, Sequence
 
-from porter.project.runtime_home import is_vendored
 from porter.project.runtime_modules import supply
 from porter.rulebase.cuda_packages import verify_hidden
-from porter.verify.mapping import FindingIndex, Mapping, analyse, map_failure
-from porter.verify.modules import ModuleSpec, SkippedFile, plan, search_path
-from porter.verify.tracebacks import find_failure, last_line
+from porter.verify.mapping import FindingIndex, analyse, map_failure
+from porter.verify.modules import ModuleSpec, plan, search_path
+from porter.verify.processes import (GRACE, _fault_frames, _kill, _kill_group, _last_line, _read, _reap, _size,
+                                     _tree_frames)
+from porter.verify.records import ModuleResult, VerifyOptions, VerifyReport
+from porter.verify.run_command import run_command
 
-#: Seconds a worker gets past the module's limit to dump where it is stuck and exit.
-GRACE = 5.0
 #: At least this many modules per worker: each worker pays for importing torch once.
 MODULES_PER_WORKER = 8
 #: Seconds a worker may take to start and import torch (or the vendored runtime).
 WARM_UP = 300.0
 HERE = Path(__file__).resolve().parent
-
-
-@dataclass
-class ModuleResult:
-    module: str
-    path: str
-    status: str  # "ok" | "failed" | "timeout" | "crashed"
-    seconds: float = 0.0
-    error: str = ""  # the exception's last line, or what happened
-    error_type: str = ""
-    location: Optional[tuple[str, int]] = None  # innermost frame inside the tree
-    frames: list[tuple[str, int]] = field(default_factory=list)  # in the tree, innermost first
-    missing: list[str] = field(default_factory=list)
-    hidden: list[str] = field(default_factory=list)
-    traceback: str = ""
-    output: str = ""  # what the module printed (failures only), tail
-    mapping: Optional[Mapping] = None
-    script: bool = False  # a script: only its imports were run (porter.verify.scripts)
-
-
-@dataclass
-class RunCommandResult:
-    command: str
-    returncode: Optional[int]
-    seconds: float
-    status: str  # "ok" | "failed" | "timeout"
-    output: str  # tail of stdout + stderr
-    error: str = ""
-    location: Optional[tuple[str, int]] = None
-    frames: list[tuple[str, int]] = field(default_factory=list)
-    missing: list[str] = field(default_factory=list)
-    mapping: Optional[Mapping] = None
-    rank: Optional[int] = None  # the launcher's child (torchrun, mpiexec rank) that failed
-
-
-@dataclass
-class VerifyOptions:
-    path: Path
-    root: Path
-    python: str = sys.executable
-    timeout: float = 60.0
-    jobs: int = 1
-    include_tests: bool = False
-    excludes: Sequence[str] = ()
-    allow: Sequence[str] = ()
-    run: Optional[str] = None
-    run_timeout: Optional[float] = None
-    #: where the --run command's output is shown as it comes (a binary stream), if anywhere
-    echo: Optional[BinaryIO] = None
-    #: "mps": the children run under porter_runtime's emulation of MPS (PORTER_EMULATE)
-    emulate: Optional[str] = None
-
-
-@dataclass
-class VerifyReport:
-    root: Path
-    python: str
-    modules: list[ModuleResult]
-    skipped: list[SkippedFile]
-    run: Optional[RunCommandResult] = None
-    cuda_available: Optional[bool] = None  # torch.cuda.is_available() seen in a worker
-    analysis_error: str = ""
-    seconds: float = 0.0
-    workers: int = 0  # worker processes started for the batches (not counting restarts)
-    #: rewrites porter would still make in the tree (0 once it is ported)
-    pending_rewrites: int = 0
-    emulate: Optional[str] = None
-    #: whether a child started the runtime's emulation (None: not emulating)
-    emulation_started: Optional[bool] = None
-    #: operators that fell back to the CPU under emulation: op, calls, first_at, always
-    fallbacks: list[dict] = field(default_factory=list)
-
-    @property
-    def failures(self) -> list[ModuleResult]:
-        return [m for m in self.modules if m.status != "ok"]
-
-    @property
-    def ok(self) -> bool:
-        return not self.failures and (self.run is None or self.run.status == "ok")
-
-    def counts(self) -> dict[str, int]:
-        out = {"modules": len(self.modules), "ok": 0, "failed": 0, "timeout": 0, "crashed": 0}
-        for m in self.modules:
-            out[m.status] += 1
-        causes = [m.mapping.cause if m.mapping else "other" for m in self.failures]
-        out["named"] = sum(1 for m in self.failures if m.mapping and m.mapping.named)
-        out["missing_dependency"] = causes.count("missing-dependency")
-        # NOT NAMED: a CUDA cause porter's report does not name (a porter bug)
-        out["not_named"] = sum(1 for m, c in zip(self.failures, causes) if c == "cuda" and not m.mapping.named)
-        out["other"] = causes.count("other")
-        out["skipped"] = len(self.skipped)
-        return out
 
 
 # -- the child processes' environment -------------------------------------------
@@ -189,8 +94,6 @@ def _guard_folder() -> Path:
 #: Worker processes alive, and the flag that stops starting new ones (Ctrl-C).
 _LIVE: set = set()
 _STOP = threading.Event()
-
-_FAULT_FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+) in ')
 
 
 class _Batch:
@@ -345,102 +248,6 @@ class _Batch:
                             location=frames[0] if frames else None, frames=frames, output=output[-3000:])
 
 
-def _size(file) -> int:
-    try:
-        return os.fstat(file.fileno()).st_size
-    except OSError:
-        return 0
-
-
-def _read(file, start: int) -> str:
-    """The file's bytes from ``start`` (at most the last 20 kB). ``os.pread`` leaves the
-    offset alone: the child writes through the same open file."""
-    try:
-        size = _size(file)
-        start = max(start, size - 20000)
-        if hasattr(os, "pread"):
-            data = os.pread(file.fileno(), size - start, start)
-        else:  # pragma: no cover - Windows
-            file.seek(start)
-            data = file.read()
-        return data.decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
-def _last_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1].strip() if lines else "(no output)"
-
-
-def _kill(proc: subprocess.Popen, killed: threading.Event) -> None:
-    if proc.poll() is None:
-        killed.set()
-        try:
-            proc.kill()
-        except OSError:
-            pass
-    _kill_group(proc)  # even after the worker died: a child it forked may hold its pipe open
-
-
-def _reap(proc: subprocess.Popen) -> None:
-    """Once the worker exits, end what it started: a process a module forked keeps the
-    worker's output pipe open, and the read of it would wait for that process's end."""
-    proc.wait()
-    _kill_group(proc)
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    if os.name == "posix":
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (OSError, ProcessLookupError):
-            pass
-
-
-def _in_tree(filename: str, root: Path) -> Optional[str]:
-    if not filename or filename.startswith("<"):
-        return None
-    try:
-        rel = Path(os.path.realpath(filename)).relative_to(Path(os.path.realpath(root)))
-    except ValueError:
-        return None
-    return rel.as_posix()
-
-
-def _tree_frames(frames: Sequence, root: Path) -> list[tuple[str, int]]:
-    """The frames inside the tree, innermost first (input: outermost first), less those
-    of the vendored runtime: a failure it raises (the emulation's checks, a refused
-    launch) is the line of the code that called it."""
-    out = []
-    for item in reversed(list(frames)):
-        rel = _in_tree(item[0], root)
-        if rel is not None and item[1] and not _vendored_runtime(root / rel):
-            out.append((rel, int(item[1])))
-    return out
-
-
-def _vendored_runtime(path: Path) -> bool:
-    return path.parent.name == "porter_runtime" and is_vendored(path.parent)
-
-
-def _fault_frames(output: str, root: Path) -> list[tuple[str, int]]:
-    """The frames of faulthandler's last dump (innermost first already)."""
-    start = output.rfind("Timeout (")
-    if start < 0:
-        return []
-    frames = []
-    for line in output[start:].splitlines():
-        match = _FAULT_FRAME.match(line)
-        if match:
-            rel = _in_tree(match["file"], root)
-            if rel is not None:
-                frames.append((rel, int(match["line"])))
-        elif frames and not line.startswith(" "):
-            break  # the main thread's stack ended (threads come after)
-    return frames
-
-
 def import_all(modules: Sequence[ModuleSpec], options: VerifyOptions, env, guard: Path):
     """Every module's result, in the order of ``modules``; and what torch said about CUDA."""
     if not modules:
@@ -464,72 +271,6 @@ def import_all(modules: Sequence[ModuleSpec], options: VerifyOptions, env, guard
     for m in modules:
         results[m.rel].script = m.header is not None
     return [results[m.rel] for m in modules], (any(seen) if seen else None), len(batches)
-
-
-# -- --run ------------------------------------------------------------------------
-
-
-def run_command(command: str, options: VerifyOptions, env) -> RunCommandResult:
-    """Run ``command`` in the tree's root with the children's environment. Its output is
-    kept (the tail goes in the result) and, with ``options.echo``, shown as it comes."""
-    began = time.monotonic()
-    status = "ok"
-    with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen(command, shell=True, cwd=options.root, env=env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=os.name == "posix")
-        if options.echo is not None:
-            options.echo.write(f"porter verify: running {command}\n".encode())
-        pump = threading.Thread(target=_pump, args=(proc.stdout, out, options.echo), daemon=True)
-        pump.start()
-        try:
-            proc.wait(timeout=options.run_timeout)
-        except subprocess.TimeoutExpired:
-            _kill(proc, threading.Event())
-            proc.wait()
-            status = "timeout"
-        finally:
-            _kill_group(proc)  # what the command left running (and all of it on Ctrl-C)
-            pump.join(timeout=GRACE)
-        text = _read(out, 0)
-    code = proc.returncode
-    if status == "ok" and code != 0:
-        status = "failed"
-    result = RunCommandResult(command, code, round(time.monotonic() - began, 3), status, text[-6000:])
-    if status != "ok":
-        _locate(result, text, options.root, status == "timeout" and f"timed out after {options.run_timeout:g} s")
-    return result
-
-
-def _locate(result: RunCommandResult, text: str, root: Path, timed_out) -> None:
-    """Where the command failed: the failing process's traceback (a launcher's child's,
-    not the launcher's own; see porter.verify.tracebacks), at its deepest frame in the tree."""
-    failure = find_failure(text, lambda frames: _tree_frames(frames, root))
-    tb = failure.traceback
-    if tb is not None:
-        result.frames = _tree_frames(tb.frames, root)
-        result.location = result.frames[0] if result.frames else None
-        result.missing = failure.missing
-    rank = tb.rank if tb is not None and tb.rank is not None else (failure.root.rank if failure.root else None)
-    result.rank = rank
-    said = tb.exception if tb is not None and tb.exception and result.frames else last_line(text)
-    if timed_out:
-        result.error = timed_out
-    else:
-        result.error = f"exit {result.returncode}: {f'rank {rank}: ' if rank is not None else ''}{said}"
-
-
-def _pump(source, sink, echo) -> None:
-    """Copy a pipe into ``sink`` (and to ``echo``, a binary stream) until it closes."""
-    for chunk in iter(lambda: source.read1(65536), b""):
-        sink.write(chunk)
-        if echo is not None:
-            try:
-                echo.write(chunk)
-                echo.flush()
-            except (OSError, ValueError):
-                echo = None
-    sink.flush()
 
 
 # -- the whole command -------------------------------------------------------------

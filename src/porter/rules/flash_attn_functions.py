@@ -1,4 +1,4 @@
-"""flash-attn: its attention functions become the runtime's twins; the rest is reported."""
+"""flash-attn's attention functions become the runtime's twins (TP101)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,19 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rulebase.rule import Example, Needs, Rule, Safety, keyword
-from porter.rulebase.syntax import literal_is
+from porter.rulebase.flash_attn_calls import (
+    FA3,
+    FUNCTIONS,
+    ROOTS,
+    TARGETS,
+    V1_CLASS,
+    PortedUses,
+    fa2_problem,
+    fa3_problem,
+    unpacked_call,
+)
+from porter.rulebase.rule import Example, Needs, Rule, Safety
 from porter.rulebase.thirdparty import (
-    UseFinder,
-    arguments_fit,
     chain_alternatives,
     drop_dead_chains,
     example_code,
@@ -22,46 +30,9 @@ from porter.rulebase.thirdparty import (
     without_stops,
 )
 
-_OPTIONS = ("dropout_p", "softmax_scale", "causal", "window_size", "softcap", "alibi_slopes",
-            "deterministic", "return_attn_probs")
-#: flash_attn function → (runtime twin, its leading parameters). Positional arguments
-#: are accepted up to ``causal`` only: later positions differ between flash_attn 2.x
-#: releases (``window_size`` and ``softcap`` were inserted before ``alibi_slopes``).
-_FUNCTIONS = {
-    "flash_attn_func": ("attention", ("q", "k", "v")),
-    "flash_attn_qkvpacked_func": ("attention_qkvpacked", ("qkv",)),
-    "flash_attn_kvpacked_func": ("attention_kvpacked", ("q", "kv")),
-    "flash_attn_varlen_func": ("attention_varlen", (
-        "q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k")),
-    "flash_attn_varlen_qkvpacked_func": ("attention_varlen_qkvpacked",
-                                         ("qkv", "cu_seqlens", "max_seqlen")),
-    "flash_attn_varlen_kvpacked_func": ("attention_varlen_kvpacked", (
-        "q", "kv", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k")),
-}
-_MODULES = ("flash_attn", "flash_attn.flash_attn_interface")
-_TARGETS = {f"{m}.{f}": f for m in _MODULES for f in _FUNCTIONS}
-#: FlashAttention-3 (``pip install`` from flash-attention/hopper): its own module.
-_FA3 = "flash_attn_interface.flash_attn_func"
-#: FA3's options that FA2 shares (FA3 has no dropout); q, k, v are the only positionals
-#: accepted, because FA3's fourth is softmax_scale and FA2's dropout_p.
-_FA3_OPTIONS = frozenset({"q", "k", "v", "softmax_scale", "causal", "window_size", "softcap",
-                          "deterministic"})
-_ROOTS = ("flash_attn", "flash_attn_interface")
-#: flash-attn 1.x's attention module (removed in 2.0): its twin is a class of the runtime.
-_V1_CLASS = "flash_attn.flash_attention.FlashAttention"
+
 _CHAIN_ADVICE = ("give the last `except ImportError:` a fallback (`flash_attn_func = None` and a "
                  "PyTorch path), or call porter_runtime.attention / porter_runtime.fa3_attention")
-
-
-def _needs_flash(call: cst.Call) -> Optional[str]:
-    """The argument only flash_attn's kernels can honour, if the call passes one."""
-    probs = keyword(call, "return_attn_probs")
-    if probs is not None and not literal_is(probs.value, "False"):
-        return "return_attn_probs"
-    table = keyword(call, "block_table")
-    if table is not None and not literal_is(table.value, "None"):
-        return "block_table"
-    return None
 
 
 class FlashAttnFunc(Rule):
@@ -116,9 +87,9 @@ class FlashAttnFunc(Rule):
     safety = Safety.SAFE
     needs = Needs(
         calls_only=False,  # an import chain is reported even where its names are only values
-        targets=frozenset({*_TARGETS, _FA3, _V1_CLASS}),
+        targets=frozenset({*TARGETS, FA3, V1_CLASS}),
         # an import chain is removed once no use is left in the module
-        unit_filter=package_units(_ROOTS),
+        unit_filter=package_units(ROOTS),
     )
 
     valid = [
@@ -323,24 +294,24 @@ class FlashAttnFunc(Rule):
         self._loads: Optional[Counter[str]] = None
 
     def visit_Assign(self, node: cst.Assign) -> None:
-        self._unpacked.update(_unpacked_call(node))
+        self._unpacked.update(unpacked_call(node))
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
-        self._unpacked.update(_unpacked_call(node))
+        self._unpacked.update(unpacked_call(node))
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         if self._chains is None:
-            self._chains = module_chains(self.ctx.module, _ROOTS)
+            self._chains = module_chains(self.ctx.module, ROOTS)
         options = chain_alternatives(self, original.func, self._chains)
         if not options:
             return updated
-        if options == [_V1_CLASS]:
+        if options == [V1_CLASS]:
             new = updated.with_changes(func=self.runtime("FlashAttention"))
             return self.rewrite(original, new, "flash-attn 1.x's `FlashAttention` module is now the runtime's "
                                 "(1.x's own class on CUDA where it imports, its semantics on SDPA elsewhere)")
-        if options[0] == _FA3 and all(_TARGETS.get(o) == "flash_attn_func" for o in options[1:]):
+        if options[0] == FA3 and all(TARGETS.get(o) == "flash_attn_func" for o in options[1:]):
             return self._fa3(original, updated)
-        functions = {_TARGETS.get(o) for o in options}
+        functions = {TARGETS.get(o) for o in options}
         if len(functions) != 1 or None in functions:
             return updated  # two different imports bind the name: the file has its own fallback
         return self._fa2(original, updated, functions.pop())
@@ -348,7 +319,7 @@ class FlashAttnFunc(Rule):
     def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
         flags, ported = self._scan()
         body = without_stops(self, original.body, updated.body, flags, ported, "flash_attn")
-        return drop_dead_chains(self, original, updated.with_changes(body=body), _ROOTS, _CHAIN_ADVICE)
+        return drop_dead_chains(self, original, updated.with_changes(body=body), ROOTS, _CHAIN_ADVICE)
 
     def rewrite(self, original, replacement, message, **kwargs):  # type: ignore[override]
         result = super().rewrite(original, replacement, message, **kwargs)
@@ -357,7 +328,7 @@ class FlashAttnFunc(Rule):
         return result
 
     def _fa3(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        problem = _fa3_problem(original, original in self._unpacked)
+        problem = fa3_problem(original, original in self._unpacked)
         if problem is not None:
             self.flag(original, problem[0], suggestion=problem[1])
             return updated
@@ -366,18 +337,18 @@ class FlashAttnFunc(Rule):
                             "FA2, where CUDA has them and exact SDPA elsewhere")
 
     def _fa2(self, original: cst.Call, updated: cst.Call, function: str) -> cst.BaseExpression:
-        problem = _fa2_problem(original, function)
+        problem = fa2_problem(original, function)
         if problem is not None:
             self.flag(original, problem[0], suggestion=problem[1])
             return updated
-        new = updated.with_changes(func=self.runtime(_FUNCTIONS[function][0]))
+        new = updated.with_changes(func=self.runtime(FUNCTIONS[function][0]))
         return self.rewrite(original, new, f"`{function}` now runs flash-attn where it can and "
                             "exact SDPA elsewhere")
 
     def _scan(self) -> tuple[set[str], bool]:
         """(the module's availability flags, whether every flash_attn use gets ported)."""
         if not hasattr(self, "_scanned"):
-            self._scanned = stop_evidence(self, _ROOTS, _Uses(self))
+            self._scanned = stop_evidence(self, ROOTS, PortedUses(self))
         return self._scanned
 
     def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
@@ -402,7 +373,7 @@ class FlashAttnFunc(Rule):
         node = stmt.body[0]
         if not isinstance(node, cst.ImportFrom) or node.relative or isinstance(node.names, cst.ImportStar):
             return False
-        if not under(cst.Module([]).code_for_node(node.module) if node.module else None, _ROOTS):
+        if not under(cst.Module([]).code_for_node(node.module) if node.module else None, ROOTS):
             return False
         names = [(a.asname.name if a.asname else a.name) for a in node.names]
         if not all(isinstance(n, cst.Name) for n in names):
@@ -432,178 +403,3 @@ def _name_loads(module: cst.Module) -> Counter:
     loads = _Loads()
     module.visit(loads)
     return loads.counts
-
-
-def _unpacked_call(node: cst.CSTNode) -> list[cst.Call]:
-    """The call whose result ``out, lse = f(...)`` unpacks or ``f(...)[0]`` indexes."""
-    if isinstance(node, cst.Assign) and isinstance(node.value, cst.Call) \
-            and any(isinstance(t.target, (cst.Tuple, cst.List)) for t in node.targets):
-        return [node.value]
-    if isinstance(node, cst.Subscript) and isinstance(node.value, cst.Call):
-        return [node.value]
-    return []
-
-
-def _fa3_problem(call: cst.Call, unpacked: bool) -> Optional[tuple[str, str]]:
-    """Why an FA3 call can't become fa3_attention (message, suggestion), or None."""
-    if not arguments_fit(call, 3, _FA3_OPTIONS) or keyword(call, "return_attn_probs"):
-        return ("FlashAttention-3's `flash_attn_func` with these arguments can't be mapped exactly: "
-                "FA3 has no dropout and its 4th positional is softmax_scale",
-                "porter_runtime.fa3_attention(q, k, v, softmax_scale=..., causal=...)")
-    if unpacked:
-        return ("FlashAttention-3's `flash_attn_func` result is unpacked or indexed (`out, lse = ...`): "
-                "its softmax_lse exists only in FA3's CUDA kernel",
-                "take `out = porter_runtime.fa3_attention(q, k, v, ...)` and then `if isinstance(out, "
-                "tuple): out = out[0]`; compute lse with torch.logsumexp where it is needed")
-    return None
-
-
-def _fa2_problem(call: cst.Call, function: str) -> Optional[tuple[str, str]]:
-    """Why a flash_attn call can't become its twin (message, suggestion), or None."""
-    twin, leading = _FUNCTIONS[function]
-    allowed = frozenset(leading + _OPTIONS + ("block_table",))
-    if not arguments_fit(call, len(leading) + 3, allowed):
-        return (f"`{function}` with these arguments can't be mapped exactly; positional arguments "
-                "after `causal`, `*args` and unknown keywords differ between flash_attn releases",
-                f"porter_runtime.{twin}(...) with keyword arguments")
-    needs = _needs_flash(call)
-    if needs is not None:
-        return (f"`{function}(..., {needs}=...)` needs flash_attn's CUDA kernels; porter_runtime.{twin} "
-                "raises NotImplementedError for it off CUDA", _SUGGEST_NEEDS[needs])
-    return None
-
-
-class _Uses(UseFinder, cst.CSTVisitor):
-    """Whether every use of a flash_attn name in a module is a call TP101 rewrites."""
-
-    prefixes = _ROOTS
-
-    def __init__(self, rule: Rule) -> None:
-        super().__init__()
-        self.qualname = rule.qualname
-        self.all_ported = True
-        self._unpacked: set[cst.Call] = set()
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        self._unpacked.update(_unpacked_call(node))
-
-    def visit_Subscript(self, node: cst.Subscript) -> None:
-        self._unpacked.update(_unpacked_call(node))
-
-    def visit_Import(self, node: cst.Import) -> bool:
-        return False
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-        return False
-
-    def on_use(self, node: cst.BaseExpression, name: str, call: Optional[cst.Call]) -> None:
-        if call is None or name not in _TARGETS and name not in (_FA3, _V1_CLASS):
-            self.all_ported = False
-        elif name == _V1_CLASS:
-            pass  # any arguments: the twin has 1.x's signature
-        elif name == _FA3:
-            self.all_ported &= _fa3_problem(call, call in self._unpacked) is None
-        else:
-            self.all_ported &= _fa2_problem(call, _TARGETS[name]) is None
-
-
-_SUGGEST_NEEDS = {
-    "return_attn_probs": "drop return_attn_probs (and the softmax_lse/S_dmask it returns) off CUDA, "
-                         "or compute the log-sum-exp with torch.logsumexp(q @ k.transpose(-1, -2) * "
-                         "scale, -1) where it is needed",
-    "block_table": "off CUDA gather the pages into contiguous k/v (k_cache[block_table].flatten(1, 2)) "
-                   "and call porter_runtime.attention_varlen without block_table",
-}
-
-#: What to do instead, by the start of the flash_attn name that is used.
-_ADVICE = [
-    ("flash_attn.flash_attn_interface.flash_attn_with_kvcache",
-     "update the cache yourself (k_cache[b, pos:pos + n] = k_new, ...) and call "
-     "porter_runtime.attention(q, k_cache[:, :seqlen], v_cache[:, :seqlen], causal=True)"),
-    ("flash_attn.flash_attn_with_kvcache",
-     "update the cache yourself (k_cache[b, pos:pos + n] = k_new, ...) and call "
-     "porter_runtime.attention(q, k_cache[:, :seqlen], v_cache[:, :seqlen], causal=True)"),
-    ("flash_attn.bert_padding",
-     "flash_attn/bert_padding.py is pure PyTorch: copy unpad_input / pad_input / "
-     "index_first_axis into the repository"),
-    ("flash_attn.layers.rotary",
-     "use the non-fused reference flash_attn.layers.rotary.apply_rotary_emb_torch "
-     "(rotate-half in PyTorch), copied into the repository"),
-    ("flash_attn.ops.rms_norm", "torch.nn.RMSNorm / torch.nn.functional.rms_norm"),
-    ("flash_attn.ops.triton.layer_norm", "torch.nn.functional.layer_norm / rms_norm"),
-    ("flash_attn.ops.layer_norm", "torch.nn.functional.layer_norm"),
-    ("flash_attn.ops.fused_dense", "torch.nn.Linear (+ the activation) instead of FusedDense / FusedMLP"),
-    ("flash_attn.ops.activations", "torch.nn.functional.gelu(x, approximate='tanh') / silu"),
-    ("flash_attn.losses.cross_entropy", "torch.nn.CrossEntropyLoss (same label_smoothing and "
-     "ignore_index; no inplace_backward / process_group)"),
-    ("flash_attn.modules.mha", "the model's own attention module with porter_runtime.attention, "
-     "or torch.nn.MultiheadAttention"),
-]
-_FUNCTION_NAMES = frozenset({*_TARGETS, _FA3})
-_PORTED_CALLS = _FUNCTION_NAMES | {_V1_CLASS}
-
-
-def _advice(name: str) -> str:
-    for prefix, text in _ADVICE:
-        if under(name, [prefix]):
-            return text
-    if name == _FA3:
-        return "call porter_runtime.fa3_attention (FA3's signature) where this value is used"
-    if name == _V1_CLASS:
-        return "construct porter_runtime.FlashAttention (flash-attn 1.x's signature) where this value is used"
-    if name in _FUNCTION_NAMES:
-        twin = _FUNCTIONS[_TARGETS[name]][0]
-        return f"call porter_runtime.{twin} (same signature) where this value is used"
-    return "guard the import (try/except ImportError) and give the code a PyTorch path off CUDA"
-
-
-class FlashAttnUnsupported(UseFinder, Rule):
-    """flash-attn APIs with no exact runtime twin are reported with what to use instead.
-
-    What:
-    Reports every use of a flash_attn name that TP101 does not rewrite:
-    `flash_attn_with_kvcache`, `flash_attn.layers.*` (rotary), `flash_attn.ops.*`
-    (fused norms, dense, activations), `flash_attn.modules.*`, `flash_attn.losses.*`,
-    `flash_attn.bert_padding`, FlashAttention-3's `flash_attn_interface`, and the
-    attention functions used as values (`attn_fn = flash_attn_func`).
-
-    Why:
-    These imports fail without CUDA (`ModuleNotFoundError: No module named
-    'flash_attn'`), and none has a drop-in twin that is exact on CUDA.
-
-    Fix safety:
-    Review only: each finding names the PyTorch replacement (or the pure-PyTorch
-    reference inside flash_attn itself) that a human must wire in.
-
-    Known limits:
-    One finding per use; the import statement itself is not reported.
-    """
-
-    code = "TP102"
-    name = "flash-attn-unsupported"
-    safety = Safety.REVIEW
-    needs = Needs(targets=frozenset({"flash_attn", "flash_attn_interface"}))
-    prefixes = ("flash_attn", "flash_attn_interface")
-
-    valid = [
-        "def f(flash_attn):\n    return flash_attn.layers.rotary.apply_rotary_emb(x)\n",
-        "import mylib as flash_attn\nflash_attn.ops.rms_norm(x)\n",
-        # calls of the attention functions are TP101's
-        "from flash_attn import flash_attn_func\nout = flash_attn_func(q, k, v)\n",
-    ]
-    invalid = [
-        Example("from flash_attn import flash_attn_with_kvcache\n"
-                "out = flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=n)\n"),
-        Example("import flash_attn.layers.rotary as rot\ny = rot.apply_rotary_emb(x, cos, sin)\n"),
-        Example("from flash_attn.ops.rms_norm import RMSNorm\nnorm = RMSNorm(512)\n"),
-        Example("from flash_attn import flash_attn_func as fa\nATTENTION = {'flash': fa}\n"),
-        Example("from flash_attn.bert_padding import unpad_input\nx, idx, cu, m, _ = unpad_input(h, mask)\n"),
-        Example("from flash_attn_interface import flash_attn_func as fa3\nATTENTION = {'fa3': fa3}\n"),
-    ]
-
-    def on_use(self, node: cst.BaseExpression, name: str, call: Optional[cst.Call]) -> None:
-        if call is not None and name in _PORTED_CALLS:
-            return  # TP101 rewrites or reports it
-        what = f"`{name}`" + (" (called)" if call is not None else "")
-        self.flag(call or node, f"{what} needs the flash_attn package, which does not build "
-                  "without CUDA", suggestion=_advice(name))

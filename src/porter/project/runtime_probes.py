@@ -1,0 +1,156 @@
+"""What the repository's files say about where a runtime copy can live: its packages, the
+build config that ships them, the imports between them (porter.project.runtime_home)."""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from pathlib import Path
+from typing import Optional
+
+from porter.files.safe_io import read_bounded, text_bounded
+from porter.project.runtime_copy import RUNTIME, _is_file
+
+_BUILD_FILES = ("setup.py", "setup.cfg")
+
+
+def _entries(base: Path) -> list[Path]:
+    try:
+        return [Path(e.path) for e in os.scandir(base) if e.is_dir(follow_symlinks=False) or e.name.endswith(".py")]
+    except OSError:
+        return []
+
+
+def _installable(root: Path) -> bool:
+    if any(_is_file(root / name) for name in _BUILD_FILES):
+        return True
+    try:
+        text = text_bounded(root / "pyproject.toml")
+    except OSError:
+        return False
+    return "[project]" in text or "[build-system]" in text or "[tool.poetry]" in text
+
+
+def _top_package(file: Path) -> Optional[Path]:
+    """The topmost package folder holding ``file`` (None for a file outside packages)."""
+    top = None
+    folder = file.parent
+    while _is_file(folder / "__init__.py"):
+        top = folder
+        folder = folder.parent
+    return top
+
+
+def _namespace_name(top: Path, root: Path) -> Optional[str]:
+    """The import name of a package that sits in folders without ``__init__.py`` (PEP 420
+    namespace packages: ``ldm/models/diffusion/`` is ``ldm.models.diffusion``), reached
+    from the root or ``src/``; None for a package at the top, or when a build script maps
+    package folders itself (``package_dir``, ``where``), which then decides the name."""
+    for base in (root / "src", root):
+        try:
+            parts = top.relative_to(base).parts
+        except ValueError:
+            continue
+        if len(parts) < 2:
+            return None
+        dotted = ".".join(parts)
+        if not all(part.isidentifier() for part in parts) or _maps_packages(root):
+            return None
+        return dotted if _imported_as(root, dotted) else None
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def _imported_as(root: Path, dotted: str) -> bool:
+    """Whether some Python file of the tree imports ``dotted`` (or a module in it) by
+    that full name: the repository puts the namespace's base on sys.path. A package only
+    ever imported by its own name (``d2/detr`` as ``detr``, from scripts in ``d2/``)
+    keeps that name."""
+    pattern = re.compile(rb"^\s*(?:from|import)\s+" + re.escape(dotted.encode()) + rb"\b", re.M)
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("__pycache__", RUNTIME, "node_modules")]
+        for name in files:
+            if name.endswith(".py"):
+                try:
+                    if pattern.search(read_bounded(Path(folder, name), 1 << 20, follow=False)):
+                        return True
+                except OSError:
+                    continue
+    return False
+
+
+#: An import at the start of a line: at module level, where a failure stops the import.
+_TOP_IMPORT = re.compile(rb"^(?:from|import)[ \t]+([A-Za-z_]\w*)", re.M)
+
+
+@functools.lru_cache(maxsize=8)
+def _package_imports(packages: tuple) -> dict:
+    """Each top-level package -> the others its modules import at module level (once per
+    process: a worker gets the layout with each file)."""
+    names = {name for name, _ in packages}
+    return {name: _top_imports(Path(folder)) & names - {name} for name, folder in packages}
+
+
+def _top_imports(folder: Path) -> set:
+    found = set()
+    for base, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if d not in ("__pycache__", RUNTIME) and not d.startswith(".")]
+        for name in files:
+            if name.endswith(".py"):
+                try:
+                    found |= {m.decode() for m in _TOP_IMPORT.findall(read_bounded(Path(base, name), 1 << 20,
+                                                                                    follow=False))}
+                except OSError:
+                    continue
+    return found
+
+
+def _reach(graph: dict, start: str) -> set:
+    seen, todo = set(), [start]
+    while todo:
+        for other in graph.get(todo.pop(), ()):
+            if other not in seen:
+                seen.add(other)
+                todo.append(other)
+    return seen - {start}
+
+
+def _build_may_ship(root: Path, dotted: str) -> bool:
+    """Whether the build could install the namespace package ``dotted``, which then needs
+    a copy of its own. Not when it names its packages (``find_packages()``, ``find:``, a
+    list without it): ``find_packages`` skips folders without ``__init__.py``, so the
+    package runs from the tree, its base on sys.path, and the root copy serves it. A build
+    porter can't read (pyproject's automatic discovery, ``find_namespace_packages``) may."""
+    texts = []
+    for name in _BUILD_FILES + ("pyproject.toml",):
+        try:
+            texts.append(text_bounded(root / name))
+        except OSError:
+            continue
+    text = "\n".join(texts)
+    if re.search(r"namespace|packages\.find|\b" + re.escape(dotted) + r"\b", text):
+        return True
+    return not re.search(r"find_packages\s*\(|packages\s*=\s*(?:find:|\[)", text)
+
+
+def _maps_packages(root: Path) -> bool:
+    for name in ("setup.py", "setup.cfg", "pyproject.toml"):
+        try:
+            text = text_bounded(root / name)
+        except OSError:
+            continue
+        if re.search(r"package[_-]dir|\bwhere\s*=", text):
+            return True
+    return False
+
+
+def _package_name(folder: Path) -> Optional[str]:
+    if not _is_file(folder / "__init__.py"):
+        return None
+    parts = [folder.name]
+    here = folder.parent
+    while _is_file(here / "__init__.py"):
+        parts.insert(0, here.name)
+        here = here.parent
+    return ".".join(parts)

@@ -1,0 +1,23 @@
+"""What the DataLoader rules share: the DataLoader's names and whether it starts worker processes."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from porter.rulebase.syntax import argument, int_value
+
+DATALOADER = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
+_NUM_WORKERS_INDEX = 5
+
+
+def workers(call: cst.Call) -> Optional[str]:
+    """Source-ish text of a DataLoader's num_workers when it may be > 0, else None."""
+    arg = argument(call, "num_workers", _NUM_WORKERS_INDEX)
+    if arg is None:
+        return None
+    value = int_value(arg.value)
+    if value is not None:
+        return str(value) if value > 0 else None
+    return cst.Module([]).code_for_node(arg.value)

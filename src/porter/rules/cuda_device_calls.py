@@ -1,0 +1,209 @@
+"""``torch.cuda`` calls that act on the device: synchronize, empty_cache, manual_seed,
+set_device (rewritten to their porter_runtime twins; porter.rulebase.twin_calls).
+"""
+
+from __future__ import annotations
+
+from porter.rulebase.rule import Example, Needs, Rule, Safety
+from porter.rulebase.twin_calls import TwinCall, twin_table
+
+
+class CudaSynchronize(TwinCall, Rule):
+    """`torch.cuda.synchronize(...)` becomes `porter_runtime.synchronize(...)`.
+
+    What:
+    Rewrites calls of `torch.cuda.synchronize`, keeping the arguments.
+
+    Why:
+    Without CUDA, `torch.cuda.synchronize()` raises
+    `AssertionError: Torch not compiled with CUDA enabled`. Benchmarks and training
+    loops call it around timed regions and before reading results.
+
+    Fix safety:
+    Safe. On CUDA `porter_runtime.synchronize(device)` calls
+    `torch.cuda.synchronize(device)` with the same argument. On MPS it calls
+    `torch.mps.synchronize()` (MPS has one device); on CPU it does nothing, since CPU
+    ops are synchronous.
+
+    Known limits:
+    Only calls are rewritten: a reference kept for later (`sync = torch.cuda.synchronize`)
+    is left alone.
+    """
+
+    code = "PT101"
+    name = "cuda-synchronize"
+    safety = Safety.SAFE
+    table = twin_table({"synchronize": "synchronize"})
+    needs = Needs(calls_only=True, targets=frozenset(table))
+
+    valid = [
+        "def f(torch):\n    torch.cuda.synchronize()\n",
+        "import mylib as torch\ntorch.cuda.synchronize()\n",
+        "import torch\ntorch.mps.synchronize()\n",
+    ]
+    invalid = [
+        Example(
+            "import torch\ntorch.cuda.synchronize()\n",
+            "import porter_runtime\nimport torch\nporter_runtime.synchronize()\n",
+        ),
+        Example(
+            "import torch as t\nt.cuda.synchronize(device)\n",
+            "import porter_runtime\nimport torch as t\nporter_runtime.synchronize(device)\n",
+        ),
+        Example(
+            "from torch.cuda import synchronize\n\nsynchronize()\n",
+            "import porter_runtime\n\nporter_runtime.synchronize()\n",
+        ),
+        Example(
+            "import torch.cuda as cuda\n\ndef step():\n    cuda.synchronize(device=0)  # wait for the kernels\n",
+            # `import torch.cuda as cuda` is left unused and goes: `import porter_runtime`
+            # imports torch, and torch imports torch.cuda itself
+            "import porter_runtime\n\ndef step():\n"
+            "    porter_runtime.synchronize(device=0)  # wait for the kernels\n",
+        ),
+    ]
+
+
+class CudaEmptyCache(TwinCall, Rule):
+    """`torch.cuda.empty_cache()` becomes `porter_runtime.empty_cache()`.
+
+    What:
+    Rewrites calls of `torch.cuda.empty_cache` (also reached as
+    `torch.cuda.memory.empty_cache`).
+
+    Why:
+    It does nothing on a machine without CUDA, so on a Mac the MPS cache is never
+    released where the author meant to release memory.
+
+    Fix safety:
+    Safe. On CUDA the twin calls `torch.cuda.empty_cache()`. On MPS it calls
+    `torch.mps.empty_cache()`; on CPU it does nothing, as before.
+
+    Known limits:
+    Only calls are rewritten.
+    """
+
+    code = "PT102"
+    name = "cuda-empty-cache"
+    safety = Safety.SAFE
+    table = twin_table({"empty_cache": "empty_cache"}, "memory")
+    needs = Needs(calls_only=True, targets=frozenset(table))
+
+    valid = [
+        "def f(torch):\n    torch.cuda.empty_cache()\n",
+        "import mylib as torch\ntorch.cuda.empty_cache()\n",
+        "import gc\ngc.collect()\n",
+    ]
+    invalid = [
+        Example(
+            "import torch\n\nif step % 100 == 0:\n    torch.cuda.empty_cache()\n",
+            "import porter_runtime\nimport torch\n\nif step % 100 == 0:\n    porter_runtime.empty_cache()\n",
+        ),
+        Example(
+            "import torch as t\nt.cuda.empty_cache()\n",
+            "import porter_runtime\nimport torch as t\nporter_runtime.empty_cache()\n",
+        ),
+        Example(
+            "from torch.cuda import empty_cache\nimport gc\n\ngc.collect(); empty_cache()\n",
+            "import porter_runtime\nimport gc\n\ngc.collect(); porter_runtime.empty_cache()\n",
+        ),
+        Example(
+            "from torch.cuda.memory import empty_cache as free\nfree()\n",
+            "import porter_runtime\nporter_runtime.empty_cache()\n",
+        ),
+    ]
+
+
+class CudaManualSeed(TwinCall, Rule):
+    """`torch.cuda.manual_seed(s)` / `manual_seed_all(s)` become the runtime's seeders.
+
+    What:
+    Rewrites `torch.cuda.manual_seed(seed)` to `porter_runtime.manual_seed(seed)` and
+    `torch.cuda.manual_seed_all(seed)` to `porter_runtime.manual_seed_all(seed)` (also
+    through `torch.cuda.random`).
+
+    Why:
+    Without CUDA both are silent no-ops: a script that seeds "the GPU" separately from
+    `torch.manual_seed` gets an unseeded MPS generator on a Mac.
+
+    Fix safety:
+    Safe. On CUDA the twins call `torch.cuda.manual_seed(seed)` and
+    `torch.cuda.manual_seed_all(seed)`. On MPS they seed `torch.mps`; on CPU they call
+    `torch.manual_seed(seed)`, the generator CPU ops draw from.
+
+    Known limits:
+    Seeding does not make MPS results bitwise equal to CUDA ones: the kernels differ.
+    """
+
+    code = "PT103"
+    name = "cuda-manual-seed"
+    safety = Safety.SAFE
+    table = twin_table({"manual_seed": "manual_seed", "manual_seed_all": "manual_seed_all"}, "random")
+    needs = Needs(calls_only=True, targets=frozenset(table))
+
+    valid = [
+        "def seed_all(torch, s):\n    torch.cuda.manual_seed_all(s)\n",
+        "import mylib as torch\ntorch.cuda.manual_seed(0)\n",
+        "import torch\ntorch.manual_seed(0)\n",
+    ]
+    invalid = [
+        Example(
+            "import random\nimport torch\n\nrandom.seed(0)\ntorch.manual_seed(0)\ntorch.cuda.manual_seed_all(0)\n",
+            "import porter_runtime\nimport random\nimport torch\n\nrandom.seed(0)\ntorch.manual_seed(0)\n"
+            "porter_runtime.manual_seed_all(0)\n",
+        ),
+        Example(
+            "import torch as t\nt.cuda.manual_seed(args.seed)\n",
+            "import porter_runtime\nimport torch as t\nporter_runtime.manual_seed(args.seed)\n",
+        ),
+        Example(
+            "from torch.cuda import manual_seed, manual_seed_all\nmanual_seed(1)\nmanual_seed_all(seed=1)\n",
+            "import porter_runtime\nporter_runtime.manual_seed(1)\nporter_runtime.manual_seed_all(seed=1)\n",
+        ),
+    ]
+
+
+class CudaSetDevice(TwinCall, Rule):
+    """`torch.cuda.set_device(d)` becomes `porter_runtime.set_device(d)`.
+
+    What:
+    Rewrites calls of `torch.cuda.set_device`, typically
+    `torch.cuda.set_device(local_rank)` at the start of a distributed worker.
+
+    Why:
+    Without CUDA it raises
+    `AttributeError: module 'torch._C' has no attribute '_cuda_setDevice'`.
+
+    Fix safety:
+    Safe. On CUDA the twin calls `torch.cuda.set_device(d)` with the same argument. On
+    MPS and CPU, which have one device, it does nothing.
+
+    Known limits:
+    The `with torch.cuda.device(d):` context manager is not rewritten here.
+    """
+
+    code = "PT105"
+    name = "cuda-set-device"
+    safety = Safety.SAFE
+    table = twin_table({"set_device": "set_device"})
+    needs = Needs(calls_only=True, targets=frozenset(table))
+
+    valid = [
+        "def setup(torch, rank):\n    torch.cuda.set_device(rank)\n",
+        "import mylib as torch\ntorch.cuda.set_device(0)\n",
+    ]
+    invalid = [
+        Example(
+            "import os\nimport torch\n\nlocal_rank = int(os.environ['LOCAL_RANK'])\ntorch.cuda.set_device(local_rank)\n",
+            "import porter_runtime\nimport os\nimport torch\n\nlocal_rank = int(os.environ['LOCAL_RANK'])\n"
+            "porter_runtime.set_device(local_rank)\n",
+        ),
+        Example(
+            "import torch as t\nt.cuda.set_device(device=args.gpu)\n",
+            "import porter_runtime\nimport torch as t\nporter_runtime.set_device(device=args.gpu)\n",
+        ),
+        Example(
+            "from torch.cuda import set_device\n\ndef worker(rank):\n    set_device(rank)\n",
+            "import porter_runtime\n\ndef worker(rank):\n    porter_runtime.set_device(rank)\n",
+        ),
+    ]

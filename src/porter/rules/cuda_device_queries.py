@@ -1,0 +1,197 @@
+"""``torch.cuda`` queries: device properties and counts, memory statistics, bf16 support
+(rewritten to their porter_runtime twins; porter.rulebase.twin_calls).
+"""
+
+from __future__ import annotations
+
+from porter.rulebase.rule import Example, Needs, Rule, Safety
+from porter.rulebase.twin_calls import TwinCall, twin_table
+
+
+class CudaDeviceQuery(TwinCall, Rule):
+    """`torch.cuda.device_count()`, `current_device()` and other device queries use runtime twins.
+
+    What:
+    Rewrites `torch.cuda.device_count()` → `porter_runtime.device_count()`,
+    `current_device()` → `porter_runtime.current_device()`, `get_device_name(d)` →
+    `porter_runtime.device_name(d)` and `get_device_properties(d)` →
+    `porter_runtime.get_device_properties(d)`.
+
+    Why:
+    Without CUDA, `current_device`, `get_device_name` and `get_device_properties`
+    raise `AssertionError: Torch not compiled with CUDA enabled`, and `device_count()`
+    is 0, which scripts read as "no GPU" (or divide by).
+
+    Fix safety:
+    Safe. On CUDA each twin calls the torch.cuda function with the same arguments and
+    returns its result. Off CUDA: `device_count()` is `torch.mps.device_count()` on MPS
+    and 1 on CPU (one device to run on), `current_device()` is the index 0 (where it
+    is passed as a device, PT901 wraps it in `porter_runtime.device(...)`, as torch
+    reads a bare 0 as `cuda:0`), `device_name()` is
+    the MPS name or `"CPU (<machine>)"`, and `get_device_properties()` is a
+    `DeviceProperties` named tuple with `name`, `type`, `total_memory`,
+    `multi_processor_count`, `major=0` and `minor=0`.
+
+    Known limits:
+    `device_count()` used as a process count (`mp.spawn(nprocs=...)`, a world size) is
+    rewritten like any other use and gives 1 process off CUDA. Attributes of CUDA's
+    properties object beyond the ones above do not exist off CUDA.
+    """
+
+    code = "PT104"
+    name = "cuda-device-query"
+    safety = Safety.SAFE
+    table = twin_table({
+        "device_count": "device_count",
+        "current_device": "current_device",
+        "get_device_name": "device_name",
+        "get_device_properties": "get_device_properties",
+    })
+    needs = Needs(calls_only=True, targets=frozenset(table))
+
+    valid = [
+        "def n(torch):\n    return torch.cuda.device_count()\n",
+        "import mylib as torch\nname = torch.cuda.get_device_name(0)\n",
+        "import torch\nn = torch.mps.device_count()\n",
+    ]
+    invalid = [
+        Example(
+            "import torch\nif torch.cuda.device_count() > 1:\n    model = torch.nn.DataParallel(model)\n",
+            "import porter_runtime\nimport torch\nif porter_runtime.device_count() > 1:\n"
+            "    model = torch.nn.DataParallel(model)\n",
+        ),
+        Example(
+            "import torch as t\nprint(f\"GPU: {t.cuda.get_device_name(t.cuda.current_device())}\")\n",
+            "import porter_runtime\nimport torch as t\n"
+            "print(f\"GPU: {porter_runtime.device_name(porter_runtime.current_device())}\")\n",
+        ),
+        Example(
+            "from torch.cuda import get_device_properties\n"
+            "total = get_device_properties(0).total_memory\n",
+            "import porter_runtime\ntotal = porter_runtime.get_device_properties(0).total_memory\n",
+        ),
+        # process counts: one process off CUDA instead of none (mp.spawn(nprocs=0) runs nothing)
+        Example(
+            "import torch\nimport torch.multiprocessing as mp\n\nngpus_per_node = torch.cuda.device_count()\n"
+            "args.world_size = ngpus_per_node * args.world_size\n"
+            "mp.spawn(main_worker, nprocs=torch.cuda.device_count(), args=(ngpus_per_node, args))\n",
+            "import porter_runtime\nimport torch\nimport torch.multiprocessing as mp\n\n"
+            "ngpus_per_node = porter_runtime.device_count()\nargs.world_size = ngpus_per_node * args.world_size\n"
+            "mp.spawn(main_worker, nprocs=porter_runtime.device_count(), args=(ngpus_per_node, args))\n",
+        ),
+        Example(
+            "import torch as t\nlocal_rank = rank % t.cuda.device_count()\n",
+            "import porter_runtime\nimport torch as t\nlocal_rank = rank % porter_runtime.device_count()\n",
+        ),
+    ]
+
+
+_MEMORY = ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+           "reset_peak_memory_stats", "mem_get_info")
+
+
+class CudaMemoryStats(TwinCall, Rule):
+    """`torch.cuda.memory_allocated()` and the other memory statistics use runtime twins.
+
+    What:
+    Rewrites `torch.cuda.memory_allocated`, `max_memory_allocated`, `memory_reserved`,
+    `max_memory_reserved`, `reset_peak_memory_stats` and `mem_get_info` (also through
+    `torch.cuda.memory`) to the same-named `porter_runtime` functions, arguments kept.
+
+    Why:
+    Without CUDA, `memory_allocated` reports 0, `reset_peak_memory_stats` raises
+    `AttributeError: module 'torch._C' has no attribute '_cuda_resetPeakMemoryStats'`
+    and `mem_get_info` raises `AssertionError: Torch not compiled with CUDA enabled`.
+
+    Fix safety:
+    Safe. On CUDA each twin calls the torch.cuda function with the same arguments and
+    returns its result. On MPS they report `torch.mps` counters and the
+    `torch.accelerator` peaks where this torch has them; on CPU the statistics are 0
+    (torch keeps none for CPU) and `mem_get_info()` is (available RAM, physical RAM).
+
+    Known limits:
+    `torch.cuda.memory_summary`, `memory_stats` and `max_memory_cached` have no twin and
+    are left alone. `except torch.cuda.OutOfMemoryError:` needs no change: it is an
+    alias of `torch.OutOfMemoryError` and exists on every build.
+    """
+
+    code = "PT106"
+    name = "cuda-memory-stats"
+    safety = Safety.SAFE
+    table = twin_table({name: name for name in _MEMORY}, "memory")
+    needs = Needs(calls_only=True, targets=frozenset(table))
+
+    valid = [
+        "def peak(torch):\n    return torch.cuda.max_memory_allocated()\n",
+        "import mylib as torch\nused = torch.cuda.memory_allocated()\n",
+        "import torch\ntry:\n    step()\nexcept torch.cuda.OutOfMemoryError:\n    skip()\n",
+    ]
+    invalid = [
+        Example(
+            "import torch\nprint(f\"peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB\")\n"
+            "torch.cuda.reset_peak_memory_stats()\n",
+            "import porter_runtime\nimport torch\nprint(f\"peak {porter_runtime.max_memory_allocated() / 2**30:.1f} GiB\")\n"
+            "porter_runtime.reset_peak_memory_stats()\n",
+        ),
+        Example(
+            "import torch as t\nfree, total = t.cuda.mem_get_info(device)\n",
+            "import porter_runtime\nimport torch as t\nfree, total = porter_runtime.mem_get_info(device)\n",
+        ),
+        Example(
+            "from torch.cuda import memory_allocated, memory_reserved\n"
+            "stats = (memory_allocated(0), memory_reserved(0))\n",
+            "import porter_runtime\nstats = (porter_runtime.memory_allocated(0), porter_runtime.memory_reserved(0))\n",
+        ),
+        Example(
+            "import torch.cuda.memory as cm\nused = cm.max_memory_reserved()\n",
+            "import porter_runtime\nimport torch.cuda.memory as cm\nused = porter_runtime.max_memory_reserved()\n",
+        ),
+    ]
+
+
+class CudaBf16Supported(TwinCall, Rule):
+    """`torch.cuda.is_bf16_supported()` becomes `porter_runtime.is_bf16_supported()`.
+
+    What:
+    Rewrites calls of `torch.cuda.is_bf16_supported`, usually used to pick the AMP
+    dtype (`torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16`).
+
+    Why:
+    Without CUDA it is False, so a Mac that can run bfloat16 (MPS with torch 2.9 or
+    later, or macOS 14) is sent down the float16 path.
+
+    Fix safety:
+    Safe. On CUDA the twin returns `torch.cuda.is_bf16_supported()` (the
+    `including_emulation` argument forwarded). On MPS it says whether MPS supports
+    bfloat16 on this macOS and torch; on CPU it is True.
+
+    Known limits:
+    The answer is about the resolved device; code that asks and then still uses a CUDA
+    device elsewhere needs the device rules too.
+    """
+
+    code = "PT107"
+    name = "cuda-bf16-supported"
+    safety = Safety.SAFE
+    table = twin_table({"is_bf16_supported": "is_bf16_supported"})
+    needs = Needs(calls_only=True, targets=frozenset(table))
+
+    valid = [
+        "def pick(torch):\n    return torch.cuda.is_bf16_supported()\n",
+        "import mylib as torch\nok = torch.cuda.is_bf16_supported()\n",
+    ]
+    invalid = [
+        Example(
+            "import torch\ndtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16\n",
+            "import porter_runtime\nimport torch\n"
+            "dtype = torch.bfloat16 if porter_runtime.is_bf16_supported() else torch.float16\n",
+        ),
+        Example(
+            "import torch as t\nok = t.cuda.is_bf16_supported(including_emulation=False)\n",
+            "import porter_runtime\nimport torch as t\nok = porter_runtime.is_bf16_supported(including_emulation=False)\n",
+        ),
+        Example(
+            "from torch.cuda import is_bf16_supported\nuse_bf16 = is_bf16_supported()\n",
+            "import porter_runtime\nuse_bf16 = porter_runtime.is_bf16_supported()\n",
+        ),
+    ]
