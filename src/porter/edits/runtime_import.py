@@ -59,8 +59,35 @@ def add_runtime_import(module: cst.Module, bootstrap: Any = None) -> cst.Module:
     docstring and ``__future__`` imports (the rule examples' form)."""
     if bootstrap is None:
         return _insert_at(module, _header_end(list(module.body)), runtime_import())
-    home = bootstrap(_imported_names(module))
+    home = bootstrap(_imported_names(module), before_path_edit=_used_before_path_edit(module))
     return place_import(module, home.statement, home.package, bootstrap.first_party)
+
+
+def _is_path_edit(stmt: cst.BaseStatement) -> bool:
+    """``sys.path.insert(0, ...)``, ``sys.path.append(...)``, ``sys.path[0:0] = ...``,
+    ``sys.path += [...]``."""
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        return False
+    for small in stmt.body:
+        if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+            func = small.value.func
+            if isinstance(func, cst.Attribute) and dotted_name(func.value) == "sys.path":
+                return True
+        targets = ([t.target for t in small.targets] if isinstance(small, cst.Assign)
+                   else [small.target] if isinstance(small, cst.AugAssign) else [])
+        for target in targets:
+            if dotted_name(target.value if isinstance(target, cst.Subscript) else target) == "sys.path":
+                return True
+    return False
+
+
+def _used_before_path_edit(module: cst.Module) -> bool:
+    """Whether module-level code uses the runtime before the file's first ``sys.path``
+    edit (``BUF = torch.empty(1, device=porter_runtime.device(...))`` above
+    ``sys.path.insert(0, ROOT)``): the import must come before that edit."""
+    body = list(module.body)
+    edit = next((k for k, stmt in enumerate(body) if _is_path_edit(stmt)), None)
+    return edit is not None and any(_uses_runtime_at_import(stmt) for stmt in body[:edit])
 
 
 def _insert_at(module: cst.Module, index: int, new: cst.SimpleStatementLine) -> cst.Module:

@@ -95,8 +95,11 @@ class Layout:
                               "package (no __init__.py), so the ported code could not import the runtime there")
         return Home(folder, package)
 
-    def home_for(self, file: Path, imported: Iterable[str] = ()) -> tuple[Home, str]:
-        """The copy ``file`` imports, and a note when it finds it only under conditions."""
+    def home_for(self, file: Path, imported: Iterable[str] = (), before_path_edit: bool = False) -> tuple[Home, str]:
+        """The copy ``file`` imports, and a note when it finds it only under conditions.
+        ``before_path_edit``: the import must run before the file's own ``sys.path`` edit
+        (module-level code uses the runtime first), so a script in a subfolder can't yet
+        reach the root copy through the folder it adds."""
         if self.fixed is not None:
             return self.fixed, ""
         file = file.absolute()
@@ -121,8 +124,10 @@ class Layout:
         for name in imported:
             if name in self.packages and self.packages[name].parent != self.root:
                 return self._pointer_or_copy(self.packages[name] / RUNTIME, name), ""
-        if file.parent == self.root or any(n in self.first_party and n != RUNTIME for n in imported):
+        if file.parent == self.root:
             return self.root_home, ""
+        if any(n in self.first_party and n != RUNTIME for n in imported) and not before_path_edit:
+            return self.root_home, ""  # it reaches the repository's code, so the root copy
         # A script or notebook in a subfolder that imports nothing of the repository:
         # Python puts only its own folder on sys.path (``python scripts/plot.py`` from the
         # root, or from scripts/), so a pointer beside it loads the root copy (a copy an
@@ -202,8 +207,8 @@ class LazyBootstrap:
         """isort's first-party names, once the copy this file imports exists."""
         return self.layout.first_party_for(self.home) if self.home is not None else self.layout.first_party
 
-    def __call__(self, imported: Iterable[str] = ()) -> Home:
-        self.home, self.note = self.layout.home_for(self.file, imported)
+    def __call__(self, imported: Iterable[str] = (), before_path_edit: bool = False) -> Home:
+        self.home, self.note = self.layout.home_for(self.file, imported, before_path_edit)
         return self.home
 
 
