@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from porter.rulebase.cuda_packages import is_cuda_only_module
 from porter.rulebase.guards import Region, cuda_regions, parse, statements
@@ -36,7 +36,16 @@ _IMPORT_LINE = re.compile(rb"^[ \t]*(?:from|import)[ \t]+[^\n]*", re.M)
 def cuda_gated_modules(sources: Mapping[str, bytes], modules: Mapping[str, str]) -> frozenset[str]:
     """Files of the tree whose every import in the tree lies in code run only where CUDA is."""
     candidates = [rel for rel, data in sources.items() if _imports_cuda_package(data)]
-    return frozenset(rel for rel in candidates if _only_gated_imports(sources, rel, modules.get(rel, "")))
+    trees: dict[str, Optional[ast.Module]] = {}
+
+    def tree_of(rel: str) -> Optional[ast.Module]:
+        """Each file parsed once for all the candidates (a short name such as ``utils``
+        is in most files of a tree)."""
+        if rel not in trees:
+            trees[rel] = parse(sources[rel])
+        return trees[rel]
+
+    return frozenset(rel for rel in candidates if _only_gated_imports(sources, tree_of, rel, modules.get(rel, "")))
 
 
 def _imports_cuda_package(data: bytes) -> bool:
@@ -49,7 +58,8 @@ def _imports_cuda_package(data: bytes) -> bool:
     return False
 
 
-def _only_gated_imports(sources: Mapping[str, bytes], home: str, module: str) -> bool:
+def _only_gated_imports(sources: Mapping[str, bytes], tree_of: Callable[[str], Optional[ast.Module]],
+                        home: str, module: str) -> bool:
     if not module:
         return False
     short = module.rsplit(".", 1)[-1]
@@ -57,14 +67,14 @@ def _only_gated_imports(sources: Mapping[str, bytes], home: str, module: str) ->
     for rel, data in sources.items():
         if rel == home or short.encode() not in data:
             continue
-        tree = parse(data)
+        tree = tree_of(rel)
         if tree is None:
             return False
         found = [n for n in statements(tree) if _imports(n, rel, module)]
         if not found:
             continue
         regions = _regions(tree, data)
-        if not all(_gated(tree, node, regions, sources, rel) for node in found):
+        if not all(_gated(tree, node, regions, sources, tree_of, rel) for node in found):
             return False
         importers += 1
     return importers > 0
@@ -91,7 +101,8 @@ def _names_module(name: str, module: str) -> bool:
     return bool(name) and (name == module or module.endswith("." + name))
 
 
-def _gated(tree: ast.Module, node: ast.stmt, regions: Sequence[Region], sources: Mapping[str, bytes], rel: str) -> bool:
+def _gated(tree: ast.Module, node: ast.stmt, regions: Sequence[Region], sources: Mapping[str, bytes],
+           tree_of: Callable[[str], Optional[ast.Module]], rel: str) -> bool:
     """The import lies in a CUDA-only region, or in a function every use of which, in
     any file of the tree, does (a test skipped off CUDA counts: ``@pytest.mark.requires_cuda``)."""
     if _inside(node, regions):
@@ -104,7 +115,7 @@ def _gated(tree: ast.Module, node: ast.stmt, regions: Sequence[Region], sources:
     for other, data in sources.items():
         if word not in data:
             continue
-        other_tree = tree if other == rel else parse(data)
+        other_tree = tree if other == rel else tree_of(other)
         if other_tree is None:
             return False
         found = [n for n in ast.walk(other_tree) if (isinstance(n, ast.Name) and n.id == function.name)
