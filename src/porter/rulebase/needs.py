@@ -1,17 +1,18 @@
-"""What a rule needs in a file before it can match: one declaration per rule.
+"""What a rule needs in a file before it can match: one declaration per rule, as data.
 
-A rule sets ``needs = Needs(...)``; the engine's pre-filter (``porter.engine.prefilter``) and
-its segments (``porter.engine.segments``) read it to skip files, and parts of files, the rule
-can't change. The rule itself never consults the pre-filter: the declaration is data,
-and skipping is only ever an optimisation (``PORTER_PREFILTER=0`` and
-``PORTER_SEGMENTS=0`` give the same output).
+A rule sets ``needs = Needs(...)``: the names it matches (``targets``, ``methods``), the
+words and strings a file must hold, and the evidence it needs beside them as a clause
+(``porter.rulebase.evidence``: ``CallsMethod("from_pretrained") & Keyword("device_map")``).
+The engine derives every filter from that declaration: the byte stage, the ``ast`` stage
+and which functions or classes of a file the rule must see (``porter.engine.prefilter``,
+``porter.engine.segments``). The rule itself never consults the pre-filter, and skipping
+is only ever an optimisation (``PORTER_PREFILTER=0`` and ``PORTER_SEGMENTS=0`` give the
+same output). Every rule example runs through the filters, which must never reject a
+file or unit the rule would change (tests/test_prefilter.py, tests/test_segments.py).
 
-The finer filters (``file_filter``, ``unit_filter``) are plain functions over the
-facts the engine hands them (``prefilter.SyntaxFacts``, ``prefilter.Unit``); they read
-the facts through their helpers (``passed_names``, ``passed_strings``, ``uses_any``
-...), never through an encoding. They must never reject a file or unit the rule would
-change: every rule example runs through them (tests/test_prefilter.py,
-tests/test_segments.py).
+One rule, ``integer_devices``, still hands the engine functions (``file_filter``,
+``unit_filter``): its evidence joins what one function passes with what another binds,
+which no clause says. Prefer clauses; those functions read the engine's facts.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, Union
+
+from porter.rulebase.evidence import Clause
 
 #: A finer file filter: the file's syntax facts → may the rule match there?
 FileFilter = Callable[[Any], bool]
@@ -50,12 +53,20 @@ class Needs:
     #: the whole module, a check of the module's end, line numbers in its messages):
     #: the engine then never hands it a module with parts left out.
     whole_file: bool = False
-    #: A finer test of the whole file's facts, for what the fields above can't express.
+    #: What else the file must show (``porter.rulebase.evidence``): a loader call and a
+    #: ``device_map=`` keyword, a move to the device. The byte and ``ast`` filters follow
+    #: from it; for a rule with neither targets nor methods it must hold in a function or
+    #: class too for the rule to act there.
+    evidence: Optional[Clause] = None
+    #: Where in a file the rule may act: a clause that must hold in a function or class
+    #: (``InFile(...)`` looks at the whole file). Default: the unit uses (for
+    #: ``calls_only`` calls) a target or calls a method; for a rule with neither, the
+    #: string pattern and ``evidence`` hold in the unit. A rule whose evidence lies
+    #: outside the node it changes sets this or ``whole_file``.
+    unit: Optional[Clause] = None
+    #: A heuristic's own test of the whole file's facts, for a join no clause expresses.
     file_filter: Optional[FileFilter] = None
-    #: Whether the rule may act inside one function or class; replaces the default
-    #: (the unit uses, or for ``calls_only`` calls, a target or calls a method; for a
-    #: rule with neither, the string pattern and ``file_filter`` hold in the unit). A
-    #: rule whose evidence lies outside the node it changes sets this or ``whole_file``.
+    #: A heuristic's own test of a function or class, in place of ``unit``.
     unit_filter: Optional[UnitFilter] = None
     #: For a rule driven by the repository-wide model (porter.project): (the model, the
     #: file's path) -> may the rule act in this file? When a run has a model, this alone

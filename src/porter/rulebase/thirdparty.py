@@ -12,6 +12,7 @@ from typing import Iterable, Optional, Sequence
 import libcst as cst
 
 from porter.rulebase.cuda_packages import IMPORT_ROOTS
+from porter.rulebase.evidence import Clause, InFile, TriesImport, Uses
 from porter.rulebase.guards import IMPORT_ERRORS
 from porter.rulebase.matching import Ambiguous, dotted_name
 from porter.rulebase.walk import code_children
@@ -29,18 +30,14 @@ def under(name: Optional[str], prefixes: Iterable[str]) -> bool:
     return any(name == p or name.startswith(p + ".") for p in prefixes)
 
 
-def package_units(roots: Iterable[str]):
-    """A ``Needs.unit_filter`` for a rule whose evidence is every use of a package in
-    the module (import chains, availability flags and the stops on them): the units
-    that use the package, and every unit wherever a top-level ``try`` imports it (the
-    only place chains and flags are looked for; the names it binds may be read
-    anywhere, so the engine then parses the whole file)."""
-    roots = tuple(roots)
-
-    def wanted(unit, file) -> bool:
-        return file.tries_import_under(roots) or unit.facts.uses_any(roots)
-
-    return wanted
+def package_units(roots: Iterable[str]) -> Clause:
+    """``Needs.unit`` for a rule whose evidence is every use of a package in the module
+    (import chains, availability flags and the stops on them): the units that use the
+    package, and every unit wherever a top-level ``try`` imports it (the only place
+    chains and flags are looked for; the names it binds may be read anywhere, so the
+    engine then parses the whole file)."""
+    roots = frozenset(roots)
+    return InFile(TriesImport(roots)) | Uses(roots)
 
 
 def arguments_fit(call: cst.Call, max_positional: int, keywords: frozenset[str]) -> bool:

@@ -7,6 +7,7 @@ from typing import Optional
 import libcst as cst
 
 from porter.rulebase import dist_guard
+from porter.rulebase.evidence import Uses
 from porter.rulebase.rule import (
     Example,
     Needs,
@@ -15,8 +16,7 @@ from porter.rulebase.rule import (
 )
 
 
-def _inits_process_group(facts) -> bool:
-    return facts.uses_any(dist_guard.INIT, calls_only=True)
+_INITS_PROCESS_GROUP = Uses(dist_guard.INIT, calls_only=True)
 
 
 class CudaGuardSkipsDistributed(Rule):
@@ -48,7 +48,7 @@ class CudaGuardSkipsDistributed(Rule):
     code = "PT304"
     name = "cuda-guard-skips-distributed"
     safety = Safety.SAFE
-    needs = Needs(targets=frozenset({dist_guard.IS_AVAILABLE}), file_filter=_inits_process_group)
+    needs = Needs(targets=frozenset({dist_guard.IS_AVAILABLE}), evidence=_INITS_PROCESS_GROUP)
 
     valid = [
         "import torch\n\ndef setup():\n    if not torch.cuda.is_available():\n        return\n    print('cuda')\n",

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import ast
 from typing import Iterator, Optional, Sequence
 
 import libcst as cst
 
 from porter.rulebase.dataloader import DATALOADER, workers
+from porter.rulebase.evidence import CalledByName, Uses
 from porter.rulebase.rule import Example, Needs, Rule, Safety
 from porter.rulebase.syntax import (
     block_statements,
@@ -96,12 +96,9 @@ _GUARD_NOTE = ("; move the training code into `def main():` and call it under th
                "(or use num_workers=0 off CUDA)")
 
 
-def _loader_or_called(unit, file) -> bool:
-    # A use of a DataLoader; and, since `_called` follows calls by name from
-    # module-level code into the module's functions, every function some code calls
-    # by its name.
-    return unit.facts.uses_any(DATALOADER) or (
-        not isinstance(unit.node, ast.ClassDef) and unit.node.name in file.called_chains)
+#: A use of a DataLoader; and, since `_called` follows calls by name from module-level
+#: code into the module's functions, every function some code calls by its name.
+_LOADER_OR_CALLED = Uses(DATALOADER) | CalledByName()
 
 
 class DataLoaderMainGuard(Rule):
@@ -134,7 +131,7 @@ class DataLoaderMainGuard(Rule):
     code = "PT403"
     name = "dataloader-main-guard"
     safety = Safety.REVIEW
-    needs = Needs(targets=DATALOADER, unit_filter=_loader_or_called)
+    needs = Needs(targets=DATALOADER, unit=_LOADER_OR_CALLED)
 
     valid = [
         "from torch.utils.data import DataLoader\n\ndef main():\n    loader = DataLoader(ds, num_workers=4)\n"

@@ -8,6 +8,7 @@ from typing import Optional
 import libcst as cst
 
 from porter.project.query import receiver_overrides
+from porter.rulebase.evidence import Passes
 from porter.rulebase.rule import (
     CUDA_SPEC,
     Example,
@@ -182,9 +183,8 @@ def _formats_a_string(node: cst.BaseExpression) -> bool:
             and isinstance(node.func.value, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)))
 
 
-def _cuda_device_keyword(facts) -> bool:
-    # a `device="cuda"` keyword somewhere
-    return any(CUDA_SPEC.match(v) for v in facts.passed_strings(keyword="device"))
+#: a `device="cuda"` keyword
+_CUDA_DEVICE_KEYWORD = Passes(CUDA_SPEC, keyword="device")
 
 
 class TorchDeviceKeyword(Rule):
@@ -210,7 +210,7 @@ class TorchDeviceKeyword(Rule):
     name = "device-keyword-cuda"
     safety = Safety.SAFE
     needs = Needs(calls_only=True, targets=frozenset({"torch"}), words=frozenset({"cuda"}), strings=CUDA_SPEC,
-                  file_filter=_cuda_device_keyword, unit_filter=lambda unit, file: _cuda_device_keyword(unit.facts))
+                  evidence=_CUDA_DEVICE_KEYWORD, unit=_CUDA_DEVICE_KEYWORD)
 
     valid = [
         "import torch\nx = torch.zeros(2, device='cpu')\n",
@@ -239,9 +239,8 @@ class TorchDeviceKeyword(Rule):
         return _replace_device_keyword(self, original, updated, as_string=False)
 
 
-def _moves_to_cuda(facts) -> bool:
-    # `.to("cuda")`, or `device="cuda"` passed by keyword
-    return any(CUDA_SPEC.match(v) for v in facts.passed_strings("to", 0) | facts.passed_strings(keyword="device"))
+#: `.to("cuda")`, or `device="cuda"` passed by keyword
+_MOVES_TO_CUDA = Passes(CUDA_SPEC, call="to", position=0) | _CUDA_DEVICE_KEYWORD
 
 
 class MethodDeviceCuda(Rule):
@@ -271,8 +270,8 @@ class MethodDeviceCuda(Rule):
         methods=frozenset({"to", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"}),
         words=frozenset({"cuda"}),
         strings=CUDA_SPEC,
-        file_filter=_moves_to_cuda,
-        unit_filter=lambda unit, file: _moves_to_cuda(unit.facts),
+        evidence=_MOVES_TO_CUDA,
+        unit=_MOVES_TO_CUDA,
     )
 
     valid = [

@@ -10,7 +10,7 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rulebase.needs import literal_patterns
+from porter.rulebase.evidence import CallsMethod, MovesResultOf, Name, String
 from porter.rulebase.numpy_dtypes import known_not_float64
 from porter.rulebase.rule import (
     BYTES_GAP,
@@ -61,10 +61,8 @@ def _dtype_arg(rule: Rule, call: cst.Call, method: bool) -> Optional[cst.Arg]:
     return None
 
 
-def _sees_a_move(facts) -> bool:
-    # a move it can see: a CUDA literal, `porter_runtime.device(...)` or `.cuda()`
-    return (any(CUDA_SPEC.match(s) for s in facts.strings) or "porter_runtime" in facts.names
-            or "cuda" in facts.called_methods)
+#: a move PT604 can see: a CUDA literal, `porter_runtime.device(...)` or `.cuda()`
+_SEES_A_MOVE = String(CUDA_SPEC, word="cuda") | Name("porter_runtime") | CallsMethod("cuda")
 
 
 class DeviceDtype(Rule):
@@ -99,9 +97,7 @@ class DeviceDtype(Rule):
     code = "PT604"
     name = "device-dtype"
     safety = Safety.SAFE
-    # a move `_sees_a_move` can see spells `cuda` ("cuda:0", `.cuda()`) or the runtime's name
-    needs = Needs(targets=HAZARD_DTYPES, byte_patterns=literal_patterns(["cuda", "porter_runtime"]),
-                  file_filter=_sees_a_move)
+    needs = Needs(targets=HAZARD_DTYPES, evidence=_SEES_A_MOVE)
 
     valid = [
         "import torch\nx = torch.zeros(3, dtype=torch.float64)\n",
@@ -181,10 +177,9 @@ _MOVED_FROM_NUMPY = re.compile(
     + rb"|\(" + _NOT_PAREN + rb"*\))*\))*+(?:[(#'\"]|\)" + BYTES_GAP + rb"\." + BYTES_GAP + rb"(?:to|cuda)\b))")
 
 
-def _moves_from_numpy(facts) -> bool:
-    """PT605 reports only a ``from_numpy(...)`` call that is itself the receiver of a
-    move; most files call from_numpy and move the tensor later, or never."""
-    return facts.moves_result_of(("torch.from_numpy",))
+#: PT605 reports only a `from_numpy(...)` call that is itself the receiver of a move;
+#: most files call from_numpy and move the tensor later, or never.
+_MOVES_FROM_NUMPY = MovesResultOf("torch.from_numpy")
 
 
 class FromNumpyToDevice(Rule):
@@ -216,8 +211,8 @@ class FromNumpyToDevice(Rule):
     code = "PT605"
     name = "from-numpy-to-device"
     safety = Safety.REVIEW
-    needs = Needs(targets=frozenset({"torch.from_numpy"}), file_filter=_moves_from_numpy,
-                  unit_filter=lambda unit, file: _moves_from_numpy(unit.facts), byte_patterns=_MOVED_FROM_NUMPY)
+    needs = Needs(targets=frozenset({"torch.from_numpy"}), evidence=_MOVES_FROM_NUMPY, unit=_MOVES_FROM_NUMPY,
+                  byte_patterns=_MOVED_FROM_NUMPY)
 
     valid = [
         "import torch\nx = torch.from_numpy(a).float().cuda()\n",

@@ -89,7 +89,7 @@ class FlashAttnFunc(Rule):
         calls_only=False,  # an import chain is reported even where its names are only values
         targets=frozenset({*TARGETS, FA3, V1_CLASS}),
         # an import chain is removed once no use is left in the module
-        unit_filter=package_units(ROOTS),
+        unit=package_units(ROOTS),
     )
 
     valid = [

@@ -7,6 +7,7 @@ import re
 
 import libcst as cst
 
+from porter.rulebase.evidence import String, Uses
 from porter.rulebase.rule import Example, Needs, Rule, Safety, string_value
 from porter.rulebase.syntax import (
     argument_pair,
@@ -21,11 +22,9 @@ _DEVICE_CALLS = frozenset({"torch.device", "torch.set_default_device"})
 _CUDA_PREFIX = re.compile(r"^cuda:")
 
 
-def _formats_in_unit(unit, file) -> bool:
-    # A formatted string in the unit, or a checkpoint load whose `map_location=loc`
-    # may name one assigned elsewhere (`_FormattedNames` sees every kept unit).
-    facts = unit.facts
-    return any(_CUDA_PREFIX.search(s) for s in facts.strings) or facts.uses_any(_LOADERS, calls_only=True)
+#: A formatted string in the unit, or a checkpoint load whose `map_location=loc` may
+#: name one assigned elsewhere (`_FormattedNames` sees every kept unit).
+_FORMATS_IN_UNIT = String(_CUDA_PREFIX) | Uses(_LOADERS, calls_only=True)
 
 
 def is_formatted_cuda(node: cst.BaseExpression) -> bool:
@@ -93,7 +92,7 @@ class FormattedCudaDevice(Rule):
     code = "PT902"
     name = "formatted-cuda-device"
     safety = Safety.SAFE
-    needs = Needs(words=frozenset({"cuda"}), strings=_CUDA_PREFIX, unit_filter=_formats_in_unit)
+    needs = Needs(words=frozenset({"cuda"}), strings=_CUDA_PREFIX, unit=_FORMATS_IN_UNIT)
 
     valid = [
         "print(f'cuda:{rank}')\n",

@@ -8,7 +8,7 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rulebase.needs import literal_patterns
+from porter.rulebase.evidence import CallsMethod, Keyword, String, Uses
 from porter.rulebase.rule import (
     Example,
     Needs,
@@ -31,24 +31,15 @@ _TRAINING_ARGS = frozenset({
 })
 
 
-def _flash_keyword(facts) -> bool:
-    """TP701 needs a loader call and ``use_flash_attention_2=`` or ``attn_implementation=``
-    with a flash attention string (the keywords and strings anywhere in the file or unit)."""
-    return bool(_LOADERS & facts.called_methods) and (
-        "use_flash_attention_2" in facts.keywords
-        or ("attn_implementation" in facts.keywords and any(s in _FLASH for s in facts.strings)))
-
-
-def _device_map_keyword(facts) -> bool:
-    """TP702 needs a ``from_pretrained(...)`` call and a ``device_map=`` keyword."""
-    return "from_pretrained" in facts.called_methods and "device_map" in facts.keywords
-
-
-def _quantises(facts) -> bool:
-    """TP703 needs ``BitsAndBytesConfig`` or a loader call and a ``load_in_4bit=`` /
-    ``load_in_8bit=`` keyword."""
-    return facts.uses_any(("transformers.BitsAndBytesConfig",)) or (
-        bool(_LOADERS & facts.called_methods) and bool({"load_in_4bit", "load_in_8bit"} & facts.keywords))
+#: TP701: a loader call with `use_flash_attention_2=` or `attn_implementation=` and a
+#: flash attention string (the keyword and the string anywhere in the file or unit).
+_FLASH_LOADER = CallsMethod(_LOADERS) & (
+    Keyword("use_flash_attention_2") | (Keyword("attn_implementation") & String(exact=_FLASH)))
+#: TP702: a `from_pretrained(...)` call and a `device_map=` keyword.
+_DEVICE_MAP = CallsMethod("from_pretrained") & Keyword("device_map")
+#: TP703: `BitsAndBytesConfig`, or a loader call with `load_in_4bit=` / `load_in_8bit=`.
+_QUANTISES = Uses("transformers.BitsAndBytesConfig") | (
+    CallsMethod(_LOADERS) & Keyword("load_in_4bit", "load_in_8bit"))
 
 
 def _loader(call: cst.Call) -> bool:
@@ -84,9 +75,7 @@ class HfFlashAttention(Rule):
     code = "TP701"
     name = "hf-flash-attention"
     safety = Safety.SAFE
-    needs = Needs(methods=_LOADERS,
-                  byte_patterns=literal_patterns(["attn_implementation", "use_flash_attention_2"], whole_words=True),
-                  file_filter=_flash_keyword, unit_filter=lambda unit, file: _flash_keyword(unit.facts))
+    needs = Needs(methods=_LOADERS, evidence=_FLASH_LOADER, unit=_FLASH_LOADER)
 
     valid = [
         "model = AutoModel.from_pretrained(name, attn_implementation='sdpa')\n",
@@ -196,8 +185,7 @@ class HfDeviceMap(Rule):
     code = "TP702"
     name = "hf-device-map"
     safety = Safety.SAFE
-    needs = Needs(methods=frozenset({"from_pretrained"}), words=frozenset({"device_map"}),
-                  file_filter=_device_map_keyword, unit_filter=lambda unit, file: _device_map_keyword(unit.facts))
+    needs = Needs(methods=frozenset({"from_pretrained"}), evidence=_DEVICE_MAP, unit=_DEVICE_MAP)
 
     valid = [
         "model = AutoModel.from_pretrained(name, device_map='auto')\n",
@@ -279,8 +267,7 @@ class HfQuantization(Rule):
     name = "hf-quantization"
     safety = Safety.REVIEW
     needs = Needs(methods=_LOADERS, targets=frozenset({"transformers.BitsAndBytesConfig"}),
-                  byte_patterns=literal_patterns(["BitsAndBytesConfig", "load_in_4bit", "load_in_8bit"]),
-                  file_filter=_quantises, unit_filter=lambda unit, file: _quantises(unit.facts))
+                  evidence=_QUANTISES, unit=_QUANTISES)
 
     valid = [
         "model = AutoModel.from_pretrained(name, load_in_8bit=False)\n",

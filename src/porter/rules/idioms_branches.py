@@ -9,6 +9,7 @@ from typing import Optional
 
 import libcst as cst
 
+from porter.rulebase.evidence import ComparesDeviceType
 from porter.rulebase.rule import BYTES_GAP, Example, Needs, Rule, Safety, string_value
 
 
@@ -91,8 +92,8 @@ _CPU_COMPARE = (
 )
 
 
-def _compares_with_cpu(facts) -> bool:
-    return "cpu" in facts.device_type_compares  # `<x>.device.type == / != "cpu"`
+#: `<x>.device.type == / != "cpu"`
+_COMPARES_WITH_CPU = ComparesDeviceType("cpu")
 
 
 class DeviceTypeBranch(Rule):
@@ -128,7 +129,7 @@ class DeviceTypeBranch(Rule):
         words=frozenset({"device", "type", "cpu"}),  # compared with "cpu"
         strings=re.compile(r"^cpu$"),
         byte_patterns=_CPU_COMPARE,
-        file_filter=_compares_with_cpu,
+        evidence=_COMPARES_WITH_CPU,
     )
 
     valid = [

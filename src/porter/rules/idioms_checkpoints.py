@@ -10,7 +10,7 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rulebase.needs import literal_patterns
+from porter.rulebase.evidence import Uses
 from porter.rulebase.rule import Example, Needs, Rule, Safety, string_value
 from porter.rulebase.syntax import is_runtime_call
 
@@ -151,11 +151,10 @@ def _receiver_name(node: cst.BaseExpression) -> str:
     return ""
 
 
-def _wraps_a_model(facts) -> bool:
-    # A rewrite needs a wrapper in the file (`_may_get_prefixed_keys`): a call of
-    # torch.compile, DataParallel or DDP, which also keeps the whole-file parse away
-    # from the many files that only load a state dict.
-    return facts.uses_any(_COMPILE | _PARALLEL, calls_only=True)
+#: A rewrite needs a wrapper in the file (`_may_get_prefixed_keys`): a call of
+#: torch.compile, DataParallel or DDP, which also keeps the whole-file parse away from
+#: the many files that only load a state dict.
+_WRAPS_A_MODEL = Uses(_COMPILE | _PARALLEL, calls_only=True)
 
 
 class WrappedCheckpoint(Rule):
@@ -212,10 +211,7 @@ class WrappedCheckpoint(Rule):
     needs = Needs(
         methods=frozenset({"load_state_dict"}),
         whole_file=True,  # the evidence (wrappers, saves) lies anywhere in the module
-        file_filter=_wraps_a_model,
-        # The wrapper's name, as `_wraps_a_model` wants a call of one: most files that
-        # load a state dict wrap nothing and need no parse.
-        byte_patterns=literal_patterns({name.rsplit(".", 1)[-1] for name in _COMPILE | _PARALLEL}, whole_words=True),
+        evidence=_WRAPS_A_MODEL,
     )
 
     valid = [

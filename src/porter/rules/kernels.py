@@ -8,6 +8,7 @@ from typing import Optional, Union
 import libcst as cst
 
 from porter.rulebase.cuda_packages import COMPILED, IMPORT_ROOTS, advice_for
+from porter.rulebase.evidence import Imports
 from porter.rulebase.matching import dotted_name
 from porter.rulebase.needs import literal_patterns
 from porter.rulebase.rule import (
@@ -471,7 +472,7 @@ class CudaOnlyPackage(GuardTracker, Rule):
     needs = Needs(
         targets=frozenset({*_PACKAGES, *IMPORT_ROOTS}),
         byte_patterns=_IMPORTS_A_PACKAGE,
-        unit_filter=lambda unit, file: _imports_any(unit.facts.imported, {*_PACKAGES, *IMPORT_ROOTS}),
+        unit=Imports(_PACKAGES, IMPORT_ROOTS),
     )
     chain_roots = frozenset({*_PACKAGES, *IMPORT_ROOTS})
 
@@ -554,12 +555,6 @@ class CudaOnlyPackage(GuardTracker, Rule):
         self.flag(node, f"`{module}` is imported but not used here; the import alone fails without "
                   "CUDA", suggestion="guard it with try/except ImportError, or drop it")
         return True
-
-
-def _imports_any(imported: set[str], packages: set[str]) -> bool:
-    """Whether one of the ``imported`` names (porter.engine.prefilter's facts) is, or lies
-    under, one of ``packages``."""
-    return any(under(name, packages) for name in imported)
 
 
 #: On CUDA the failed import still raises where it did (the CUDA branches need the

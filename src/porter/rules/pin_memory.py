@@ -8,6 +8,7 @@ import libcst as cst
 
 from porter.rulebase.availability_checks import availability_test
 from porter.rulebase.dataloader import DATALOADER
+from porter.rulebase.evidence import Keyword, String
 from porter.rulebase.rule import Example, Needs, Rule, Safety, string_value
 from porter.rulebase.syntax import (
     argument_pair,
@@ -19,9 +20,8 @@ from porter.rulebase.syntax import (
 _PIN_INDEX = 7  # pin_memory's position in DataLoader(...)
 
 
-def _pins_memory(facts) -> bool:
-    # a `pin_memory=` / `pin_memory_device=` keyword, or a {"pin_memory": ...} entry
-    return bool(facts.keywords & {"pin_memory", "pin_memory_device"}) or "pin_memory" in facts.strings
+#: a `pin_memory=` / `pin_memory_device=` keyword, or a {"pin_memory": ...} entry
+_PINS_MEMORY = Keyword("pin_memory", "pin_memory_device") | String(exact=frozenset({"pin_memory"}), word="pin_memory")
 
 
 class PinMemory(Rule):
@@ -57,7 +57,7 @@ class PinMemory(Rule):
     # `pin_memory=True` is rewritten in any call (`DataLoader`, `torch.empty`,
     # `torch.autograd.graph.save_on_cpu`: each pins only with CUDA), so the word alone
     # lets a file through the pre-filter, whatever the call's name.
-    needs = Needs(words=frozenset({"pin_memory"}), file_filter=_pins_memory)
+    needs = Needs(words=frozenset({"pin_memory"}), evidence=_PINS_MEMORY)
 
     valid = [
         "def make(DataLoader, ds):\n    return DataLoader(ds, pin_memory=pin)\n",

@@ -113,7 +113,7 @@ class XformersAttention(Rule):
     safety = Safety.SAFE
     needs = Needs(
         targets=_ATTENTION,
-        unit_filter=package_units(["xformers"]),  # chains, flags and every xformers use decide
+        unit=package_units(["xformers"]),  # chains, flags and every xformers use decide
     )
 
     valid = [

@@ -12,6 +12,7 @@ import re
 from functools import lru_cache
 from typing import NamedTuple, Optional, Sequence
 
+from porter.engine.prefilter.evidence_check import byte_words
 from porter.rulebase.needs import literal_patterns
 from porter.rulebase.rule import BYTES_GAP, Rule
 
@@ -149,7 +150,10 @@ class ByteFilter:
 
     def __init__(self, rules: Sequence[type[Rule]]) -> None:
         self.groups = [(rule, needles(rule)) for rule in rules]
-        self.words = frozenset(w for _, groups in self.groups for g in groups for w in g.words)
+        #: per rule, the groups of words its evidence needs (one word of each)
+        self.evidence = {rule: byte_words(rule.needs.evidence) for rule in rules if rule.needs.evidence is not None}
+        self.words = frozenset(w for _, groups in self.groups for g in groups for w in g.words) | frozenset(
+            w for groups in self.evidence.values() for g in groups for w in g)
 
     def candidates(self, data: bytes) -> list[type[Rule]]:
         present = self.words.intersection(_IDENTIFIER.findall(data))
@@ -174,6 +178,8 @@ class ByteFilter:
         out = []
         for rule, groups in self.groups:
             patterns = rule.needs.byte_patterns
+            if any(not (g & present) for g in self.evidence.get(rule, ())):
+                continue
             if any(g.words <= present and (g.call is None or is_called(g.call)) and (g.use is None or is_used(g.use))
                    for g in groups) and (not patterns or any(p.search(data) for p in patterns)):
                 out.append(rule)

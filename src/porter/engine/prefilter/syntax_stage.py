@@ -3,6 +3,7 @@ what a rule's ``needs`` declare."""
 
 from __future__ import annotations
 
+from porter.engine.prefilter.evidence_check import holds
 from porter.engine.prefilter.facts import SyntaxFacts, Unit
 from porter.rulebase.needs import Needs
 from porter.rulebase.rule import Rule
@@ -11,9 +12,11 @@ from porter.rulebase.rule import Rule
 def syntax_match(rule: type[Rule], facts: SyntaxFacts) -> bool:
     """Whether the file has what ``rule`` declares it needs: a use (or, for
     ``calls_only`` rules, a call) of a target or of something under it, a call of one
-    of its methods, a string constant its pattern matches, its own ``file_filter``."""
+    of its methods, a string constant its pattern matches, its evidence."""
     needs = rule.needs
     if needs.strings is not None and not any(needs.strings.search(s) for s in facts.strings):
+        return False
+    if needs.evidence is not None and not holds(needs.evidence, facts, facts):
         return False
     if needs.file_filter is not None and not needs.file_filter(facts):
         return False
@@ -30,10 +33,12 @@ def uses_target(needs: Needs, facts: SyntaxFacts) -> bool:
 
 def unit_wanted(rule: type[Rule], unit: Unit, file: SyntaxFacts) -> bool:
     """Whether ``rule`` may act inside ``unit`` (its facts resolved), a function or
-    class of the file whose facts are ``file``: the rule's ``unit_filter``, else a
+    class of the file whose facts are ``file``: the rule's ``unit`` clause, else a
     use of a target or a call of a method in the unit, else (for a rule with
-    neither) its string pattern and ``file_filter`` in the unit."""
+    neither) its string pattern and evidence in the unit."""
     needs = rule.needs
+    if needs.unit is not None:
+        return holds(needs.unit, unit.facts, file, unit)
     if needs.unit_filter is not None:
         return needs.unit_filter(unit, file)
     if needs.targets or needs.methods:
