@@ -2,11 +2,15 @@
 is mapped to its deepest line in the tree, and each failure gets its class (CUDA named by a
 finding, CUDA NOT NAMED, a missing dependency, other).
 
-torchrun runs for real (two processes on the CPU with Gloo). accelerate and mpiexec are not
-installed here: two small launchers in the tree print what they print (a child's traceback
-then the launcher's own ``CalledProcessError``; ranks' lines tagged ``[1,0]<stderr>:`` and
-interleaved), through the real CLI.
+torchrun runs for real (two processes on the CPU with Gloo), and so does ``accelerate
+launch --cpu`` (one process: the child's traceback, then accelerate's own
+``CalledProcessError``). mpiexec is not installable from PyPI here: a small launcher in the
+tree prints what it prints (ranks' lines tagged ``[1,0]<stderr>:`` and interleaved), through
+the real CLI.
 """
+
+import shlex
+import sys
 
 import pytest
 from porter_test_utils import run_porter
@@ -152,6 +156,26 @@ def test_a_launchers_own_traceback_is_passed_over(tmp_path):
     assert run["location"] == {"path": "job.py", "line": lines_of(job, 'raise ValueError("bad batch size")')}
     assert run["error"] == "exit 1: ValueError: bad batch size"
     assert run["mapping"]["cause"] == "other" and not run["mapping"]["named"]
+
+
+@pytest.mark.slow
+def test_accelerate_launch_failures_are_mapped_to_the_script(tmp_path):
+    """The real ``accelerate launch`` (a test dependency): its traceback, all inside
+    accelerate, ends the output; the script's is the one mapped."""
+    tree = write_tree(tmp_path / "repo", LAUNCHERS)
+    job = (tree / "job.py").read_text()
+    launch = f"{shlex.quote(sys.executable)} -m accelerate.commands.launch --cpu --num_processes 1 " \
+             "--num_machines 1 --mixed_precision no --dynamo_backend no job.py"
+    code, data, _ = verify(tree, "--run", launch + " --value")
+    run = data["run"]
+    assert code == 1
+    assert run["location"] == {"path": "job.py", "line": lines_of(job, 'raise ValueError("bad batch size")')}
+    assert run["error"] == "exit 1: ValueError: bad batch size"
+    assert run["mapping"]["cause"] == "other"
+    code, data, _ = verify(tree, "--run", launch)
+    run = data["run"]
+    assert code == 1 and run["location"] == {"path": "job.py", "line": lines_of(job, "torch.zeros(2).cuda()")}
+    assert run["mapping"]["cause"] == "cuda" and not run["mapping"]["named"]
 
 
 def test_interleaved_mpi_ranks_are_read_apart(tmp_path):
