@@ -4,13 +4,15 @@ finding, CUDA NOT NAMED, a missing dependency, other).
 
 torchrun runs for real (two processes on the CPU with Gloo), and so does ``accelerate
 launch --cpu`` (one process: the child's traceback, then accelerate's own
-``CalledProcessError``). mpiexec is not installable from PyPI here: a small launcher in the
-tree prints what it prints (ranks' lines tagged ``[1,0]<stderr>:`` and interleaved), through
-the real CLI.
+``CalledProcessError``), and Open MPI's ``mpiexec --tag-output`` (two ranks, each line
+tagged ``[1,0]<stderr>:``; both are test dependencies). A small launcher in the tree also
+interleaves the ranks' lines, line by line, as a busy machine may. All through the real CLI.
 """
 
 import shlex
+import shutil
 import sys
+from pathlib import Path
 
 import pytest
 from porter_test_utils import run_porter
@@ -176,6 +178,32 @@ def test_accelerate_launch_failures_are_mapped_to_the_script(tmp_path):
     run = data["run"]
     assert code == 1 and run["location"] == {"path": "job.py", "line": lines_of(job, "torch.zeros(2).cuda()")}
     assert run["mapping"]["cause"] == "cuda" and not run["mapping"]["named"]
+
+
+@pytest.mark.slow
+def test_a_real_mpiexec_rank_failure_is_read_from_its_tagged_lines(tmp_path, monkeypatch):
+    mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent))
+    assert mpiexec, "Open MPI (the openmpi test dependency) is not installed beside this Python"
+    monkeypatch.setenv("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    monkeypatch.setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    tree = write_tree(tmp_path / "repo", {"job.py": '''
+        import os
+
+        import torch
+
+        rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+        print("rank", rank, "ready", flush=True)
+        if rank == 1:
+            torch.zeros(2).cuda()  # porter: ignore
+        '''})
+    job = (tree / "job.py").read_text()
+    command = f"{shlex.quote(mpiexec)} --oversubscribe --tag-output -n 2 {shlex.quote(sys.executable)} job.py"
+    code, data, _ = verify(tree, "--run", command)
+    run = data["run"]
+    assert code == 1 and run["rank"] == 1
+    assert run["location"] == {"path": "job.py", "line": lines_of(job, "torch.zeros(2).cuda()")}
+    assert run["error"] == "exit 1: rank 1: AssertionError: Torch not compiled with CUDA enabled"
+    assert run["mapping"]["cause"] == "cuda" and run["mapping"]["silenced_at"] is not None
 
 
 def test_interleaved_mpi_ranks_are_read_apart(tmp_path):
