@@ -35,7 +35,6 @@ class Clause:
 
 
 def _names(names: tuple) -> frozenset[str]:
-    # `Uses("a", "b")` and `Uses(SOME_SET)` both read naturally in a rule.
     out: set[str] = set()
     for name in names:
         out.update([name] if isinstance(name, str) else name)
@@ -43,11 +42,21 @@ def _names(names: tuple) -> frozenset[str]:
 
 
 @dataclass(frozen=True, init=False)
-class Uses(Clause):
+class _Named(Clause):
+    """A clause about names: ``Keyword("a", "b")`` and ``Keyword(SOME_SET)`` both read
+    naturally in a rule."""
+
+    names: frozenset[str]
+
+    def __init__(self, *names) -> None:
+        object.__setattr__(self, "names", _names(names))
+
+
+@dataclass(frozen=True, init=False)
+class Uses(_Named):
     """A use of one of the qualified names or of something under it, resolved
     through the file's imports; ``calls_only``: a call of one."""
 
-    names: frozenset[str]
     calls_only: bool
 
     def __init__(self, *names, calls_only: bool = False) -> None:
@@ -56,33 +65,18 @@ class Uses(Clause):
 
 
 @dataclass(frozen=True, init=False)
-class CallsMethod(Clause):
+class CallsMethod(_Named):
     """A call ``<anything>.name(...)`` of one of the names."""
 
-    names: frozenset[str]
-
-    def __init__(self, *names) -> None:
-        object.__setattr__(self, "names", _names(names))
-
 
 @dataclass(frozen=True, init=False)
-class Keyword(Clause):
+class Keyword(_Named):
     """A call that passes one of these keyword arguments."""
 
-    names: frozenset[str]
-
-    def __init__(self, *names) -> None:
-        object.__setattr__(self, "names", _names(names))
-
 
 @dataclass(frozen=True, init=False)
-class Name(Clause):
+class Name(_Named):
     """One of these names (a name, an attribute's name or an imported name) appears."""
-
-    names: frozenset[str]
-
-    def __init__(self, *names) -> None:
-        object.__setattr__(self, "names", _names(names))
 
 
 @dataclass(frozen=True)
@@ -109,14 +103,9 @@ class Passes(Clause):
 
 
 @dataclass(frozen=True, init=False)
-class MovesResultOf(Clause):
+class MovesResultOf(_Named):
     """A call of one of the qualified names whose result is moved at once
     (``torch.from_numpy(a).to(device)``, ``f(x).cuda()``)."""
-
-    names: frozenset[str]
-
-    def __init__(self, *names) -> None:
-        object.__setattr__(self, "names", _names(names))
 
 
 @dataclass(frozen=True)
@@ -127,24 +116,14 @@ class ComparesDeviceType(Clause):
 
 
 @dataclass(frozen=True, init=False)
-class TriesImport(Clause):
+class TriesImport(_Named):
     """A top-level ``try`` imports one of the packages or something under it (an
     import chain, or a probe that sets an availability flag)."""
 
-    roots: frozenset[str]
-
-    def __init__(self, *roots) -> None:
-        object.__setattr__(self, "roots", _names(roots))
-
 
 @dataclass(frozen=True, init=False)
-class Imports(Clause):
+class Imports(_Named):
     """An import statement names one of the modules or something under it."""
-
-    roots: frozenset[str]
-
-    def __init__(self, *roots) -> None:
-        object.__setattr__(self, "roots", _names(roots))
 
 
 @dataclass(frozen=True)

@@ -44,9 +44,9 @@ _CHECKS: dict[type, Callable[..., bool]] = {
     Passes: _passes,
     MovesResultOf: lambda c, facts, file, unit: facts.moves_result_of(c.names),
     ComparesDeviceType: lambda c, facts, file, unit: c.value in facts.device_type_compares,
-    TriesImport: lambda c, facts, file, unit: facts.tries_import_under(c.roots),
+    TriesImport: lambda c, facts, file, unit: facts.tries_import_under(c.names),
     Imports: lambda c, facts, file, unit: any(
-        name == root or name.startswith(root + ".") for name in facts.imported for root in c.roots),
+        name == root or name.startswith(root + ".") for name in facts.imported for root in c.names),
     CalledByName: _called_by_name,
     InFile: lambda c, facts, file, unit: holds(c.clause, file, file),
     AllOf: lambda c, facts, file, unit: all(holds(part, facts, file, unit) for part in c.clauses),
@@ -97,7 +97,7 @@ def _words(clause: Clause) -> frozenset[bytes]:
     elif kind in (CallsMethod, Keyword, Name):
         names = set(clause.names)
     elif kind in (TriesImport, Imports):
-        names = {root.split(".", 1)[0] for root in clause.roots}
+        names = {root.split(".", 1)[0] for root in clause.names}
     elif kind is Passes:
         # a call of `call` spells it; with no call named, the keyword is spelled
         names = {clause.call if clause.call is not None else clause.keyword} - {None}
