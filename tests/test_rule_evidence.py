@@ -49,8 +49,8 @@ def test_clauses_on_a_file():
     assert holds(CallsMethod("from_pretrained") & Keyword("device_map"), facts, facts)
     assert not holds(CallsMethod("from_pretrained") & Keyword("load_in_8bit"), facts, facts)
     assert holds(MovesResultOf("torch.from_numpy"), facts, facts)
-    assert holds(Passes(re.compile(r"^cuda(:\d+)?$"), call="to", position=0), facts, facts)
-    assert not holds(Passes(re.compile(r"^cuda"), keyword="device"), facts, facts)
+    assert holds(Passes(call="to", position=0, string=re.compile(r"^cuda(:\d+)?$")), facts, facts)
+    assert not holds(Passes(keyword="device", string=re.compile(r"^cuda")), facts, facts)
     assert holds(Imports("transformers"), facts, facts) and not holds(Imports("xformers"), facts, facts)
     assert holds(Uses("torch.from_numpy", calls_only=True), facts, facts)
 
@@ -104,13 +104,32 @@ def test_a_rule_acts_only_in_the_units_its_clause_names():
     assert byte_candidates(source.replace("device_map", "placement").encode(), [tp702]) == []
 
 
+def test_a_name_passed_where_the_file_uses_an_index():
+    """PT901's join: `.to(gpu)` counts where the file also calls `set_device(gpu)`."""
+    clause = Passes(call="to", position=0, name_also_at=(("set_device", 0, "index"),))
+    facts = facts_of("""\
+        import torch
+        torch.cuda.set_device(gpu)
+
+        def step(x):
+            return x.to(gpu)
+
+        def other(x):
+            return x.to(dtype)
+    """)
+    step, other = facts.units
+    assert holds(clause, step.resolved_facts(), facts, step)
+    assert not holds(clause, other.resolved_facts(), facts, other)
+    assert not holds(clause, facts_of("y = x.to(gpu)\n"), facts_of("y = x.to(gpu)\n"))
+
+
 def test_rules_declare_evidence_as_data():
-    """Only a heuristic whose evidence joins facts across functions hands the engine a
-    function; every other rule declares clauses, and no rule module reads the engine's
-    facts (``facts.``) itself."""
+    """No rule hands the engine a function, and no rule module reads the engine's facts
+    (``facts.``) itself: every rule declares clauses."""
     python_rules = [rule for rule in all_rules() if hasattr(rule, "needs")]  # text rules read manifests
-    functions = {rule.code for rule in python_rules if rule.needs.file_filter or rule.needs.unit_filter}
-    assert functions == {"PT901"}, functions
+    functions = {rule.code for rule in python_rules
+                 if any(callable(value) and name != "project" for name, value in vars(rule.needs).items())}
+    assert functions == set(), functions
     readers = {inspect.getmodule(rule).__name__ for rule in python_rules
                if re.search(r"\bfacts\.\w", inspect.getsource(inspect.getmodule(rule)))}
-    assert readers == {"porter.rules.integer_devices"}, readers
+    assert readers == set(), readers

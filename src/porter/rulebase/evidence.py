@@ -90,16 +90,34 @@ class String(Clause):
     word: Optional[str] = None
 
 
+#: A slot a call passes an argument in: (the callee's last name, or None for any
+#: call; the position, 0 or 1, or None; the keyword, or None).
+Slot = tuple[Optional[str], Optional[int], Optional[str]]
+#: ``Passes(name=ANY_NAME)``: any name or attribute.
+ANY_NAME = re.compile("")
+
+
 @dataclass(frozen=True)
 class Passes(Clause):
     """A call of ``call`` (a function's or method's last name; None: any call) that
-    passes, at ``position`` or as ``keyword=``, a string ``string`` finds
-    (``re.search``)."""
+    passes, at ``position`` or as ``keyword=``, one of: a string literal ``string``
+    finds, an integer literal (``integer``), a name or attribute whose last name ``name``
+    finds (``re.search``), or a name the file also passes in one of the slots
+    ``name_also_at`` (``x.to(gpu)`` where ``torch.cuda.set_device(gpu)`` is called)."""
 
-    string: "re.Pattern[str]"
     call: Optional[str] = None
     position: Optional[int] = None
     keyword: Optional[str] = None
+    string: Optional["re.Pattern[str]"] = None
+    integer: bool = False
+    name: Optional["re.Pattern[str]"] = None
+    name_also_at: tuple[Slot, ...] = ()
+
+
+@dataclass(frozen=True, init=False)
+class Calls(_Named):
+    """A call of a function or method of one of these last names (``to(...)``,
+    ``x.to(...)``)."""
 
 
 @dataclass(frozen=True, init=False)

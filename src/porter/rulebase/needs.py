@@ -10,9 +10,9 @@ is only ever an optimisation (``PORTER_PREFILTER=0`` and ``PORTER_SEGMENTS=0`` g
 same output). Every rule example runs through the filters, which must never reject a
 file or unit the rule would change (tests/test_prefilter.py, tests/test_segments.py).
 
-One rule, ``integer_devices``, still hands the engine functions (``file_filter``,
-``unit_filter``): its evidence joins what one function passes with what another binds,
-which no clause says. Prefer clauses; those functions read the engine's facts.
+No rule hands the engine a function: a clause says even PT901's join (a name passed to
+``.to`` that the file also passes to ``set_device``), so a rule never reads the engine's
+facts (tests/test_rule_evidence.py).
 """
 
 from __future__ import annotations
@@ -22,13 +22,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, Union
 
 from porter.rulebase.evidence import Clause
-
-#: A finer file filter: the file's syntax facts → may the rule match there?
-FileFilter = Callable[[Any], bool]
-#: A unit filter: (a function or class of the file, the file's facts) → may the rule
-#: act inside it? The unit's own facts are ``unit.facts``, its ``ast`` node ``unit.node``.
-UnitFilter = Callable[[Any, Any], bool]
-
 
 @dataclass(frozen=True)
 class Needs:
@@ -64,10 +57,6 @@ class Needs:
     #: string pattern and ``evidence`` hold in the unit. A rule whose evidence lies
     #: outside the node it changes sets this or ``whole_file``.
     unit: Optional[Clause] = None
-    #: A heuristic's own test of the whole file's facts, for a join no clause expresses.
-    file_filter: Optional[FileFilter] = None
-    #: A heuristic's own test of a function or class, in place of ``unit``.
-    unit_filter: Optional[UnitFilter] = None
     #: For a rule driven by the repository-wide model (porter.project): (the model, the
     #: file's path) -> may the rule act in this file? When a run has a model, this alone
     #: decides (the byte and syntax filters above are skipped for the rule, which must

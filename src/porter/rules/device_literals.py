@@ -184,7 +184,7 @@ def _formats_a_string(node: cst.BaseExpression) -> bool:
 
 
 #: a `device="cuda"` keyword
-_CUDA_DEVICE_KEYWORD = Passes(CUDA_SPEC, keyword="device")
+_CUDA_DEVICE_KEYWORD = Passes(keyword="device", string=CUDA_SPEC)
 
 
 class TorchDeviceKeyword(Rule):
@@ -240,7 +240,7 @@ class TorchDeviceKeyword(Rule):
 
 
 #: `.to("cuda")`, or `device="cuda"` passed by keyword
-_MOVES_TO_CUDA = Passes(CUDA_SPEC, call="to", position=0) | _CUDA_DEVICE_KEYWORD
+_MOVES_TO_CUDA = Passes(call="to", position=0, string=CUDA_SPEC) | _CUDA_DEVICE_KEYWORD
 
 
 class MethodDeviceCuda(Rule):

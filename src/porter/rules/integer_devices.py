@@ -3,8 +3,8 @@
 PT901 is written once. What it knows (index-like names, the calls whose result is an
 index, the calls that use an argument as an index) lives in the tables at the top of
 its section: the LibCST visitor `_DeviceIndexUses` decides from them, and the
-pre-filter's byte patterns (`_BYTE_PATTERNS`) and its filters over the `ast` facts
-(`_file_may_match`, `_unit_may_match`) are derived from the same tables. The
+pre-filter's byte patterns (`_BYTE_PATTERNS`) and its evidence clauses
+(`_FILE_MAY_MATCH`, `_UNIT_MAY_MATCH`) are derived from the same tables. The
 filters may let through more than the rule changes, never less."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Optional
 
 import libcst as cst
 
+from porter.rulebase.evidence import ANY_NAME, AnyOf, Calls, InFile, Keyword, Passes, String, Uses
 from porter.rulebase.matching import dotted_name
 from porter.rulebase.needs import literal_patterns
 from porter.rulebase.rule import BYTES_GAP, Example, Needs, Rule, Safety, string_value
@@ -81,51 +82,27 @@ _BYTE_PATTERNS = (
 )
 
 
-def _index_names(facts) -> set[str]:
-    """What the pre-filter's facts show passed where `_INDEX_USES` reads an index (by
-    last name; a call's arguments are not tied together, so `first` goes unchecked:
-    that only lets more through)."""
-    return set().union(*(facts.passed_names(u.call, u.position, u.keyword) for u in _INDEX_USES.values()))
-
-
-def _has_sources(facts) -> bool:
-    """What `index_source` may find: a call of its functions, a LOCAL_RANK string."""
-    return facts.uses_any(_SOURCES, calls_only=True) or any(_LOCAL_RANK.search(s) for s in facts.strings)
-
-
-def _moves_to_index(facts, file) -> bool:
-    """`.to(i)` with an integer, an index-like name, or a name ``file`` uses as an index."""
-    if facts.passes_int("to", 0, "device"):
-        return True
-    names = facts.passed_names("to", 0, "device")
-    return any(_INDEX_NAME.match(name) for name in names) or bool(names & _index_names(file))
-
-
-def _device_index_keyword(facts, file) -> bool:
-    """`device=` with an integer, an index-like name, or a name ``file`` uses as an index
-    (a value from `current_device()` and the like is a source: `_has_sources`)."""
-    if facts.passes_int(keyword="device"):
-        return True
-    names = facts.passed_names(keyword="device")
-    return any(_INDEX_NAME.match(name) for name in names) or bool(names & _index_names(file))
-
-
-def _file_may_match(facts) -> bool:
-    # `torch.device(<integer>)`; `.to(i)` and `device=i` as above; an index from
-    # `current_device()`, `% device_count()` or LOCAL_RANK.
-    if facts.uses_any({"torch.device"}, calls_only=True) and facts.passes_int(position=0, keyword="device"):
-        return True
-    return _moves_to_index(facts, facts) or _device_index_keyword(facts, facts) or _has_sources(facts)
-
-
-def _unit_may_match(unit, file) -> bool:
-    facts = unit.facts
-    # A unit that names a CUDA index holds evidence `_indices` must see.
-    if _index_names(facts) or _has_sources(facts) or _device_index_keyword(facts, file):
-        return True
-    if _has_sources(file) and (facts.calls("to") or "device" in facts.keywords):
-        return True  # `.to(name)` / `device=name`, the name assigned an index in another unit
-    return facts.uses_any({"torch.device"}, calls_only=True) or _moves_to_index(facts, file)
+#: Where `_INDEX_USES` read an index (a call's arguments are not tied together, so
+#: `first` goes unchecked: that only lets more through).
+_INDEX_SLOTS = tuple((use.call, use.position, use.keyword) for use in _INDEX_USES.values())
+#: What `index_source` may find: a call of its functions, a LOCAL_RANK string.
+_HAS_SOURCES = Uses(_SOURCES, calls_only=True) | String(_LOCAL_RANK)
+#: `.to(i)` with an integer, an index-like name, or a name the file uses as an index.
+_MOVES_TO_INDEX = Passes(call="to", position=0, keyword="device", integer=True, name=_INDEX_NAME,
+                         name_also_at=_INDEX_SLOTS)
+#: `device=` with the same (a value from `current_device()` and the like is a source).
+_DEVICE_INDEX_KEYWORD = Passes(keyword="device", integer=True, name=_INDEX_NAME, name_also_at=_INDEX_SLOTS)
+_BUILDS_A_DEVICE = Uses("torch.device", calls_only=True)
+#: In the file: `torch.device(<integer>)`; `.to(i)` and `device=i` as above; an index
+#: from `current_device()`, `% device_count()` or LOCAL_RANK.
+_FILE_MAY_MATCH = ((_BUILDS_A_DEVICE & Passes(position=0, keyword="device", integer=True))
+                   | _MOVES_TO_INDEX | _DEVICE_INDEX_KEYWORD | _HAS_SOURCES)
+#: In a function or class: a name used as an index (evidence `_indices` must see); a
+#: `.to(name)` / `device=name` where the file holds a source (the name may be assigned
+#: an index in another unit); a device built; the moves above.
+_UNIT_MAY_MATCH = AnyOf(tuple(Passes(*slot, name=ANY_NAME) for slot in _INDEX_SLOTS) + (
+    _HAS_SOURCES, _DEVICE_INDEX_KEYWORD, InFile(_HAS_SOURCES) & (Calls("to") | Keyword("device")),
+    _BUILDS_A_DEVICE, _MOVES_TO_INDEX))
 
 
 def index_source(rule: Rule, node: cst.BaseExpression) -> bool:
@@ -215,8 +192,8 @@ class IntegerDeviceTo(Rule):
         targets=frozenset({"torch.device", "torch"}),  # "torch": `device=i` of any torch callable
         calls_only=True,
         byte_patterns=_BYTE_PATTERNS,
-        file_filter=_file_may_match,
-        unit_filter=_unit_may_match,
+        evidence=_FILE_MAY_MATCH,
+        unit=_UNIT_MAY_MATCH,
     )
 
     valid = [

@@ -11,7 +11,7 @@ from typing import Callable, Optional
 
 from porter.engine.prefilter.facts import SyntaxFacts, Unit
 from porter.rulebase.evidence import (
-    AllOf, AnyOf, CalledByName, CallsMethod, Clause, ComparesDeviceType, Imports, InFile, Keyword, MovesResultOf, Name,
+    AllOf, AnyOf, CalledByName, Calls, CallsMethod, Clause, ComparesDeviceType, Imports, InFile, Keyword, MovesResultOf, Name,
     Passes, String, TriesImport, Uses,
 )
 
@@ -27,8 +27,18 @@ def _string(clause: String, facts: SyntaxFacts, file, unit) -> bool:
     return any(s in clause.exact or (pattern is not None and pattern.search(s)) for s in facts.strings)
 
 
-def _passes(clause: Passes, facts: SyntaxFacts, file, unit) -> bool:
-    return any(clause.string.search(s) for s in facts.passed_strings(clause.call, clause.position, clause.keyword))
+def _passes(clause: Passes, facts: SyntaxFacts, file: SyntaxFacts, unit) -> bool:
+    slot = (clause.call, clause.position, clause.keyword)
+    if clause.string is not None and any(clause.string.search(s) for s in facts.passed_strings(*slot)):
+        return True
+    if clause.integer and facts.passes_int(*slot):
+        return True
+    if clause.name is None and not clause.name_also_at:
+        return False
+    names = facts.passed_names(*slot)
+    if clause.name is not None and any(clause.name.search(name) for name in names):
+        return True
+    return bool(names) and any(names & file.passed_names(*other) for other in clause.name_also_at)
 
 
 def _called_by_name(clause, facts, file: SyntaxFacts, unit: Optional[Unit]) -> bool:
@@ -42,6 +52,7 @@ _CHECKS: dict[type, Callable[..., bool]] = {
     Name: lambda c, facts, file, unit: bool(c.names & facts.names),
     String: _string,
     Passes: _passes,
+    Calls: lambda c, facts, file, unit: any(facts.calls(name) for name in c.names),
     MovesResultOf: lambda c, facts, file, unit: facts.moves_result_of(c.names),
     ComparesDeviceType: lambda c, facts, file, unit: c.value in facts.device_type_compares,
     TriesImport: lambda c, facts, file, unit: facts.tries_import_under(c.names),
@@ -94,13 +105,14 @@ def _words(clause: Clause) -> frozenset[bytes]:
     kind = type(clause)
     if kind in (Uses, MovesResultOf):
         names = {name.rsplit(".", 1)[-1] for name in clause.names}
-    elif kind in (CallsMethod, Keyword, Name):
+    elif kind in (Calls, CallsMethod, Keyword, Name):
         names = set(clause.names)
     elif kind in (TriesImport, Imports):
         names = {root.split(".", 1)[0] for root in clause.names}
     elif kind is Passes:
-        # a call of `call` spells it; with no call named, the keyword is spelled
-        names = {clause.call if clause.call is not None else clause.keyword} - {None}
+        # a call of `call` spells it; with no call named and no position, the keyword
+        names = {clause.call} if clause.call is not None else (
+            {clause.keyword} if clause.position is None and clause.keyword is not None else set())
     elif kind is ComparesDeviceType:
         names = {"type"}
     elif kind is String:

@@ -18,8 +18,6 @@ def syntax_match(rule: type[Rule], facts: SyntaxFacts) -> bool:
         return False
     if needs.evidence is not None and not holds(needs.evidence, facts, facts):
         return False
-    if needs.file_filter is not None and not needs.file_filter(facts):
-        return False
     if not needs.targets and not needs.methods:
         return True
     return uses_target(needs, facts)
@@ -39,8 +37,6 @@ def unit_wanted(rule: type[Rule], unit: Unit, file: SyntaxFacts) -> bool:
     needs = rule.needs
     if needs.unit is not None:
         return holds(needs.unit, unit.facts, file, unit)
-    if needs.unit_filter is not None:
-        return needs.unit_filter(unit, file)
     if needs.targets or needs.methods:
         return uses_target(needs, unit.facts)
     return syntax_match(rule, unit.facts)
