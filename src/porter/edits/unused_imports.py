@@ -19,7 +19,7 @@ import libcst as cst
 from porter.edits.import_lines import alias_asname, is_import_line
 from porter.edits.removal_layout import keep_layout
 from porter.rulebase.cuda_packages import IMPORT_ROOTS
-from porter.rulebase.guards import parse
+from porter.rulebase.conditions.guards import parse
 from porter.rulebase.matching import Resolver, dotted_name
 from porter.rulebase.rule import RUNTIME, WholeFile
 

@@ -54,11 +54,11 @@ class FileContext:
         self._records: list[_Record] = []
         #: the records of each node (by identity: LibCST nodes hash by id)
         self._by_node: dict[cst.CSTNode, list[_Record]] = {}
-        #: every node a rule rewrote, kept or not (porter.rulebase.guards decides which may stay)
+        #: every node a rule rewrote, kept or not (porter.rulebase.conditions.guards decides which may stay)
         self.rewritten: list[cst.CSTNode] = []
         #: nodes whose rewrite is dropped: they lie in code that only runs on CUDA
         self.frozen: frozenset[cst.CSTNode] = frozenset()
-        #: positions already worked out (by porter.rulebase.guards' check), shared by the passes
+        #: positions already worked out (by porter.rulebase.conditions.guards' check), shared by the passes
         self.located: dict = {}
         #: (original node, what replaced it) for each node the rule pass replaced
         self.replaced: list[tuple[cst.CSTNode, object]] = []

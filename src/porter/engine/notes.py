@@ -5,7 +5,7 @@ rule 16). Code under a CUDA guard porter did not port (``if x.is_cuda:``, the CU
 ``"nccl" if dist.is_nccl_available() else "gloo"``) and tests skipped off CUDA
 (``@unittest.skipIf(not torch.cuda.is_available(), ...)``, ``@skip_if_lt_x_gpu(4)``) never
 run on a Mac: what porter finds there is listed for information, as ruff lists a note,
-and blocks nothing. The regions are porter.rulebase.guards'; ``try: import flash_attn``
+and blocks nothing. The regions are porter.rulebase.conditions.guards'; ``try: import flash_attn``
 bodies are not among them (the import's own finding is what a human must see).
 
 One finding per construct: where a guard porter left as is carries a finding (PT202's
@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Collection, Sequence
 
-from porter.rulebase.guards import Region, cuda_regions, guard_ported, parse, within
+from porter.rulebase.conditions.guards import Region, cuda_regions, guard_ported, parse, within
 from porter.rulebase.rule import INFO, Finding
 
 _KINDS = ("device", "test")

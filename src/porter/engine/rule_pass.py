@@ -16,7 +16,7 @@ from porter.engine.context import FileContext
 from porter.engine.options import Options
 from porter.engine.prefilter import SyntaxFacts
 from porter.engine.segments import Reduced
-from porter.rulebase.guards import cuda_regions, guard_ported, parse
+from porter.rulebase.conditions.guards import cuda_regions, guard_ported, parse
 from porter.rulebase.matching import Resolver
 from porter.rulebase.rule import Rule
 
@@ -41,7 +41,7 @@ def run_rules(
 
 
 def cuda_only_rewrites(ctx: FileContext, data: bytes) -> frozenset[cst.CSTNode]:
-    """The rewritten nodes that lie in code only run where CUDA is (porter.rulebase.guards), under
+    """The rewritten nodes that lie in code only run where CUDA is (porter.rulebase.conditions.guards), under
     a guard no rule ported: issue 14's "no rewrite inside code that only runs on CUDA,
     unless its guard is ported too". Import guards (``try: import flash_attn``) don't
     count: porting the import is porting the guard."""

@@ -10,7 +10,7 @@ for each, in the first state that applies:
 - **rewritten** / **reported**: a rule's rewrite or finding covers it (by position:
   the finding starts on the touchpoint, inside it, or on the expression or statement
   around it);
-- **guarded**: it only runs where CUDA is present (porter.rulebase.guards); the guard's line
+- **guarded**: it only runs where CUDA is present (porter.rulebase.conditions.guards); the guard's line
   is recorded;
 - **inert**: it can't fail off CUDA (a message, a docstring, a comparison, a
   ``torch.cuda`` call that answers without CUDA); the reason is recorded;
@@ -39,7 +39,7 @@ from porter.rulebase.cuda_packages import (
     is_cuda_only_module,
     looks_compiled,
 )
-from porter.rulebase.guards import (
+from porter.rulebase.conditions.guards import (
     GuardFinder,
     Region,
     child_blocks,
@@ -48,7 +48,7 @@ from porter.rulebase.guards import (
 )
 from porter.rulebase.matching import ast_dotted_name
 from porter.rulebase.rule import Finding, one_line
-from porter.rulebase.test_gates import mocks_cuda
+from porter.rulebase.conditions.test_gates import mocks_cuda
 
 CODE, NAME = "PT999", "cuda-touchpoint"
 STATES = ("rewritten", "reported", "guarded", "inert", "unaccounted")
@@ -643,7 +643,7 @@ def _state(scanner, node, span, by_start, findings, regions: Sequence[Region], i
 
 def _mocked(scanner: _Scanner, node: ast.AST) -> Optional[tuple[str, str]]:
     """("inert", why) for a touchpoint in a test that mocks CUDA or the process group
-    (porter.rulebase.test_gates.mocks_cuda): what it hands CUDA reaches the mock."""
+    (porter.rulebase.conditions.test_gates.mocks_cuda): what it hands CUDA reaches the mock."""
     for parent in scanner._ancestors(node):
         line = mocks_cuda(parent) if isinstance(parent, ast.stmt) else None
         if line is not None:

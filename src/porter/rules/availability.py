@@ -9,8 +9,8 @@ from typing import Optional, Union
 
 import libcst as cst
 
-from porter.rulebase import dist_guard
-from porter.rulebase.availability_checks import (
+from porter.rulebase.conditions import dist_guard
+from porter.rulebase.conditions.availability_checks import (
     IS_AVAILABLE,
     availability_test,
     else_requirement,
@@ -26,7 +26,7 @@ from porter.rulebase.rule import (
     cuda_spec,
     string_value,
 )
-from porter.rulebase.name_choice import only_picks_names
+from porter.rulebase.conditions.name_choice import only_picks_names
 from porter.rulebase.syntax import block_statements, index_args, small_statements
 
 _FALLBACKS = frozenset({"cpu", "mps", "xpu"})
@@ -619,7 +619,7 @@ class CudaAvailableGuard(Rule):
     (`opt.half = torch.cuda.is_available() and opt.device != "cpu"`): off CUDA the
     code runs in float32, a speed choice that runs everywhere; and a flag whose
     every use picks between names (`"onnxruntime-gpu" if cuda else "onnxruntime"`,
-    porter.rulebase.name_choice): off CUDA the CPU name, which runs. Every
+    porter.rulebase.conditions.name_choice): off CUDA the CPU name, which runs. Every
     other use (`use_cuda = torch.cuda.is_available()`, `assert`, `not ...`, a guard
     around CUDA-only code) is reported with a suggestion, except where the answer is
     only printed (`print(...)`, an f-string) and where it is a requirement

@@ -21,7 +21,7 @@ from porter.rulebase.rule import (
     string_value,
 )
 from porter.rulebase.syntax import bound_names
-from porter.rulebase.thirdparty import GuardTracker, example_code, under, uses
+from porter.rulebase.families.thirdparty import GuardTracker, example_code, under, uses
 
 _TRITON_DECORATORS = frozenset({"triton.jit", "triton.autotune", "triton.heuristics"})
 

@@ -5,7 +5,7 @@ A test class or function under ``@unittest.skipIf(not torch.cuda.is_available(),
 torch.cuda.is_available(), ...)`` or a CUDA-only test decorator of torch's own test
 helpers (``skip_if_lt_x_gpu(4)``, ``requires_nccl()``, ``onlyCUDA``) is skipped off CUDA:
 nothing in it runs on a Mac, so nothing in it needs porting or a human there, as a
-module whose ``pytestmark`` skips it off CUDA. porter.rulebase.guards turns each into a
+module whose ``pytestmark`` skips it off CUDA. porter.rulebase.conditions.guards turns each into a
 region of kind ``"test"``.
 """
 

@@ -10,7 +10,7 @@ with the availability flags such a ``try`` sets (``HAS_FLASH = True`` / ``False`
 
 Three kinds: ``"device"`` regions hang on a test of the device (porter can port such a
 guard, and then its body must be ported too); ``"import"`` regions hang on a CUDA-only
-import succeeding; ``"test"`` regions are tests skipped off CUDA (porter.rulebase.test_gates:
+import succeeding; ``"test"`` regions are tests skipped off CUDA (porter.rulebase.conditions.test_gates:
 ``@unittest.skipIf(not torch.cuda.is_available(), ...)``, ``@skip_if_lt_x_gpu(4)``). Positions are 1-based lines and 0-based character columns, the
 way LibCST counts them (``ast`` counts UTF-8 bytes).
 """
@@ -25,7 +25,7 @@ from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from porter.rulebase.cuda_packages import IMPORT_ROOTS, is_cuda_only_module
 from porter.rulebase.matching import ast_dotted_name
-from porter.rulebase.test_gates import gated_definition, gated_module
+from porter.rulebase.conditions.test_gates import gated_definition, gated_module
 
 Position = tuple[int, int]  # (line, column)
 Span = tuple[Position, Position]
@@ -228,7 +228,7 @@ class GuardFinder:
         return self.regions
 
     def _tests(self) -> None:
-        """Tests skipped off CUDA (porter.rulebase.test_gates): a decorated class or
+        """Tests skipped off CUDA (porter.rulebase.conditions.test_gates): a decorated class or
         function from its first decorator on, or the whole module under its ``pytestmark``."""
         marker = gated_module(self.tree, self.polarity)
         if marker is not None:

@@ -11,7 +11,7 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from porter.rulebase.availability_checks import IS_AVAILABLE
+from porter.rulebase.conditions.availability_checks import IS_AVAILABLE
 from porter.rulebase.syntax import block_statements
 
 INIT = frozenset({"torch.distributed.init_process_group", "torch.distributed.distributed_c10d.init_process_group",

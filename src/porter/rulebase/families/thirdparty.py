@@ -12,7 +12,7 @@ from typing import Iterable, Optional, Sequence
 import libcst as cst
 
 from porter.rulebase.cuda_packages import IMPORT_ROOTS
-from porter.rulebase.guards import IMPORT_ERRORS
+from porter.rulebase.conditions.guards import IMPORT_ERRORS
 from porter.rulebase.matching import Ambiguous, dotted_name
 from porter.rulebase.walk import code_children
 
