@@ -1,7 +1,7 @@
 """What a rule needs in a file before it can match: one declaration per rule.
 
 A rule sets ``needs = Needs(...)``; the engine's pre-filter (``porter.engine.prefilter``) and
-its segments (``porter.engine.segments``) read it to skip files, and parts of files, the rule
+its segments (``porter.engine.stages.segments``) read it to skip files, and parts of files, the rule
 can't change. The rule itself never consults the pre-filter: the declaration is data,
 and skipping is only ever an optimisation (``PORTER_PREFILTER=0`` and
 ``PORTER_SEGMENTS=0`` give the same output).

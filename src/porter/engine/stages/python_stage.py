@@ -7,7 +7,7 @@ code that must compile) and the ledger of the file's CUDA touchpoints, and retur
 picklable :class:`FileResult`. Notebooks use ``migrate_source`` cell by cell.
 
 Cost control: ``porter.engine.prefilter`` decides from the bytes, then from the stdlib ``ast``,
-which rules can match a file (most files stop there); ``porter.engine.segments`` then hands
+which rules can match a file (most files stop there); ``porter.engine.stages.segments`` then hands
 LibCST only the definitions some rule wants, the others as one-line stubs.
 """
 
@@ -26,13 +26,13 @@ from porter.edits import probes
 from porter.edits.roundtrip import restore_untouched
 from porter.edits.runtime_import import add_runtime_import
 from porter.edits.unused_imports import remove_unused
-from porter.engine.context import ignore_comments
-from porter.engine.notes import cuda_only_notes
+from porter.engine.stages.context import ignore_comments
+from porter.engine.stages.notes import cuda_only_notes
 from porter.engine.options import Options
 from porter.engine.prefilter import SyntaxFacts, byte_candidates, candidate_rules
 from porter.engine.results import FileResult, SourceResult
-from porter.engine.rule_pass import run_rules
-from porter.engine.segments import Reduced, reduce
+from porter.engine.stages.rule_pass import run_rules
+from porter.engine.stages.segments import Reduced, reduce
 from porter.files.sources import (
     codec_error,
     decode_error,
@@ -43,7 +43,7 @@ from porter.project import ledger
 from porter.project.runtime_home import LazyBootstrap, runtime_home_fields
 from porter.rulebase.rule import Finding, Rule, WholeFile
 
-#: Set to "0" to parse every file whole (porter.engine.segments); the output is the same.
+#: Set to "0" to parse every file whole (porter.engine.stages.segments); the output is the same.
 SEGMENTS_ENV = "PORTER_SEGMENTS"
 
 
@@ -57,7 +57,7 @@ def migrate_source(
     segments: Optional[bool] = None,
 ) -> SourceResult:
     """Apply the rules to one file's bytes (:func:`_migrate_source`); findings in code
-    that only runs where CUDA is become notes (porter.engine.notes)."""
+    that only runs where CUDA is become notes (porter.engine.stages.notes)."""
     result = _migrate_source(data, options, path=path, runtime_bootstrap=runtime_bootstrap,
                              candidates=candidates, segments=segments)
     keep = {r.code for r in options.source_rules if r.device_split}

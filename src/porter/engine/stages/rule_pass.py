@@ -2,7 +2,7 @@
 
 A rewrite that lies in code only run where CUDA is, under a guard no rule ported, is
 dropped and the pass runs again with that node kept as written (issue 14), at most
-three times. The rules see the file through a :class:`porter.engine.context.FileContext`.
+three times. The rules see the file through a :class:`porter.engine.stages.context.FileContext`.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import Iterable, Optional, Sequence
 import libcst as cst
 
 from porter.edits.positions import locate
-from porter.engine.context import FileContext
+from porter.engine.stages.context import FileContext
 from porter.engine.options import Options
 from porter.engine.prefilter import SyntaxFacts
-from porter.engine.segments import Reduced
+from porter.engine.stages.segments import Reduced
 from porter.rulebase.conditions.guards import cuda_regions, guard_ported, parse
 from porter.rulebase.matching import Resolver
 from porter.rulebase.rule import Rule

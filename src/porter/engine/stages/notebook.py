@@ -32,7 +32,7 @@ import libcst as cst
 
 from porter.edits.runtime_import import add_runtime_import, place_import
 from porter.engine.options import Options
-from porter.engine.python_stage import binds_runtime_name, migrate_source, not_rewritten
+from porter.engine.stages.python_stage import binds_runtime_name, migrate_source, not_rewritten
 from porter.engine.results import FileResult
 from porter.files.sources import describe_syntax_error
 from porter.project.runtime_home import runtime_home_fields
@@ -240,7 +240,7 @@ def _import_runtime(cells: list[tuple[int, dict[str, Any]]], first_changed: int,
 def _check_size(data: bytes) -> None:
     """NotebookError for a notebook whose code is larger than a .py porter parses (the
     outputs, images included, cost nothing)."""
-    from porter.engine.python_stage import MAX_PARSE_BYTES
+    from porter.engine.stages.python_stage import MAX_PARSE_BYTES
 
     if len(data) <= MAX_PARSE_BYTES:
         return

@@ -15,7 +15,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from porter.edits.positions import locate
 from porter.engine.options import Options
-from porter.engine.segments import Reduced
+from porter.engine.stages.segments import Reduced
 from porter.rulebase.matching import ImportFacts, Resolver
 from porter.rulebase.rule import INFO, Finding, Rule, WholeFile, one_line
 
@@ -47,7 +47,7 @@ class FileContext:
         self.project = options.project
         self.resolver = Resolver(module, facts)
         self.needs_runtime = False
-        #: set when ``module`` is the file with some definitions stubbed (porter.engine.segments)
+        #: set when ``module`` is the file with some definitions stubbed (porter.engine.stages.segments)
         self.reduced = reduced
         self._positions = None
         self._ignores = ignore_comments(reduced.data if reduced is not None else source)
@@ -142,7 +142,7 @@ class FileContext:
         return [(r.rule, r.node) for r in self._records if r.action == "rewrite"]
 
     def see_all_uses_of(self, names: Sequence[str]) -> None:
-        """A use of ``names`` inside a definition left out (porter.engine.segments) is invisible
+        """A use of ``names`` inside a definition left out (porter.engine.stages.segments) is invisible
         to a count over the module: only the whole file can tell (the engine catches
         WholeFile and parses the whole file)."""
         if self.reduced is not None and not self.reduced.stub_names.isdisjoint(names):
