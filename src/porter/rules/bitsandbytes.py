@@ -11,7 +11,7 @@ from porter.rulebase.rule import Example, Needs, Rule, Safety
 from porter.rulebase.families.thirdparty import UseFinder
 from porter.rulebase.families.type_checks import TypeCheckUses
 
-# The twins in porter_runtime.bnb_optim (porter_runtime/_thirdparty_bnb.py), by family.
+# The twins in porter_runtime.bnb_optim (porter_runtime/thirdparty/bnb.py), by family.
 _FAMILIES = {
     "Adam": ("adam", True), "AdamW": ("adamw", True), "SGD": ("sgd", False),
     "RMSprop": ("rmsprop", False), "Adagrad": ("adagrad", False),

@@ -30,7 +30,7 @@ from typing import Iterator, Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from . import _compat
+from .. import _compat
 
 _MASK_BUDGET = 16 * 2**20   # bytes of float mask per SDPA chunk (bool masks: 1/4 of it)
 _SCORE_BUDGET = 8 * 2**20   # bytes of float32 scores per chunk on the manual path

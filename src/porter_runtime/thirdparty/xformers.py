@@ -21,8 +21,8 @@ from typing import Any, Optional
 import torch
 import torch.nn.functional as F
 
-from . import _attn_core
-from . import _thirdparty_libs as _libs
+from ..attn import core as _attn_core
+from . import libs as _libs
 
 #: Block-diagonal biases: causal or not; top-left ones agree with flash-attn's
 #: bottom-right masks only when every block is square (else: materialised mask).

@@ -32,8 +32,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from . import _device
-from . import _thirdparty_libs as _libs
+from .. import _device
+from . import libs as _libs
 
 
 def _package_class() -> Optional[type]:

@@ -11,8 +11,8 @@ import os
 
 import torch
 
-from ._compat import mps_accelerator as _mps_accelerator
-from ._twins import Dev, _forward, _on_mps
+from .._compat import mps_accelerator as _mps_accelerator
+from .device_calls import Dev, _forward, _on_mps
 
 
 def memory_allocated(device: Dev = None) -> int:

@@ -3,7 +3,7 @@
 CUDA with flash_attn importable and q in fp16/bf16: the same-named flash_attn
 function is called with the caller's arguments (defaults left out, so older
 flash_attn releases without e.g. ``softcap`` keep working). Everywhere else:
-scaled_dot_product_attention with flash-attn's exact semantics (_attn_core).
+scaled_dot_product_attention with flash-attn's exact semantics (core.py).
 On CUDA that is a departure from the original call (flash_attn missing or broken,
 fp32 inputs flash_attn rejects, a function the installed release lacks), and it
 is announced by one warning naming what runs instead.
@@ -16,7 +16,8 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from . import _attn_core, _device, _log
+from . import core as _attn_core
+from .. import _device, _log
 
 _FLASH_DTYPES = (torch.float16, torch.bfloat16)
 _DEFAULTS: dict[str, Any] = {
@@ -85,7 +86,7 @@ def _flash_fn(name: str, dtype: torch.dtype) -> tuple[Optional[Any], Optional[st
 
 
 def _sdpa_options(options: dict[str, Any], why: Optional[str] = None) -> dict[str, Any]:
-    """Options for _attn_core; refuses what only flash_attn's kernels provide.
+    """Options for core.py; refuses what only flash_attn's kernels provide.
 
     ``why`` says why flash_attn is not used on a CUDA machine (None: not CUDA)."""
     where = f"flash_attn is not used here because {why}" if why else \

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Optional, TypeVar
 
-from . import _device, _thirdparty_libs
+from .. import _device
+from . import libs as _thirdparty_libs
 
 T = TypeVar("T")
 

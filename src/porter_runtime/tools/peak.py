@@ -89,7 +89,7 @@ class Recorder:
         """Keep the high-water mark of torch.mps.driver_allocated_memory()."""
         import torch
 
-        from . import _compat
+        from .. import _compat
 
         if os.environ.get("PORTER_DEVICE", "mps").strip() not in ("", "mps") or not _compat.mps_available():
             return
@@ -140,7 +140,7 @@ def _synchronize(optimizer: Any) -> None:
 
 def _device_type() -> str:
     """The resolved device's type, resolved quietly if the run never asked."""
-    from . import _device
+    from .. import _device
 
     resolution = _device._resolution
     if resolution is None:
@@ -160,7 +160,7 @@ def _device_peak(kind: str, recorder: Recorder) -> tuple[int, str]:
         peak = max(int(mod.max_memory_allocated(i)) for i in range(max(mod.device_count(), 1)))
         return peak, f"torch.{kind}.max_memory_allocated()"
     if kind == "mps":
-        from ._compat import mps_accelerator
+        from .._compat import mps_accelerator
 
         now = int(torch.mps.driver_allocated_memory())
         try:

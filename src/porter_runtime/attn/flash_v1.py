@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import _attention
-from . import _thirdparty_libs as _libs
+from . import attention as _attention
+from ..thirdparty import libs as _libs
 
 
 class FlashAttention(nn.Module):

@@ -14,8 +14,8 @@ from typing import Any, Callable
 
 import torch
 
-from . import _log
-from . import _thirdparty_libs as _libs
+from .. import _log
+from . import libs as _libs
 
 #: torch optimizer, and the arguments after ``params`` that it shares with bitsandbytes.
 _FAMILIES: dict[str, tuple[type, tuple[str, ...]]] = {

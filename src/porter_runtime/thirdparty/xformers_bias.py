@@ -16,7 +16,7 @@ from typing import Any, Iterator, Optional, Sequence, Union
 
 import torch
 
-from . import _thirdparty_libs as _libs
+from . import libs as _libs
 
 _MODULE = "xformers.ops.fmha.attn_bias"
 

@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 import torch
 
-from . import _device, _log
+from .. import _device, _log
 
 _OLD_SDP_KEYWORDS = ("enable_flash", "enable_math", "enable_mem_efficient", "enable_cudnn")
 #: Backend names of the old keywords, in torch.backends.cuda.sdp_kernel's parameter order.

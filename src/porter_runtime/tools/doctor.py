@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from . import __version__, _compat, _compile, _device, _dist, _log
+from .. import __version__, _compat, _compile, _device, _dist, _log
 
 PROBE_DTYPES = ("float64", "bfloat16", "float16")
 _PROBE = "import torch; (torch.ones(2, dtype=torch.{dt}, device='{dev}') * 2).sum().item()"
@@ -98,7 +98,7 @@ _ATTN_CASES = [  # (name, Sq, Sk, Hk, causal, window, alibi)
 def _attention_check(dev: str) -> dict[str, Any]:
     # The SDPA implementation itself (what every non-flash call runs), so that the
     # check does not depend on the device resolution reported separately.
-    from ._attn_core import dense as attention
+    from ..attn.core import dense as attention
 
     gen = torch.Generator().manual_seed(0)
     worst, errors = 0.0, []
@@ -137,7 +137,7 @@ def _median_ms(fn: Callable[[], Any], dev: str, repeats: int = 5) -> float:
 
 
 def _bench(devices: list[str]) -> list[dict[str, Any]]:
-    from ._attn_core import dense as attention  # fp32: the SDPA path everywhere
+    from ..attn.core import dense as attention  # fp32: the SDPA path everywhere
 
     rows: list[dict[str, Any]] = []
     for dev in devices:
@@ -156,7 +156,9 @@ def _bench(devices: list[str]) -> list[dict[str, Any]]:
 
 def _twins_check() -> dict[str, Any]:
     """Call the torch.cuda twins for real: none may raise on this machine."""
-    from . import _memory, _timing, _twins
+    from ..twins import memory as _memory
+    from ..twins import timing as _timing
+    from ..twins import device_calls as _twins
 
     calls = [_twins.synchronize, _twins.device_count, _twins.device_name,
              _twins.get_device_properties, _memory.memory_allocated, _memory.mem_get_info,
@@ -240,7 +242,7 @@ def collect(bench: bool = True) -> dict[str, Any]:
         "distributed": _distributed_info(),
         "benchmark": _bench(available) if bench else [],
     }
-    from . import MPS_FALLBACK_SET
+    from .. import MPS_FALLBACK_SET
 
     report["env"]["mps_fallback_set_by_porter"] = MPS_FALLBACK_SET
     report["checks"] = _checks(report)

@@ -20,7 +20,8 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from . import _attention, _thirdparty_libs
+from . import attention as _attention
+from ..thirdparty import libs as _thirdparty_libs
 
 _DEFAULTS = {"softmax_scale": None, "causal": False, "window_size": (-1, -1), "softcap": 0.0,
              "deterministic": False}

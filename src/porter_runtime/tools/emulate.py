@@ -4,7 +4,7 @@ Tensors stay on the CPU; the device resolver answers "mps" to every policy
 (_device.py) and a dispatch mode enforces MPS's contract for the installed torch:
 
 * no float64 (or complex128, float8) tensor on the device: MPS's own TypeError;
-* an operator with no MPS kernel in that torch version (_mps_coverage.py) raises
+* an operator with no MPS kernel in that torch version (tools/mps_coverage.py) raises
   MPS's NotImplementedError, or with PYTORCH_ENABLE_MPS_FALLBACK=1 runs and is
   counted, with its first call site, for the summary printed at exit;
 * a collective (Gloo: the only backend on macOS) of a device tensor raises as Gloo does;
@@ -34,7 +34,8 @@ import torch
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import _compat, _device, _log, _mps_coverage
+from .. import _compat, _device, _log
+from . import mps_coverage as _mps_coverage
 
 LABEL = _device.EMULATION_LABEL
 _MARK = "_porter_emulated_mps"

@@ -8,7 +8,7 @@ from typing import Any, Iterator, Optional
 
 import torch
 
-from . import _device
+from .. import _device
 
 
 class WallClockEvent:

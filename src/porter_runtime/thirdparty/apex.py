@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import _thirdparty_libs as _libs
+from . import libs as _libs
 
 
 def _apex_or_none(cls: type, module: str, args: tuple, kwargs: dict) -> Optional[Any]:

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple, Optional
 
 import torch
 
-from . import _device
+from .. import _device
 
 Dev = Any  # whatever torch.cuda accepts: None, int, str or torch.device
 

@@ -10,7 +10,7 @@ import importlib
 from types import ModuleType
 from typing import Any, Optional
 
-from . import _device, _log
+from .. import _device, _log
 
 _modules: dict[str, Optional[ModuleType]] = {}
 _errors: dict[str, str] = {}
