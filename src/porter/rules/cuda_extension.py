@@ -4,20 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from porter.rulebase.families.kernel_builds import (
-    cuda_sources,
-    optional_builds,
-)
+from porter.rulebase.families.kernel_builds import cuda_sources, optional_builds
 from porter.rulebase.families.thirdparty import example_code
-from porter.rulebase.rule import (
-    Example,
-    Needs,
-    Rule,
-    Safety,
-    keyword,
-    positional,
-    string_value,
-)
+from porter.rulebase.rule import Example, Needs, Rule, Safety, keyword, positional, string_value
 
 
 def _ext_name(call: cst.Call) -> str:

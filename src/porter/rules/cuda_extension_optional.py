@@ -14,12 +14,7 @@ from porter.rulebase.families.kernel_builds import (
 )
 from porter.rulebase.families.thirdparty import example_code
 from porter.rulebase.needs import literal_patterns
-from porter.rulebase.rule import (
-    Example,
-    Needs,
-    Rule,
-    Safety,
-)
+from porter.rulebase.rule import Example, Needs, Rule, Safety
 
 #: A use of one needs its import (`rotary_emb` alone is an attribute in most models);
 #: a builder, its module's name.

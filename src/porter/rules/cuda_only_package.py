@@ -5,20 +5,10 @@ from __future__ import annotations
 import libcst as cst
 
 from porter.rulebase.cuda_packages import IMPORT_ROOTS, advice_for
-from porter.rulebase.families.kernel_builds import (
-    COMPILED_MODULES,
-    imports_of,
-    lone_import,
-    optional_import,
-)
+from porter.rulebase.families.kernel_builds import COMPILED_MODULES, imports_of, lone_import, optional_import
 from porter.rulebase.families.thirdparty import GuardTracker, under, uses
 from porter.rulebase.matching import dotted_name
-from porter.rulebase.rule import (
-    Example,
-    Needs,
-    Rule,
-    Safety,
-)
+from porter.rulebase.rule import Example, Needs, Rule, Safety
 from porter.rulebase.syntax import bound_names
 
 #: The CUDA-only packages no other rule ports, with their advice (porter.rulebase.cuda_packages).

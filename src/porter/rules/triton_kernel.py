@@ -6,12 +6,7 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rulebase.rule import (
-    Example,
-    Needs,
-    Rule,
-    Safety,
-)
+from porter.rulebase.rule import Example, Needs, Rule, Safety
 
 _TRITON_DECORATORS = frozenset({"triton.jit", "triton.autotune", "triton.heuristics"})
 

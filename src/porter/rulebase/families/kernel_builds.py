@@ -10,12 +10,7 @@ import libcst as cst
 
 from porter.rulebase.cuda_packages import COMPILED
 from porter.rulebase.matching import dotted_name
-from porter.rulebase.rule import (
-    BYTES_GAP,
-    Rule,
-    keyword,
-    string_value,
-)
+from porter.rulebase.rule import BYTES_GAP, Rule, keyword, string_value
 
 
 class _Strings(cst.CSTVisitor):
