@@ -22,7 +22,6 @@ whether or not the pre-filter ran; a byte check first keeps the parse to the fil
 that can hold a touchpoint.
 """
 
-
 from __future__ import annotations
 
 import ast
@@ -34,15 +33,9 @@ from porter.project import selectors
 from porter.project.ledger_data import CODE, NAME, STATES, Touchpoint, TreeContext, counts
 from porter.project.ledger_scan import Scanner
 from porter.project.ledger_triggers import trigger_lines, triggered_in_code
-from porter.rulebase.conditions.guards import (
-    Region,
-    guard_ported,
-    parse,
-)
+from porter.rulebase.conditions.guards import Region, guard_ported, parse
 from porter.rulebase.conditions.test_gates import mocks_cuda
-from porter.rulebase.cuda_packages import (
-    advice_for,
-)
+from porter.rulebase.cuda_packages import advice_for
 from porter.rulebase.rule import Finding, one_line
 
 __all__ = ["CODE", "NAME", "STATES", "Touchpoint", "TreeContext", "account", "catch_all", "counts",

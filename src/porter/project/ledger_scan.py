@@ -10,14 +10,8 @@ from typing import Iterator, Optional, Sequence
 
 from porter.project import selectors
 from porter.project.ledger_data import TreeContext
-from porter.rulebase.conditions.guards import (
-    GuardFinder,
-    child_blocks,
-)
-from porter.rulebase.cuda_packages import (
-    is_cuda_only_module,
-    looks_compiled,
-)
+from porter.rulebase.conditions.guards import GuardFinder, child_blocks
+from porter.rulebase.cuda_packages import is_cuda_only_module, looks_compiled
 from porter.rulebase.matching import ast_dotted_name
 
 _CUDA_WORD = re.compile(r"cuda|nccl", re.I)

@@ -9,9 +9,7 @@ from typing import Iterator
 
 from porter.project.ledger_data import TreeContext
 from porter.rulebase.codeview import code_view, prefilter_enabled
-from porter.rulebase.cuda_packages import (
-    is_cuda_only_module,
-)
+from porter.rulebase.cuda_packages import is_cuda_only_module
 
 #: What a touchpoint looks like in bytes: the ledger parses only files with one of these
 #: (or an import that may not resolve), and looks only at the statements on their lines.
