@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from textwrap import dedent
 from typing import Optional, Union
 
@@ -19,7 +18,6 @@ from porter.rulebase.conditions.name_choice import only_picks_names
 from porter.rulebase.families.availability_choices import (
     accelerator_test,
     gated_choice,
-    is_fallback,
     statement_choice,
     ternary_choice,
 )
@@ -27,9 +25,13 @@ from porter.rulebase.families.availability_sides import (
     MpsCheck,
     TypeFlags,
     and_chain,
+    availability_calls,
     cuda_residue,
+    falls_back_to_cpu,
+    guard_calls,
     is_half_flag,
     right_everywhere,
+    unread_flag,
 )
 from porter.rulebase.rule import Example, Needs, Rule, Safety, string_value
 
@@ -383,7 +385,7 @@ class CudaAvailableGuard(Rule):
     def visit_If(self, node: cst.If) -> None:
         if isinstance(node.orelse, cst.If):
             self._elifs.add(id(node.orelse))
-        self._handled.update(self._calls(node.test))  # decided in leave_If (or by PT201)
+        self._handled.update(availability_calls(self, node.test))  # decided in leave_If (or by PT201)
         if self._skips_distributed(node):  # PT304's, also once ported
             self._handled.update(dist_guard.negated_availability(self, n) or n.left.expression
                                  for n, _ in dist_guard.guard_operands(self, node.test))
@@ -394,44 +396,28 @@ class CudaAvailableGuard(Rule):
         return id(node) in self._dist_guards
 
     def visit_IfExp(self, node: cst.IfExp) -> None:
-        self._handled.update(self._calls(node.test))
+        self._handled.update(availability_calls(self, node.test))
 
     def visit_Assert(self, node: cst.Assert) -> None:
         if requirement(self, node) is not None:
-            self._handled.update(self._calls(node.test))  # PT903
+            self._handled.update(availability_calls(self, node.test))  # PT903
 
     def visit_Call(self, node: cst.Call) -> None:
         if isinstance(node.func, cst.Name) and node.func.value == "print" and self.qualname(node.func) is None:
             for arg in node.args:  # only reported
-                self._handled.update(self._calls(arg.value))
+                self._handled.update(availability_calls(self, arg.value))
 
     def visit_Assign(self, node: cst.Assign) -> None:
         if isinstance(node.value, cst.IfExp) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
             self._flags[id(node.value)] = node.targets[0].target.value
-        if len(node.targets) == 1 and availability_test(self, node.value) and self._unread(node.targets[0].target):
+        if len(node.targets) == 1 and availability_test(self, node.value) and unread_flag(self, node.targets[0].target):
             self._unread_flags.add(node.value)
         if len(node.targets) == 1 and is_half_flag(node.targets[0].target) and and_chain(node.value):
-            self._half_flags.update(c for c in self._calls(node.value) if availability_test(self, c))
+            self._half_flags.update(c for c in availability_calls(self, node.value) if availability_test(self, c))
         target = node.targets[0].target if len(node.targets) == 1 else None
         if isinstance(target, cst.Name) and self._functions and and_chain(node.value) \
                 and only_picks_names(self._functions[-1], target.value):
-            self._name_flags.update(c for c in self._calls(node.value) if availability_test(self, c))
-
-    def _unread(self, target: cst.BaseExpression) -> bool:
-        """A flag nothing reads: ``self.sync_cuda`` with no other ``.sync_cuda`` in the tree
-        (porter.project.flags; this file alone without a project), or a name this file
-        never reads and no other module imports."""
-        source = self.ctx.source
-        if isinstance(target, cst.Attribute):
-            name = target.attr.value
-            if self.ctx.project is not None:
-                return name in self.ctx.project.unread_flags
-            return len(re.findall(rb"\." + re.escape(name.encode()) + rb"\b", source)) == 1
-        if isinstance(target, cst.Name):
-            name = target.value
-            alone = len(re.findall(rb"(?<![\w.])" + re.escape(name.encode()) + rb"\b", source)) == 1
-            return alone and (self.ctx.project is None or not self.ctx.project.read_elsewhere(self.ctx.path, name))
-        return False
+            self._name_flags.update(c for c in availability_calls(self, node.value) if availability_test(self, c))
 
     def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
         if isinstance(node.operator, cst.Multiply):  # `(torch.device("cuda"),) * is_available()`
@@ -439,14 +425,14 @@ class CudaAvailableGuard(Rule):
 
     def visit_Arg(self, node: cst.Arg) -> None:
         if node.keyword is not None and node.keyword.value == "pin_memory":
-            self._handled.update(self._calls(node.value))  # PT401
+            self._handled.update(availability_calls(self, node.value))  # PT401
 
     def visit_FormattedStringExpression(self, node: cst.FormattedStringExpression) -> None:
-        self._handled.update(self._calls(node.expression))  # only reported, as in a log line
+        self._handled.update(availability_calls(self, node.expression))  # only reported, as in a log line
 
     def visit_DictElement(self, node: cst.DictElement) -> None:
         if string_value(node.key) == "pin_memory":
-            self._handled.update(self._calls(node.value))  # PT401
+            self._handled.update(availability_calls(self, node.value))  # PT401
 
     def leave_If(self, original: cst.If, updated: cst.If) -> Union[cst.If, cst.Else]:
         if statement_choice(self, original) is not None:
@@ -501,13 +487,13 @@ class CudaAvailableGuard(Rule):
             return updated  # PT903
         if isinstance(original, cst.If) and self._skips_distributed(original):
             return updated  # PT304
-        if right_everywhere(self, original, self._guard_calls(test)):
+        if right_everywhere(self, original, guard_calls(self, test)):
             return updated
         if availability_test(self, test) is False:
             self._report(test, _NOTE + "; code it guards now runs on a Mac",
                       suggestion=f"if not {_SUGGESTION}:")
             return updated
-        if not self._guard_calls(test):
+        if not guard_calls(self, test):
             return updated
         if isinstance(original, cst.IfExp) and self._selects_cuda_type(original):
             self.flag(test, f"{_NOTE}; the flag it sets chooses a legacy CUDA tensor type (`torch.cuda.FloatTensor "
@@ -517,7 +503,7 @@ class CudaAvailableGuard(Rule):
                                  "the legacy types, then test porter_runtime.is_accelerator_available()")
             return updated
         residue = cuda_residue(self, body, new_body)
-        if residue is not None and self._falls_back_to_cpu(original):
+        if residue is not None and falls_back_to_cpu(self, original):
             self.note(test, f"{_NOTE}; the CUDA choice (`{residue}`) is not rewritten, and without CUDA it picks "
                       "the CPU, which runs: for information", suggestion="porter_runtime.device()")
             return updated
@@ -556,13 +542,6 @@ class CudaAvailableGuard(Rule):
             self._mps_scopes[id(scope)] = finder.found
         return self._mps_scopes[id(scope)]
 
-    def _falls_back_to_cpu(self, node) -> bool:
-        """A device ternary whose other arm is the CPU (``torch.device(f"cuda:{r}" if
-        torch.cuda.is_available() and args.cuda else "cpu")``): right, if slow, off CUDA."""
-        if not isinstance(node, cst.IfExp) or availability_test(self, node.test) is False:
-            return False
-        return is_fallback(self, node.orelse, "str") or is_fallback(self, node.orelse, "device")
-
     def _selects_cuda_type(self, node: cst.IfExp) -> bool:
         """``cuda = True if torch.cuda.is_available() else False`` whose name the file tests to
         pick ``torch.cuda.FloatTensor``: admitting MPS would make it pick that type on a Mac,
@@ -575,17 +554,3 @@ class CudaAvailableGuard(Rule):
             self.ctx.module.visit(finder)
             self._type_flags = finder.names
         return name in self._type_flags
-
-    def _guard_calls(self, test: cst.BaseExpression) -> list[cst.Call]:
-        """The availability calls that are ``test`` or ``and`` operands of it."""
-        if availability_test(self, test):
-            return [test]  # type: ignore[list-item]
-        if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
-            return self._guard_calls(test.left) + self._guard_calls(test.right)
-        return []
-
-    def _calls(self, test: cst.BaseExpression) -> list[cst.Call]:
-        if isinstance(test, cst.UnaryOperation):
-            return self._calls(test.expression)
-        return self._guard_calls(test)
-

@@ -11,7 +11,7 @@ import libcst as cst
 
 from porter.rulebase.conditions.availability_checks import availability_test
 from porter.rulebase.cuda_packages import is_cuda_only_module
-from porter.rulebase.families.availability_choices import mps_statement_choice, names_mps, ternary
+from porter.rulebase.families.availability_choices import is_fallback, mps_statement_choice, names_mps, ternary
 from porter.rulebase.rule import RUNTIME, Rule, string_value
 from porter.rulebase.syntax import block_statements, small_statements
 
@@ -242,3 +242,43 @@ def and_chain(value: cst.BaseExpression) -> bool:
         return isinstance(value.operator, cst.And) and and_chain(value.left) and and_chain(value.right)
     return not isinstance(value, (cst.UnaryOperation, cst.IfExp))
 
+
+def unread_flag(rule: Rule, target: cst.BaseExpression) -> bool:
+    """A flag nothing reads: ``rule.sync_cuda`` with no other ``.sync_cuda`` in the tree
+    (porter.project.flags; this file alone without a project), or a name this file
+    never reads and no other module imports."""
+    source = rule.ctx.source
+    if isinstance(target, cst.Attribute):
+        name = target.attr.value
+        if rule.ctx.project is not None:
+            return name in rule.ctx.project.unread_flags
+        return len(re.findall(rb"\." + re.escape(name.encode()) + rb"\b", source)) == 1
+    if isinstance(target, cst.Name):
+        name = target.value
+        alone = len(re.findall(rb"(?<![\w.])" + re.escape(name.encode()) + rb"\b", source)) == 1
+        return alone and (rule.ctx.project is None or not rule.ctx.project.read_elsewhere(rule.ctx.path, name))
+    return False
+
+
+def falls_back_to_cpu(rule: Rule, node) -> bool:
+    """A device ternary whose other arm is the CPU (``torch.device(f"cuda:{r}" if
+    torch.cuda.is_available() and args.cuda else "cpu")``): right, if slow, off CUDA."""
+    if not isinstance(node, cst.IfExp) or availability_test(rule, node.test) is False:
+        return False
+    return is_fallback(rule, node.orelse, "str") or is_fallback(rule, node.orelse, "device")
+
+
+def guard_calls(rule: Rule, test: cst.BaseExpression) -> list[cst.Call]:
+    """The availability calls that are ``test`` or ``and`` operands of it."""
+    if availability_test(rule, test):
+        return [test]  # type: ignore[list-item]
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return guard_calls(rule, test.left) + guard_calls(rule, test.right)
+    return []
+
+
+def availability_calls(rule: Rule, test: cst.BaseExpression) -> list[cst.Call]:
+    """The availability calls of ``test``, under a ``not``."""
+    if isinstance(test, cst.UnaryOperation):
+        return availability_calls(rule, test.expression)
+    return guard_calls(rule, test)
