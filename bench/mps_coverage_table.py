@@ -1,4 +1,4 @@
-"""Regenerate src/porter_runtime/_mps_coverage.py from the MPS op coverage reference.
+"""Regenerate src/porter_runtime/tools/mps_coverage.py from the MPS op coverage reference.
 
     python bench/mps_coverage_table.py ../shared/reference/mps_ops_coverage.txt
 
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 CODES = {"MISSING": "M", "MPS": "P", "composite": "c", "absent": "a"}
-TARGET = Path(__file__).resolve().parents[1] / "src" / "porter_runtime" / "_mps_coverage.py"
+TARGET = Path(__file__).resolve().parents[1] / "src" / "porter_runtime" / "tools" / "mps_coverage.py"
 
 HEAD = '''"""Which aten operators lack an MPS kernel, per torch version (generated: do not edit).
 

@@ -45,7 +45,7 @@ def repo(tmp_path_factory) -> Path:
     shutil.copytree(FIXTURES / "fit", root)
     proc = run_porter("migrate", root, "--write", "-q")
     assert proc.returncode == 0, proc.stderr.decode()
-    assert not (root / "porter_runtime" / "_peak.py").exists()  # porter fit supplies the recorder
+    assert not (root / "porter_runtime" / "tools" / "peak.py").exists()  # porter fit supplies the recorder
     assert "porter_runtime.device()" in (root / "train.py").read_text()
     return root
 

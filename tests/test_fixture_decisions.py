@@ -312,7 +312,7 @@ def check_attention(was: ast.Call, runtime: ast.Call, values: Values, monkeypatc
     """flash_attn_func itself, with the original's arguments (hrm runs attention in bf16)."""
     calls = []
     fake = types.SimpleNamespace(flash_attn_func=lambda *a, **k: calls.append((a, k)) or "out")
-    attention = importlib.import_module("porter_runtime._attention")  # imported on first use, maybe not yet
+    attention = importlib.import_module("porter_runtime.attn.attention")  # imported on first use, maybe not yet
     monkeypatch.setattr(attention, "flash_attn_module", lambda: fake)
     was_args, was_kwargs = values.call_args(was)
     for arg in was_args:

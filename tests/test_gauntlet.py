@@ -70,7 +70,7 @@ def test_last_error_names_the_deepest_frame_in_the_tree(tmp_path):
     assert gauntlet.last_error(output, tmp_path) == "pkg/model.py:42: AssertionError: Torch not compiled with CUDA enabled"
     assert gauntlet.last_error("all good\nexit 3\n", tmp_path) == "exit 3"
     in_runtime = output.replace('/usr/lib/python3/site-packages/torch/cuda/__init__.py',
-                                f'{tmp_path}/pkg/porter_runtime/_emulate.py')
+                                f'{tmp_path}/pkg/porter_runtime/tools/emulate.py')
     assert gauntlet.last_error(in_runtime, tmp_path).startswith("pkg/model.py:42: ")  # the caller's line
 
 

@@ -1,4 +1,4 @@
-"""porter.rulebase.guards: which code only runs where CUDA is present, and the guard's line."""
+"""porter.rulebase.conditions.guards: which code only runs where CUDA is present, and the guard's line."""
 
 import ast
 from textwrap import dedent
@@ -6,7 +6,7 @@ from textwrap import dedent
 import pytest
 
 from porter.engine.process import Options, migrate_source
-from porter.rulebase.guards import cuda_regions
+from porter.rulebase.conditions.guards import cuda_regions
 from porter.engine.registry import all_rules
 
 

@@ -325,7 +325,7 @@ def test_ctrl_c_exits_130_with_every_file_original_or_ported(tmp_path):
 # -- 9. the size limit comes before any parse -----------------------------------------------------
 
 def test_size_limit_is_checked_before_any_parse(tmp_path, monkeypatch):
-    from porter.engine import python_stage
+    from porter.engine.stages import python_stage
     from porter.engine.process import Options, process_file
     from porter.engine.registry import all_rules
 

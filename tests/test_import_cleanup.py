@@ -6,7 +6,7 @@ from pathlib import Path
 from textwrap import dedent
 
 from porter.engine.process import Options, migrate_source
-from porter.engine.notebook import migrate_notebook
+from porter.engine.stages.notebook import migrate_notebook
 from porter.engine.registry import all_rules
 from porter.engine.run import RunConfig, run
 

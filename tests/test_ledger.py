@@ -8,7 +8,7 @@ from pathlib import Path
 from textwrap import dedent
 
 import pytest
-from porter.rules import kernels
+from porter.rules import cuda_only_package
 
 from porter.project import ledger, requirements
 from porter.rulebase import cuda_packages
@@ -228,7 +228,7 @@ def test_reports_show_the_ledger(tmp_path):
 def test_one_table_of_cuda_only_packages():
     assert unused_imports.CUDA_ONLY_PACKAGES is cuda_packages.IMPORT_ROOTS
     assert requirements.CUDA_ONLY is cuda_packages.DISTRIBUTIONS
-    assert kernels._PACKAGES["fused_dense_lib"] == cuda_packages.advice_for("fused_dense_lib")
+    assert cuda_only_package._PACKAGES["fused_dense_lib"] == cuda_packages.advice_for("fused_dense_lib")
     for module in ("flash_attn", "flash_attn_interface", "xformers.ops", "apex.normalization", "amp_C",
                    "fused_layer_norm_cuda", "bitsandbytes", "triton.language", "deepspeed", "mamba_ssm",
                    "causal_conv1d", "liger_kernel", "adam_atan2", "cuml", "cudf", "cupy", "pycuda.driver",

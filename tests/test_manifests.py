@@ -243,7 +243,7 @@ def test_torch_bound(spec, verdict):
 
 
 def test_torch_minimum_is_what_the_runtime_calls():
-    runtime = "".join(p.read_text() for p in (ROOT / "src" / "porter_runtime").glob("*.py"))
+    runtime = "".join(p.read_text() for p in (ROOT / "src" / "porter_runtime").rglob("*.py"))
     # torch.amp.custom_fwd(device_type=...) is torch 2.4, recommended_max_memory 2.5
     assert "torch.amp.custom_fwd" in runtime and "torch.mps.recommended_max_memory" in runtime
     assert reqs.TORCH_MINIMUM == (2, 5) and reqs.TORCH_MINIMUM_TEXT == "2.5"

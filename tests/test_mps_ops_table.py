@@ -1,6 +1,6 @@
 """PT801's table: every op is MISSING in torch 2.13 and every name exists in torch.
 
-The coverage table itself has one home, porter_runtime/_mps_coverage.py (the runtime's
+The coverage table itself has one home, porter_runtime/tools/mps_coverage.py (the runtime's
 MPS emulation reads it, and it ships without porter); it is generated from the
 reference by bench/mps_coverage_table.py and checked against it here.
 """
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from porter.rules.mps_ops import ALWAYS_CPU, MISSING_2_13
-from porter_runtime import _mps_coverage
+from porter_runtime.tools import mps_coverage as _mps_coverage
 
 #: ../shared/ sits beside the checkout (on developers' machines and in CI).
 COVERAGE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "mps_ops_coverage.txt"

@@ -22,7 +22,7 @@ BY_CODE = {r.code: r for r in SOURCE_RULES}
 @pytest.mark.parametrize("rule,index,example", INVALID, ids=[f"{r.code}-{i}" for r, i, _ in INVALID])
 def test_every_invalid_example_passes_both_stages(rule, index, example):
     data = example.before.encode()
-    if rule.needs.project is not None:  # with a model, the model alone decides (porter.engine.python_stage)
+    if rule.needs.project is not None:  # with a model, the model alone decides (porter.engine.stages.python_stage)
         model = build_from({**{p: c.encode() for p, c in example.project}, example.path: data})
         assert rule.needs.project(model, example.path)
         return

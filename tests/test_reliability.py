@@ -476,7 +476,7 @@ def test_out_never_calls_a_file_cut_during_the_copy_whole(tmp_path, monkeypatch)
 def test_rule_records_are_not_rescanned_for_each_rewrite(monkeypatch):
     """8,000 rewrites in one file took 109 s: each rewrite scanned every earlier record.
     Counted, not timed: the records looked at grow with the rewrites, not their square."""
-    from porter.engine import context
+    from porter.engine.stages import context
     from porter.engine.process import Options, migrate_source
     from porter.engine.registry import all_rules
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from porter.engine.context import FileContext
+from porter.engine.stages.context import FileContext
 from porter.engine.options import Options
 from porter.engine.registry import all_rules
 from porter.rulebase.rule import RuleContext

@@ -137,7 +137,9 @@ def test_src_layout_package_installs_with_pip_and_its_console_script_runs(tmp_pa
     assert proc.returncode == 0, proc.stderr
     assert (repo / "src" / "tinyclf" / "porter_runtime" / "VENDORED.txt").is_file()
     assert not (repo / "porter_runtime").exists()
-    assert '    "tinyclf.porter_runtime",\n' in (repo / "pyproject.toml").read_text()  # the build ships it
+    pyproject = (repo / "pyproject.toml").read_text()
+    assert '    "tinyclf.porter_runtime",\n' in pyproject  # the build ships it
+    assert '    "tinyclf.porter_runtime.twins",\n' in pyproject  # and the sub-packages the copy holds
     cli = (repo / "src" / "tinyclf" / "cli.py").read_text()
     assert "from tinyclf import __version__, porter_runtime\n" in cli and "sys.path" not in cli
     smoke = (repo / "scripts" / "smoke.py").read_text()

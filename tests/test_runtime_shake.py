@@ -137,7 +137,8 @@ def test_every_name_of_a_whole_module_reads_as_the_module_shipped(fake):
     out = shake(fake, {"_a.*", "_b.*", "_c.*", "__init__.*"})
     assert out["_b"] == (fake / "_b.py").read_bytes() and out["_c"] == (fake / "_c.py").read_bytes()
     assert b"Its long story" not in out["_a"]  # a sized copy: the first paragraph only
-    assert runtime_files() and all(runtime_files()[f"{p.stem}.py"] == p.read_bytes() for p in SOURCE.glob("*.py"))
+    assert runtime_files() and all(runtime_files()[p.relative_to(SOURCE).as_posix()] == p.read_bytes()
+                                   for p in SOURCE.rglob("*.py"))
 
 
 @pytest.mark.parametrize("names", [[name] for name in EXPORTS] + [EXPORTS[::3], EXPORTS[1::4]])
@@ -145,6 +146,7 @@ def test_shaking_what_a_copy_holds_gives_the_copy_again(names, tmp_path):
     parts = parts_for(names, SOURCE)
     out = shake(SOURCE, parts)
     for stem, data in out.items():
+        (tmp_path / f"{stem}.py").parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / f"{stem}.py").write_bytes(data)
     assert shake(SOURCE, held(tmp_path, SOURCE)) == out
 
@@ -158,10 +160,13 @@ def test_every_shaken_name_is_defined_where_the_copy_looks_for_it(tmp_path):
         copy.mkdir()
         out = shake(SOURCE, parts_for([name], SOURCE))
         for stem, data in out.items():
+            (copy / f"{stem}.py").parent.mkdir(parents=True, exist_ok=True)
             (copy / f"{stem}.py").write_bytes(data)
         names = {stem: _top_names(data) for stem, data in out.items()}
+        every = {p.relative_to(SOURCE).with_suffix("").as_posix() for p in SOURCE.rglob("*.py")}
         for stem, data in out.items():
-            for module, attr in _sibling_uses(data, set(names) | {p.stem for p in SOURCE.glob("*.py")}):
+            assert all(f"{package}/__init__" in names for package in _packages(stem)), f"{name}: {stem} without its package"
+            for module, attr in _sibling_uses(data, stem, every):
                 assert module in names and (attr in names[module] or "__getattr__" in names[module]), \
                     f"{name}: {stem}.py uses {module}.{attr}, which the copy lacks"
         for part in tool_parts(SOURCE):
@@ -187,14 +192,27 @@ def _top_names(data: bytes) -> set[str]:
     return found
 
 
-def _sibling_uses(data: bytes, stems: set[str]) -> set[tuple[str, str]]:
+def _packages(stem: str) -> list[str]:
+    folders = stem.split("/")[:-1]
+    return ["/".join(folders[:i]) for i in range(1, len(folders) + 1)]
+
+
+def _sibling_uses(data: bytes, stem: str, stems: set[str]) -> set[tuple[str, str]]:
+    """(module, name) for each name a module takes from another module of the runtime:
+    ``from .._device import x``, ``from . import libs as _libs`` then ``_libs.x``."""
     tree = ast.parse(data)
     aliases, uses = {}, set()
+    folders = stem.split("/")[:-1]
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level == 1 and not node.module:
-            aliases.update({a.asname or a.name: a.name for a in node.names})
-        elif isinstance(node, ast.ImportFrom) and node.level == 1:
-            uses |= {(node.module, a.name) for a in node.names}
+        if not (isinstance(node, ast.ImportFrom) and node.level):
+            continue
+        base = "/".join(folders[:len(folders) - node.level + 1] + (node.module.split(".") if node.module else []))
+        module = base if base in stems else f"{base}/__init__".lstrip("/")
+        for alias in node.names:
+            if f"{base}/{alias.name}".lstrip("/") in stems:
+                aliases[alias.asname or alias.name] = f"{base}/{alias.name}".lstrip("/")
+            else:
+                uses.add((module, alias.name))
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
             uses.add((aliases[node.value.id], node.attr))
@@ -225,8 +243,8 @@ def test_a_copy_edited_by_hand_is_left_alone_and_one_vendored_whole_is_not(tmp_p
     changes, note = vendor_changes(tmp_path / "porter_runtime", tmp_path, parts=parts_for(["autocast"], SOURCE))
     assert changes == [] and "edited by hand" in note
     # a copy of the same version that an older porter vendored with whole modules: porter's own
-    for path in (tmp_path / "porter_runtime").glob("*.py"):
-        path.write_bytes((SOURCE / path.name).read_bytes())
+    for path in (tmp_path / "porter_runtime").rglob("*.py"):
+        path.write_bytes((SOURCE / path.relative_to(tmp_path / "porter_runtime")).read_bytes())
     changes, note = vendor_changes(tmp_path / "porter_runtime", tmp_path, parts=parts_for(["autocast"], SOURCE))
     assert "_amp.py" in {c.path.rsplit("/", 1)[-1] for c in changes} and "edited" not in note
 
@@ -234,17 +252,48 @@ def test_a_copy_edited_by_hand_is_left_alone_and_one_vendored_whole_is_not(tmp_p
 def test_the_whole_runtime_replaces_a_sized_copy(tmp_path):
     _vendor(tmp_path, parts_for(["device"], SOURCE))
     _vendor(tmp_path, None)
-    for path in SOURCE.glob("*.py"):
-        assert (tmp_path / "porter_runtime" / path.name).read_bytes() == path.read_bytes()
+    for path in SOURCE.rglob("*.py"):
+        assert (tmp_path / "porter_runtime" / path.relative_to(SOURCE)).read_bytes() == path.read_bytes()
 
 
 def test_a_copy_an_older_porter_vendored_with_whole_modules_only_gains(tmp_path):
     """Modules held whole (the sizing of an older porter, same runtime version) hold all
     a port needs of them: they stay as they are, and only what the copy lacks is added."""
     _vendor(tmp_path, parts_for(["device"], SOURCE))
-    for path in (tmp_path / "porter_runtime").glob("*.py"):
-        path.write_bytes((SOURCE / path.name).read_bytes())
+    for path in (tmp_path / "porter_runtime").rglob("*.py"):
+        path.write_bytes((SOURCE / path.relative_to(tmp_path / "porter_runtime")).read_bytes())
     changes, _ = vendor_changes(tmp_path / "porter_runtime", tmp_path, parts=parts_for(["device"], SOURCE))
     assert changes == []
     changes, _ = vendor_changes(tmp_path / "porter_runtime", tmp_path, parts=parts_for(["compile"], SOURCE))
     assert changes and all(c.old is None for c in changes)  # new modules only
+
+
+def test_a_copy_in_an_older_porters_flat_layout_moves_into_sub_packages(tmp_path):
+    """Before the runtime had sub-packages, a copy was one flat folder (``_twins.py``
+    beside ``_device.py``). Such a copy is porter's own, not one edited by hand: a run
+    vendors it again in today's layout, keeping what it held, and --write removes the flat
+    modules it replaces, so that none is left behind, unused or half-updated."""
+    from porter.files.apply import apply_changes
+
+    _vendor(tmp_path, parts_for(["device_count"], SOURCE))
+    copy = tmp_path / "porter_runtime"
+    twins = (copy / "twins" / "device_calls.py").read_bytes()
+    for path in sorted((copy / "twins").iterdir()):
+        path.unlink()
+    (copy / "twins").rmdir()
+    (copy / "_twins.py").write_bytes(twins.replace(b"from .. import _device", b"from . import _device"))
+    init = (copy / "__init__.py").read_text()
+    (copy / "__init__.py").write_text(init.replace('"twins.device_calls"', '"_twins"')
+                                      .replace('"attn.attention", "thirdparty.libs"', '"_attention", "_thirdparty_libs"'))
+    changes, note = vendor_changes(copy, tmp_path, parts=parts_for(["compile"], SOURCE))
+    written = {c.path for c in changes}
+    assert {"porter_runtime/twins/device_calls.py", "porter_runtime/_compile.py", "porter_runtime/__init__.py"} <= written
+    assert "edited" not in note and "flat layout" in note and "_twins.py" in note
+    assert apply_changes(tmp_path, changes) == []
+    assert not (copy / "_twins.py").exists()
+    assert {"twins/device_calls.device_count", "_compile.compile"} <= held(copy, SOURCE)
+    assert vendor_changes(copy, tmp_path, parts=parts_for(["compile"], SOURCE))[0] == []
+    code = "import porter_runtime; print(porter_runtime.device_count(), porter_runtime.compile)"
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={"CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0 and done.stdout.startswith("1 "), done.stderr[-2000:]

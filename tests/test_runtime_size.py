@@ -20,7 +20,7 @@ from porter.project.runtime_modules import modules_for, parts_for, used_names
 from porter_test_utils import run_porter
 
 SOURCE = runtime_source()
-ALL_MODULES = {p.stem for p in SOURCE.glob("*.py")}
+ALL_MODULES = {p.relative_to(SOURCE).with_suffix("").as_posix() for p in SOURCE.rglob("*.py")}
 
 
 def _repo(tmp_path: Path, files: dict[str, str]) -> Path:
@@ -34,7 +34,8 @@ def _repo(tmp_path: Path, files: dict[str, str]) -> Path:
 
 
 def _held(repo: Path) -> set[str]:
-    return {p.stem for p in (repo / "porter_runtime").glob("*.py")}
+    folder = repo / "porter_runtime"
+    return {p.relative_to(folder).with_suffix("").as_posix() for p in folder.rglob("*.py")}
 
 
 def _run(repo: Path, script: str) -> subprocess.CompletedProcess:
@@ -74,7 +75,7 @@ def test_a_later_port_adds_the_modules_its_new_code_uses(tmp_path):
     """))
     proc = run_porter("migrate", repo, "--write")
     assert proc.returncode == 0, proc.stderr
-    assert {"_compile", "_twins"} <= _held(repo)
+    assert {"_compile", "twins/device_calls", "twins/__init__"} <= _held(repo)
     assert before < held(repo / "porter_runtime", SOURCE)  # what it held stays, and more
     assert b"added" in proc.stderr and b"_compile.py" in proc.stderr
     for script in ("train.py", "bench.py"):
@@ -154,6 +155,7 @@ def test_every_public_name_works_from_the_modules_porter_picks_for_it(tmp_path):
         package = tmp_path / f"rt_{i}"
         package.mkdir()
         for file, data in runtime_files(parts_for({name}, SOURCE)).items():
+            (package / file).parent.mkdir(parents=True, exist_ok=True)
             (package / file).write_bytes(data)
         lines.append(f"import rt_{i}; assert rt_{i}.{name} is not None, {name!r}")
     script = tmp_path / "check.py"
@@ -188,7 +190,7 @@ def test_the_tools_hand_a_sized_copy_the_modules_they_run_it_with(tmp_path):
 
     repo = _repo(tmp_path, {"train.py": TRAIN})
     assert run_porter("migrate", repo, "--write", "-q").returncode == 0
-    assert not {"_peak", "_emulate", "_mps_coverage"} & _held(repo)
+    assert not {"tools/peak", "tools/emulate", "tools/mps_coverage", "tools/__init__"} & _held(repo)
     probe = "import porter_runtime, sys; print(sorted(m for m in sys.modules if m.startswith('porter_runtime.')))"
     base = {"CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin"}
     for variable, value, tool in (("PORTER_PEAK_MEMORY_FILE", str(tmp_path / "peak.jsonl"), "fit"),
@@ -200,9 +202,9 @@ def test_the_tools_hand_a_sized_copy_the_modules_they_run_it_with(tmp_path):
         done = subprocess.run([sys.executable, "-c", probe], cwd=repo, capture_output=True, text=True,
                               timeout=300, env=env)
         assert done.returncode == 0, done.stderr
-        wanted = "porter_runtime._peak" if tool == "fit" else "porter_runtime._emulate"
+        wanted = "porter_runtime.tools.peak" if tool == "fit" else "porter_runtime.tools.emulate"
         assert wanted in done.stdout
-    assert not {"_peak", "_emulate", "_mps_coverage"} & _held(repo)  # nothing was written into the copy
+    assert not {"tools/peak", "tools/emulate", "tools/mps_coverage", "tools/__init__"} & _held(repo)  # nothing was written into the copy
 
 
 def test_a_port_that_needs_less_keeps_what_the_copy_holds(tmp_path):
@@ -211,9 +213,9 @@ def test_a_port_that_needs_less_keeps_what_the_copy_holds(tmp_path):
     that is left runs."""
     repo = _repo(tmp_path, {"train.py": TRAIN, "bench.py": "import torch\n\ntorch.cuda.synchronize()\n"})
     assert run_porter("migrate", repo, "--write", "-q").returncode == 0
-    before = {p.name: p.read_bytes() for p in (repo / "porter_runtime").iterdir()}
+    before = {p.relative_to(repo): p.read_bytes() for p in (repo / "porter_runtime").rglob("*") if p.is_file()}
     (repo / "bench.py").unlink()
     assert run_porter("migrate", repo, "--write", "-q").returncode == 0
-    assert {p.name: p.read_bytes() for p in (repo / "porter_runtime").iterdir()} == before
+    assert {p.relative_to(repo): p.read_bytes() for p in (repo / "porter_runtime").rglob("*") if p.is_file()} == before
     assert run_porter("migrate", repo, "--diff", "-q").stdout == b""
     assert _run(repo, "train.py").returncode == 0

@@ -1,4 +1,4 @@
-"""Parsing only the definitions a rule wants (porter/engine/segments.py) changes nothing.
+"""Parsing only the definitions a rule wants (porter/engine/stages/segments.py) changes nothing.
 
 Every rule example, padded with definitions no rule wants, migrates to the same bytes
 and the same findings (lines included) with and without segments; stubs go back byte
@@ -11,7 +11,7 @@ from porter.engine.process import Options, migrate_source
 from porter.engine.prefilter import candidate_rules
 from porter.engine.registry import all_rules
 from porter.rulebase.rule import Example, Rule
-from porter.engine.segments import reduce
+from porter.engine.stages.segments import reduce
 
 SOURCE_RULES = [r for r in all_rules() if issubclass(r, Rule)]
 EXAMPLES = [

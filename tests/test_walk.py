@@ -1,11 +1,11 @@
-"""porter.rulebase.walk finds what a LibCST visitor pass finds; porter.rulebase.guards parses a file once."""
+"""porter.rulebase.walk finds what a LibCST visitor pass finds; porter.rulebase.conditions.guards parses a file once."""
 
 from pathlib import Path
 
 import libcst as cst
 import pytest
 
-from porter.rulebase import guards
+from porter.rulebase.conditions import guards
 from porter.rulebase.walk import _TRIVIA, nodes_of
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

@@ -41,10 +41,10 @@ MPS_FALLBACK_SET = _enable_mps_fallback()
 _EXPORTS = {
     "GradScaler": "_amp", "amp_dtype": "_amp", "autocast": "_amp", "custom_bwd": "_amp",
     "custom_fwd": "_amp", "grad_scaler": "_amp", "cuda_amp_autocast": "_amp",
-    "attention": "_attention", "attention_kvpacked": "_attention",
-    "attention_qkvpacked": "_attention", "attention_varlen": "_attention",
-    "attention_varlen_kvpacked": "_attention", "attention_varlen_qkvpacked": "_attention",
-    "sdpa_kernel": "_sdpa",
+    "attention": "attn.attention", "attention_kvpacked": "attn.attention",
+    "attention_qkvpacked": "attn.attention", "attention_varlen": "attn.attention",
+    "attention_varlen_kvpacked": "attn.attention", "attention_varlen_qkvpacked": "attn.attention",
+    "sdpa_kernel": "attn.sdpa",
     "double": "_cast",
     "compile": "_compile",
     "dataloader_kwargs": "_data", "map_location": "_data", "pin_memory": "_data",
@@ -56,26 +56,27 @@ _EXPORTS = {
     "fsdp_sync_module_states": "_dist", "is_multiprocess_launch": "_dist",
     "is_bf16_supported": "_dtypes", "supported_dtype": "_dtypes",
     "build_cuda_extension": "_extensions",
-    "FlashAttention": "_flash_v1",
-    "fa3_attention": "_fa3",
-    "attn_implementation": "_huggingface", "cuda_option": "_huggingface",
+    "FlashAttention": "attn.flash_v1",
+    "fa3_attention": "attn.fa3",
+    "attn_implementation": "thirdparty.huggingface", "cuda_option": "thirdparty.huggingface",
     "load_state_dict": "_idioms", "require_device": "_idioms",
     "set_default_tensor_type": "_idioms",
-    "max_memory_allocated": "_memory", "max_memory_reserved": "_memory", "mem_get_info": "_memory",
-    "memory_allocated": "_memory", "memory_reserved": "_memory",
-    "reset_peak_memory_stats": "_memory",
-    "AdamATan2": "_thirdparty_adam_atan2",
-    "FusedAdam": "_thirdparty_apex", "FusedLAMB": "_thirdparty_apex",
-    "FusedLayerNorm": "_thirdparty_apex", "FusedRMSNorm": "_thirdparty_apex",
-    "memory_efficient_attention": "_thirdparty_xformers",
-    "bnb_optim": "_thirdparty_bnb",
-    "xformers_bias": "_thirdparty_xformers_bias",
-    "Event": "_timing", "WallClockEvent": "_timing", "nvtx_range": "_timing",
-    "nvtx_range_pop": "_timing", "nvtx_range_push": "_timing",
-    "DeviceProperties": "_twins", "current_device": "_twins", "device_count": "_twins",
-    "device_name": "_twins", "empty_cache": "_twins", "get_device_properties": "_twins",
-    "manual_seed": "_twins", "manual_seed_all": "_twins", "set_device": "_twins",
-    "synchronize": "_twins",
+    "max_memory_allocated": "twins.memory", "max_memory_reserved": "twins.memory",
+    "mem_get_info": "twins.memory", "memory_allocated": "twins.memory", "memory_reserved": "twins.memory",
+    "reset_peak_memory_stats": "twins.memory",
+    "AdamATan2": "thirdparty.adam_atan2",
+    "FusedAdam": "thirdparty.apex", "FusedLAMB": "thirdparty.apex",
+    "FusedLayerNorm": "thirdparty.apex", "FusedRMSNorm": "thirdparty.apex",
+    "memory_efficient_attention": "thirdparty.xformers",
+    "bnb_optim": "thirdparty.bnb",
+    "xformers_bias": "thirdparty.xformers_bias",
+    "Event": "twins.timing", "WallClockEvent": "twins.timing", "nvtx_range": "twins.timing",
+    "nvtx_range_pop": "twins.timing", "nvtx_range_push": "twins.timing",
+    "DeviceProperties": "twins.device_calls", "current_device": "twins.device_calls",
+    "device_count": "twins.device_calls", "device_name": "twins.device_calls",
+    "empty_cache": "twins.device_calls", "get_device_properties": "twins.device_calls",
+    "manual_seed": "twins.device_calls", "manual_seed_all": "twins.device_calls",
+    "set_device": "twins.device_calls", "synchronize": "twins.device_calls",
 }
 #: Names that are the module itself.
 _MODULES = {"bnb_optim", "xformers_bias"}
@@ -93,16 +94,29 @@ def __getattr__(name: str):
     try:
         loaded = _importlib.import_module(f".{module}", __name__)
     except ModuleNotFoundError as error:
-        if error.name != f"{__name__}.{module}":
+        if not _missing(error, module):
             raise
         raise AttributeError(
-            f"porter_runtime.{name} lives in {module}.py, which this vendored copy does not hold "
+            f"porter_runtime.{name} lives in {_file(module)}, which this vendored copy does not hold "
             "(porter vendors the modules the ported code uses): run `porter migrate --write` again "
             "after adding code that uses it, or vendor the whole runtime with `--full-runtime`"
         ) from None
     value = loaded if name in _MODULES else getattr(loaded, name)
     globals()[name] = value
     return value
+
+
+def _missing(error: ModuleNotFoundError, module: str) -> bool:
+    """Whether ``error`` says this copy lacks ``module`` (or the sub-package holding it),
+    not that the module failed to import something else."""
+    wanted = f"{__name__}.{module}"
+    return bool(error.name) and (wanted == error.name or wanted.startswith(f"{error.name}.")) \
+        and error.name.startswith(f"{__name__}.")
+
+
+def _file(module: str) -> str:
+    """``thirdparty.apex`` -> ``thirdparty/apex.py``: where a module of the runtime lives."""
+    return module.replace(".", "/") + ".py"
 
 
 def __dir__() -> list:
@@ -114,7 +128,7 @@ def _reset() -> None:
 
     For tests that simulate another machine; not needed in user code.
     """
-    for name in ("_device", "_attention", "_thirdparty_libs"):
+    for name in ("_device", "attn.attention", "thirdparty.libs"):
         module = _sys.modules.get(f"{__name__}.{name}")
         if module is not None:  # a module never imported has decided nothing yet
             module._reset()
@@ -134,15 +148,15 @@ def _tool_module(name: str, variable: str, tool: str):
     try:
         return _importlib.import_module(f"{__name__}.{name}")
     except ModuleNotFoundError as exc:
-        if exc.name != f"{__name__}.{name}":
+        if not _missing(exc, name):
             raise
         raise ImportError(f"{variable} is set, but this copy of porter_runtime (sized to the port) has no "
-                          f"{name}.py: run the code through `{tool}`, which supplies it, or vendor the whole "
+                          f"{_file(name)}: run the code through `{tool}`, which supplies it, or vendor the whole "
                           "runtime (porter migrate --write --full-runtime)") from None
 
 
 if _os.environ.get("PORTER_PEAK_MEMORY_FILE", "").strip():  # porter fit
-    _tool_module("_peak", "PORTER_PEAK_MEMORY_FILE", "porter fit").install()
+    _tool_module("tools.peak", "PORTER_PEAK_MEMORY_FILE", "porter fit").install()
 
 if _os.environ.get("PORTER_EMULATE", "").strip():  # porter verify --emulate mps; imports torch
-    _tool_module("_emulate", "PORTER_EMULATE", "porter verify --emulate mps").install()
+    _tool_module("tools.emulate", "PORTER_EMULATE", "porter verify --emulate mps").install()

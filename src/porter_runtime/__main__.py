@@ -5,7 +5,7 @@ import argparse
 import json
 import sys
 
-from ._doctor import collect
+from .tools.doctor import collect
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,7 +33,7 @@ def emulated() -> str:
     """The device PORTER_EMULATE names ("mps"), or "" when the runtime runs as itself.
 
     Under emulation tensors stay on the CPU while the runtime's choices follow the
-    emulated device (see _emulate.py); torch's own answers are never changed."""
+    emulated device (see tools/emulate.py); torch's own answers are never changed."""
     value = os.environ.get("PORTER_EMULATE", "").strip().lower()
     if value not in ("", "mps"):
         raise ValueError(f"PORTER_EMULATE={value!r}: the runtime can emulate only 'mps'")

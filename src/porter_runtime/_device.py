@@ -8,7 +8,7 @@ while :func:`device_type` says "mps" so that every policy (dtypes, autocast,
 compile, DataLoader, distributed) chooses as on a Mac; :func:`hardware_type` is
 what calls into torch's device modules use. The index marks the emulated device:
 ``x.to(device)`` and factories given it are seen by the dispatch-level check
-(_emulate.py) as "on the device", while an explicit ``"cpu"`` is the host.
+(tools/emulate.py) as "on the device", while an explicit ``"cpu"`` is the host.
 """
 from __future__ import annotations
 

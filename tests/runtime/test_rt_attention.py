@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import porter_runtime
-from porter_runtime import _attn_core
+from porter_runtime.attn import core as _attn_core
 
 from rt_attn_reference import reference
 

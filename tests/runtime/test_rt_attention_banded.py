@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import porter_runtime
-from porter_runtime import _attn_core
+from porter_runtime.attn import core as _attn_core
 
 from rt_attn_reference import reference
 

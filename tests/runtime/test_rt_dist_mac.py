@@ -4,7 +4,6 @@
 the runtime resolves a Mac that uses one to the CPU. CUDA is chosen as before."""
 from __future__ import annotations
 
-import pytest
 import torch
 import torch.distributed as dist
 

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 import porter_runtime
 from porter.cli.doctor import doctor
-from porter_runtime import _attn_core
+from porter_runtime.attn import core as _attn_core
 
 CHECK = {"type": "object", "required": ["name", "ok", "detail"],
          "properties": {"ok": {"type": "boolean"}, "name": {"type": "string"}}}

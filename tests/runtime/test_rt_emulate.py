@@ -12,8 +12,10 @@ import torch
 import torch.nn as nn
 
 import porter_runtime
-from porter_runtime import _device, _emulate, _timing
-from porter_runtime._emulate import MpsContract
+from porter_runtime import _device
+from porter_runtime.tools import emulate as _emulate
+from porter_runtime.twins import timing as _timing
+from porter_runtime.tools.emulate import MpsContract
 
 SRC = str(Path(porter_runtime.__file__).resolve().parents[1])
 HERE = os.path.relpath(__file__)

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.optim.optimizer as optimizer_module
 
-from porter_runtime import _peak
+from porter_runtime.tools import peak as _peak
 
 
 def test_unset_means_nothing_happens():
@@ -41,7 +41,7 @@ def test_a_child_of_a_large_process_reports_its_own_peak(tmp_path):
     code = (
         "import subprocess, sys\n"
         "ballast = bytearray(600 << 20)\n"
-        "child = 'import resource; from porter_runtime import _peak; "
+        "child = 'import resource; from porter_runtime.tools import peak as _peak; "
         "print(_peak.host_peak_rss(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)'\n"
         "print(subprocess.run([sys.executable, '-c', child], capture_output=True, text=True, check=True).stdout)\n"
     )

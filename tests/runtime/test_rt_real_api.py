@@ -27,7 +27,8 @@ import pytest
 import torch
 
 import porter_runtime
-from porter_runtime import _thirdparty_bnb, xformers_bias
+from porter_runtime import xformers_bias
+from porter_runtime.thirdparty import bnb as _thirdparty_bnb
 
 pytestmark = pytest.mark.corpus
 

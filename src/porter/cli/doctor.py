@@ -1,6 +1,6 @@
 """``porter doctor``: what porter_runtime would do on this machine, and whether it holds.
 
-The probing lives in porter_runtime._doctor (torch + stdlib, so users of a ported
+The probing lives in porter_runtime.tools.doctor (torch + stdlib, so users of a ported
 repo can run ``python -m porter_runtime``); this module only presents it. As in
 the rest of the CLI, stdout carries only JSON (``--json``); the tables go to stderr.
 Exit codes: 0 every check passed, 1 a check failed, 2 the doctor itself failed.
@@ -79,7 +79,7 @@ def doctor(as_json: bool, no_bench: bool) -> None:
     """Report torch, devices, the device porter_runtime resolves and why, dtype support,
     an attention check, compile and distributed support, and a micro-benchmark."""
     try:
-        from porter_runtime._doctor import collect
+        from porter_runtime.tools.doctor import collect
 
         report = collect(bench=not no_bench)
     except Exception as exc:  # the doctor must say why it could not run

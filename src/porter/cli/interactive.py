@@ -264,7 +264,7 @@ def written(result, sources: list[Change], accepted: list[Change], answers: list
 
 def whole_file_display(change: Change) -> str:
     if change.path.endswith(".ipynb") and change.old is not None:
-        from porter.engine.notebook import cell_diff
+        from porter.engine.stages.notebook import cell_diff
 
         return cell_diff(change.path, change.old, change.new)
     return unified_diff(change).decode("utf-8", errors="replace")

@@ -70,8 +70,8 @@ NOTEBOOK_SPLIT = b"# porter: notebooks (.ipynb) below, as whole-file JSON diffs;
 
 
 def _cells(change: Change) -> str:
-    """A notebook's code cells one by one (porter.engine.notebook), for people."""
-    from porter.engine.notebook import cell_diff
+    """A notebook's code cells one by one (porter.engine.stages.notebook), for people."""
+    from porter.engine.stages.notebook import cell_diff
 
     return cell_diff(change.path, change.old, change.new) if change.old is not None else ""
 

@@ -44,7 +44,7 @@ from porter.rulebase.matching import dotted_name
 from porter.rulebase.syntax import block_statements, bound_names, small_statements
 
 if TYPE_CHECKING:  # pragma: no cover
-    from porter.engine.context import FileContext
+    from porter.engine.stages.context import FileContext
     from porter.project.ledger import TreeContext
 
 
@@ -166,7 +166,7 @@ def _dead(found: Probe, new_node: cst.Try, new_module: cst.Module, ctx: "FileCon
     if _uses(new_module, names, new_node) or not _uses(ctx.module, names, found.node):
         return False  # still read, or already unused before the port (not the port's to clean)
     if ctx.reduced is not None and any(_word(n).search(s.original) for s in ctx.reduced.stubs for n in names):
-        return False  # read in a definition the engine stubbed (porter.engine.segments), which stays as it was
+        return False  # read in a definition the engine stubbed (porter.engine.stages.segments), which stays as it was
     if ctx.ignored(found.node):
         return False
     return tree is None or not read_elsewhere(tree, ctx.path, found)

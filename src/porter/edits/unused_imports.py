@@ -19,24 +19,24 @@ import libcst as cst
 from porter.edits.import_lines import alias_asname, is_import_line
 from porter.edits.removal_layout import keep_layout
 from porter.rulebase.cuda_packages import IMPORT_ROOTS
-from porter.rulebase.guards import parse
+from porter.rulebase.conditions.guards import parse
 from porter.rulebase.matching import Resolver, dotted_name
 from porter.rulebase.rule import RUNTIME, WholeFile
 
 if TYPE_CHECKING:  # pragma: no cover
-    from porter.engine.segments import Reduced
+    from porter.engine.stages.segments import Reduced
     from porter.project.model import ProjectModel
 
 
 class RulePass(Protocol):
     """What the import clean-up needs of the rule pass that ran over a file (the
-    engine's ``porter.engine.context.FileContext`` is one)."""
+    engine's ``porter.engine.stages.context.FileContext`` is one)."""
 
     #: The module as the rules saw it, before their rewrites.
     module: cst.Module
     #: Its names, resolved before the rewrites.
     resolver: Resolver
-    #: Set when ``module`` has some definitions stubbed (porter.engine.segments).
+    #: Set when ``module`` has some definitions stubbed (porter.engine.stages.segments).
     reduced: Optional["Reduced"]
 
     #: The file's bytes (before migration).
@@ -220,7 +220,7 @@ CUDA_ONLY_PACKAGES = IMPORT_ROOTS
 
 
 def _not_used_in_stubs(ctx: RulePass, name: str) -> None:
-    """A use inside a definition the engine stubbed (porter.engine.segments) is invisible
+    """A use inside a definition the engine stubbed (porter.engine.stages.segments) is invisible
     to the counts: only the whole file can tell whether the import is dead."""
     if ctx.reduced is not None and name in ctx.reduced.stub_names:
         raise WholeFile(name)

@@ -4,9 +4,9 @@ Every stage takes the same arguments (the file's bytes, its path relative to the
 with "/" separators, the run's options, how the file imports the runtime) and returns
 a picklable :class:`FileResult`, so files can be processed in worker processes:
 
-- ``.py``: :mod:`porter.engine.python_stage` (the rules, the runtime import, the ledger);
-- ``.ipynb``: :mod:`porter.engine.notebook` (each code cell through the Python stage);
-- anything else: :mod:`porter.engine.text_stage` (the text rules whose patterns match its name).
+- ``.py``: :mod:`porter.engine.stages.python_stage` (the rules, the runtime import, the ledger);
+- ``.ipynb``: :mod:`porter.engine.stages.notebook` (each code cell through the Python stage);
+- anything else: :mod:`porter.engine.stages.text_stage` (the text rules whose patterns match its name).
 
 Writing, diffing and vendoring live in ``porter.files.apply``, the run over a tree in
 ``porter.engine.run``. The stages' entry points are re-exported here for tests and tools; no
@@ -20,16 +20,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Union
 
-from porter.engine.notebook import process_notebook
+from porter.engine.stages.notebook import process_notebook
 from porter.engine.options import Options
-from porter.engine.python_stage import (
+from porter.engine.stages.python_stage import (
     MAX_PARSE_BYTES,
     ledger_source,
     migrate_source,
     process_python,
 )
 from porter.engine.results import FileResult, SourceResult
-from porter.engine.text_stage import migrate_text, process_text
+from porter.engine.stages.text_stage import migrate_text, process_text
 from porter.files.safe_io import Refused, read_bounded
 from porter.project.runtime_home import LazyBootstrap
 
@@ -38,7 +38,7 @@ __all__ = [
     "migrate_source", "migrate_text", "process_file", "stage_for",
 ]
 
-#: No file larger than this is read at all (Python files over porter.engine.python_stage's
+#: No file larger than this is read at all (Python files over porter.engine.stages.python_stage's
 #: MAX_PARSE_BYTES are only searched, never parsed).
 READ_LIMIT = 64 << 20
 

@@ -243,7 +243,7 @@ def run(
     for changes in shown.values():
         if sink is not None and changes:
             sink(changes)  # a dry run's sink shows, it does not fail
-    edited = _ship(config, result, shipped, pyproject[-1] if pyproject else None, sink)
+    edited = _ship(config, result, shipped, pyproject[-1] if pyproject else None, sink, emitted)
     if any(problem == "" for problem in homes.values()):
         _exempt(config, result, edited, sink)
     return result
@@ -285,13 +285,15 @@ def with_tree_context(config: RunConfig, rels: Sequence[str]) -> RunConfig:
     return replace(config, options=replace(config.options, ledger=context, project=model))
 
 
-def _ship(config: RunConfig, result: RunResult, shipped: list[Home], edited: Optional[bytes], sink) -> Optional[bytes]:
-    """Add the package copies to a hand-written package list in pyproject.toml. Done last,
-    on top of what a manifest rule of this run made of the file (written, or in the diff);
-    pyproject.toml as a dry run leaves it (None: as on disk)."""
+def _ship(config: RunConfig, result: RunResult, shipped: list[Home], edited: Optional[bytes], sink,
+          emitted: dict[Path, dict[str, bytes]]) -> Optional[bytes]:
+    """Add the package copies (and their sub-packages) to a hand-written package list in
+    pyproject.toml. Done last, on top of what a manifest rule of this run made of the file
+    (written, or in the diff); pyproject.toml as a dry run leaves it (None: as on disk)."""
     base = None if config.write else edited
     for home in shipped:
-        manifest = manifest_change(config.root, home, write=config.write, base=base)
+        subpackages = _subpackages(home.folder, relative_posix(home.folder, config.root), emitted.get(home.folder, {}))
+        manifest = manifest_change(config.root, home, write=config.write, base=base, subpackages=subpackages)
         if manifest is None:
             continue
         change, note = manifest
@@ -306,3 +308,10 @@ def _ship(config: RunConfig, result: RunResult, shipped: list[Home], edited: Opt
         base = None if config.write else change.new
     return base
 
+
+def _subpackages(folder: Path, rel: str, emitted: dict[str, bytes]) -> set[str]:
+    """The sub-packages (``twins``) of the copy at ``folder``: on disk, or in this run's
+    changes to it (a dry run writes nothing)."""
+    found = {p.parent.name for p in folder.glob("*/__init__.py")}
+    inside = (path[len(rel) + 1:] for path in emitted if path.startswith(f"{rel}/"))
+    return found | {p.split("/")[0] for p in inside if p.count("/") == 1 and p.endswith("/__init__.py")}

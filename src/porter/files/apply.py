@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import json
 import importlib.util
 import os
 import re
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
 
+from porter.files.runtime_layout import FLAT, is_flat, stale
 from porter.files.runtime_shake import held, shake
 from porter.files.safe_io import Refused, read_bounded, write_in_root
 from porter.files.vendor_write import is_partial, older_partial, vendor_folder
@@ -101,13 +103,14 @@ def vendor_changes(target: Path, root: Path, write: bool = True,
     # a stopped run's half copy: rewritten whole
     partial = is_partial(target) or (target.is_dir() and older_partial(target, runtime_files()))
     theirs = None if partial else vendored_version(target)
-    holds = held(target, runtime_source()) if theirs is not None else frozenset()
+    flat = theirs is not None and is_flat(target)  # an older porter's layout: moved, never "edited"
+    holds = held(target, runtime_source(), FLAT if flat else None) if theirs is not None else frozenset()
     wanted, whole = runtime_files(None if parts is None else parts | holds), runtime_files()
     rel = Path(os.path.relpath(target, root)).as_posix()
     if theirs is not None:
         if _version_tuple(theirs) > _version_tuple(ours):
             return [], f"vendored runtime {theirs} at {rel}/ is newer than porter's {ours}; left as is"
-        if theirs == ours:
+        if theirs == ours and not flat:
             mine = runtime_files(holds)  # a copy sized to the port, or held whole
             edited = any(read_or_none(target / n) not in (None, d, whole.get(n)) for n, d in mine.items())
             note = f"vendored runtime at {rel}/ was edited by hand; left as is" if edited else ""
@@ -127,6 +130,12 @@ def vendor_changes(target: Path, root: Path, write: bool = True,
             f"would add {what} to porter_runtime at {rel}/"
     else:
         note = f"porter_runtime {ours} vendored at {rel}/" if write else f"would vendor porter_runtime {ours} at {rel}/"
+    if flat:
+        removed = ", ".join(stale(target))
+        note = (f"porter_runtime at {rel}/ moved from an older porter's flat layout into sub-packages"
+                f"{f', replacing {removed}' if removed else ''}" if write else
+                f"would move porter_runtime at {rel}/ from an older porter's flat layout into sub-packages"
+                f"{f' (--write also removes {removed})' if removed else ''}")
     return changes, note
 
 
@@ -134,10 +143,15 @@ def gained(changes: Iterable[Change], known: Optional[Iterable[str]] = None) -> 
     """What a copy gains, in words: modules it lacked, and more of held modules.
     ``known``: the copy's files so far (default: those on disk)."""
     known = None if known is None else set(known)
-    names = [(c.path.rsplit("/", 1)[-1], c.old is None if known is None else c.path not in known) for c in changes]
+    names = [(_inside(c), c.old is None if known is None else c.path not in known) for c in changes]
     added = ", ".join(n for n, new in names if new)
     grown = ", ".join(n for n, new in names if not new)
     return " and ".join(filter(None, [added, f"more of {grown}" if grown else ""]))
+
+
+def _inside(change: Change) -> str:
+    """A runtime file's path inside its copy (``twins/memory.py``)."""
+    return change.path[len(change.folder) + 1:] if change.folder else change.path.rsplit("/", 1)[-1]
 
 
 def runtime_files(parts: Optional[frozenset[str]] = None) -> dict[str, bytes]:
@@ -159,7 +173,9 @@ def runtime_files(parts: Optional[frozenset[str]] = None) -> dict[str, bytes]:
         "Do not edit: `porter migrate --write` refreshes this folder when porter's copy is newer.\n"
         "It needs nothing but torch.\n"
     ).encode()
-    files["pyproject.toml"] = _PYPROJECT.format(version=version).encode()
+    packages = ["porter_runtime"] + [f"porter_runtime.{rel[:-len('/__init__.py')].replace('/', '.')}"
+                                     for rel in files if rel.endswith("/__init__.py")]
+    files["pyproject.toml"] = _PYPROJECT.format(version=version, packages=json.dumps(packages)).encode()
     return files
 
 
@@ -181,7 +197,7 @@ dependencies = ["torch"]
 
 [tool.setuptools]
 package-dir = {{"porter_runtime" = "."}}
-packages = ["porter_runtime"]
+packages = {packages}
 
 [tool.ruff]
 exclude = ["*"]  # porter's own code, checked where porter is developed

@@ -7,7 +7,10 @@ What it needs is a set of *parts*, each one of:
 
 - ``"_amp.autocast"``: one top-level name of a module (and all it reaches);
 - ``"_device"``: the module itself, with only the statements every copy of it keeps;
-- ``"_thirdparty_bnb.*"``: the whole module.
+- ``"thirdparty/bnb.*"``: the whole module.
+
+A module is named by its path inside the package, without ``.py`` (``thirdparty/bnb``);
+a copy that holds a module of a sub-package holds the sub-package's ``__init__`` too.
 
 A statement is dropped only when it is a pure definition no kept code names: a
 ``def``, a ``class``, an import, or an assignment to plain names whose value calls no
@@ -73,22 +76,25 @@ def shake(source: Path, parts: Iterable[str]) -> dict[str, bytes]:
     return {stem: _render(modules[stem], state) for stem in sorted(state.kept)}
 
 
-def held(folder: Path, source: Path) -> frozenset[str]:
+def held(folder: Path, source: Path, renamed: Optional[dict] = None) -> frozenset[str]:
     """The parts a copy on disk holds: each of its modules and the top-level names they
-    define (names porter's runtime doesn't define are not porter's: left out)."""
+    define (names porter's runtime doesn't define are not porter's: left out).
+    ``renamed``: a module of the copy -> the module it is now (an older layout's)."""
     modules = _modules(source)
     parts = set()
-    for path in folder.glob("*.py"):
-        module = modules.get(path.stem)
+    for path in _python_files(folder):
+        stem = _stem(path, folder)
+        stem = (renamed or {}).get(stem, stem)
+        module = modules.get(stem)
         if module is None:
             continue
         try:
             tree = ast.parse(path.read_bytes())
         except (SyntaxError, ValueError, OSError):
-            parts.add(f"{path.stem}.{WHOLE}")  # never what porter writes: the copy reads as edited
+            parts.add(f"{stem}.{WHOLE}")  # never what porter writes: the copy reads as edited
             continue
-        parts.add(path.stem)
-        parts.update(f"{path.stem}.{n}" for s in tree.body for n in _defines(s) if n in module.names)
+        parts.add(stem)
+        parts.update(f"{stem}.{n}" for s in tree.body for n in _defines(s) if n in module.names)
     return frozenset(parts)
 
 
@@ -114,6 +120,7 @@ def _close(modules: dict, parts: Iterable[str]) -> _State:
         if stem not in state.kept:
             state.kept[stem], state.names[stem] = set(), set()
             todo += [f"{stem}.{n}" for n in PROTOCOL & module.names]
+            todo += _packages_of(stem)  # importing thirdparty/bnb runs thirdparty/__init__ first
             todo += _keep(module, state, [i for i, s in enumerate(module.statements) if s.always])
         if name == WHOLE and stem not in state.whole:
             state.whole.add(stem)
@@ -198,8 +205,19 @@ def _short_docstring(lines: list, node: ast.stmt) -> Optional[tuple[list, list]]
 def _exported(module: _Module, state: _State) -> list[tuple[str, str]]:
     table = ast.literal_eval(module.exports.value)
     only_whole = module.module_exports
-    return [(name, stem) for name, stem in table.items()
-            if _is_whole(stem, state) or (name not in only_whole and name in state.names.get(stem, ()))]
+    return [(name, dotted) for name, dotted in table.items()
+            if _is_whole(_path(dotted), state) or (name not in only_whole and name in state.names.get(_path(dotted), ()))]
+
+
+def _path(dotted: str) -> str:
+    """``thirdparty.bnb`` (how ``__init__`` names a module) -> ``thirdparty/bnb``."""
+    return dotted.replace(".", "/")
+
+
+def _packages_of(stem: str) -> list[str]:
+    """The ``__init__`` of each sub-package above a module (``thirdparty/__init__``)."""
+    folders = stem.split("/")[:-1]
+    return [f"{'/'.join(folders[:i])}/__init__" for i in range(1, len(folders) + 1)]
 
 
 def _is_whole(stem: str, state: _State) -> bool:
@@ -229,15 +247,25 @@ def _exports_text(module: _Module, state: _State) -> str:
 
 @lru_cache(maxsize=4)
 def _modules(source: Path) -> dict[str, _Module]:
-    stems = frozenset(p.stem for p in source.glob("*.py"))
+    stems = frozenset(_stem(p, source) for p in _python_files(source))
     return {stem: _read(source / f"{stem}.py", stem, stems) for stem in stems}
+
+
+def _python_files(folder: Path) -> list[Path]:
+    """The package's modules, its sub-packages' included (not their ``__pycache__``)."""
+    return [p for p in sorted(folder.rglob("*.py")) if "__pycache__" not in p.relative_to(folder).parts]
+
+
+def _stem(path: Path, folder: Path) -> str:
+    """A module's name in a copy: its path inside the package, without ``.py``."""
+    return path.relative_to(folder).with_suffix("").as_posix()
 
 
 def _read(path: Path, stem: str, stems: frozenset) -> _Module:
     text = path.read_text(encoding="utf-8")
     tree = ast.parse(text, str(path))
     names = frozenset(n for node in tree.body for n in _defines(node))
-    aliases = _module_aliases(tree, stems)
+    aliases = _module_aliases(tree, stem, stems)
     code = _own_code(tree)
     module = _Module(stem, text.splitlines(keepends=True), [], names)
     module.docstring = _short_docstring(module.lines, tree.body[0]) if tree.body else None
@@ -333,15 +361,36 @@ def _calls_runtime(call: ast.Call, code: frozenset, aliases: dict) -> bool:
     return isinstance(func, ast.Name) and (func.id in aliases or func.id in code)
 
 
-def _module_aliases(tree: ast.Module, stems: frozenset) -> dict[str, str]:
-    """Names bound anywhere in the module to a sibling module: ``from . import _log``."""
+def _module_aliases(tree: ast.Module, stem: str, stems: frozenset) -> dict[str, str]:
+    """Names bound anywhere in the module to a sibling module: ``from . import _log``,
+    ``from ..thirdparty import libs as _libs``."""
     aliases = {}
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level == 1 and not node.module:
-            aliases.update({a.asname or a.name: a.name for a in node.names if a.name in stems})
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "porter_runtime":
-            aliases.update({a.asname or a.name: a.name for a in node.names if a.name in stems})
+        base = _import_base(node, stem) if isinstance(node, ast.ImportFrom) else None
+        if base is not None:
+            aliases.update({a.asname or a.name: _join(base, a.name) for a in node.names if _join(base, a.name) in stems})
     return aliases
+
+
+def _import_base(node: ast.ImportFrom, stem: str) -> Optional[str]:
+    """The folder (inside the package, "" for its top) that ``from BASE import ...`` names
+    in module ``stem``, or None when it is not the runtime: ``from .. import _log`` in
+    ``attn/core`` is "", ``from ._compat import x`` is "_compat"."""
+    if node.level:
+        folders = stem.split("/")[:-1]
+        if node.level - 1 > len(folders):
+            return None
+        base = folders[:len(folders) - node.level + 1]
+    elif node.module == "porter_runtime" or (node.module or "").startswith("porter_runtime."):
+        base = []
+        node = ast.ImportFrom(module=node.module.partition(".")[2] or None, names=node.names, level=1)
+    else:
+        return None
+    return "/".join(base + (node.module.split(".") if node.module else []))
+
+
+def _join(base: str, name: str) -> str:
+    return f"{base}/{name}" if base else name
 
 
 def _refs(node: ast.stmt, stem: str, names: frozenset, aliases: dict, stems: frozenset) -> set[str]:
@@ -353,7 +402,7 @@ def _refs(node: ast.stmt, stem: str, names: frozenset, aliases: dict, stems: fro
             refs.add(f"{aliases[child.value.id]}.{child.attr}")
             attribute_values.add(id(child.value))
         elif isinstance(child, ast.ImportFrom):
-            refs |= _import_refs(child, stems)
+            refs |= _import_refs(child, stem, stems)
     for child in ast.walk(node):
         if isinstance(child, ast.Name):
             if child.id in names:
@@ -365,17 +414,17 @@ def _refs(node: ast.stmt, stem: str, names: frozenset, aliases: dict, stems: fro
     return refs
 
 
-def _import_refs(node: ast.ImportFrom, stems: frozenset) -> set[str]:
-    """``from . import _log`` needs the module; ``from ._device import resolve`` the name."""
-    if node.level == 1 and node.module:
-        base = node.module.split(".")[0]
-    elif node.level == 0 and (node.module or "").startswith("porter_runtime."):
-        base = node.module.split(".")[1]
-    elif (node.level == 1 and not node.module) or (node.level == 0 and node.module == "porter_runtime"):
-        return {a.name for a in node.names if a.name in stems}
-    else:
+def _import_refs(node: ast.ImportFrom, stem: str, stems: frozenset) -> set[str]:
+    """``from . import _log`` needs the module; ``from ._device import resolve`` the name;
+    ``from .. import __version__`` a name of a package's ``__init__``."""
+    base = _import_base(node, stem)
+    if base is None:
         return set()
-    if base not in stems:
-        return set()
-    return {f"{base}.{WHOLE}" if a.name == "*" else f"{base}.{a.name}" for a in node.names}
-
+    refs = set()
+    module = base if base in stems else _join(base, "__init__")
+    for alias in node.names:
+        if _join(base, alias.name) in stems:
+            refs.add(_join(base, alias.name))
+        elif module in stems:
+            refs.add(f"{module}.{WHOLE}" if alias.name == "*" else f"{module}.{alias.name}")
+    return refs

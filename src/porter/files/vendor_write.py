@@ -17,6 +17,7 @@ import stat
 from pathlib import Path
 from typing import Optional, Sequence
 
+from porter.files.runtime_layout import is_flat, stale
 from porter.files.safe_io import Refused, open_folder, parts_of, write_at
 
 #: Inside a copy being built; a folder holding it is an interrupted vendoring.
@@ -104,6 +105,9 @@ def _fill(parent: int, build: str, existing: Optional[str], files) -> None:
     base = _path_of(parent)
     if existing is not None and _is_file(base / existing / "VENDORED.txt") and not is_partial(base / existing):
         _copy_regular(base / existing, base / build)  # a whole copy: its other modules stay
+        if is_flat(base / existing) and any(rel == "__init__.py" for rel, _, _ in files):
+            for name in stale(base / build):  # an older porter's flat layout, replaced (porter.files.runtime_layout)
+                os.unlink(base / build / name)
     for rel, old, new in files:
         if existing is not None and old is not None:
             _check_unchanged(base / existing, rel, old)

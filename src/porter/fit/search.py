@@ -2,7 +2,7 @@
 
 A trial runs the user's command in a child process with PORTER_PEAK_MEMORY_FILE
 set; the vendored porter_runtime writes the run's peak memory there at exit
-(see porter_runtime/_peak.py). The search goes down from the original value by halves
+(see porter_runtime/tools/peak.py). The search goes down from the original value by halves
 until a run fits, then up by binary search between the largest value that fits
 and the smallest that does not.
 """
@@ -21,7 +21,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from porter.project.runtime_modules import supply
 
-PEAK_ENV = "PORTER_PEAK_MEMORY_FILE"  # read by porter_runtime/_peak.py
+PEAK_ENV = "PORTER_PEAK_MEMORY_FILE"  # read by porter_runtime/tools/peak.py
 DEFAULT_FRACTION = 0.8
 
 # What torch and the OS print when memory runs out (CUDA, MPS, the CPU allocator, Python).

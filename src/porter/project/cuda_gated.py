@@ -14,9 +14,9 @@ lazily, for CUDA tensors::
         from .triton_ops import dtw_kernel   # a function called only under `if x.is_cuda:`
 
 Off CUDA nothing imports the module, so what porter finds in it (TP603's triton import,
-TP601's kernels) never runs on a Mac: it is listed for information (porter.engine.notes).
+TP601's kernels) never runs on a Mac: it is listed for information (porter.engine.stages.notes).
 An import anywhere else (at a module's top, in a function called off CUDA, or a function
-named in another file) keeps the findings. The regions are porter.rulebase.guards';
+named in another file) keeps the findings. The regions are porter.rulebase.conditions.guards';
 candidates are the modules that import a CUDA-only package themselves, so that only
 their importers are parsed.
 """
@@ -28,7 +28,7 @@ import re
 from typing import Callable, Mapping, Optional, Sequence
 
 from porter.rulebase.cuda_packages import is_cuda_only_module
-from porter.rulebase.guards import Region, cuda_regions, parse, statements
+from porter.rulebase.conditions.guards import Region, cuda_regions, parse, statements
 
 _IMPORT_LINE = re.compile(rb"^[ \t]*(?:from|import)[ \t]+[^\n]*", re.M)
 

@@ -9,7 +9,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Iterable, Optional
 
 from porter.files.apply import Change, runtime_files
 from porter.files.safe_io import read_bounded, text_bounded
@@ -148,13 +148,16 @@ def refuse_home(home: Home, root: Path) -> str:
     return ""
 
 
-def manifest_change(root: Path, home: Home, write: bool = True, base: Optional[bytes] = None):
+def manifest_change(root: Path, home: Home, write: bool = True, base: Optional[bytes] = None,
+                    subpackages: Iterable[str] = ()):
     """For a copy inside a package that pyproject.toml lists by hand
-    (``[tool.setuptools] packages = ["mypkg"]``): the change that ships it too, and a
-    note; a list in setup.py or setup.cfg gets a note only. None when nothing is needed."""
+    (``[tool.setuptools] packages = ["mypkg"]``): the change that ships it too, with the
+    sub-packages it holds (``twins``: ``mypkg.porter_runtime.twins``), and a note; a list
+    in setup.py or setup.cfg gets a note only. None when nothing is needed."""
     if not home.package:
         return None
     wanted = f"{home.package}.{RUNTIME}"
+    names = [wanted] + [f"{wanted}.{s}" for s in sorted(subpackages)]
     pyproject = root / "pyproject.toml"
     try:
         data = base if base is not None else read_bounded(pyproject)
@@ -162,25 +165,26 @@ def manifest_change(root: Path, home: Home, write: bool = True, base: Optional[b
         data = b""
     text = data.decode("utf-8", errors="surrogateescape")
     match = _SETUPTOOLS_PACKAGES.search(text)
-    if match and wanted not in match.group("list"):
+    missing = [n for n in names if not re.search(r"""(["'])%s\1""" % re.escape(n), match.group("list"))] if match else []
+    if missing:
         entry = re.search(r"""(["'])%s\1\s*,?""" % re.escape(home.package), match.group("list"))
         if entry:
             quote = entry.group(1)
             at = match.start("list") + entry.end()
             listed = match.group("list")
+            comma = "" if entry.group(0).rstrip().endswith(",") else ","
             if "\n" in listed[entry.start():]:
                 line_start = text.rfind("\n", 0, match.start("list") + entry.start()) + 1
                 indent = text[line_start:match.start("list") + entry.start()]
-                addition = ("" if entry.group(0).rstrip().endswith(",") else ",") + f"\n{indent}{quote}{wanted}{quote},"
+                addition = comma + "".join(f"\n{indent}{quote}{n}{quote}," for n in missing)
+            elif comma:
+                addition = "".join(f", {quote}{n}{quote}" for n in missing)
             else:
-                addition = ("" if entry.group(0).rstrip().endswith(",") else ",") + f" {quote}{wanted}{quote}"
-                if entry.group(0).rstrip().endswith(","):
-                    addition = f" {quote}{wanted}{quote},"
-                    at = match.start("list") + entry.end()
+                addition = "".join(f" {quote}{n}{quote}," for n in missing)
             new = text[:at] + addition + text[at:]
             verb = "added" if write else "would add"
             return (Change("pyproject.toml", data, new.encode("utf-8", errors="surrogateescape"), runtime=True),
-                    f"pyproject.toml: {verb} {wanted} to [tool.setuptools] packages, so that the build ships it")
+                    f"pyproject.toml: {verb} {', '.join(missing)} to [tool.setuptools] packages, so that the build ships it")
     for name in ("setup.py", "setup.cfg"):
         try:
             other = text_bounded(root / name)
@@ -188,7 +192,8 @@ def manifest_change(root: Path, home: Home, write: bool = True, base: Optional[b
             continue
         if re.search(r"""packages\s*=\s*\[?[^\n]*["']?%s["']?""" % re.escape(home.package), other) and \
                 "find_packages" not in other and "find:" not in other and wanted not in other:
-            return None, f"{name} lists its packages by hand: add '{wanted}' to them, so that the build ships the runtime"
+            listed = "', '".join(names)
+            return None, f"{name} lists its packages by hand: add '{listed}' to them, so that the build ships the runtime"
     return None
 
 

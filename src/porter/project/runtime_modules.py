@@ -13,8 +13,8 @@ import x``, ``getattr(porter_runtime, ...)``) gets the whole runtime: a missing 
 would be an ``AttributeError`` at run time, and size is never worth that.
 
 Two tools of porter run the user's code with runtime modules no port calls: ``porter fit``
-records peak memory (``_peak``) and ``porter verify --emulate mps`` emulates a Mac
-(``_emulate``, ``_mps_coverage``). The runtime imports them by name only when the tool's
+records peak memory (``tools/peak``) and ``porter verify --emulate mps`` emulates a Mac
+(``tools/emulate``, ``tools/mps_coverage``). The runtime imports them by name only when the tool's
 variable is set, and the tool hands them to the child (:func:`supply`): a copy holds them
 only with ``--full-runtime``, and every copy holds what they use of it (:func:`tool_parts`).
 """
@@ -43,7 +43,7 @@ _COMMENT = re.compile(rb"#[^\n]*")
 #: Modules every copy holds: the package, and what it imports while being imported.
 _CORE = ("__init__",)
 #: The runtime modules each tool that runs the user's code supplies (see the docstring).
-TOOL_MODULES = {"fit": ("_peak",), "emulate": ("_emulate", "_mps_coverage")}
+TOOL_MODULES = {"fit": ("tools/peak",), "emulate": ("tools/emulate", "tools/mps_coverage")}
 #: The variable naming the folder of supplied modules (porter_runtime/__init__.py reads it).
 EXTRA_VARIABLE = "PORTER_RUNTIME_EXTRA"
 
@@ -86,7 +86,7 @@ def parts_for(names: Optional[Iterable[str]], source: Path) -> Optional[frozense
     wanted = set(_CORE) | tool_parts(source)
     for name in names:
         if name in exports:
-            module = exports[name]
+            module = exports[name].replace(".", "/")  # thirdparty.bnb: thirdparty/bnb.py
             wanted.add(f"{module}.*" if name in _module_exports(source) else f"{module}.{name}")
         elif name in present:  # porter_runtime._device._reset and the like: the module, whole
             wanted.add(f"{name}.*")
@@ -113,7 +113,8 @@ def tool_parts(source: Path) -> frozenset[str]:
 
 @lru_cache(maxsize=4)
 def _module_stems(source: Path) -> frozenset[str]:
-    return frozenset(p.stem for p in source.glob("*.py"))
+    return frozenset(p.relative_to(source).with_suffix("").as_posix() for p in source.rglob("*.py")
+                     if "__pycache__" not in p.relative_to(source).parts)
 
 
 @lru_cache(maxsize=4)
@@ -153,7 +154,10 @@ def supply(folder: Path, tool: str) -> dict[str, str]:
     folder.mkdir(parents=True, exist_ok=True)
     source = runtime_source()
     for stem in TOOL_MODULES[tool]:
-        (folder / f"{stem}.py").write_bytes((source / f"{stem}.py").read_bytes())
+        # the module and its sub-package (a sized copy holds no tools/, so Python finds this one)
+        for rel in (f"{stem.rpartition('/')[0]}/__init__.py", f"{stem}.py"):
+            (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+            (folder / rel).write_bytes((source / rel).read_bytes())
     return {EXTRA_VARIABLE: str(folder)}
 
 

@@ -5,7 +5,7 @@ words and strings a file must hold, and the evidence it needs beside them as a c
 (``porter.rulebase.evidence``: ``CallsMethod("from_pretrained") & Keyword("device_map")``).
 The engine derives every filter from that declaration: the byte stage, the ``ast`` stage
 and which functions or classes of a file the rule must see (``porter.engine.prefilter``,
-``porter.engine.segments``). The rule itself never consults the pre-filter, and skipping
+``porter.engine.stages.segments``). The rule itself never consults the pre-filter, and skipping
 is only ever an optimisation (``PORTER_PREFILTER=0`` and ``PORTER_SEGMENTS=0`` give the
 same output). Every rule example runs through the filters, which must never reject a
 file or unit the rule would change (tests/test_prefilter.py, tests/test_segments.py).

@@ -6,7 +6,7 @@ limits, and its own ``valid`` and ``invalid`` examples, which are both its tests
 (``tests/test_rule_examples.py``) and its documentation (``porter explain CODE``).
 
 Rules implement LibCST ``visit_<Node>`` / ``leave_<Node>`` methods. The engine runs all
-the rules of a file in one combined pass (see ``porter.engine.rule_pass``), so a rule must not
+the rules of a file in one combined pass (see ``porter.engine.stages.rule_pass``), so a rule must not
 keep state across files (a fresh instance is made per file) and never prints or writes:
 it records :class:`Finding` objects through :meth:`Rule.rewrite` and :meth:`Rule.flag`.
 
@@ -175,7 +175,7 @@ class BaseRule:
     severity: ClassVar[str] = ""
     #: True for a rule whose finding in the CUDA arm of a device split (``torch.cuda.FloatTensor
     #: if x.is_cuda else torch.FloatTensor``) is about the split itself: the other arm runs off
-    #: CUDA, so the finding stays one for a human there (porter.engine.notes).
+    #: CUDA, so the finding stays one for a human there (porter.engine.stages.notes).
     device_split: ClassVar[bool] = False
     valid: ClassVar[Sequence[Union[str, Example]]] = ()
     invalid: ClassVar[Sequence[Example]] = ()

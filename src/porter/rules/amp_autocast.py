@@ -7,7 +7,7 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rulebase.compile_amp_shared import is_cuda_type, without
+from porter.rulebase.families.compile_amp_shared import is_cuda_type, without
 from porter.rulebase.rule import (
     Example,
     Needs,

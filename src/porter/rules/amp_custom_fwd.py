@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from porter.rulebase.compile_amp_shared import RenameToRuntime, is_cuda_type, without
+from porter.rulebase.families.compile_amp_shared import RenameToRuntime, is_cuda_type, without
 from porter.rulebase.rule import (
     Example,
     Needs,

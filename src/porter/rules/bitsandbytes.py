@@ -8,10 +8,10 @@ import libcst as cst
 
 from porter.rulebase.matching import Ambiguous
 from porter.rulebase.rule import Example, Needs, Rule, Safety
-from porter.rulebase.thirdparty import UseFinder
-from porter.rulebase.type_checks import TypeCheckUses
+from porter.rulebase.families.thirdparty import UseFinder
+from porter.rulebase.families.type_checks import TypeCheckUses
 
-# The twins in porter_runtime.bnb_optim (porter_runtime/_thirdparty_bnb.py), by family.
+# The twins in porter_runtime.bnb_optim (porter_runtime/thirdparty/bnb.py), by family.
 _FAMILIES = {
     "Adam": ("adam", True), "AdamW": ("adamw", True), "SGD": ("sgd", False),
     "RMSprop": ("rmsprop", False), "Adagrad": ("adagrad", False),
@@ -131,7 +131,7 @@ class BitsandbytesUnsupported(TypeCheckUses, UseFinder, Rule):
     Review only; each finding names the PyTorch replacement.
 
     A class only tested against is a note, since a type test runs no kernel
-    (porter.rulebase.type_checks):
+    (porter.rulebase.families.type_checks):
 
         cls = bnb.nn.Linear4bit if args.bits == 4 else torch.nn.Linear   # a note
         if isinstance(module, cls): ...

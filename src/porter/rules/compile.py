@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from porter.rulebase.compile_amp_shared import RenameToRuntime
+from porter.rulebase.families.compile_amp_shared import RenameToRuntime
 from porter.rulebase.rule import (
     Example,
     Needs,

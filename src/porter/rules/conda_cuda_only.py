@@ -12,7 +12,7 @@ from porter.project.requirements import (
     requirement_part,
     with_platform_marker,
 )
-from porter.rulebase.manifest_files import (
+from porter.rulebase.families.manifest_files import (
     CONDA_PATTERNS,
     CUDA_NAMED,
     basename,

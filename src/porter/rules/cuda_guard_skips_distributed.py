@@ -6,7 +6,7 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rulebase import dist_guard
+from porter.rulebase.conditions import dist_guard
 from porter.rulebase.evidence import Uses
 from porter.rulebase.rule import (
     Example,

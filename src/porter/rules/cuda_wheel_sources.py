@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 
-from porter.rulebase.manifest_files import (
+from porter.rulebase.families.manifest_files import (
     CONDA_PATTERNS,
     CUDA_NAMED,
     PYPROJECT_PATTERNS,

@@ -6,8 +6,8 @@ from typing import Iterator, Optional, Sequence
 
 import libcst as cst
 
-from porter.rulebase.dataloader import DATALOADER, workers
 from porter.rulebase.evidence import CalledByName, Uses
+from porter.rulebase.families.dataloader import DATALOADER, workers
 from porter.rulebase.rule import Example, Needs, Rule, Safety
 from porter.rulebase.syntax import (
     block_statements,

@@ -8,7 +8,7 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rulebase.dataloader import DATALOADER, workers
+from porter.rulebase.families.dataloader import DATALOADER, workers
 from porter.rulebase.rule import Example, Needs, Rule, Safety
 from porter.rulebase.syntax import (
     argument,

@@ -5,13 +5,12 @@ from __future__ import annotations
 from textwrap import dedent
 
 import re
-from textwrap import dedent
 from typing import Optional
 
 import libcst as cst
 
 from porter.rulebase.evidence import CallsMethod, MovesResultOf, Name, String
-from porter.rulebase.numpy_dtypes import known_not_float64
+from porter.rulebase.families.numpy_dtypes import known_not_float64
 from porter.rulebase.rule import (
     BYTES_GAP,
     CUDA_SPEC,
@@ -314,7 +313,7 @@ class FromNumpyToDevice(Rule):
             self._moved.add(id(node.func.value))  # type: ignore[attr-defined]
 
     def _known_not_float64(self, call: cst.Call) -> bool:
-        """The array's dtype is in plain sight and is not float64 (porter.rulebase.numpy_dtypes)."""
+        """The array's dtype is in plain sight and is not float64 (porter.rulebase.families.numpy_dtypes)."""
         if len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
             return False
         klass = self._classes[-1] if self._classes else None

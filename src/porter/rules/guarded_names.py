@@ -188,7 +188,7 @@ class CudaGuardedName(Rule):
             for read in names.read:
                 if read.value in guarded and read.value not in rebound:
                     line = self.ctx.positions()[stmt].start.line
-                    reduced = getattr(self.ctx, "reduced", None)  # a module with stubs (porter.engine.segments)
+                    reduced = getattr(self.ctx, "reduced", None)  # a module with stubs (porter.engine.stages.segments)
                     line = reduced.original_line(line) if reduced is not None else line
                     self.flag(read, f"`{read.value}` is bound only when CUDA is available (line {line}); "
                               "without CUDA this read raises NameError",

@@ -19,7 +19,7 @@ from porter.rulebase.rule import (
     string_value,
 )
 from porter.rulebase.syntax import is_true
-from porter.rulebase.thirdparty import example_code
+from porter.rulebase.families.thirdparty import example_code
 
 #: The loaders whose keywords these rules read (``AutoModelForCausalLM.from_pretrained``).
 _LOADERS = frozenset({"from_pretrained", "from_config"})

@@ -8,7 +8,7 @@ from typing import Union
 
 import libcst as cst
 
-from porter.rulebase.availability_checks import IS_AVAILABLE, requirement
+from porter.rulebase.conditions.availability_checks import IS_AVAILABLE, requirement
 from porter.rulebase.rule import Example, Needs, Rule, Safety, cuda_spec, string_value
 from porter.rulebase.syntax import argument_pair, replace_arg
 

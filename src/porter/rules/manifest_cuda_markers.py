@@ -19,7 +19,7 @@ from porter.project.requirements import (
     url_requirement,
     with_platform_marker,
 )
-from porter.rulebase.manifest_files import (
+from porter.rulebase.families.manifest_files import (
     CUDA_NAMED,
     PYPROJECT_PATTERNS,
     REQUIREMENTS_PATTERNS,

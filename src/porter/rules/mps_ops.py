@@ -18,7 +18,7 @@ class MissingOp(NamedTuple):
 _F = "torch.nn.functional."
 
 # aten ops that are MISSING (no MPS kernel) in the torch 2.13 column of the coverage
-# table, porter_runtime/_mps_coverage.py (read from native_functions.yaml in the macOS
+# table, porter_runtime/tools/mps_coverage.py (read from native_functions.yaml in the macOS
 # arm64 wheels; the runtime's MPS emulation checks every operator against it), mapped
 # to the public API that dispatches to them. Internal ops
 # (slow_conv*, cudnn, fused attention, quantisation) and out=-only overloads are left

@@ -6,9 +6,9 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rulebase.availability_checks import availability_test
-from porter.rulebase.dataloader import DATALOADER
+from porter.rulebase.conditions.availability_checks import availability_test
 from porter.rulebase.evidence import Keyword, String
+from porter.rulebase.families.dataloader import DATALOADER
 from porter.rulebase.rule import Example, Needs, Rule, Safety, string_value
 from porter.rulebase.syntax import (
     argument_pair,

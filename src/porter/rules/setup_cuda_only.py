@@ -10,7 +10,7 @@ from porter.project.requirements import (
     parse,
     with_platform_marker,
 )
-from porter.rulebase.manifest_files import (
+from porter.rulebase.families.manifest_files import (
     marker_message,
 )
 from porter.rulebase.rule import Example, Needs, Rule, Safety

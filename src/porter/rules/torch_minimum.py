@@ -9,7 +9,7 @@ from porter.project.requirements import (
     requirements_sites,
     torch_bound,
 )
-from porter.rulebase.manifest_files import (
+from porter.rulebase.families.manifest_files import (
     PYPROJECT_PATTERNS,
     REQUIREMENTS_PATTERNS,
     basename,

@@ -86,7 +86,7 @@ class CudaTouchpoint(BaseRule):
         dedent("""\
         from .cuda_utils import helper
         """),
-        # Tests skipped off CUDA (porter.rulebase.test_gates): they never run on a Mac.
+        # Tests skipped off CUDA (porter.rulebase.conditions.test_gates): they never run on a Mac.
         dedent("""\
         import unittest
 

@@ -8,7 +8,7 @@ import libcst as cst
 
 from porter.rulebase.matching import Ambiguous
 from porter.rulebase.rule import Example, Needs, Rule, Safety
-from porter.rulebase.thirdparty import (
+from porter.rulebase.families.thirdparty import (
     UseFinder,
     arguments_fit,
     drop_dead_chains,

@@ -16,7 +16,7 @@ child processes:
   never hides another module's result.
 
 With ``--emulate mps`` the children also get ``PORTER_EMULATE=mps``: the vendored runtime
-then runs the code on the CPU under MPS's rules (``porter_runtime/_emulate.py``) and
+then runs the code on the CPU under MPS's rules (``porter_runtime/tools/emulate.py``) and
 writes each process's CPU fallbacks to a folder read back here (:func:`emulation_results`).
 
 Each failure is matched against porter's own analysis of the tree (the engine in
@@ -62,7 +62,7 @@ def child_environment(root: Path, guard_dir: Path, allow: Sequence[str], python:
                       emulate: Optional[str] = None) -> dict[str, str]:
     env = dict(os.environ)
     roots = [str(root)]  # where the guard lets the code find porter_runtime's modules
-    if emulate:  # porter_runtime reads these when the code imports it (porter_runtime/_emulate.py)
+    if emulate:  # porter_runtime reads these when the code imports it (porter_runtime/tools/emulate.py)
         env.update({"PORTER_EMULATE": emulate, "PORTER_EMULATE_REPORT_DIR": str(guard_dir / "emulate")})
         supplied = supply(guard_dir / "runtime_extra", "emulate")  # a copy sized to the port lacks them
         env.update(supplied)

@@ -30,7 +30,7 @@ from porter.engine.prefilter.byte_stage import ByteFilter, byte_candidates
 from porter.engine.prefilter.facts import SyntaxFacts, Unit
 from porter.engine.prefilter.syntax_stage import syntax_match, unit_wanted
 from porter.rulebase.codeview import code_view, prefilter_enabled
-from porter.rulebase.guards import parse
+from porter.rulebase.conditions.guards import parse
 from porter.rulebase.rule import Rule
 
 __all__ = ["SyntaxFacts", "Unit", "byte_candidates", "candidate_rules", "syntax_facts", "unit_wanted"]
@@ -57,7 +57,7 @@ def candidate_rules(data: bytes, rules: Sequence[type[Rule]]) -> tuple[list[type
     candidates = byte_candidates(data, rules)
     if not candidates or words_only_in_text(data, candidates):
         return [], None
-    tree = parse(data)  # shared with the guard pass and the ledger (porter.rulebase.guards)
+    tree = parse(data)  # shared with the guard pass and the ledger (porter.rulebase.conditions.guards)
     if tree is None:
         return candidates, None
     facts = syntax_facts(tree)

@@ -1,0 +1,293 @@
+"""Jupyter notebooks: the code cells are migrated one by one, everything else is kept.
+
+Only the ``source`` of code cells changes. Markdown and raw cells, outputs, execution
+counts and metadata stay as they are, and the JSON is written back in the notebook's own
+formatting (indent, key order, ``ensure_ascii``, final newline): a notebook whose bytes
+porter can't reproduce exactly is reported and left alone rather than reformatted.
+
+IPython syntax is not Python: a cell magic (``%%time`` on the first line) leaves the
+whole cell alone, and line magics, shell escapes (``%pip``, ``!nvidia-smi``,
+``files = !ls``) and help lines (``torch.cuda?``) are masked while the cell is migrated
+and put back unchanged.
+
+The runtime import goes once into the notebook: into the first code cell that imports
+torch or, if none comes before it, the first cell that changed, where that cell's import
+style puts it. A notebook runs with its own folder first on ``sys.path``: one at the root
+finds the root's copy; one elsewhere imports the copy of a package it imports, or finds
+the root's copy once the runtime is installed (porter.project.runtime_home; the run says so).
+No ``sys.path`` code is added.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+import json
+import re
+import warnings
+from typing import Any
+
+import libcst as cst
+
+from porter.edits.runtime_import import add_runtime_import, place_import
+from porter.engine.options import Options
+from porter.engine.stages.python_stage import binds_runtime_name, migrate_source, not_rewritten
+from porter.engine.results import FileResult
+from porter.files.sources import describe_syntax_error
+from porter.project.runtime_home import runtime_home_fields
+from porter.rulebase.rule import Finding
+
+#: Line magics and shell escapes (``%pip``, ``!ls``, ``files = !ls``) and help lines
+#: (``torch.cuda?``, ``??x``): a ``?`` ends a help line only after a bare name, never
+#: after a comment (``x = 1  # why?``) or a string.
+_MAGIC = re.compile(r"^\s*(?:[%!]|[\w.,\[\] ]+=\s*[%!]|\?{1,2}[\w.]+\s*$|[\w.\[\]()]+\?{1,2}\s*$)")
+_TORCH_IMPORT = re.compile(r"^\s*(?:import\s+torch\b|from\s+torch\b)", re.M)
+_RUNTIME_IMPORT = re.compile(r"^\s*(?:import\s+porter_runtime\b|from\s+([\w.]+)\s+import\s*(?:\([^)]*|[^#\n]*)\bporter_runtime\b)", re.M)
+_MARK = "pass  # porter: the cell starts below"
+
+
+class NotebookError(Exception):
+    pass
+
+
+# -- JSON, byte for byte ---------------------------------------------------------
+
+def load(data: bytes) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The notebook and the ``json.dumps`` settings that reproduce ``data`` exactly."""
+    try:
+        text = data.decode("utf-8")
+        notebook = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise NotebookError(f"not a valid notebook (JSON): {exc}") from None
+    if not isinstance(notebook, dict) or not isinstance(notebook.get("cells"), list):
+        raise NotebookError("not a notebook: no list of cells")
+    for style in _styles(text):
+        if dump(notebook, style) == data:
+            return notebook, style
+    raise NotebookError("porter can't reproduce this notebook's JSON formatting exactly; left untouched")
+
+
+def _styles(text: str):
+    second = text.split("\n", 2)[1] if text.count("\n") >= 2 else ""
+    indent = len(second) - len(second.lstrip(" ")) if "\n" in text else None
+    for ensure_ascii in (False, True):
+        yield {"indent": indent or None, "ensure_ascii": ensure_ascii, "newline": text.endswith("\n")}
+
+
+def dump(notebook: dict[str, Any], style: dict[str, Any]) -> bytes:
+    text = json.dumps(notebook, indent=style["indent"], ensure_ascii=style["ensure_ascii"])
+    return (text + ("\n" if style["newline"] else "")).encode("utf-8")
+
+
+def cell_text(cell: dict[str, Any]) -> str:
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else source
+
+
+def _set_text(cell: dict[str, Any], text: str) -> None:
+    """Store ``text`` in the cell's own shape: a list of lines or one string."""
+    if isinstance(cell.get("source"), list):
+        cell["source"] = text.splitlines(keepends=True)
+    else:
+        cell["source"] = text
+
+
+def code_cells(notebook: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
+    """(1-based cell number, cell) of each code cell porter may change."""
+    return [(n, c) for n, c in enumerate(notebook["cells"], 1)
+            if c.get("cell_type") == "code" and not cell_text(c).lstrip().startswith("%%")]
+
+
+# -- IPython syntax ----------------------------------------------------------------
+
+def mask(text: str) -> tuple[str, dict[str, str]]:
+    """``text`` with magic and shell lines replaced by unique placeholders; none in a
+    cell that is Python as it is (a continuation line may start with ``%`` or ``!=``)."""
+    if _parses(text):
+        return text, {}
+    lines = text.splitlines(keepends=True)
+    saved: dict[str, str] = {}
+    for i, line in enumerate(lines):
+        if _MAGIC.search(line.rstrip("\r\n")):
+            indent = line[: len(line) - len(line.lstrip())]
+            key = f"{indent}pass  # porter-masked-line-{i}"
+            saved[key] = line.rstrip("\r\n")
+            lines[i] = key + line[len(line.rstrip("\r\n")):]
+    return "".join(lines), saved
+
+
+def _parses(text: str) -> bool:
+    try:
+        ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True
+
+
+def unmask(text: str, saved: dict[str, str]) -> str:
+    if not saved:
+        return text
+    lines = text.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        body = line.rstrip("\r\n")
+        if body in saved:
+            lines[i] = saved[body] + line[len(body):]
+    return "".join(lines)
+
+
+# -- migration ---------------------------------------------------------------------
+
+def migrate_notebook(data: bytes, options: Options, *, path: str, bootstrap=None) -> tuple[bytes, list[Finding]]:
+    """The notebook's new bytes and the findings (messages start with the cell number)."""
+    notebook, style = load(data)
+    cells = code_cells(notebook)
+    findings: list[Finding] = []
+    changed: list[int] = []
+    needs_runtime = False
+    # Cells share one namespace: each is migrated below the imports of the cells before
+    # it (so ``torch`` in cell 5 resolves through cell 1's ``import torch``), and below
+    # ``import porter_runtime``, so the engine doesn't import the runtime in every cell.
+    context = ["import porter_runtime"]
+    for number, cell in cells:
+        text = cell_text(cell)
+        masked, saved = mask(text)
+        prefix = "\n".join(context) + "\n" + _MARK + "\n"
+        try:
+            result = migrate_source((prefix + masked).encode("utf-8"), options, path=path)
+        except cst.ParserSyntaxError as exc:  # like a .py file: left whole, never half-ported
+            reason = describe_syntax_error(exc, masked.encode()).replace(" at line ", " at cell line ")
+            raise NotebookError(f"cell {number}: {reason}") from None
+        offset = prefix.count("\n")
+        findings += [_in_cell(f, number, offset) for f in result.findings]
+        ported = result.new.decode("utf-8").split(_MARK + "\n", 1)[1]
+        if ported != masked:  # as for a .py file: Python 3 before, compiling after
+            problem = _compile_problem(ported, masked)
+            if problem:
+                raise NotebookError(f"cell {number}: {problem}")
+        new = unmask(ported, saved)
+        context += _imports(masked)
+        if new != text:
+            _set_text(cell, new)
+            changed.append(number)
+            needs_runtime |= result.needs_runtime
+    line = binds_runtime_name("\n".join(mask(cell_text(c))[0] for _, c in cells).encode()) if needs_runtime else 0
+    if line:  # a cell's own porter_runtime would shadow the import: report, don't rewrite
+        return data, not_rewritten(findings, line)
+    if needs_runtime and not any(_RUNTIME_IMPORT.search(cell_text(c)) for _, c in cells):
+        _import_runtime(cells, changed[0], bootstrap, [name for line in context[1:] for name in _top_names(line)])
+    return (dump(notebook, style) if changed else data), findings
+
+
+def _compile_problem(new: str, old: str) -> str:
+    """Why a ported cell would not compile, as python_stage.compile_error says it of a
+    file, with IPython's top-level ``await`` allowed."""
+    def error(code: str) -> str:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                compile(code, "<cell>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+        except SyntaxError as exc:
+            return f"{exc.msg} (cell line {exc.lineno})"
+        except (ValueError, RecursionError, MemoryError) as exc:
+            return str(exc) or type(exc).__name__
+        return ""
+
+    if not error(new):
+        return ""
+    original = error(old)
+    if original:
+        return f"does not compile: {original}; left untouched"
+    return f"internal error: the ported cell would not compile ({error(new)}); left untouched"
+
+
+def _imports(code: str) -> list[str]:
+    """The top-level imports of a cell (none when Python can't parse it)."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError):
+        return []
+    return [ast.get_source_segment(code, node) or "" for node in tree.body
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and getattr(node, "module", "") != "__future__"]
+
+
+def _in_cell(finding: Finding, number: int, offset: int) -> Finding:
+    return dataclasses.replace(finding, line=finding.line - offset, message=f"cell {number}: {finding.message}")
+
+
+def _top_names(line: str) -> list[str]:
+    words = line.replace(",", " ").split()
+    if words[:1] == ["from"] and len(words) > 1 and not words[1].startswith("."):
+        return [words[1].split(".")[0]]
+    if words[:1] == ["import"]:
+        return [w.split(".")[0] for w in words[1:] if w != "as"]
+    return []
+
+
+def _import_runtime(cells: list[tuple[int, dict[str, Any]]], first_changed: int, bootstrap, imported: list[str]) -> None:
+    """Add the runtime import to the first cell importing torch, else the first changed one."""
+    target = next(c for n, c in cells if n == first_changed or _TORCH_IMPORT.search(cell_text(c)))
+    masked, saved = mask(cell_text(target))
+    module = cst.parse_module(masked)
+    if bootstrap is None:
+        module = add_runtime_import(module, None)
+    else:
+        home = bootstrap(imported)
+        module = place_import(module, home.statement, home.package, bootstrap.first_party)
+    _set_text(target, unmask(module.code, saved))
+
+
+def _check_size(data: bytes) -> None:
+    """NotebookError for a notebook whose code is larger than a .py porter parses (the
+    outputs, images included, cost nothing)."""
+    from porter.engine.stages.python_stage import MAX_PARSE_BYTES
+
+    if len(data) <= MAX_PARSE_BYTES:
+        return
+    cells = load(data)[0]["cells"]
+    code = sum(len(cell_text(c)) for c in cells if c.get("cell_type") == "code")
+    if code > MAX_PARSE_BYTES:
+        raise NotebookError(f"{code / 1e6:.1f} MB of code: larger than the {MAX_PARSE_BYTES / 1e6:.0f} MB "
+                            "porter parses; port it by hand or split it")
+
+
+def process_notebook(data: bytes, rel: str, options: Options, bootstrap=None) -> FileResult:
+    """The notebook stage (porter.engine.process picks it for a ``.ipynb``): every failure is a
+    per-file error."""
+    try:
+        _check_size(data)
+        new, findings = migrate_notebook(data, options, path=rel, bootstrap=bootstrap)
+    except NotebookError as exc:
+        return FileResult(rel, "error", error=str(exc))
+    except Exception as exc:  # a bug in porter: report it for this file, go on
+        return FileResult(rel, "error", error=f"internal error: {type(exc).__name__}: {exc}")
+    result = (FileResult(rel, "unchanged", findings=findings) if new == data
+              else FileResult(rel, "changed", findings=findings, old=data, new=new))
+    found = next(filter(None, (_RUNTIME_IMPORT.search(cell_text(c)) for c in load(new)[0]["cells"]
+                               if c.get("cell_type") == "code")), None)
+    result.uses_runtime = found is not None  # the run vendors the runtime for it
+    # the copy an import it already has refers to (`from mingpt import porter_runtime`)
+    result.runtime_from = (found.group(1) or "") if found else ""
+    if result.status == "changed":
+        result.runtime_folder, result.runtime_package, result.runtime_note = runtime_home_fields(bootstrap, rel)
+    return result
+
+
+# -- review ------------------------------------------------------------------------
+
+def cell_diff(rel: str, old: bytes, new: bytes) -> str:
+    """A unified diff per changed code cell, for people (not ``git apply``-able)."""
+    before = json.loads(old.decode("utf-8"))["cells"]
+    after = json.loads(new.decode("utf-8"))["cells"]
+    out = []
+    for number, (a, b) in enumerate(zip(before, after), 1):
+        if cell_text(a) == cell_text(b):
+            continue
+        lines = difflib.unified_diff(_lines(cell_text(a)), _lines(cell_text(b)), lineterm="\n",
+                                     fromfile=f"a/{rel} (cell {number})", tofile=f"b/{rel} (cell {number})")
+        out.append("".join(lines))
+    return "".join(out)
+
+
+def _lines(text: str) -> list[str]:
+    return [line if line.endswith("\n") else line + "\n" for line in text.splitlines(keepends=True)]

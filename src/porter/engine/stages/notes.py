@@ -1,0 +1,98 @@
+"""Findings in code that only runs where CUDA is become notes (severity "info").
+
+A finding needs a human only with evidence that the code runs off CUDA (STYLE.md, house
+rule 16). Code under a CUDA guard porter did not port (``if x.is_cuda:``, the CUDA arm of
+``"nccl" if dist.is_nccl_available() else "gloo"``) and tests skipped off CUDA
+(``@unittest.skipIf(not torch.cuda.is_available(), ...)``, ``@skip_if_lt_x_gpu(4)``) never
+run on a Mac: what porter finds there is listed for information, as ruff lists a note,
+and blocks nothing. The regions are porter.rulebase.conditions.guards'; ``try: import flash_attn``
+bodies are not among them (the import's own finding is what a human must see).
+
+One finding per construct: where a guard porter left as is carries a finding (PT202's
+"left as is") and a finding of a device-split rule (``Rule.device_split``, PT602) sits in
+the code that guard chooses, one of the two is a note. On the guard's own line the split's
+finding says what to do, so the guard's is the note::
+
+    Tensor = torch.cuda.FloatTensor if torch.cuda.is_available() else torch.Tensor  # PT602 stays
+
+Through a flag set elsewhere, the flag's finding is the one to act on (port the flag and
+every use of it follows), so the split's is the note::
+
+    cuda = torch.cuda.is_available()                       # PT202 stays
+    Tensor = torch.cuda.FloatTensor if cuda else torch.Tensor  # PT602: a note
+
+A guard porter ported (``cuda = porter_runtime.is_accelerator_available()``) carries no
+finding, so the split's stays: on a Mac it now picks the CUDA type.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Collection, Sequence
+
+from porter.rulebase.conditions.guards import Region, cuda_regions, guard_ported, parse, within
+from porter.rulebase.rule import INFO, Finding
+
+_KINDS = ("device", "test")
+
+
+def cuda_only_notes(findings: Sequence[Finding], data: bytes, keep: Collection[str] = (),
+                    gated_module: bool = False) -> list[Finding]:
+    """``findings`` with each one that needs a human, but lies in code only run where
+    CUDA is, made a note that names the guard. ``keep``: the codes of the rules whose
+    finding there is about the device split itself (``Rule.device_split``): they stay.
+    ``gated_module``: the tree imports this file only where CUDA is (porter.project.cuda_gated)."""
+    if not any(f.needs_human for f in findings):
+        return list(findings)
+    if gated_module:
+        return [dataclasses.replace(f, severity=INFO, message=f"{f.message} (for information: the tree imports "
+                                    "this module only in code run where CUDA is)") if f.needs_human else f
+                for f in findings]
+    tree = parse(data)
+    if tree is None:
+        return list(findings)
+    rewrites = [(f.line, f.column - 1) for f in findings if f.action == "rewrite"]
+    regions = [r for r in cuda_regions(tree, data) if r.kind in _KINDS
+               and not (r.kind == "device" and guard_ported(r, rewrites))]
+    if not regions:
+        return list(findings)
+    findings = [_note(f, regions) if f.needs_human and f.code not in keep else f for f in findings]
+    return _one_per_construct(findings, regions, keep)
+
+
+def _one_per_construct(findings: Sequence[Finding], regions: Sequence[Region], keep: Collection[str]) -> list[Finding]:
+    """A device split's finding and the finding on its unported guard made one (module docstring)."""
+    guards = [f for f in findings if f.needs_human and f.code not in keep]
+    splits = [f for f in findings if f.needs_human and f.code in keep]
+    if not guards or not splits:
+        return list(findings)
+    notes: dict[int, Finding] = {}
+    for split in splits:
+        for region in regions:
+            if region.kind != "device" or not region.contains((split.line, split.column - 1)):
+                continue
+            guard = next((g for g in guards if within(region.guard_spans, (g.line, g.column - 1))), None)
+            if guard is None:
+                continue
+            if guard.line == split.line:
+                notes[id(guard)] = _covered(guard, split)
+            else:
+                notes[id(split)] = _covered(split, guard)
+            break
+    return [notes.get(id(f), f) for f in findings]
+
+
+def _covered(finding: Finding, by: Finding) -> Finding:
+    return dataclasses.replace(finding, severity=INFO,
+                               message=f"{finding.message} (for information: the same guard as {by.code} "
+                                       f"at line {by.line})")
+
+
+def _note(finding: Finding, regions: Sequence[Region]) -> Finding:
+    where = (finding.line, finding.column - 1)
+    region = next((r for r in regions if r.contains(where)), None)
+    if region is None:
+        return finding
+    why = "a test skipped off CUDA" if region.kind == "test" else "code run only where CUDA is"
+    return dataclasses.replace(finding, severity=INFO,
+                               message=f"{finding.message} (for information: {why}, line {region.guard_line})")

@@ -1,0 +1,1 @@
+"""What one family of rules shares: its tables, its matching, its syntax."""

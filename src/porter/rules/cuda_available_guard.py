@@ -1,0 +1,556 @@
+"""``torch.cuda.is_available()`` guards that mean "is there an accelerator" (PT202)."""
+
+from __future__ import annotations
+
+from textwrap import dedent
+from typing import Optional, Union
+
+import libcst as cst
+
+from porter.rulebase.conditions import dist_guard
+from porter.rulebase.conditions.availability_checks import (
+    IS_AVAILABLE,
+    availability_test,
+    else_requirement,
+    requirement,
+)
+from porter.rulebase.conditions.name_choice import only_picks_names
+from porter.rulebase.families.availability_choices import (
+    accelerator_test,
+    gated_choice,
+    statement_choice,
+    ternary_choice,
+)
+from porter.rulebase.families.availability_sides import (
+    MpsCheck,
+    TypeFlags,
+    and_chain,
+    availability_calls,
+    cuda_residue,
+    falls_back_to_cpu,
+    guard_calls,
+    is_half_flag,
+    right_everywhere,
+    unread_flag,
+)
+from porter.rulebase.rule import Example, Needs, Rule, Safety, string_value
+
+_SUGGESTION = "porter_runtime.is_accelerator_available()"
+_NOTE = ("`torch.cuda.is_available()` is False without CUDA, so on a Mac this takes the "
+         "CPU path even though MPS is there")
+
+
+
+class CudaAvailableGuard(Rule):
+    """`if torch.cuda.is_available():` around device-neutral code tests `is_accelerator_available()`.
+
+    What:
+    Rewrites `torch.cuda.is_available()` to `porter_runtime.is_accelerator_available()`
+    where it is the test of an `if`/`elif` or a ternary (alone or as an operand of
+    `and`), and the code it guards no longer needs CUDA once porter's other rules ran:
+    no name or string mentioning cuda or nccl, no import, nothing from a CUDA-only
+    package (apex, flash_attn, xformers, triton, bitsandbytes, deepspeed, ...).
+    porter's own calls (`porter_runtime.device(f"cuda:{r}")`) and CUDA backend flags
+    (`torch.backends.cuda.*`, `torch.backends.cudnn.*`: harmless elsewhere) don't
+    count as needing CUDA. A guard that is already right on every device is left
+    alone with no finding: its CUDA side only sets CUDA backend flags or picks
+    "nccl", its other side (if any) only picks "gloo". An `elif
+    torch.cuda.is_available():` whose `else` only reports and stops (`print(...)`;
+    `sys.exit(1)`) becomes that `else`, led by `porter_runtime.require_device(msg)`. A
+    device ternary left as it is (`f"cuda:{rank}" if torch.cuda.is_available() else
+    "cpu"`) is a note (severity "info"): its CPU arm runs off CUDA; so is the answer
+    used as a repeat count (`(torch.device("cuda"),) * torch.cuda.is_available()`), and
+    any use in a function (or module) that also asks `torch.backends.mps.is_available()`:
+    its own device choice already has an MPS branch; and a flag set from it that
+    nothing reads (`self.sync_cuda = torch.cuda.is_available()` with no other
+    `.sync_cuda` in the repository); and a half-precision flag set from it
+    (`opt.half = torch.cuda.is_available() and opt.device != "cpu"`): off CUDA the
+    code runs in float32, a speed choice that runs everywhere; and a flag whose
+    every use picks between names (`"onnxruntime-gpu" if cuda else "onnxruntime"`,
+    porter.rulebase.conditions.name_choice): off CUDA the CPU name, which runs. Every
+    other use (`use_cuda = torch.cuda.is_available()`, `assert`, `not ...`, a guard
+    around CUDA-only code) is reported with a suggestion, except where the answer is
+    only printed (`print(...)`, an f-string) and where it is a requirement
+    (`assert torch.cuda.is_available()`, `if not ...: raise`): PT903's.
+
+    Why:
+    `torch.cuda.is_available()` is False on a Mac, so code that means "is there an
+    accelerator" runs on the CPU although MPS is there.
+
+    Fix safety:
+    Safe. With CUDA both calls are True, so the same branch runs. Without CUDA the
+    runtime says whether MPS or XPU is there (never a faked `is_available()`), and
+    the guarded code, being free of CUDA-only calls, runs there. `PORTER_DEVICE=cpu`
+    makes it False. A required `elif`: on CUDA the same setup runs (the `else` never
+    did) and `require_device` does nothing; elsewhere the setup runs on the resolved
+    device instead of the program stopping.
+
+    Known limits:
+    The guarded code's callees are not followed: a guarded call of a local function
+    that uses a CUDA extension would now run on a Mac. The check is syntactic and
+    conservative: a guarded `print("cuda ok")` keeps the guard as it was. Arguments
+    `pin_memory=torch.cuda.is_available()` are left to PT401.
+    """
+
+    code = "PT202"
+    name = "cuda-available-guard"
+    safety = Safety.SAFE
+    needs = Needs(targets=frozenset({IS_AVAILABLE}))
+
+    valid = [
+        "def f(torch):\n    if torch.cuda.is_available():\n        model.half()\n",
+        "import mylib as torch\nuse_gpu = torch.cuda.is_available()\n",
+        "import torch\nloader = DataLoader(ds, pin_memory=torch.cuda.is_available())\n",
+        "import torch\ndevice = 'cuda' if torch.cuda.is_available() else 'cpu'\n",
+        "import torch\nprint('CUDA:', torch.cuda.is_available())\nlog(f'cuda={torch.cuda.is_available()}')\n",
+        # right on every device: CUDA-only flags and the NCCL/gloo choice
+        dedent("""\
+            import torch
+
+            if torch.cuda.is_available():
+                torch.backends.cuda.matmul.allow_tf32 = True
+                torch.backends.cudnn.allow_tf32 = True
+            """),
+        dedent("""\
+            import torch as t
+            from torch.backends import cudnn
+
+            if args.gpu and t.cuda.is_available():
+                cudnn.benchmark = True
+            """),
+        dedent("""\
+            import torch
+            import torch.distributed as dist
+
+            backend = "gloo" if not torch.cuda.is_available() else "nccl"
+            dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
+            """),
+        # TP604's optional extension: its import stays fatal where CUDA is
+        dedent("""\
+            import torch
+
+            try:
+                import rotary_emb
+            except ImportError:
+                if torch.cuda.is_available():
+                    raise
+                rotary_emb = None
+            """),
+        dedent("""\
+            from torch.cuda import is_available
+
+            if is_available():
+                backend = 'nccl'
+            else:
+                backend = 'gloo'
+            """),
+    ]
+    invalid = [
+        Example(
+            "import torch\n\nif torch.cuda.is_available():\n    torch.backends.cudnn.benchmark = True\n"
+            "    model = model.to(device)\n",
+            "import porter_runtime\nimport torch\n\nif porter_runtime.is_accelerator_available():\n"
+            "    torch.backends.cudnn.benchmark = True\n    model = model.to(device)\n",
+        ),
+        Example(
+            "import torch as t\n\nif args.gpu and t.cuda.is_available():\n    model = nn.DataParallel(model)\n",
+            "import porter_runtime\nimport torch as t\n\nif args.gpu and porter_runtime.is_accelerator_available():\n"
+            "    model = nn.DataParallel(model)\n",
+        ),
+        Example(
+            "from torch.cuda import is_available\nbatch = 64 if is_available() else 8\n",
+            "import porter_runtime\nbatch = 64 if porter_runtime.is_accelerator_available() else 8\n",
+        ),
+        Example("import torch\nuse_cuda = not args.no_cuda and torch.cuda.is_available()\n"),
+        Example("import torch\nif torch.cuda.is_available():\n    model = apex.amp.initialize(model)\n    x = x.cuda()\n"),
+        Example("import torch\nif not torch.cuda.is_available():\n    args.amp = False\n"),
+        Example(  # PyTorch-GAN: the flag picks a legacy CUDA type, which a Mac lacks: kept, reported
+            dedent("""\
+                import torch
+
+                cuda = True if torch.cuda.is_available() else False
+                Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor
+                z = Tensor(np.random.normal(0, 1, (batch_size, latent_dim)))
+                """),
+            line=3, message="chooses a legacy CUDA tensor type",
+        ),
+        Example(  # dino's init_distributed_mode: the one-process setup needs no CUDA, the else only refuses
+            dedent("""\
+                import os
+                import sys
+                import torch
+
+                def init_distributed_mode(args):
+                    if "RANK" in os.environ:
+                        args.rank = int(os.environ["RANK"])
+                    elif torch.cuda.is_available():
+                        print("Will run the code on one GPU.")
+                        args.rank, args.gpu, args.world_size = 0, 0, 1
+                    else:
+                        print("Does not support training without GPU.")
+                        sys.exit(1)
+                """),
+            dedent("""\
+                import porter_runtime
+                import os
+                import torch
+
+                def init_distributed_mode(args):
+                    if "RANK" in os.environ:
+                        args.rank = int(os.environ["RANK"])
+                    else:
+                        porter_runtime.require_device("Does not support training without GPU.")
+                        print("Will run the code on one GPU.")
+                        args.rank, args.gpu, args.world_size = 0, 0, 1
+                """),
+        ),
+        Example(  # the setup itself still needs CUDA: reported, not rewritten
+            dedent("""\
+                from torch.cuda import is_available
+
+                if args.resume:
+                    load(args.resume)
+                elif is_available():
+                    import apex
+                    apex.amp.register_half_function(torch, "einsum")
+                else:
+                    raise SystemExit("needs a GPU")
+                """),
+            line=5, message="still needs CUDA",
+        ),
+        Example(  # porter's own rewrite inside the guard does not hold it back
+            dedent("""\
+                import porter_runtime
+                import torch
+
+                def setup(rank):
+                    if torch.cuda.is_available():
+                        porter_runtime.set_device(rank)
+                        return porter_runtime.device(f"cuda:{rank}")
+                """),
+            dedent("""\
+                import porter_runtime
+                import torch
+
+                def setup(rank):
+                    if porter_runtime.is_accelerator_available():
+                        porter_runtime.set_device(rank)
+                        return porter_runtime.device(f"cuda:{rank}")
+                """),
+            line=5, message="also admits MPS",
+        ),
+        Example(  # guided-diffusion's TrainLoop sets a flag that nothing reads: a note
+            dedent("""\
+                import torch as th
+
+                class TrainLoop:
+                    def __init__(self, model, batch_size):
+                        self.model = model
+                        self.batch_size = batch_size
+                        self.sync_cuda = th.cuda.is_available()
+                """),
+            line=7, message="the flag it sets is read nowhere",
+        ),
+        Example(  # half precision only on CUDA: off CUDA float32 runs, a speed choice (a note)
+            dedent("""\
+                import torch
+
+                def parse_opt(opt):
+                    opt.half = torch.cuda.is_available() and opt.device != "cpu"  # FP16 for fastest results
+                    return opt
+                """),
+            line=4, message="half precision",
+        ),
+        Example(  # a flag that only picks a package and a provider: the CPU ones run off CUDA (a note)
+            dedent("""\
+                import torch
+
+                def load_onnx(w, device):
+                    cuda = torch.cuda.is_available() and device.type != "cpu"  # use CUDA
+                    check_requirements(("onnx", "onnxruntime-gpu" if cuda else "onnxruntime"))
+                    providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if cuda else ["CPUExecutionProvider"]
+                    return onnxruntime.InferenceSession(w, providers=providers)
+                """),
+            line=4, message="only picks between names",
+        ),
+        Example(  # the same flag also guards code: a finding
+            dedent("""\
+                import torch
+
+                def load_onnx(w, device):
+                    cuda = torch.cuda.is_available() and device.type != "cpu"
+                    providers = ["CUDAExecutionProvider"] if cuda else ["CPUExecutionProvider"]
+                    if cuda:
+                        torch.backends.cudnn.benchmark = True
+                    return cuda, providers
+                """),
+            line=4, message="if it means",
+        ),
+        Example(  # a flag that is read decides something: a finding
+            dedent("""\
+                import torch as th
+
+                class TrainLoop:
+                    def __init__(self, model):
+                        self.sync_cuda = th.cuda.is_available()
+
+                    def step(self):
+                        if self.sync_cuda:
+                            th.cuda.synchronize()
+                """),
+            line=5, message="if it means \"is there an accelerator\"",
+        ),
+        Example(  # the example picks MPS itself: right on a Mac as written, a note
+            dedent("""\
+                import torch
+
+                def main(args):
+                    use_cuda = args.cuda and torch.cuda.is_available()
+                    use_mps = args.mps and torch.backends.mps.is_available()
+                    if use_cuda:
+                        device = torch.device("cuda")
+                    elif use_mps:
+                        device = torch.device("mps")
+                    else:
+                        device = torch.device("cpu")
+                    return device
+                """),
+            line=4, message="so it picks MPS on a Mac as written: for information",
+        ),
+        Example(  # the devices a test runs on: CUDA's entry is left out off CUDA, the CPU one runs
+            dedent("""\
+                import torch
+
+                class ShampooGraftingTest(unittest.TestCase):
+                    available_devices = (torch.device("cpu"),) + (
+                        torch.device("cuda"),
+                    ) * torch.cuda.is_available()
+                """),
+            line=6, message="they are left out and the rest runs: for information",
+        ),
+        Example(  # cleanrl's multi-GPU script: the CPU fallback runs off CUDA, so a note, not a finding
+            dedent("""\
+                import torch
+
+                device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() and args.cuda else "cpu")
+                """),
+            line=3, message="without CUDA it picks the CPU, which runs: for information",
+        ),
+        Example(  # a test skipped off CUDA never runs on a Mac: its guard is a note, not a finding
+            dedent("""\
+                import unittest
+
+                import torch
+
+                @unittest.skipIf(not torch.cuda.is_available(), "Skip when CUDA is not available")
+                class ShampooGPUTest(unittest.TestCase):
+                    def test_step(self):
+                        model = torch.nn.Linear(4, 4).cuda()
+                """),
+            line=5, message="for information: a test skipped off CUDA, line 5",
+        ),
+        Example(  # a CUDA-only flag is harmless elsewhere: device-neutral code next to it is ported
+            dedent("""\
+                import torch
+
+                if torch.cuda.is_available():
+                    torch.backends.cuda.matmul.allow_tf32 = True
+                    model = model.to(device)
+                """),
+            dedent("""\
+                import porter_runtime
+                import torch
+
+                if porter_runtime.is_accelerator_available():
+                    torch.backends.cuda.matmul.allow_tf32 = True
+                    model = model.to(device)
+                """),
+        ),
+    ]
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._handled: set[cst.Call] = set()  # calls decided at their if/ternary
+        self._dist_guards: Optional[set[int]] = None
+        self._flags: dict[int, str] = {}  # id of a ternary -> the name it is assigned to
+        self._type_flags: Optional[set[str]] = None
+        self._elifs: set[int] = set()  # ids of the `elif` branches seen
+        self._repeats: set[cst.BaseExpression] = set()  # availability calls used as a repeat count
+        self._functions: list[cst.FunctionDef] = []
+        self._mps_scopes: dict[int, bool] = {}
+        self._unread_flags: set[cst.BaseExpression] = set()  # availability calls setting a flag nothing reads
+        self._half_flags: set[cst.BaseExpression] = set()  # availability calls setting a half-precision flag
+        self._name_flags: set[cst.BaseExpression] = set()  # ... setting a flag that only picks names
+
+    def visit_If(self, node: cst.If) -> None:
+        if isinstance(node.orelse, cst.If):
+            self._elifs.add(id(node.orelse))
+        self._handled.update(availability_calls(self, node.test))  # decided in leave_If (or by PT201)
+        if self._skips_distributed(node):  # PT304's, also once ported
+            self._handled.update(dist_guard.negated_availability(self, n) or n.left.expression
+                                 for n, _ in dist_guard.guard_operands(self, node.test))
+
+    def _skips_distributed(self, node: cst.If) -> bool:
+        if self._dist_guards is None:
+            self._dist_guards = dist_guard.distributed_guards(self)
+        return id(node) in self._dist_guards
+
+    def visit_IfExp(self, node: cst.IfExp) -> None:
+        self._handled.update(availability_calls(self, node.test))
+
+    def visit_Assert(self, node: cst.Assert) -> None:
+        if requirement(self, node) is not None:
+            self._handled.update(availability_calls(self, node.test))  # PT903
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Name) and node.func.value == "print" and self.qualname(node.func) is None:
+            for arg in node.args:  # only reported
+                self._handled.update(availability_calls(self, arg.value))
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if isinstance(node.value, cst.IfExp) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+            self._flags[id(node.value)] = node.targets[0].target.value
+        if len(node.targets) == 1 and availability_test(self, node.value) and unread_flag(self, node.targets[0].target):
+            self._unread_flags.add(node.value)
+        if len(node.targets) == 1 and is_half_flag(node.targets[0].target) and and_chain(node.value):
+            self._half_flags.update(c for c in availability_calls(self, node.value) if availability_test(self, c))
+        target = node.targets[0].target if len(node.targets) == 1 else None
+        if isinstance(target, cst.Name) and self._functions and and_chain(node.value) \
+                and only_picks_names(self._functions[-1], target.value):
+            self._name_flags.update(c for c in availability_calls(self, node.value) if availability_test(self, c))
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        if isinstance(node.operator, cst.Multiply):  # `(torch.device("cuda"),) * is_available()`
+            self._repeats.update(side for side in (node.left, node.right) if availability_test(self, side))
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is not None and node.keyword.value == "pin_memory":
+            self._handled.update(availability_calls(self, node.value))  # PT401
+
+    def visit_FormattedStringExpression(self, node: cst.FormattedStringExpression) -> None:
+        self._handled.update(availability_calls(self, node.expression))  # only reported, as in a log line
+
+    def visit_DictElement(self, node: cst.DictElement) -> None:
+        if string_value(node.key) == "pin_memory":
+            self._handled.update(availability_calls(self, node.value))  # PT401
+
+    def leave_If(self, original: cst.If, updated: cst.If) -> Union[cst.If, cst.Else]:
+        if statement_choice(self, original) is not None:
+            return updated
+        found = else_requirement(self, original) if id(original) in self._elifs else None
+        if found is not None and cuda_residue(self, original.body, updated.body) is None:
+            return self._required(original, updated, found[0])
+        return self._guard(original, updated, original.body, updated.body)
+
+    def _required(self, original: cst.If, updated: cst.If, message) -> Union[cst.If, cst.Else]:
+        """``elif torch.cuda.is_available(): <setup> else: <report and stop>`` becomes
+        ``else: porter_runtime.require_device(message); <setup>``: the setup ran wherever
+        CUDA was, and now runs on the device the runtime resolves."""
+        call = self.runtime_call("require_device", *([message] if message is not None else []))
+        body = updated.body.with_changes(body=[cst.SimpleStatementLine([cst.Expr(call)]), *updated.body.body])
+        new = cst.Else(body=body, leading_lines=original.leading_lines)
+        return self.rewrite(original, new, "the CUDA requirement of its `else` is now met by the device the "
+                                           "runtime resolves (MPS, XPU or CPU off CUDA), where the setup it "
+                                           "guarded runs")
+
+    def leave_IfExp(self, original: cst.IfExp, updated: cst.IfExp) -> cst.IfExp:
+        if ternary_choice(self, original) is not None or gated_choice(self, original) is not None:
+            return updated  # PT201's
+        return self._guard(original, updated, original.body, updated.body)
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        if original in self._handled or availability_test(self, original) is None:
+            return updated
+        if original in self._unread_flags:
+            self.note(original, _NOTE + "; the flag it sets is read nowhere, so it decides nothing: for information",
+                      suggestion=_SUGGESTION)
+            return updated
+        if original in self._name_flags:
+            self.note(original, _NOTE + "; here the flag it sets only picks between names (a package, a "
+                      "provider), and without CUDA the CPU one, which runs: for information", suggestion=_SUGGESTION)
+            return updated
+        if original in self._half_flags:
+            self.note(original, _NOTE + "; here it only turns half precision on where CUDA is, so off CUDA "
+                      "float32 runs (a speed choice): for information", suggestion=_SUGGESTION)
+            return updated
+        if original in self._repeats:
+            self.note(original, _NOTE + "; here it only repeats CUDA entries once or not at all, so off CUDA "
+                      "they are left out and the rest runs: for information", suggestion=_SUGGESTION)
+            return updated
+        self._report(original, _NOTE + "; if it means \"is there an accelerator\", use "
+                  f"`{_SUGGESTION}` (and `porter_runtime.device()` for the device)", suggestion=_SUGGESTION)
+        return updated
+
+    def _guard(self, original, updated, body, new_body):
+        test = original.test
+        if isinstance(original, cst.If) and requirement(self, original) is not None:
+            return updated  # PT903
+        if isinstance(original, cst.If) and self._skips_distributed(original):
+            return updated  # PT304
+        if right_everywhere(self, original, guard_calls(self, test)):
+            return updated
+        if availability_test(self, test) is False:
+            self._report(test, _NOTE + "; code it guards now runs on a Mac",
+                      suggestion=f"if not {_SUGGESTION}:")
+            return updated
+        if not guard_calls(self, test):
+            return updated
+        if isinstance(original, cst.IfExp) and self._selects_cuda_type(original):
+            self.flag(test, f"{_NOTE}; the flag it sets chooses a legacy CUDA tensor type (`torch.cuda.FloatTensor "
+                      "if cuda else torch.FloatTensor`), which exists only with CUDA, so it is not rewritten and "
+                      "the code runs on the CPU off CUDA, as before",
+                      suggestion="build tensors with torch.tensor(..., device=porter_runtime.device()) instead of "
+                                 "the legacy types, then test porter_runtime.is_accelerator_available()")
+            return updated
+        residue = cuda_residue(self, body, new_body)
+        if residue is not None and falls_back_to_cpu(self, original):
+            self.note(test, f"{_NOTE}; the CUDA choice (`{residue}`) is not rewritten, and without CUDA it picks "
+                      "the CPU, which runs: for information", suggestion="porter_runtime.device()")
+            return updated
+        if residue is not None:
+            self._report(test, f"{_NOTE}; the code it guards still needs CUDA (`{residue}`), so it is not "
+                      "rewritten; port the guarded code, then test the runtime", suggestion=f"if {_SUGGESTION}:")
+            return updated
+        new_test = accelerator_test(self, original.test, updated.test)
+        if self.rewrite(original.test, new_test, "the guard now also admits MPS and XPU") is original.test:
+            return updated  # suppressed by a `# porter: ignore` comment
+        return updated.with_changes(test=new_test)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._functions.append(node)
+
+    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
+        self._functions.pop()
+        return updated
+
+    def _report(self, node: cst.CSTNode, message: str, *, suggestion: str) -> None:
+        """A finding, or a note where the function (or module) asks for MPS itself."""
+        if self._asks_for_mps():
+            self.note(node, message + "; this code also asks `torch.backends.mps.is_available()`, so it picks "
+                      "MPS on a Mac as written: for information", suggestion=suggestion)
+        else:
+            self.flag(node, message, suggestion=suggestion)
+
+    def _asks_for_mps(self) -> bool:
+        """Whether the enclosing function (or the module) calls ``torch.backends.mps.is_available()``:
+        a device choice of its own with an MPS branch (yolov5's select_device, an example's
+        ``use_mps = args.mps and torch.backends.mps.is_available()``)."""
+        scope = self._functions[-1] if self._functions else self.ctx.module
+        if id(scope) not in self._mps_scopes:
+            finder = MpsCheck(self, scope)
+            scope.visit(finder)
+            self._mps_scopes[id(scope)] = finder.found
+        return self._mps_scopes[id(scope)]
+
+    def _selects_cuda_type(self, node: cst.IfExp) -> bool:
+        """``cuda = True if torch.cuda.is_available() else False`` whose name the file tests to
+        pick ``torch.cuda.FloatTensor``: admitting MPS would make it pick that type on a Mac,
+        where it raises; and ``x.type(Tensor)`` can name no MPS type."""
+        name = self._flags.get(id(node))
+        if name is None:
+            return False
+        if self._type_flags is None:
+            finder = TypeFlags(self)
+            self.ctx.module.visit(finder)
+            self._type_flags = finder.names
+        return name in self._type_flags

@@ -1,0 +1,148 @@
+"""Unguarded imports of CUDA-only packages (TP603): deepspeed, mamba-ssm, causal-conv1d, ..."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from porter.rulebase.cuda_packages import IMPORT_ROOTS, advice_for
+from porter.rulebase.evidence import Imports
+from porter.rulebase.families.kernel_builds import COMPILED_MODULES, imports_of, lone_import, optional_import
+from porter.rulebase.families.thirdparty import GuardTracker, under, uses
+from porter.rulebase.matching import dotted_name
+from porter.rulebase.rule import Example, Needs, Rule, Safety
+from porter.rulebase.syntax import bound_names
+
+#: The CUDA-only packages no other rule ports, with their advice (porter.rulebase.cuda_packages).
+_PACKAGES = {name: advice_for(name) for name in (
+    "triton", "deepspeed", "mamba_ssm", "selective_scan_cuda", "causal_conv1d", "liger_kernel",
+    "transformer_engine", "transformer_engine_torch", "fused_dense_lib", "xentropy_cuda_lib",
+    "flash_attn_2_cuda", "rotary_emb", "dropout_layer_norm", "fused_softmax_lib",
+    "fused_layer_norm_cuda", "amp_C", "causal_conv1d_cuda",
+    # beyond deep-learning kernels, with their CPU counterparts
+    "cuml", "cudf", "cugraph", "cupy", "cupyx", "pycuda", "cuda", "tensorrt", "torch_tensorrt",
+    "tensorrt_llm", "numba.cuda", "flashinfer", "vllm", "auto_gptq", "exllamav2", "nvidia", "rmm",
+)}
+
+
+#: An import naming one of TP603's packages: the words alone (`cuda`, `nvidia`) are in most files.
+_IMPORTS_A_PACKAGE = imports_of({name.split(".")[0] for name in (*_PACKAGES, *IMPORT_ROOTS)})
+
+
+class CudaOnlyPackage(GuardTracker, Rule):
+    """Unguarded imports of CUDA-only packages (deepspeed, mamba-ssm, causal-conv1d, ...) are reported.
+
+    What:
+    Reports `import` / `from ... import` of triton, deepspeed, mamba_ssm,
+    causal_conv1d, liger_kernel, transformer_engine, flashinfer, vllm, raw CUDA
+    extension modules (`selective_scan_cuda`, `fused_dense_lib`, `rotary_emb`, ...)
+    and CUDA-only packages beyond deep learning (RAPIDS `cuml` / `cudf` / `cugraph`,
+    `cupy`, `pycuda`, `tensorrt`, `numba.cuda`) that are not inside a `try` catching
+    ImportError with a fallback, with the PyTorch (or CPU library: scikit-learn,
+    pandas, numpy) path to use instead; when the import sits under an `if`, that flag
+    is named. An `except ImportError:` that re-raises, or only imports another
+    CUDA-only module, is no guard.
+
+    Why:
+    These packages have no macOS build (or need CUDA at import), so the import fails
+    before any code runs: `ModuleNotFoundError: No module named 'mamba_ssm'`.
+
+    Fix safety:
+    Review only: choosing the PyTorch path and wiring it in is a human decision.
+
+    Known limits:
+    One finding per import statement; uses of the package are not listed.
+    """
+
+    code = "TP603"
+    name = "cuda-only-package"
+    safety = Safety.REVIEW
+    # Only import statements are reported, so only the functions and classes that hold
+    # one are parsed; the module-wide looks (is the import used, are all the uses of
+    # an extension in CUDA branches: then it is TP604's) ask for the whole file when a
+    # left-out definition names what the import binds (`ctx.see_all_uses_of`).
+    needs = Needs(
+        targets=frozenset({*_PACKAGES, *IMPORT_ROOTS}),
+        byte_patterns=_IMPORTS_A_PACKAGE,
+        unit=Imports(_PACKAGES, IMPORT_ROOTS),
+    )
+    chain_roots = frozenset({*_PACKAGES, *IMPORT_ROOTS})
+
+    valid = [
+        "try:\n    import deepspeed\nexcept ImportError:\n    deepspeed = None\n",
+        # TP604's: the extension is only used for CUDA tensors
+        "import torch\nimport rotary_emb\n\ndef rotate(x, c, s):\n    if x.is_cuda:\n        return rotary_emb.apply(x, c, s)\n"
+        "    return torch_rotate(x, c, s)\n",
+        "import mylib.deepspeed as deepspeed\n",
+        "from .mamba_ssm import Mamba\n",
+        "from numba import njit, prange\n",  # numba's CPU target
+        "try:\n    import cupy as xp\nexcept ImportError:\n    import numpy as xp\n",
+    ]
+    invalid = [
+        Example("import deepspeed\nengine, opt, _, _ = deepspeed.initialize(model=model, config=cfg)\n"),
+        Example("from mamba_ssm import Mamba\nlayer = Mamba(d_model=256)\n"),
+        Example("if args.fast:\n    from causal_conv1d import causal_conv1d_fn\n"),
+        Example("import triton.language as tl\n"),
+        # a "guard" that re-raises is no guard (line 2)
+        Example("try:\n    import deepspeed\nexcept ImportError as e:\n"
+                "    raise ImportError('DeepSpeed is required: pip install deepspeed') from e\n"),
+        # a compiled extension used outside a CUDA branch (line 1)
+        Example("import fused_dense_lib\ny = fused_dense_lib.linear_bias_forward(x, w, b)\n"),
+        # flash_attn & co. have rules for their uses; one imported for nothing (line 1)
+        Example("import xformers  # registers the ops\nimport torch\n"),
+        # beyond deep learning: RAPIDS, CuPy, numba's CUDA target (lines 1-3)
+        Example("import cudf\nfrom cuml.cluster import KMeans\nfrom numba import cuda, njit\n"
+                "import cupy as cp\n"),
+    ]
+
+    def visit_Import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            name = dotted_name(alias.name) or ""
+            if self._report(node, name):
+                return
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if node.relative or node.module is None:
+            return
+        module = dotted_name(node.module) or ""
+        names = [] if isinstance(node.names, cst.ImportStar) else [dotted_name(a.name) for a in node.names]
+        for name in [module, *(f"{module}.{n}" for n in names if n)]:  # `from numba import cuda`
+            if self._report(node, name):
+                return
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._seen: set[cst.CSTNode] = set()
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        found = lone_import(node)
+        if found is not None and found[0] in COMPILED_MODULES:
+            self.ctx.see_all_uses_of([found[1]])
+        if optional_import(self.ctx.module, node) is not None:
+            self._optional = node.body[0]  # TP604 makes it optional
+
+    def _report(self, node: cst.CSTNode, module: str) -> bool:
+        root = next((p for p in _PACKAGES if under(module, [p])), None)
+        if root is None or self.guarded():
+            return self._unused(node, module)
+        if node is getattr(self, "_optional", None):
+            return False
+        flag = self.flag_test()
+        behind = f" (behind `if {self.ctx.code_for(flag.test).strip()}:`; keep it false off CUDA)" \
+            if flag is not None else ""
+        self.flag(node, f"`{module}` is CUDA-only and does not install on a Mac{behind}",
+                  suggestion=_PACKAGES[root])
+        return True
+
+    def _unused(self, node: cst.CSTNode, module: str) -> bool:
+        """flash_attn, xformers, apex, ... have rules of their own for every use; an import
+        of one that nothing uses (imported for its side effects) fails all the same."""
+        if module.split(".")[0] not in IMPORT_ROOTS or self.guarded() or node in self._seen:
+            return False
+        bound = bound_names(node)
+        if not bound or uses(self.ctx.module, bound, node) > 0:
+            return False
+        self.ctx.see_all_uses_of(bound)
+        self._seen.add(node)
+        self.flag(node, f"`{module}` is imported but not used here; the import alone fails without "
+                  "CUDA", suggestion="guard it with try/except ImportError, or drop it")
+        return True

@@ -1,0 +1,1 @@
+"""The torch.cuda twins: device queries and calls, memory counters, events and NVTX ranges."""

@@ -1,0 +1,155 @@
+"""Twins of torch.cuda's device, seed and memory functions.
+
+CUDA (and XPU, whose torch.xpu mirrors torch.cuda): the call is forwarded with
+the caller's arguments to the same-named function. MPS: the torch.mps twin.
+CPU: a documented neutral result. Nothing here can raise "Torch not compiled
+with CUDA enabled", because torch.cuda is only touched when CUDA was resolved.
+"""
+from __future__ import annotations
+
+import os
+import platform
+from types import ModuleType
+from typing import Any, NamedTuple, Optional
+
+import torch
+
+from .. import _device
+
+Dev = Any  # whatever torch.cuda accepts: None, int, str or torch.device
+
+
+def _forward() -> Optional[ModuleType]:
+    """torch.cuda on CUDA, torch.xpu on XPU, None where no torch.cuda-like module exists."""
+    kind = _device.hardware_type()
+    if kind == "cuda":
+        return torch.cuda
+    if kind == "xpu":
+        return torch.xpu
+    return None
+
+
+def _on_mps() -> bool:
+    """True where torch.mps can be called (not under emulation: no MPS there)."""
+    return _device.hardware_type() == "mps"
+
+
+def synchronize(device: Dev = None) -> None:
+    """Wait for queued work. CUDA: torch.cuda.synchronize(device). MPS:
+    torch.mps.synchronize() (it takes no device). CPU: no-op (CPU ops are synchronous)."""
+    mod = _forward()
+    if mod is not None:
+        mod.synchronize(device)
+    elif _on_mps():
+        torch.mps.synchronize()
+
+
+def empty_cache() -> None:
+    """Release cached blocks. CUDA: torch.cuda.empty_cache(). MPS: torch.mps.empty_cache().
+    CPU: no-op."""
+    mod = _forward()
+    if mod is not None:
+        mod.empty_cache()
+    elif _on_mps():
+        torch.mps.empty_cache()
+
+
+def manual_seed(seed: int) -> None:
+    """Seed the device RNG. CUDA: torch.cuda.manual_seed(seed). MPS: torch.mps.manual_seed.
+    CPU: torch.manual_seed(seed), because on CPU the device RNG is the CPU generator."""
+    mod = _forward()
+    if mod is not None:
+        mod.manual_seed(seed)
+    elif _on_mps():
+        torch.mps.manual_seed(seed)
+    else:
+        torch.manual_seed(seed)
+
+
+def manual_seed_all(seed: int) -> None:
+    """Seed every device RNG. CUDA: torch.cuda.manual_seed_all(seed). MPS and CPU:
+    as manual_seed (one device)."""
+    mod = _forward()
+    if mod is not None:
+        mod.manual_seed_all(seed)
+    else:
+        manual_seed(seed)
+
+
+def device_count() -> int:
+    """Number of devices. CUDA: torch.cuda.device_count(). MPS: torch.mps.device_count()
+    (1). CPU: 1, so ``nprocs=device_count()`` and ``n_gpu > 1`` checks stay sane."""
+    mod = _forward()
+    if mod is not None:
+        return int(mod.device_count())
+    if _on_mps():
+        return int(torch.mps.device_count())
+    return 1
+
+
+def current_device() -> int:
+    """Index of the current device. CUDA: torch.cuda.current_device(). MPS, CPU: 0.
+
+    An index, as on CUDA, for code that means one (``get_device_name(i)``, a rank,
+    ``f"cuda:{i}"``). torch reads a bare int device as ``cuda:i``, so where ported
+    code passes it as a device, porter wraps it: ``device(current_device())`` is
+    ``cuda:i`` on CUDA and the resolved device elsewhere (rule PT901)."""
+    mod = _forward()
+    return int(mod.current_device()) if mod is not None else 0
+
+
+def set_device(device: Dev) -> None:
+    """Select a device. CUDA: torch.cuda.set_device(device). MPS, CPU: no-op (one device)."""
+    mod = _forward()
+    if mod is not None:
+        mod.set_device(device)
+
+
+def _cpu_name() -> str:
+    return f"CPU ({platform.machine() or 'unknown'})"
+
+
+def device_name(device: Dev = None) -> str:
+    """Twin of torch.cuda.get_device_name(device). MPS: torch.backends.mps.get_name()
+    (torch >= 2.9) or 'Apple MPS'. CPU: 'CPU (<machine>)'."""
+    mod = _forward()
+    if mod is not None:
+        return str(mod.get_device_name(device))
+    if _on_mps():
+        get_name = getattr(torch.backends.mps, "get_name", None)
+        return str(get_name()) if get_name is not None else "Apple MPS"
+    return _cpu_name()
+
+
+class DeviceProperties(NamedTuple):
+    """What get_device_properties returns off CUDA. Neutral values: major=minor=0
+    (no compute capability), total_memory=0 when unknown, multi_processor_count=0
+    when unknown (MPS GPU core count on torch >= 2.9, CPU core count on CPU)."""
+
+    name: str
+    type: str
+    total_memory: int
+    multi_processor_count: int
+    major: int = 0
+    minor: int = 0
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def get_device_properties(device: Dev = None) -> Any:
+    """CUDA: torch.cuda.get_device_properties(device). MPS: DeviceProperties with the
+    recommended working-set size as total_memory. CPU: DeviceProperties with the
+    physical RAM and the CPU count."""
+    mod = _forward()
+    if mod is not None:
+        return mod.get_device_properties(device)
+    if _on_mps():
+        cores = getattr(torch.backends.mps, "get_core_count", lambda: 0)()
+        return DeviceProperties(device_name(), "mps",
+                                int(torch.mps.recommended_max_memory()), int(cores))
+    return DeviceProperties(_cpu_name(), "cpu", _physical_memory(), os.cpu_count() or 0)

@@ -1,0 +1,132 @@
+"""Events for timing and NVTX-style profiler ranges, per device."""
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from typing import Any, Iterator, Optional
+
+import torch
+
+from .. import _device
+
+
+class WallClockEvent:
+    """CPU stand-in for torch.cuda.Event: ``record()`` reads a wall clock.
+
+    CPU ops run synchronously, so the wall-clock time between two records is the
+    time of the work between them. ``elapsed_time`` returns milliseconds, like CUDA.
+    """
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False,
+                 interprocess: bool = False) -> None:
+        self.enable_timing = enable_timing
+        self._time: Optional[float] = None
+
+    def record(self, stream: Any = None) -> None:
+        self._time = time.perf_counter()
+
+    def wait(self, stream: Any = None) -> None:
+        """Nothing to wait for: CPU work is already done."""
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        """Nothing to wait for: CPU work is already done."""
+
+    def elapsed_time(self, end_event: "WallClockEvent") -> float:
+        if not self.enable_timing or not end_event.enable_timing:
+            raise RuntimeError("Events were not created with enable_timing=True")
+        if self._time is None or end_event._time is None:
+            raise RuntimeError("Both events must be recorded before calculating elapsed time")
+        return (end_event._time - self._time) * 1000.0
+
+
+def Event(enable_timing: bool = False, blocking: bool = False,
+          interprocess: bool = False) -> Any:
+    """Twin of torch.cuda.Event.
+
+    CUDA: a real ``torch.cuda.Event(enable_timing, blocking, interprocess)``.
+    MPS: ``torch.mps.Event(enable_timing=...)`` (record/wait/query/synchronize/
+    elapsed_time; blocking and interprocess do not exist there).
+    CPU, and emulated MPS: a WallClockEvent (milliseconds of wall-clock time).
+    """
+    kind = _device.hardware_type()
+    if kind == "cuda":
+        return torch.cuda.Event(enable_timing=enable_timing, blocking=blocking,
+                                interprocess=interprocess)
+    if kind == "mps":
+        return torch.mps.Event(enable_timing=enable_timing)
+    if kind == "xpu":
+        return torch.xpu.Event(enable_timing=enable_timing)
+    return WallClockEvent(enable_timing, blocking, interprocess)
+
+
+# Off CUDA, push/pop map onto record_function ranges kept on a per-thread stack.
+_ranges = threading.local()
+
+
+def _stack() -> list[Any]:
+    if not hasattr(_ranges, "stack"):
+        _ranges.stack = []
+    return _ranges.stack
+
+
+def _record_push(msg: str) -> int:
+    scope = torch.autograd.profiler.record_function(msg)
+    scope.__enter__()
+    _stack().append(scope)
+    return len(_stack()) - 1
+
+
+def nvtx_range_push(msg: str) -> int:
+    """Open a named profiler range; returns the zero-based depth of the new range.
+
+    CUDA: torch.cuda.nvtx.range_push(msg). Elsewhere, and on CUDA builds without
+    NVTX: a torch.autograd.profiler.record_function range, visible in
+    torch.profiler traces. Never raises "NVTX functions not installed".
+    """
+    if _device.is_cuda():
+        try:
+            return int(torch.cuda.nvtx.range_push(msg))
+        except RuntimeError:
+            pass  # a CUDA build without NVTX: keep the range in the profiler
+    return _record_push(msg)
+
+
+def nvtx_range_pop() -> int:
+    """Close the innermost range; returns its depth (-1 when none was open).
+
+    CUDA: torch.cuda.nvtx.range_pop(). Elsewhere: closes the record_function range.
+    """
+    if _device.is_cuda() and not _stack():
+        try:
+            return int(torch.cuda.nvtx.range_pop())
+        except RuntimeError:
+            return -1
+    if not _stack():
+        return -1
+    _stack().pop().__exit__(None, None, None)
+    return len(_stack())
+
+
+@contextlib.contextmanager
+def nvtx_range(msg: str, *args: Any, **kwargs: Any) -> Iterator[None]:
+    """Context manager and decorator for a named range (``msg.format(*args, **kwargs)``).
+
+    CUDA: torch.cuda.nvtx.range(msg, *args, **kwargs). Elsewhere, and on CUDA
+    builds without NVTX: torch.autograd.profiler.record_function.
+    """
+    with contextlib.ExitStack() as stack:
+        entered = False
+        if _device.is_cuda():
+            try:
+                stack.enter_context(torch.cuda.nvtx.range(msg, *args, **kwargs))
+                entered = True
+            except RuntimeError:
+                pass  # no NVTX in this build: record the range in the profiler instead
+        if not entered:
+            stack.enter_context(
+                torch.autograd.profiler.record_function(msg.format(*args, **kwargs)))
+        yield
