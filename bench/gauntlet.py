@@ -604,7 +604,7 @@ def run_one(entry: Entry, args) -> Row:
 
 def run_emulated(entry: Entry, scratch: Path, venv: Path, row: Row) -> None:
     """The recipe on the port under the runtime's MPS emulation (step 6)."""
-    from porter.project.runtime_modules import supply  # the emulation's modules: a sized copy lacks them
+    from porter.project.vendoring.runtime_modules import supply  # the emulation's modules: a sized copy lacks them
     from porter.verify.command import emulation_results  # the one reader of the runtime's reports
 
     reports = scratch / "emulate"

@@ -219,7 +219,7 @@ def test_scripts_find_the_runtime_from_any_folder_without_sys_path_code(tree, tm
     repository gets a pointer module beside it (its own folder is first on sys.path) that
     loads the root copy, so it runs from the root, from its folder and from anywhere else;
     a package finds the root's copy; the repository holds one copy."""
-    from porter.project.runtime_copy import is_pointer
+    from porter.project.vendoring.runtime_copy import is_pointer
 
     proc = run_porter("migrate", tree, "--write")
     assert proc.returncode == 0, proc.stderr

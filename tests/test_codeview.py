@@ -12,7 +12,7 @@ import tokenize
 
 import pytest
 
-from porter.project import ledger
+from porter.project.touchpoints import ledger
 from porter.rulebase.codeview import code_view
 from porter.engine.process import Options, migrate_source
 from porter.engine.prefilter import byte_candidates, candidate_rules

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from porter.project.runtime_modules import supply
+from porter.project.vendoring.runtime_modules import supply
 from click.testing import CliRunner
 
 from porter.cli.app import cli

@@ -1,4 +1,4 @@
-"""The ledger (porter.project.ledger): every CUDA touchpoint in exactly one state, through the real CLI."""
+"""The ledger (porter.project.touchpoints.ledger): every CUDA touchpoint in exactly one state, through the real CLI."""
 
 import json
 import subprocess
@@ -10,7 +10,8 @@ from textwrap import dedent
 import pytest
 from porter.rules import cuda_only_package
 
-from porter.project import ledger, requirements
+from porter.project import requirements
+from porter.project.touchpoints import ledger
 from porter.rulebase import cuda_packages
 from porter.edits import unused_imports
 from porter.engine.process import Options, process_file

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from porter.project.lint_exempt import exempt_changes
+from porter.project.vendoring.lint_exempt import exempt_changes
 from porter_test_utils import run_porter
 
 # whisper's configuration: black and isort in pyproject.toml, flake8 in .flake8

@@ -313,7 +313,7 @@ def test_one_file_named_twice_is_processed_once(tmp_path):
 
 
 def test_setuptools_packages_after_another_list_key_gets_the_runtime(tmp_path):
-    from porter.project.runtime_copy import Home, manifest_change
+    from porter.project.vendoring.runtime_copy import Home, manifest_change
 
     text = b'[project]\nname = "p"\n\n[tool.setuptools]\npy-modules = ["tool"]\npackages = ["mypkg"]\n'
     root = make_repo(tmp_path / "repo", {"pyproject.toml": text, "mypkg/__init__.py": b""})

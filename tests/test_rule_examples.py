@@ -20,7 +20,7 @@ def migrate(rule, code: str, path: str = "example.py", project=()):
                           project=build_from({**{p: c.encode() for p, c in project}, path: code.encode()}))
     if issubclass(rule, TextRule):
         return migrate_text(code.encode(), options, path=path)
-    if not issubclass(rule, Rule):  # the ledger's catch-all, PT999 (porter.project.ledger)
+    if not issubclass(rule, Rule):  # the ledger's catch-all, PT999 (porter.project.touchpoints.ledger)
         return ledger_source(code.encode(), path)
     return migrate_source(code.encode(), options, path=path)
 

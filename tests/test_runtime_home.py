@@ -14,7 +14,7 @@ import pytest
 
 from porter.engine.process import LazyBootstrap, Options, process_file
 from porter.engine.registry import all_rules
-from porter.project.runtime_home import Layout
+from porter.project.vendoring.runtime_home import Layout
 from porter_test_utils import FIXTURES, run_porter
 
 RUFF = Path(sys.executable).parent / "ruff"
@@ -291,7 +291,7 @@ def test_scripts_in_many_folders_share_one_copy_through_pointers(tmp_path):
     import subprocess
     import sys
 
-    from porter.project.runtime_copy import is_pointer
+    from porter.project.vendoring.runtime_copy import is_pointer
     from porter_test_utils import run_porter
 
     repo = tmp_path / "repo"
@@ -337,7 +337,7 @@ def test_a_package_below_the_root_of_a_repository_that_does_not_build_points_to_
     import subprocess
     import sys
 
-    from porter.project.runtime_copy import is_pointer
+    from porter.project.vendoring.runtime_copy import is_pointer
     from porter_test_utils import run_porter
 
     repo = tmp_path / "repo"

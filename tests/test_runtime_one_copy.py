@@ -1,4 +1,4 @@
-"""One vendored copy per repository where Python allows it (porter.project.runtime_home):
+"""One vendored copy per repository where Python allows it (porter.project.vendoring.runtime_home):
 packages that import one another share the copy of the one they all import, and a
 namespace package that the build can't ship uses the root copy through a pointer."""
 
@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from porter.project.runtime_copy import is_pointer, is_vendored
+from porter.project.vendoring.runtime_copy import is_pointer, is_vendored
 from porter_test_utils import run_porter
 
 SAMPLER = "import torch\n\n\ndef noise(n):\n    return torch.randn(n).cuda()\n"

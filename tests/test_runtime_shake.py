@@ -15,7 +15,7 @@ import pytest
 
 from porter.files.apply import runtime_files, runtime_source, vendor_changes
 from porter.files.runtime_shake import held, shake
-from porter.project.runtime_modules import parts_for, tool_parts
+from porter.project.vendoring.runtime_modules import parts_for, tool_parts
 
 SOURCE = runtime_source()
 EXPORTS = sorted(ast.literal_eval(next(

@@ -16,7 +16,7 @@ import pytest
 
 from porter.files.apply import runtime_files, runtime_source
 from porter.files.runtime_shake import held
-from porter.project.runtime_modules import modules_for, parts_for, used_names
+from porter.project.vendoring.runtime_modules import modules_for, parts_for, used_names
 from porter_test_utils import run_porter
 
 SOURCE = runtime_source()
@@ -186,7 +186,7 @@ def test_the_tools_hand_a_sized_copy_the_modules_they_run_it_with(tmp_path):
     emulation. With the tool's variable set and nothing supplied, importing the runtime says
     which command supplies the module; with the folder ``supply`` fills (what porter fit and
     porter verify --emulate pass to the child), the same copy records and emulates."""
-    from porter.project.runtime_modules import supply
+    from porter.project.vendoring.runtime_modules import supply
 
     repo = _repo(tmp_path, {"train.py": TRAIN})
     assert run_porter("migrate", repo, "--write", "-q").returncode == 0

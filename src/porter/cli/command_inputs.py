@@ -52,8 +52,8 @@ def make_run_config(paths, root, settings: Config, select=(), ignore=(), exclude
 
 
 def check_layout(config: RunConfig) -> None:
-    """Refuse a runtime folder the run could not vendor into (porter.project.runtime_home)."""
-    from porter.project.runtime_home import LayoutError
+    """Refuse a runtime folder the run could not vendor into (porter.project.vendoring.runtime_home)."""
+    from porter.project.vendoring.runtime_home import LayoutError
 
     try:
         config.layout()

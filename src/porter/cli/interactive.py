@@ -27,7 +27,7 @@ import libcst as cst
 from porter.edits.runtime_import import add_runtime_import
 from porter.files.apply import Change, unified_diff
 from porter.files.sources import python_syntax_error, source_encoding
-from porter.project.runtime_home import LazyBootstrap
+from porter.project.vendoring.runtime_home import LazyBootstrap
 from porter.rulebase.rule import Finding
 
 _IMPORT = re.compile(r"^\s*(?:from\s+[\w.]+\s+)?import\s")
@@ -271,5 +271,5 @@ def whole_file_display(change: Change) -> str:
 
 
 def bootstrap_for(root: Path, rel: str, layout):
-    """How the file imports the runtime (porter.project.runtime_home), for the accepted hunks."""
+    """How the file imports the runtime (porter.project.vendoring.runtime_home), for the accepted hunks."""
     return LazyBootstrap(root / rel, layout)

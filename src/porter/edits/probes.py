@@ -45,7 +45,7 @@ from porter.rulebase.syntax import block_statements, bound_names, small_statemen
 
 if TYPE_CHECKING:  # pragma: no cover
     from porter.engine.stages.context import FileContext
-    from porter.project.ledger import TreeContext
+    from porter.project.touchpoints.ledger import TreeContext
 
 
 class Probe(NamedTuple):

@@ -5,7 +5,7 @@ sort it) puts it: one import per line, in the first-party group, since the runti
 vendored into the repository (``import porter_runtime``, or ``from mypkg import
 porter_runtime`` for a copy inside a package, merged into an existing ``from mypkg
 import ...``), never before a ``from __future__`` import, a docstring or the comments
-at the top. No ``sys.path`` bootstrap: porter.project.runtime_home picks a copy the file finds.
+at the top. No ``sys.path`` bootstrap: porter.project.vendoring.runtime_home picks a copy the file finds.
 
 torch reads ``PYTORCH_ENABLE_MPS_FALLBACK`` once, at ``import torch``, and that import
 usually comes first now: the runtime sets the variable when it is imported before torch,
@@ -55,7 +55,7 @@ def _header_end(body: list) -> int:
 
 def add_runtime_import(module: cst.Module, bootstrap: Any = None) -> cst.Module:
     """Add the runtime import: placed in the file's style when ``bootstrap`` (a
-    :class:`porter.project.runtime_home.LazyBootstrap`) knows the repository, else right after the
+    :class:`porter.project.vendoring.runtime_home.LazyBootstrap`) knows the repository, else right after the
     docstring and ``__future__`` imports (the rule examples' form)."""
     if bootstrap is None:
         return _insert_at(module, _header_end(list(module.body)), runtime_import())

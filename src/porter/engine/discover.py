@@ -19,7 +19,7 @@ from typing import Iterator, Optional, Sequence
 from porter.files.apply import runtime_files
 from porter.files.safe_io import text_bounded
 from porter.files.vendor_write import is_leftover_name, is_partial, older_partial
-from porter.project.runtime_copy import is_pointer, is_vendored
+from porter.project.vendoring.runtime_copy import is_pointer, is_vendored
 
 SKIP_DIRS = frozenset({
     ".git", ".hg", ".svn", ".venv", "venv", ".env", ".tox", ".nox", ".eggs",

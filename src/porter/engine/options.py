@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from porter.engine.config import ignored_codes
-from porter.project import ledger
+from porter.project.touchpoints import ledger
 from porter.rulebase.rule import BaseRule, Rule, TextRule
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ class Options:
     dependencies: str = "marker"
     #: (glob, code prefixes) pairs from ``per-file-ignores``: rules skipped for those paths.
     per_file_ignores: Sequence[tuple[str, Sequence[str]]] = ()
-    #: What the scanned tree tells the ledger about imports (porter.project.ledger) and the probe
+    #: What the scanned tree tells the ledger about imports (porter.project.touchpoints.ledger) and the probe
     #: clean-up about its sources (porter.edits.probes); None: nothing, one file alone.
     ledger: Optional["ledger.TreeContext"] = None
     #: The repository-wide model the rules may ask (porter.project); None: one file alone.

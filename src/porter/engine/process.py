@@ -31,7 +31,7 @@ from porter.engine.stages.python_stage import (
 from porter.engine.results import FileResult, SourceResult
 from porter.engine.stages.text_stage import migrate_text, process_text
 from porter.files.safe_io import Refused, read_bounded
-from porter.project.runtime_home import LazyBootstrap
+from porter.project.vendoring.runtime_home import LazyBootstrap
 
 __all__ = [
     "FileResult", "LazyBootstrap", "MAX_PARSE_BYTES", "Options", "SourceResult", "ledger_source",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from porter.project import ledger
+from porter.project.touchpoints import ledger
 from porter.rulebase.rule import Finding
 
 
@@ -38,9 +38,9 @@ class FileResult:
     runtime_folder: str = ""
     runtime_package: str = ""
     runtime_from: str = ""
-    #: Why the file finds that copy only under conditions (porter.project.runtime_home).
+    #: Why the file finds that copy only under conditions (porter.project.vendoring.runtime_home).
     runtime_note: str = ""
-    #: Its CUDA touchpoints and how each is accounted for (porter.project.ledger).
+    #: Its CUDA touchpoints and how each is accounted for (porter.project.touchpoints.ledger).
     ledger: list["ledger.Touchpoint"] = field(default_factory=list)
 
     @property

@@ -16,11 +16,11 @@ from porter.engine.results import FileResult
 from porter.files.apply import Change, gained, read_or_none, runtime_source, vendor_changes
 from porter.project import known_modules
 from porter.project import model as project
-from porter.project.ledger import TreeContext
-from porter.project.lint_exempt import exempt_changes
-from porter.project.runtime_copy import Home, manifest_change, pointer_source, refuse_home, refuse_pointer
-from porter.project.runtime_home import Layout, LazyBootstrap, home_of_import
-from porter.project.runtime_modules import parts_for, used_names
+from porter.project.touchpoints.ledger import TreeContext
+from porter.project.vendoring.lint_exempt import exempt_changes
+from porter.project.vendoring.runtime_copy import Home, manifest_change, pointer_source, refuse_home, refuse_pointer
+from porter.project.vendoring.runtime_home import Layout, LazyBootstrap, home_of_import
+from porter.project.vendoring.runtime_modules import parts_for, used_names
 
 
 @dataclass
@@ -29,7 +29,7 @@ class RunConfig:
     root: Path
     options: Options
     excludes: Sequence[str] = ()
-    runtime_dir: Optional[Path] = None  # default: per file, porter.project.runtime_home
+    runtime_dir: Optional[Path] = None  # default: per file, porter.project.vendoring.runtime_home
     jobs: int = 1
     #: the run writes what it finds (notes say "vendored", not "would vendor")
     write: bool = False
@@ -178,7 +178,7 @@ def run(
             emitted.setdefault(home.folder, {}).update({c.path: c.new for c in changes})
             notes += [note] if note else []
             if home.package and home.folder not in homes:
-                shipped.append(home)  # the build config is edited at the end (porter.project.runtime_home)
+                shipped.append(home)  # the build config is edited at the end (porter.project.vendoring.runtime_home)
             if sink is not None and changes and config.write:
                 problem = sink(changes) or ""
         homes[home.folder], held[home.folder] = problem, parts
@@ -250,7 +250,7 @@ def run(
 
 
 def _exempt(config: RunConfig, result: RunResult, pyproject: Optional[bytes], sink) -> None:
-    """Keep the repository's formatters and linters off the copies (porter.project.lint_exempt)."""
+    """Keep the repository's formatters and linters off the copies (porter.project.vendoring.lint_exempt)."""
     bases = {"pyproject.toml": pyproject} if pyproject is not None and not config.write else {}
     for change, note in exempt_changes(config.root, config.write, bases):
         error = sink([change]) if sink is not None and change is not None else None
@@ -274,7 +274,7 @@ def _merge(kept: list[Change], changes: Sequence[Change]) -> None:
 
 def with_tree_context(config: RunConfig, rels: Sequence[str]) -> RunConfig:
     """``config`` with what the tree tells the ledger about imports: its own modules
-    and its declared dependencies (porter.project.ledger, porter.project.known_modules); and its
+    and its declared dependencies (porter.project.touchpoints.ledger, porter.project.known_modules); and its
     sources, where porter.edits.probes checks that no other module reads a flag it removes."""
     if config.options.ledger is not None:
         return config

@@ -93,7 +93,7 @@ def vendor_changes(target: Path, root: Path, write: bool = True,
     """The file changes that bring ``target`` to porter's runtime, and a note (in the
     future tense, "would vendor", when the run writes nothing).
 
-    ``parts`` are what the port needs of the runtime (porter.project.runtime_modules,
+    ``parts`` are what the port needs of the runtime (porter.project.vendoring.runtime_modules,
     porter.files.runtime_shake; None: all of it); what a copy already holds stays, so a
     copy only grows. Nothing changes when the vendored copy is as new as porter's or
     newer; a copy of the same version that differs from what porter writes for what it

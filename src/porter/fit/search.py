@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
-from porter.project.runtime_modules import supply
+from porter.project.vendoring.runtime_modules import supply
 
 PEAK_ENV = "PORTER_PEAK_MEMORY_FILE"  # read by porter_runtime/tools/peak.py
 DEFAULT_FRACTION = 0.8

@@ -1,4 +1,4 @@
-"""Which top-level imports the ledger takes as resolving (porter.project.ledger).
+"""Which top-level imports the ledger takes as resolving (porter.project.touchpoints.ledger).
 
 An import resolves when its top-level name is in the standard library, in the scanned
 tree, among the repository's declared dependencies, or one of the well-known

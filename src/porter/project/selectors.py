@@ -3,7 +3,7 @@
 StyleGAN2-ADA's ops take ``impl='cuda'`` and test ``if impl == 'cuda' and x.device.type ==
 'cuda':`` (the reference implementation runs otherwise); their wrappers hand the choice on
 (``upfirdn2d(..., impl=impl)``). A default like that can't fail off CUDA: the ledger
-(porter.project.ledger) counts it inert. A parameter that is read any other way (handed
+(porter.project.touchpoints.ledger) counts it inert. A parameter that is read any other way (handed
 to ``torch.device``, stored, formatted) is not one.
 """
 

@@ -152,7 +152,7 @@ def _not_processed(report: dict[str, Any]) -> list[str]:
 
 
 def _ledger(data) -> list[str]:
-    """The ledger's counts per state and per file (porter.project.ledger), folded away: the
+    """The ledger's counts per state and per file (porter.project.touchpoints.ledger), folded away: the
     unaccounted touchpoints are PT999 findings, listed under "Needs a human"."""
     if not data or not data["files"]:
         return []

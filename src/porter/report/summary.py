@@ -9,7 +9,7 @@ from typing import Any
 import porter
 from porter.engine.registry import by_code
 from porter.engine.run import RunResult
-from porter.project import ledger
+from porter.project.touchpoints import ledger
 
 SCHEMA_VERSION = 1
 
@@ -67,7 +67,7 @@ def build(result: RunResult, mode: str) -> dict[str, Any]:
 
 
 def _ledger(result: RunResult) -> dict[str, Any]:
-    """Every CUDA touchpoint and its state (porter.project.ledger): counts for the run and per
+    """Every CUDA touchpoint and its state (porter.project.touchpoints.ledger): counts for the run and per
     file, and each file's touchpoints. Added to schema 1 without changing a field:
     readers of the first schema-1 reports see one key more."""
     files = [{"path": item.path, "counts": ledger.counts(item.ledger), "touchpoints": [t.to_dict() for t in item.ledger]}

@@ -1,7 +1,7 @@
 """A file's bytes with the text no rule reads taken out: comments and prose strings.
 
 The byte stage of the pre-filter (``porter.engine.prefilter``) and the ledger's trigger lines
-(``porter.project.ledger``) look for words anywhere in a file, so a word in a docstring's
+(``porter.project.touchpoints.ledger``) look for words anywhere in a file, so a word in a docstring's
 example sends the file through an ``ast`` parse that then finds nothing: diffusers'
 pipelines carry ``pipe.to("cuda")`` and ``torch_dtype=torch.bfloat16`` in docstrings,
 and 302 of the 434 files its byte stage passes hold their words only there.

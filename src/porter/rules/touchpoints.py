@@ -1,10 +1,10 @@
-"""The catch-all of the ledger (porter.project.ledger): a CUDA touchpoint nothing accounts for."""
+"""The catch-all of the ledger (porter.project.touchpoints.ledger): a CUDA touchpoint nothing accounts for."""
 
 from __future__ import annotations
 
 from textwrap import dedent
 
-from porter.project.ledger import CODE, NAME
+from porter.project.touchpoints.ledger import CODE, NAME
 from porter.rulebase.rule import BaseRule, Example, Safety
 
 

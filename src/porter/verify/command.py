@@ -40,7 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Optional, Sequence
 
-from porter.project.runtime_modules import supply
+from porter.project.vendoring.runtime_modules import supply
 from porter.rulebase.cuda_packages import verify_hidden
 from porter.verify.mapping import FindingIndex, analyse, map_failure
 from porter.verify.modules import ModuleSpec, plan, search_path

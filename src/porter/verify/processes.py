@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 from typing import Optional, Sequence
 
-from porter.project.runtime_copy import is_vendored
+from porter.project.vendoring.runtime_copy import is_vendored
 
 #: Seconds a worker gets past the module's limit to dump where it is stuck and exit.
 GRACE = 5.0

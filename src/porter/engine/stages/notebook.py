@@ -14,7 +14,7 @@ The runtime import goes once into the notebook: into the first code cell that im
 torch or, if none comes before it, the first cell that changed, where that cell's import
 style puts it. A notebook runs with its own folder first on ``sys.path``: one at the root
 finds the root's copy; one elsewhere imports the copy of a package it imports, or finds
-the root's copy once the runtime is installed (porter.project.runtime_home; the run says so).
+the root's copy once the runtime is installed (porter.project.vendoring.runtime_home; the run says so).
 No ``sys.path`` code is added.
 """
 
@@ -35,7 +35,7 @@ from porter.engine.options import Options
 from porter.engine.stages.python_stage import binds_runtime_name, migrate_source, not_rewritten
 from porter.engine.results import FileResult
 from porter.files.sources import describe_syntax_error
-from porter.project.runtime_home import runtime_home_fields
+from porter.project.vendoring.runtime_home import runtime_home_fields
 from porter.rulebase.rule import Finding
 
 #: Line magics and shell escapes (``%pip``, ``!ls``, ``files = !ls``) and help lines

@@ -39,8 +39,8 @@ from porter.files.sources import (
     describe_syntax_error,
     python_syntax_error,
 )
-from porter.project import ledger
-from porter.project.runtime_home import LazyBootstrap, runtime_home_fields
+from porter.project.touchpoints import ledger
+from porter.project.vendoring.runtime_home import LazyBootstrap, runtime_home_fields
 from porter.rulebase.rule import Finding, Rule, WholeFile
 
 #: Set to "0" to parse every file whole (porter.engine.stages.segments); the output is the same.
@@ -147,7 +147,7 @@ MAX_PARSE_BYTES = 1_000_000
 
 
 def process_python(data: bytes, rel: str, options: Options, bootstrap: Union[None, str, LazyBootstrap]) -> FileResult:
-    """Migrate one Python file, then account for its CUDA touchpoints (porter.project.ledger)."""
+    """Migrate one Python file, then account for its CUDA touchpoints (porter.project.touchpoints.ledger)."""
     result = _port(data, rel, options, bootstrap)
     if result.status != "error":
         add_ledger(result, data, options)

@@ -1,5 +1,5 @@
 """What the repository's files say about where a runtime copy can live: its packages, the
-build config that ships them, the imports between them (porter.project.runtime_home)."""
+build config that ships them, the imports between them (porter.project.vendoring.runtime_home)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Optional
 
 from porter.files.safe_io import read_bounded, text_bounded
-from porter.project.runtime_copy import RUNTIME, _is_file
+from porter.project.vendoring.runtime_copy import RUNTIME, _is_file
 
 _BUILD_FILES = ("setup.py", "setup.cfg")
 

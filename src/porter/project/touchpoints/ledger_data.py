@@ -1,5 +1,5 @@
 """The ledger's data: a CUDA touchpoint, its states, and what the whole tree tells about imports
-(porter.project.ledger accounts for each touchpoint)."""
+(porter.project.touchpoints.ledger accounts for each touchpoint)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Which files can hold a CUDA touchpoint: a byte check before porter.project.ledger parses a file."""
+"""Which files can hold a CUDA touchpoint: a byte check before porter.project.touchpoints.ledger parses a file."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 from functools import lru_cache
 from typing import Iterator
 
-from porter.project.ledger_data import TreeContext
+from porter.project.touchpoints.ledger_data import TreeContext
 from porter.rulebase.codeview import code_view, prefilter_enabled
 from porter.rulebase.cuda_packages import is_cuda_only_module
 

@@ -1,5 +1,5 @@
 """Finding a file's CUDA touchpoints with the stdlib ``ast``, and which of them are inert
-(porter.project.ledger accounts for each)."""
+(porter.project.touchpoints.ledger accounts for each)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import re
 from typing import Iterator, Optional, Sequence
 
 from porter.project import selectors
-from porter.project.ledger_data import TreeContext
+from porter.project.touchpoints.ledger_data import TreeContext
 from porter.rulebase.conditions.guards import GuardFinder, child_blocks
 from porter.rulebase.cuda_packages import is_cuda_only_module, looks_compiled
 from porter.rulebase.matching import ast_dotted_name

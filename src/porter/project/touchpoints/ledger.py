@@ -30,9 +30,9 @@ import re
 from typing import Optional, Sequence
 
 from porter.project import selectors
-from porter.project.ledger_data import CODE, NAME, STATES, Touchpoint, TreeContext, counts
-from porter.project.ledger_scan import Scanner
-from porter.project.ledger_triggers import trigger_lines, triggered_in_code
+from porter.project.touchpoints.ledger_data import CODE, NAME, STATES, Touchpoint, TreeContext, counts
+from porter.project.touchpoints.ledger_scan import Scanner
+from porter.project.touchpoints.ledger_triggers import trigger_lines, triggered_in_code
 from porter.rulebase.conditions.guards import Region, guard_ported, parse
 from porter.rulebase.conditions.test_gates import mocks_cuda
 from porter.rulebase.cuda_packages import advice_for

@@ -1,6 +1,6 @@
 """A vendored copy of porter_runtime and the pointer modules that load one: how porter
 knows them as its own, what it refuses to write, and the build config that ships a copy
-(porter.project.runtime_home places them)."""
+(porter.project.vendoring.runtime_home places them)."""
 
 from __future__ import annotations
 

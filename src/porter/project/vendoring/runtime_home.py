@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional, Union
 
-from porter.project.runtime_copy import RUNTIME, Home, _is_file, _shown, is_pointer, is_vendored
-from porter.project.runtime_probes import (_build_may_ship, _entries, _installable, _namespace_name, _package_imports,
+from porter.project.vendoring.runtime_copy import RUNTIME, Home, _is_file, _shown, is_pointer, is_vendored
+from porter.project.vendoring.runtime_probes import (_build_may_ship, _entries, _installable, _namespace_name, _package_imports,
                                            _package_name, _reach, _top_package)
 
 
