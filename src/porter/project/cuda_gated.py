@@ -30,7 +30,8 @@ from typing import Callable, Mapping, Optional, Sequence
 from porter.rulebase.cuda_packages import is_cuda_only_module
 from porter.rulebase.guards import Region, cuda_regions, parse, statements
 
-_IMPORT_LINE = re.compile(rb"^[ \t]*(?:from|import)[ \t]+[^\n]*", re.M)
+#: An import line, matched at a line's start (``_line_starts``).
+_IMPORT_LINE = re.compile(rb"[ \t]*(?:from|import)[ \t]+[^\n]*")
 
 
 def cuda_gated_modules(sources: Mapping[str, bytes], modules: Mapping[str, str]) -> frozenset[str]:
@@ -67,7 +68,7 @@ def cuda_gated_modules(sources: Mapping[str, bytes], modules: Mapping[str, str])
 def _imports_cuda_package(data: bytes) -> bool:
     if b"import" not in data:
         return False
-    for line in _IMPORT_LINE.findall(data):
+    for line in _matches(_IMPORT_LINE, data):
         words = line.decode("utf-8", "replace").replace(",", " ").split()
         if len(words) > 1 and words[0] in ("import", "from") and is_cuda_only_module(words[1]):
             return True
@@ -76,14 +77,37 @@ def _imports_cuda_package(data: bytes) -> bool:
 
 #: An import statement's first line: indent, then ``from`` and its module and names, or
 #: ``import`` and its modules (a guess only, to order the files: the trees decide).
-_IMPORT_STMT = re.compile(rb"^([ \t]*)(?:from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+\(?([\w., \t]*)|import[ \t]+([\w., \t]*))", re.M)
+_IMPORT_STMT = re.compile(rb"([ \t]*)(?:from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+\(?([\w., \t]*)|import[ \t]+([\w., \t]*))")
+
+
+def _line_starts(data: bytes) -> list[int]:
+    """Where each line that holds ``from`` or ``import`` starts: what a pattern anchored
+    at lines (``^`` and ``re.M``) could match, found by plain byte searches, which are
+    several times faster over a large tree than the anchored pattern's scan."""
+    starts = set()
+    for word in (b"from", b"import"):
+        at = data.find(word)
+        while at >= 0:
+            starts.add(data.rfind(b"\n", 0, at) + 1)
+            at = data.find(word, at + 1)
+    return sorted(starts)
+
+
+def _matches(pattern: re.Pattern[bytes], data: bytes) -> list:
+    """What ``findall`` of ``pattern`` anchored at each line's start gives (one line each)."""
+    found = []
+    for start in _line_starts(data):
+        match = pattern.match(data, start)
+        if match:
+            found.append(match.group() if pattern.groups == 0 else match.groups(b""))
+    return found
 
 
 def _import_lines(rel: str, data: bytes) -> list[tuple[bool, str]]:
     """(at the file's top, dotted name) for what each import line seems to import,
     resolved as :func:`_imports` does."""
     found = []
-    for indent, source, names, modules in _IMPORT_STMT.findall(data):
+    for indent, source, names, modules in _matches(_IMPORT_STMT, data):
         top = not indent
         if modules:
             found += [(top, word.split()[0].decode()) for word in modules.split(b",") if word.split()]
