@@ -10,7 +10,8 @@ Over the pinned corpus (downloaded and cached by ``bench/corpus.py``'s ``fetch``
 (b) ``porter migrate --diff -j 1`` over the whole tree;
 (c) ``porter migrate --diff -j 2``;
 (e) the project model alone (``porter.project.model.build`` over every file, the
-    whole-repository pass every ``-j`` run makes first), timed inside its own process;
+    whole-repository pass every ``-j`` run makes first), timed inside its own process,
+    with the number of files it parses (``ast.parse`` calls);
 (d) TorchFix (pinned, in its own virtual environment: it pins an older libcst), one job,
     over a seeded random sample of the corpus's files, with porter ``-j 1`` (b') timed on
     the very same sample for the ratio.
@@ -54,14 +55,21 @@ print(time.perf_counter() - start)
 """
 
 _MODEL = """
-import sys, time
+import ast, sys, time
 from pathlib import Path
 from porter.project import model
+parses = 0
+_parse = ast.parse
+def counted(*args, **kwargs):  # the files the model parses: the cost it should keep small
+    global parses
+    parses += 1
+    return _parse(*args, **kwargs)
+ast.parse = counted
 root = Path(sys.argv[1])
 rels = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.py") if p.is_file())
 start = time.perf_counter()
 built = model.build(root, rels)
-print(time.perf_counter() - start, len(built.modules))
+print(time.perf_counter() - start, len(built.modules), parses)
 """
 
 _MEASURE = """
@@ -114,8 +122,8 @@ def porter(tree: Path, jobs: int) -> dict:
 def project_model(tree: Path) -> dict:
     """Seconds the project model takes to build over ``tree``, measured inside the process."""
     out = subprocess.run([sys.executable, "-c", _MODEL, str(tree)], capture_output=True, text=True, check=True)
-    seconds, modules = out.stdout.split()
-    return {"seconds": float(seconds), "modules": int(modules)}
+    seconds, modules, parses = out.stdout.split()
+    return {"seconds": float(seconds), "modules": int(modules), "parses": int(parses)}
 
 
 def sample_tree(files: list[Path], root: Path, size: int, seed: int = 7) -> Path:
@@ -171,17 +179,18 @@ def main(argv: list[str] | None = None) -> int:
                 print("porter failed:", result["stderr"], file=sys.stderr)
                 return 1
         rounds.append((a, b, c))
-        models.append(e["seconds"])
+        models.append(e)
         print(f"round {number}: (a) {a['seconds']:.2f} s  (b) {b['seconds']:.2f} s  (c) {c['seconds']:.2f} s  "
-              f"(e) {e['seconds']:.2f} s  (b)/(a) = {b['seconds'] / a['seconds']:.2f}  "
+              f"(e) {e['seconds']:.2f} s, {e['parses']} ast parses  (b)/(a) = {b['seconds'] / a['seconds']:.2f}  "
               f"(b)/(c) = {b['seconds'] / c['seconds']:.2f}  (e)/(b) = {e['seconds'] / b['seconds']:.2f}")
     a, b, c = (_median([r[i] for r in rounds]) for i in range(3))
     print(f"medians of {len(rounds)} round(s):")
     print(row("(a) LibCST parse+codegen, CUDA-ish", a, len(cudaish), cuda_lines))
     print(row("(b) porter migrate --diff -j 1", b, len(files), lines))
     print(row("(c) porter migrate --diff -j 2", c, len(files), lines))
-    e_seconds = sorted(models)[len(models) // 2]
-    print(f"(e) project model alone, {len(files)} files      {e_seconds:8.2f} s (in-process, median)")
+    e_seconds = sorted(m["seconds"] for m in models)[len(models) // 2]
+    print(f"(e) project model alone, {len(files)} files      {e_seconds:8.2f} s (in-process, median; "
+          f"{models[0]['parses']} files parsed)")
     ratios = {"(b)/(a)": b["seconds"] / a["seconds"], "(b)/(c)": b["seconds"] / c["seconds"],
               "(e)/(b)": e_seconds / b["seconds"]}
 

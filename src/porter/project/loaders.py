@@ -26,6 +26,8 @@ from typing import Iterator, Mapping, Optional
 #: ``def name(..., **kwargs`` at the start of a line: a module-level function taking ``**``.
 _DEF = re.compile(rb"^def[ \t]+(\w+)[ \t]*\([^)]*\*\*", re.M)
 _MAP_LOCATION = re.compile(rb"\bmap_location[ \t]*=")
+#: ``load`` and what may follow it in a call of it: ``(``, a comment or ``)`` (``(torch.load)(``).
+_LOAD = re.compile(rb"load[ \t\r\n\f\\]*([(#)])")
 
 
 def mapped_wrappers(sources: Mapping[str, bytes], modules: Mapping[str, str]) -> frozenset[tuple[str, str]]:
@@ -33,12 +35,28 @@ def mapped_wrappers(sources: Mapping[str, bytes], modules: Mapping[str, str]) ->
     ``*.load(...)`` and whose every call in the tree passes ``map_location=``."""
     found = set()
     for rel, data in sources.items():
-        if b"load(" not in data or not _DEF.search(data):
+        if b"load(" not in data or not _DEF.search(data) or not _may_forward(data):
             continue
         for name in _forwarding_loaders(data):
             if _all_calls_map(sources, modules.get(rel, ""), name):
                 found.add((rel, name))
     return frozenset(found)
+
+
+def _may_forward(data: bytes) -> bool:
+    """Whether some call of a ``load`` may pass ``**`` (a byte test that never says no
+    to a file that has one): most files with a ``def f(**kwargs)`` and a ``json.load(f)``
+    then need no parse. A call's text holding a quote or a comment (a bracket inside
+    may end it elsewhere) counts as maybe."""
+    for match in _LOAD.finditer(data):
+        if match.start() and (data[match.start() - 1:match.start()].isalnum() or data[match.start() - 1] == 95):
+            continue  # ``download(``: another name
+        if match.group(1) != b"(":
+            return True
+        args = _call_arguments(data, match.start(1))
+        if args is None or b"**" in args or any(c in args for c in (b"'", b'"', b"#")):
+            return True
+    return False
 
 
 def _forwarding_loaders(data: bytes) -> Iterator[str]:

@@ -19,10 +19,10 @@ picklable data keyed by (file, function qualname) and read by rules through
 from __future__ import annotations
 
 import ast
-import re
 from dataclasses import dataclass, field, replace
 from typing import Iterator, Mapping, Optional
 
+from porter.project import word_search
 from porter.project.value_kinds import (  # noqa: F401  (Kind and the facts are this module's API too)
     Callee,
     FlowFacts,
@@ -252,14 +252,14 @@ class _Builder:
     def wanted(self, done: set[str]) -> set[str]:
         """Files that define a callee a known value is passed to, read a known attribute,
         or call a callee whose parameter holds one (every caller must agree)."""
-        words = [(n, rb"(?:def|class)\s+" + re.escape(n.encode()) + rb"\b") for n in self._called_with_values()]
-        words += [(a, rb"\.\s*" + re.escape(a.encode()) + rb"\b") for a in self._attrs_to_see()]
-        words += [(n, rb"\b" + re.escape(n.encode()) + rb"\s*\(") for n in self._callers_to_see()]
+        words = [(n, word_search.defines) for n in self._called_with_values()]
+        words += [(a, word_search.reads_attribute) for a in self._attrs_to_see()]
+        words += [(n, word_search.calls) for n in self._callers_to_see()]
         found: set[str] = set()
-        for word, pattern in words:  # the word first: a byte search at C speed, the regex only where it is
-            needle, compiled = word.encode(), re.compile(pattern)
+        for word, test in words:  # the word first: a byte search at C speed, the context only where it is
+            needle = word.encode()
             found.update(rel for rel, data in self.sources.items()
-                         if rel not in self.parsed and needle in data and compiled.search(data))
+                         if rel not in self.parsed and needle in data and test(data, word))
         return found - done
 
     def _called_with_values(self) -> list[str]:
@@ -295,8 +295,8 @@ class _Builder:
         for name in self._given_values():
             needle = name.encode()
             callers = [r for r, data in self.sources.items() if r not in self.parsed and needle in data]
-            if len(callers) > _MAX_CALLERS and len([r for r in callers if re.search(
-                    rb"\b" + re.escape(needle) + rb"\s*\(", self.sources[r])]) > _MAX_CALLERS:
+            if len(callers) > _MAX_CALLERS and len([r for r in callers if word_search.calls(
+                    self.sources[r], name)]) > _MAX_CALLERS:
                 self.blocked |= {(c.scope, p) for c in self.facts.callees[name] for p in c.params}
                 self.changed = True
             else:

@@ -415,9 +415,11 @@ class CudaAvailableGuard(Rule):
         if len(node.targets) == 1 and is_half_flag(node.targets[0].target) and and_chain(node.value):
             self._half_flags.update(c for c in availability_calls(self, node.value) if availability_test(self, c))
         target = node.targets[0].target if len(node.targets) == 1 else None
-        if isinstance(target, cst.Name) and self._functions and and_chain(node.value) \
-                and only_picks_names(self._functions[-1], target.value):
-            self._name_flags.update(c for c in availability_calls(self, node.value) if availability_test(self, c))
+        if isinstance(target, cst.Name) and self._functions and and_chain(node.value):
+            # the availability calls first: the walk of the whole function is for their flags only
+            calls = [c for c in availability_calls(self, node.value) if availability_test(self, c)]
+            if calls and only_picks_names(self._functions[-1], target.value):
+                self._name_flags.update(calls)
 
     def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
         if isinstance(node.operator, cst.Multiply):  # `(torch.device("cuda"),) * is_available()`

@@ -13,6 +13,7 @@ ternary that falls back to "cpu" (PT202 makes both notes). A flag used in any ot
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Optional
 
 import libcst as cst
@@ -21,16 +22,34 @@ import libcst as cst
 def only_picks_names(scope: cst.CSTNode, name: str) -> bool:
     """Whether every read of ``name`` in ``scope`` is the test of a ternary between strings
     (or lists/tuples of strings), and there is at least one."""
-    uses = _Uses(name)
+    uses = _uses_in(scope)
+    return uses.tests[name] > 0 and uses.reads[name] == uses.tests[name]
+
+
+#: The last scopes walked, by identity (the scope is kept, so its id stays its own): a
+#: function with many flag assignments asks once per assignment, and one walk counts
+#: every name (a walk per question cost half of a diffusers run).
+_walked: dict[int, tuple[cst.CSTNode, "_Uses"]] = {}
+
+
+def _uses_in(scope: cst.CSTNode) -> "_Uses":
+    known = _walked.get(id(scope))
+    if known is not None and known[0] is scope:
+        return known[1]
+    uses = _Uses()
     scope.visit(uses)
-    return uses.tests > 0 and uses.reads == uses.tests
+    if len(_walked) >= 8:
+        _walked.clear()
+    _walked[id(scope)] = (scope, uses)
+    return uses
 
 
 class _Uses(cst.CSTVisitor):
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.reads = 0
-        self.tests = 0
+    """Per name: its reads, and the ternaries between names that it is the test of."""
+
+    def __init__(self) -> None:
+        self.reads: Counter[str] = Counter()
+        self.tests: Counter[str] = Counter()
         self.targets: set[int] = set()
 
     def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
@@ -38,12 +57,12 @@ class _Uses(cst.CSTVisitor):
             self.targets.add(id(node.target))
 
     def visit_IfExp(self, node: cst.IfExp) -> None:
-        if isinstance(node.test, cst.Name) and node.test.value == self.name and _names(node.body) and _names(node.orelse):
-            self.tests += 1
+        if isinstance(node.test, cst.Name) and _names(node.body) and _names(node.orelse):
+            self.tests[node.test.value] += 1
 
     def visit_Name(self, node: cst.Name) -> None:
-        if node.value == self.name and id(node) not in self.targets:
-            self.reads += 1
+        if id(node) not in self.targets:
+            self.reads[node.value] += 1
 
     def visit_Attribute(self, node: cst.Attribute) -> Optional[bool]:
         node.value.visit(self)
