@@ -4,7 +4,8 @@ A finding needs a human only with evidence that the code runs off CUDA (STYLE.md
 rule 16). Code under a CUDA guard porter did not port (``if x.is_cuda:``, the CUDA arm of
 ``"nccl" if dist.is_nccl_available() else "gloo"``) and tests skipped off CUDA
 (``@unittest.skipIf(not torch.cuda.is_available(), ...)``, ``@skip_if_lt_x_gpu(4)``) never
-run on a Mac: what porter finds there is listed for information, as ruff lists a note,
+run on a Mac, nor does code run only with several GPUs (``if opts.num_gpus > 1:``, a Mac
+has one): what porter finds there is listed for information, as ruff lists a note,
 and blocks nothing. The regions are porter.rulebase.guards'; ``try: import flash_attn``
 bodies are not among them (the import's own finding is what a human must see).
 
@@ -33,7 +34,7 @@ from typing import Collection, Sequence
 from porter.rulebase.guards import Region, cuda_regions, guard_ported, parse, within
 from porter.rulebase.rule import INFO, Finding
 
-_KINDS = ("device", "test")
+_KINDS = ("device", "test", "gpus")
 
 
 def cuda_only_notes(findings: Sequence[Finding], data: bytes, keep: Collection[str] = (),
@@ -93,6 +94,7 @@ def _note(finding: Finding, regions: Sequence[Region]) -> Finding:
     region = next((r for r in regions if r.contains(where)), None)
     if region is None:
         return finding
-    why = "a test skipped off CUDA" if region.kind == "test" else "code run only where CUDA is"
+    why = {"test": "a test skipped off CUDA", "gpus": "code run only with several GPUs"}.get(
+        region.kind, "code run only where CUDA is")
     return dataclasses.replace(finding, severity=INFO,
                                message=f"{finding.message} (for information: {why}, line {region.guard_line})")
