@@ -11,7 +11,9 @@ with the availability flags such a ``try`` sets (``HAS_FLASH = True`` / ``False`
 Three kinds: ``"device"`` regions hang on a test of the device (porter can port such a
 guard, and then its body must be ported too); ``"import"`` regions hang on a CUDA-only
 import succeeding; ``"test"`` regions are tests skipped off CUDA (porter.rulebase.test_gates:
-``@unittest.skipIf(not torch.cuda.is_available(), ...)``, ``@skip_if_lt_x_gpu(4)``). Positions are 1-based lines and 0-based character columns, the
+``@unittest.skipIf(not torch.cuda.is_available(), ...)``, ``@skip_if_lt_x_gpu(4)``); ``"gpus"``
+regions run only with several GPUs (``if opts.num_gpus > 1:``), which a Mac never has:
+porter.engine.notes lists what is found there, and rewrites stay. Positions are 1-based lines and 0-based character columns, the
 way LibCST counts them (``ast`` counts UTF-8 bytes).
 """
 
