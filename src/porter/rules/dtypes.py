@@ -313,6 +313,23 @@ class FromNumpyToDevice(Rule):
                 """),
             line=9, message="float64",
         ),
+        Example(  # after `import tensorrt` (no Mac build) in the same branch: a note
+            dedent("""\
+                import numpy as np
+                import torch
+
+
+                def bindings(model, context, device, engine):
+                    if engine:
+                        import tensorrt as trt
+
+                        dtype = trt.nptype(model.get_binding_dtype(0))
+                        shape = tuple(context.get_binding_shape(0))
+                        return torch.from_numpy(np.empty(shape, dtype=dtype)).to(device)
+                    return None
+                """),
+            line=11, message="a CUDA-only import porter left as is, line 7",
+        ),
         Example("import torch as t\nx = t.from_numpy(a).to(device, non_blocking=True)\n"),
         Example("from torch import from_numpy\nx = from_numpy(a).to('cuda')\n"),
     ]
