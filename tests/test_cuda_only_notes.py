@@ -160,3 +160,69 @@ def test_a_flag_read_nowhere_in_the_tree_is_a_note_and_one_read_elsewhere_a_find
         report = tmp_path / f"{root.name}.json"
         porter("migrate", root, "--check", "--report", report)
         assert findings(report)[("train_util.py", "PT202")].get("severity", "") == severity
+
+
+METRICS = '''\
+import torch
+
+
+def calc_metric(metric, opts):
+    results = metric(opts)
+    for key, value in list(results.items()):
+        if opts.num_gpus > 1:
+            value = torch.as_tensor(value, dtype=torch.float64, device=opts.device)
+            torch.distributed.broadcast(tensor=value, src=0)
+            value = float(value.cpu())
+        results[key] = value
+    return results
+
+
+def probe(values, opts):
+    if opts.num_gpus == 1:
+        return torch.as_tensor(values, dtype=torch.float64, device=opts.device)
+    return None
+'''
+
+
+def test_code_run_only_with_several_gpus_is_a_note_and_a_one_gpu_arm_a_finding(tmp_path):
+    root = make_tree(tmp_path / "repo", {"metrics.py": METRICS})
+    report = tmp_path / "r.json"
+    assert porter("migrate", root, "--check", "--report", report) == 1
+    data = json.loads(report.read_text())
+    items = {(item["line"], item["code"]): item for entry in data["files"] for item in entry["findings"]}
+    assert items[(8, "PT607")]["severity"] == "info" and "several GPUs, line 7" in items[(8, "PT607")]["message"]
+    assert "severity" not in items[(17, "PT607")]  # one GPU: what a Mac runs
+
+
+BACKENDS = '''\
+import numpy as np
+import torch
+
+
+def load_backend(w, device, engine, onnx):
+    if engine:  # TensorRT
+        import tensorrt as trt
+
+        if device.type == "cpu":
+            device = torch.device("cuda:0")
+        shape, dtype = (1, 3, 640, 640), trt.nptype(trt.float16)
+        return torch.from_numpy(np.empty(shape, dtype=dtype)).to(device)
+    if onnx:
+        import onnxruntime
+
+        session = onnxruntime.InferenceSession(w)
+        return torch.from_numpy(np.empty((1, 3, 640, 640))).to(device)
+    return None
+'''
+
+
+def test_code_after_an_unported_cuda_only_import_in_a_branch_is_notes_and_the_import_a_finding(tmp_path):
+    root = make_tree(tmp_path / "repo", {"backends.py": BACKENDS})
+    report = tmp_path / "r.json"
+    assert porter("migrate", root, "--check", "--report", report) == 1
+    data = json.loads(report.read_text())
+    items = {(item["line"], item["code"]): item for entry in data["files"] for item in entry["findings"]}
+    assert "severity" not in items[(7, "TP603")]  # the import: what a human must see
+    tail = items[(12, "PT605")]
+    assert tail["severity"] == "info" and "a CUDA-only import porter left as is, line 7" in tail["message"]
+    assert "severity" not in items[(17, "PT605")]  # onnxruntime imports on a Mac: float64 on MPS

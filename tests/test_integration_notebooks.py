@@ -164,3 +164,26 @@ def test_a_second_write_finds_the_package_copy_a_notebook_imports(tmp_path):
     again = run_porter("migrate", repo, "--write")
     assert again.returncode == 0 and b"vendored" not in again.stderr, again.stderr
     assert not (repo / "porter_runtime").exists()
+
+
+LOADER_CELLS = [
+    ("code", "import torch\nfrom torch.utils.data import DataLoader\n\n"
+             "from data_utils import TextAudioCollate, TextAudioLoader"),
+    ("code", "def pad_batch(batch):\n    return torch.nn.utils.rnn.pad_sequence(batch, batch_first=True)"),
+    ("code", "dataset = TextAudioLoader(hps.data.validation_files, hps.data)\n"
+             "loader = DataLoader(dataset, num_workers=8, batch_size=1, collate_fn=TextAudioCollate())\n"
+             "data_list = list(loader)"),
+    ("code", "loader = DataLoader(dataset, num_workers=8, batch_size=4, collate_fn=pad_batch)\n"
+             "batches = list(loader)"),
+]
+
+
+def test_a_notebook_loader_is_reported_only_when_its_workers_may_unpickle_the_notebooks_own_code(tmp_path):
+    """spawn does not re-run a notebook, so no `__main__` guard is asked for; a worker
+    cannot import what the notebook defines (it lives in `__main__`)."""
+    path = make_notebook(tmp_path / "repo" / "inference.ipynb", LOADER_CELLS)
+    report = tmp_path / "r.json"
+    run_porter("migrate", path, "--report", report)
+    [entry] = json.loads(report.read_text())["files"]
+    found = [(x["line"], x["message"]) for x in entry["findings"] if x["code"] == "PT403"]
+    assert len(found) == 1 and found[0][1].startswith("cell 4") and "__main__" in found[0][1], found

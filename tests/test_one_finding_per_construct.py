@@ -255,3 +255,32 @@ def test_a_flag_that_only_picks_package_names_is_a_note_and_one_guarding_code_a_
     found = items(report)
     assert found[("export.py", 5, "PT202")] == "info"
     assert found[("export.py", 11, "PT202")] == ""
+
+
+XFORMERS_MODEL = '''\
+import math
+
+import torch.nn as nn
+from xformers.ops import SwiGLU
+
+
+def init_weights(module, n_embd, n_layer):
+    for name, p in module.named_parameters():
+        if name == "w3.weight" and isinstance(module, SwiGLU):
+            nn.init.normal_(p, mean=0.0, std=1 / math.sqrt(n_embd) / n_layer)
+
+
+class LLaMAMLP(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.swiglu = SwiGLU(config.n_embd, config.intermediate_size, bias=False)
+'''
+
+
+def test_an_xformers_class_only_tested_against_is_a_note_and_one_built_a_finding(tmp_path):
+    root = make_tree(tmp_path / "repo", {"model.py": XFORMERS_MODEL})
+    report = tmp_path / "r.json"
+    assert porter("migrate", root, "--check", "--report", report) == 1
+    found = items(report)
+    assert found[("model.py", 9, "TP203")] == "info"
+    assert found[("model.py", 16, "TP203")] == ""

@@ -14,6 +14,7 @@ from porter.rulebase.conditions.availability_checks import (
     else_requirement,
     requirement,
 )
+from porter.rulebase.conditions.cuda_query_guard import shielded_check
 from porter.rulebase.conditions.name_choice import only_picks_names
 from porter.rulebase.families.availability_choices import (
     accelerator_test,
@@ -60,6 +61,10 @@ class CudaAvailableGuard(Rule):
     device ternary left as it is (`f"cuda:{rank}" if torch.cuda.is_available() else
     "cpu"`) is a note (severity "info"): its CPU arm runs off CUDA; so is the answer
     used as a repeat count (`(torch.device("cuda"),) * torch.cuda.is_available()`), and
+    a check that only keeps a question about CUDA's own device from being asked
+    without CUDA (`not torch.cuda.is_available() or torch.cuda.is_bf16_supported()`,
+    `torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 8`
+    outside an `if` test; porter.rulebase.conditions.cuda_query_guard), and
     any use in a function (or module) that also asks `torch.backends.mps.is_available()`:
     its own device choice already has an MPS branch; and a flag set from it that
     nothing reads (`self.sync_cuda = torch.cuda.is_available()` with no other
@@ -328,6 +333,36 @@ class CudaAvailableGuard(Rule):
                 """),
             line=6, message="they are left out and the rest runs: for information",
         ),
+        Example(  # the check only keeps CUDA's bf16 question off machines without CUDA: a note
+            dedent("""\
+                import torch
+
+                def default_precision(training: bool) -> str:
+                    if not torch.cuda.is_available() or torch.cuda.is_bf16_supported():
+                        return "bf16-mixed" if training else "bf16-true"
+                    return "16-mixed" if training else "16-true"
+                """),
+            line=4, message="only keeps a question about CUDA's own device",
+        ),
+        Example(  # the same shield in an assignment, a capability compared
+            dedent("""\
+                import torch
+
+                use_bf16 = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 8
+                """),
+            line=3, message="only keeps a question about CUDA's own device",
+        ),
+        Example(  # the other operand is no CUDA query: still a finding
+            dedent("""\
+                import torch
+
+                def default_precision(args) -> str:
+                    if not torch.cuda.is_available() or args.fp32:
+                        return "32-true"
+                    return "16-mixed"
+                """),
+            line=4, message="if it means",
+        ),
         Example(  # cleanrl's multi-GPU script: the CPU fallback runs off CUDA, so a note, not a finding
             dedent("""\
                 import torch
@@ -381,6 +416,7 @@ class CudaAvailableGuard(Rule):
         self._unread_flags: set[cst.BaseExpression] = set()  # availability calls setting a flag nothing reads
         self._half_flags: set[cst.BaseExpression] = set()  # availability calls setting a half-precision flag
         self._name_flags: set[cst.BaseExpression] = set()  # ... setting a flag that only picks names
+        self._shields: set[cst.BaseExpression] = set()  # checks that only keep a CUDA query off non-CUDA machines
 
     def visit_If(self, node: cst.If) -> None:
         if isinstance(node.orelse, cst.If):
@@ -420,6 +456,11 @@ class CudaAvailableGuard(Rule):
             calls = [c for c in availability_calls(self, node.value) if availability_test(self, c)]
             if calls and only_picks_names(self._functions[-1], target.value):
                 self._name_flags.update(calls)
+
+    def visit_BooleanOperation(self, node: cst.BooleanOperation) -> None:
+        shielded = shielded_check(self, node)  # porter.rulebase.conditions.cuda_query_guard
+        if shielded is not None:
+            self._shields.add(shielded)
 
     def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
         if isinstance(node.operator, cst.Multiply):  # `(torch.device("cuda"),) * is_available()`
@@ -474,6 +515,11 @@ class CudaAvailableGuard(Rule):
         if original in self._half_flags:
             self.note(original, _NOTE + "; here it only turns half precision on where CUDA is, so off CUDA "
                       "float32 runs (a speed choice): for information", suggestion=_SUGGESTION)
+            return updated
+        if original in self._shields:
+            self.note(original, _NOTE + "; here it only keeps a question about CUDA's own device (bf16 support, "
+                      "capability, properties) from being asked without CUDA; off CUDA the path the CPU takes "
+                      "runs: for information", suggestion=_SUGGESTION)
             return updated
         if original in self._repeats:
             self.note(original, _NOTE + "; here it only repeats CUDA entries once or not at all, so off CUDA "

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from textwrap import dedent
 from typing import Iterator, Optional, Sequence
 
 import libcst as cst
 
 from porter.rulebase.evidence import CalledByName, Uses
 from porter.rulebase.families.dataloader import DATALOADER, workers
-from porter.rulebase.rule import Example, Needs, Rule, Safety
+from porter.rulebase.rule import Example, Needs, Rule, Safety, keyword, positional
 from porter.rulebase.syntax import (
     block_statements,
     is_main_guard,
@@ -123,9 +124,17 @@ class DataLoaderMainGuard(Rule):
     Review (no rewrite). Moving code under a guard changes what importing the module
     does; the author decides.
 
+    A notebook is not re-run by its workers (spawn re-imports a script, and a notebook's
+    kernel has no file): there a cell's loader is reported only when what the workers
+    unpickle (the dataset, sampler, `collate_fn`, `worker_init_fn`) may live in the
+    notebook's `__main__`, which a worker cannot import. An argument made by an
+    imported class or function (`TextAudioLoader(...)` from the repository's
+    `data_utils`) is importable.
+
     Known limits:
     Calls are followed only through functions of the same file called by name;
-    methods, other modules and `DataLoader` subclasses are not followed.
+    methods, other modules and `DataLoader` subclasses are not followed. In a notebook,
+    a name is followed through one assignment in its own cell.
     """
 
     code = "PT403"
@@ -139,6 +148,20 @@ class DataLoaderMainGuard(Rule):
         "from torch.utils.data import DataLoader\nloader = DataLoader(ds, num_workers=0)\nfor b in loader:\n    step(b)\n",
         "import mylib\nloader = mylib.DataLoader(ds, num_workers=4)\nfor b in loader:\n    step(b)\n",
         "def f(DataLoader):\n    return DataLoader(ds, num_workers=4)\nfor b in f(L):\n    step(b)\n",
+        Example(  # a notebook's cell: the dataset and collate_fn are the repository's own classes
+            dedent("""\
+                from torch.utils.data import DataLoader
+
+                from data_utils import TextAudioSpeakerCollate, TextAudioSpeakerLoader
+
+                dataset = TextAudioSpeakerLoader(hps.data.validation_files, hps.data)
+                collate_fn = TextAudioSpeakerCollate()
+                loader = DataLoader(dataset, num_workers=8, shuffle=False, batch_size=1, pin_memory=True,
+                                    drop_last=True, collate_fn=collate_fn)
+                data_list = list(loader)
+                """),
+            path="inference.ipynb",
+        ),
     ]
     invalid = [
         Example("from torch.utils.data import DataLoader\n\nloader = DataLoader(ds, batch_size=64, num_workers=4)\n"
@@ -147,16 +170,55 @@ class DataLoaderMainGuard(Rule):
                 "    train(loader)\n\nmain()\n"),
         Example("from torch.utils.data import DataLoader as DL\n\ndef build():\n    return DL(ds, 8, True, None, None, 2)\n\n"
                 "def main():\n    fit(build())\n\nmain()\n"),
+        Example(  # a notebook's cell: the collate function may be one the notebook defines
+            dedent("""\
+                from torch.utils.data import DataLoader
+                from torchvision import datasets, transforms
+
+                train_set = datasets.MNIST("data", train=True, download=True, transform=transforms.ToTensor())
+                loader = DataLoader(train_set, batch_size=64, num_workers=4, collate_fn=pad_batch)
+                for images, labels in loader:
+                    print(images.shape)
+                    break
+                """),
+            path="explore.ipynb", line=5, message="in a notebook",
+        ),
     ]
 
     def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
         statements = list(_unguarded(original.body))
-        for call, why, fix in self._top_level(statements) + self._called(original, statements):
+        found = self._top_level(statements) + self._called(original, statements)
+        if self.ctx.path.endswith(".ipynb"):
+            self._notebook(original, found)
+            return updated
+        for call, why, fix in found:
             self.flag(call, f"DataLoader(num_workers={workers(call)}) starts worker processes at import "
                       f"time ({why}, no `if __name__ == \"__main__\":` guard); macOS spawns workers, which "
                       f"re-import this script and fail with `{_BOOTSTRAP}`" + (_GUARD_NOTE if fix == _GUARD_FIX
                                                                                else ""), suggestion=fix)
         return updated
+
+    def _notebook(self, module: cst.Module, found: list[tuple[cst.Call, str, str]]) -> None:
+        """A cell's loaders whose pickled arguments may be the notebook's own."""
+        made = _made_by(module)
+        for call, why, _ in found:
+            if not all(self._importable(v, made) for v in _pickled(call)):
+                self.flag(call, f"DataLoader(num_workers={workers(call)}) in a notebook: macOS spawns workers, "
+                          "which unpickle the dataset and functions by name, and a class or function defined "
+                          "in the notebook lives in `__main__`, which a worker cannot import",
+                          suggestion="move the dataset class and functions into a .py module and import them "
+                                     "(or num_workers=0 off CUDA)")
+
+    def _importable(self, value: cst.BaseExpression, made: dict[str, Optional[cst.BaseExpression]]) -> bool:
+        """``value`` is an imported name, or built by an imported class or function
+        (here, or by the cell's one assignment to the name)."""
+        if isinstance(value, cst.Call):
+            value = value.func
+        if isinstance(value, (cst.Name, cst.Attribute)) and self.qualname(value) is not None:
+            return True
+        if isinstance(value, cst.Name) and made.get(value.value) is not None:
+            return self._importable(made[value.value], {})  # type: ignore[arg-type]
+        return False
 
     def _loaders(self, nodes: Sequence[cst.CSTNode]) -> list[cst.Call]:
         return [c for c in _scan(nodes).calls if self.matches(c.func) and workers(c) is not None]
@@ -213,3 +275,30 @@ def _assigned_name(stmt: cst.BaseStatement, call: cst.Call) -> Optional[str]:
             if isinstance(target, cst.Name):
                 return target.value
     return None
+
+
+#: DataLoader's parameters a worker unpickles, and their positions.
+_PICKLED = {"dataset": 0, "sampler": 3, "batch_sampler": 4, "collate_fn": 6, "worker_init_fn": 10}
+
+
+def _pickled(call: cst.Call) -> list[cst.BaseExpression]:
+    given = positional(call)
+    values = []
+    for name, index in _PICKLED.items():
+        arg = keyword(call, name) or (given[index] if index < len(given) else None)
+        if arg is not None:
+            values.append(arg.value)
+    return values
+
+
+def _made_by(module: cst.Module) -> dict[str, Optional[cst.BaseExpression]]:
+    """Module-level names assigned once to a call (the call), or more often (None)."""
+    made: dict[str, Optional[cst.BaseExpression]] = {}
+    for stmt in module.body:
+        for small in small_statements(stmt):
+            if isinstance(small, cst.Assign) and len(small.targets) == 1:
+                target = small.targets[0].target
+                if isinstance(target, cst.Name):
+                    once = target.value not in made and isinstance(small.value, cst.Call)
+                    made[target.value] = small.value if once else None
+    return made

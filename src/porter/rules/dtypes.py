@@ -203,7 +203,8 @@ class FromNumpyToDevice(Rule):
     moved later is not. An array whose dtype is in plain sight and is not float64 is
     left alone: made with `.astype("float32")` or `np.zeros(..., dtype=np.uint8)` in the
     same function (a `self.` field: anywhere in the class), or by
-    `linear_sum_assignment`; indexing, `transpose` and `reshape` keep that dtype. Any
+    `linear_sum_assignment`, or `np.array(img)` of a PIL image (Pillow has no float64
+    mode); indexing, `transpose` and `reshape` keep that dtype. Any
     other array (a parameter, a file's contents) is reported, float32 or not.
     """
 
@@ -254,6 +255,19 @@ class FromNumpyToDevice(Rule):
                 _, assign = linear_sum_assignment(dist.cpu())
                 return torch.from_numpy(assign).to(dist.device)
             """),
+        dedent("""\
+            import numpy as np
+            import torch
+            from PIL import Image, ImageDraw
+
+
+            def letter_mask(x, device):
+                img = Image.new("RGB", (x.shape[-1], x.shape[-1]), color="white")
+                ImageDraw.Draw(img).text((50, 0), "S", fill=(0, 0, 0))
+                img_np = np.array(img)
+                img_np = img_np.transpose(2, 0, 1)
+                return torch.from_numpy(img_np).to(device)
+            """),
     ]
     invalid = [
         Example("import torch\nx = torch.from_numpy(a).cuda()\n"),
@@ -283,6 +297,37 @@ class FromNumpyToDevice(Rule):
                         return torch.from_numpy(self.rewards[idx]).to(device)
                 """),
             line=12, message="float64",
+        ),
+        Example(  # a PIL image's pixels divided by 255.0: float64
+            dedent("""\
+                import numpy as np
+                import torch
+                from PIL import Image
+
+
+                def load_image(path, device):
+                    image = Image.open(path).convert("RGB").resize((256, 256))
+                    pixels = np.array(image) / 255.0
+                    return torch.from_numpy(pixels).to(device).permute(2, 0, 1)
+                """),
+            line=9, message="float64",
+        ),
+        Example(  # after `import tensorrt` (no Mac build) in the same branch: a note
+            dedent("""\
+                import numpy as np
+                import torch
+
+
+                def bindings(model, context, device, engine):
+                    if engine:
+                        import tensorrt as trt
+
+                        dtype = trt.nptype(model.get_binding_dtype(0))
+                        shape = tuple(context.get_binding_shape(0))
+                        return torch.from_numpy(np.empty(shape, dtype=dtype)).to(device)
+                    return None
+                """),
+            line=11, message="a CUDA-only import porter left as is, line 7",
         ),
         Example("import torch as t\nx = t.from_numpy(a).to(device, non_blocking=True)\n"),
         Example("from torch import from_numpy\nx = from_numpy(a).to('cuda')\n"),

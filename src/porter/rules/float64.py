@@ -44,6 +44,9 @@ class Float64OnDevice(Rule):
     wanted. `dtype=porter_runtime.supported_dtype(torch.float64, device)` keeps
     float64 on CUDA and CPU and uses float32 only when `device` is MPS (one warning).
 
+    In code run only with several GPUs (`if opts.num_gpus > 1:`, broadcasting a
+    metric between GPU processes) it is a note: a Mac has one GPU.
+
     Known limits:
     Only calls that name both the dtype and the device; a float64 tensor moved to
     the device later is PT605 / PT606's, or seen only when the code runs.
@@ -74,6 +77,22 @@ class Float64OnDevice(Rule):
             def buffers(device):
                 return zeros(16, dtype=double, device=device)
             """), line=4, message="torch.double tensor created on `device`"),
+        Example(  # only with several GPUs (a Mac has one): listed as a note
+            dedent("""\
+                import torch
+
+
+                def calc_metric(metric, opts):
+                    results = metric(opts)
+                    for key, value in list(results.items()):
+                        if opts.num_gpus > 1:
+                            value = torch.as_tensor(value, dtype=torch.float64, device=opts.device)
+                            torch.distributed.broadcast(tensor=value, src=0)
+                            value = float(value.cpu())
+                        results[key] = value
+                    return results
+                """),
+            line=8, message="for information: code run only with several GPUs"),
     ]
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:

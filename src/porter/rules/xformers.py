@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from textwrap import dedent
 from typing import Optional
 
 import libcst as cst
 
 from porter.rulebase.matching import Ambiguous
+from porter.rulebase.families.type_checks import TypeCheckUses
 from porter.rulebase.rule import Example, Needs, Rule, Safety
 from porter.rulebase.families.thirdparty import (
     UseFinder,
@@ -286,7 +288,7 @@ class XformersBias(Rule):
                             "elsewhere")
 
 
-class XformersUnsupported(UseFinder, Rule):
+class XformersUnsupported(TypeCheckUses, UseFinder, Rule):
     """Other xformers APIs are reported with what to use instead.
 
     What:
@@ -301,6 +303,11 @@ class XformersUnsupported(UseFinder, Rule):
 
     Fix safety:
     Review only; each finding names the PyTorch replacement.
+
+    A module class (`SwiGLU`) only tested against is a note, since a type test runs no
+    kernel (porter.rulebase.families.type_checks); what fails is the import, reported on its
+    own, and the construction. A bias class tested against stays a finding: off CUDA
+    TP202 builds porter's stand-in, which is not xformers' class.
 
     Known limits:
     One finding per use; the import statement itself is not reported.
@@ -321,12 +328,51 @@ class XformersUnsupported(UseFinder, Rule):
         Example("import xformers.ops as xops\nmlp = xops.SwiGLU(512, 2048)\n"),
         Example("from xformers.ops import LowerTriangularMask\ncausal = isinstance(bias, LowerTriangularMask)\n"),
         Example("from xformers.ops.fmha import memory_efficient_attention_forward as fwd\nout = fwd(q, k, v)\n"),
+        Example(  # the class is built, not only tested against
+            dedent("""\
+                from xformers.ops import SwiGLU
+
+
+                class LLaMAMLP(nn.Module):
+                    def __init__(self, config):
+                        super().__init__()
+                        self.swiglu = SwiGLU(config.n_embd, config.intermediate_size, bias=False)
+                """),
+            line=7,
+        ),
+        Example(  # only a type test's class: a note (the import is the PT999 finding)
+            dedent("""\
+                import math
+
+                from xformers.ops import SwiGLU
+
+
+                def init_weights(module, n_embd, n_layer):
+                    for name, p in module.named_parameters():
+                        if name == "w3.weight" and isinstance(module, SwiGLU):
+                            nn.init.normal_(p, mean=0.0, std=1 / math.sqrt(n_embd) / n_layer)
+                """),
+            line=8, message="only a type test's class",
+        ),
     ]
 
     def on_use(self, node: cst.BaseExpression, name: str, call: Optional[cst.Call]) -> None:
         if call is not None and (name in _ATTENTION or _bias_callee(self, call) is not None):
             return  # TP201 / TP202
         if name in _BIASES and self._is_constructor_base(node):
+            return
+        if call is None and name not in _BIASES:
+            self.defer_reference(node, name)  # a class only tested against is a note
+            return
+        self._report(node, name, call, False)
+
+    def on_reference(self, node: cst.BaseExpression, name: str, type_test_only: bool) -> None:
+        self._report(node, name, None, type_test_only)
+
+    def _report(self, node: cst.BaseExpression, name: str, call: Optional[cst.Call], type_test_only: bool) -> None:
+        if type_test_only:
+            self.note(node, f"`{name}` needs xformers (for information: only a type test's class here, which "
+                      "runs no kernel; the import is reported on its own)", suggestion=_advice(name))
             return
         self.flag(call or node, f"`{name}` needs xformers, which does not import without CUDA",
                   suggestion=_advice(name))

@@ -4,9 +4,12 @@ A finding needs a human only with evidence that the code runs off CUDA (STYLE.md
 rule 16). Code under a CUDA guard porter did not port (``if x.is_cuda:``, the CUDA arm of
 ``"nccl" if dist.is_nccl_available() else "gloo"``) and tests skipped off CUDA
 (``@unittest.skipIf(not torch.cuda.is_available(), ...)``, ``@skip_if_lt_x_gpu(4)``) never
-run on a Mac: what porter finds there is listed for information, as ruff lists a note,
+run on a Mac, nor does code run only with several GPUs (``if opts.num_gpus > 1:``, a Mac
+has one): what porter finds there is listed for information, as ruff lists a note,
 and blocks nothing. The regions are porter.rulebase.conditions.guards'; ``try: import flash_attn``
-bodies are not among them (the import's own finding is what a human must see).
+bodies are not among them (the import's own finding is what a human must see). Code after
+an import porter left as is in the same function or branch (``import tensorrt`` in a
+TensorRT arm) is: porter.rulebase.conditions.import_tails.
 
 One finding per construct: where a guard porter left as is carries a finding (PT202's
 "left as is") and a finding of a device-split rule (``Rule.device_split``, PT602) sits in
@@ -31,9 +34,10 @@ import dataclasses
 from typing import Collection, Sequence
 
 from porter.rulebase.conditions.guards import Region, cuda_regions, guard_ported, parse, within
+from porter.rulebase.conditions.import_tails import import_tails
 from porter.rulebase.rule import INFO, Finding
 
-_KINDS = ("device", "test")
+_KINDS = ("device", "test", "gpus")
 
 
 def cuda_only_notes(findings: Sequence[Finding], data: bytes, keep: Collection[str] = (),
@@ -54,6 +58,7 @@ def cuda_only_notes(findings: Sequence[Finding], data: bytes, keep: Collection[s
     rewrites = [(f.line, f.column - 1) for f in findings if f.action == "rewrite"]
     regions = [r for r in cuda_regions(tree, data) if r.kind in _KINDS
                and not (r.kind == "device" and guard_ported(r, rewrites))]
+    regions += import_tails(tree, {line for line, _ in rewrites})
     if not regions:
         return list(findings)
     findings = [_note(f, regions) if f.needs_human and f.code not in keep else f for f in findings]
@@ -93,6 +98,7 @@ def _note(finding: Finding, regions: Sequence[Region]) -> Finding:
     region = next((r for r in regions if r.contains(where)), None)
     if region is None:
         return finding
-    why = "a test skipped off CUDA" if region.kind == "test" else "code run only where CUDA is"
+    why = {"test": "a test skipped off CUDA", "gpus": "code run only with several GPUs",
+           "import-tail": "code run only after a CUDA-only import porter left as is"}.get(region.kind, "code run only where CUDA is")
     return dataclasses.replace(finding, severity=INFO,
                                message=f"{finding.message} (for information: {why}, line {region.guard_line})")

@@ -11,7 +11,9 @@ with the availability flags such a ``try`` sets (``HAS_FLASH = True`` / ``False`
 Three kinds: ``"device"`` regions hang on a test of the device (porter can port such a
 guard, and then its body must be ported too); ``"import"`` regions hang on a CUDA-only
 import succeeding; ``"test"`` regions are tests skipped off CUDA (porter.rulebase.conditions.test_gates:
-``@unittest.skipIf(not torch.cuda.is_available(), ...)``, ``@skip_if_lt_x_gpu(4)``). Positions are 1-based lines and 0-based character columns, the
+``@unittest.skipIf(not torch.cuda.is_available(), ...)``, ``@skip_if_lt_x_gpu(4)``); ``"gpus"``
+regions run only with several GPUs (``if opts.num_gpus > 1:``), which a Mac never has:
+porter.engine.stages.notes lists what is found there, and rewrites stay. Positions are 1-based lines and 0-based character columns, the
 way LibCST counts them (``ast`` counts UTF-8 bytes).
 """
 
@@ -37,7 +39,7 @@ class Region:
 
     span: Span
     guard_line: int
-    kind: str  # "device" | "import"
+    kind: str  # "device" | "import" | "test" | "gpus" (run only with several GPUs)
     #: the guard's own code (its test, and the definition of a flag it reads): a rule
     #: that rewrote something here ported the guard.
     guard_spans: tuple[Span, ...]
@@ -106,6 +108,9 @@ _CUDA_VALUES = frozenset({"torch.version.cuda", "torch.testing._internal.common_
 _CUDA_CALLS = frozenset({"torch.cuda.is_available", "torch.cuda.is_initialized",
                          "torch.distributed.is_nccl_available"})
 _AVAILABLE = re.compile(r"^(?:is_|has_)?(\w+?)_(?:is_)?available$")
+#: A count of GPUs (``opts.num_gpus``, ``n_gpu``, ``args.ngpus``): more than one means
+#: several CUDA devices, and a Mac has one GPU, so code run only then is CUDA's.
+_GPU_COUNT = re.compile(r"^(?:num_gpus?|n_gpus?|ngpus?|gpu_count|num_devices_gpu)$")
 _EXIT_CALLS = {"sys.exit", "exit", "quit", "os._exit"}
 
 
@@ -203,6 +208,9 @@ class GuardFinder:
             key = ast_dotted_name(left)
             if key is not None and key in self.flags and self.flags[key][1] == "import":
                 return isinstance(op, ast.IsNot), "import", (self.flags[key][2],)
+        several = _several_gpus(left, op, right)
+        if several is not None:
+            return several, "gpus", ()
         count = isinstance(left, ast.Call) and self.names.qualname(left.func) == "torch.cuda.device_count"
         if count and isinstance(right, ast.Constant) and isinstance(right.value, int):
             n = right.value
@@ -358,6 +366,19 @@ class GuardFinder:
                 found = self.polarity(nodes[0].value)
                 if found is not None:
                     self.flags[key] = (found[0], found[1], self.span(nodes[0].value))
+
+
+def _several_gpus(left: ast.AST, op: ast.cmpop, right: ast.AST) -> Optional[bool]:
+    """``num_gpus > 1`` (True), ``num_gpus == 1`` / ``<= 1`` / ``< 2`` (False), else None."""
+    name = left.attr if isinstance(left, ast.Attribute) else getattr(left, "id", "")
+    if not _GPU_COUNT.match(name) or not isinstance(right, ast.Constant) or type(right.value) is not int:
+        return None
+    n = right.value
+    if (isinstance(op, ast.Gt) and n == 1) or (isinstance(op, ast.GtE) and n == 2):
+        return True
+    if (isinstance(op, ast.Eq) and n == 1) or (isinstance(op, ast.LtE) and n == 1) or (isinstance(op, ast.Lt) and n == 2):
+        return False
+    return None
 
 
 def child_blocks(stmt: ast.AST, nested: bool = True) -> Iterator[list[ast.stmt]]:

@@ -3,7 +3,8 @@
 ``torch.from_numpy(a).to(device)`` fails on MPS only when ``a`` is float64 (PT605). The
 array is often made a few lines up with its dtype in plain sight: ``.astype("float32")``,
 ``np.zeros(shape, dtype=np.uint8)`` (a replay buffer's field, set in ``__init__``),
-scipy's ``linear_sum_assignment`` (integer indices). Indexing, ``transpose`` and
+scipy's ``linear_sum_assignment`` (integer indices), ``np.array(img)`` of a PIL image
+(uint8, or int32 / float32 for the "I" and "F" modes: Pillow has no float64 mode). Indexing, ``transpose`` and
 ``reshape`` keep a dtype. Anything else (a parameter, a file's contents, arithmetic) is
 unknown and stays a finding.
 """
@@ -29,6 +30,9 @@ _MAKERS = frozenset(f"numpy.{n}" for n in (
 #: Functions whose results are integer arrays.
 _INTEGER_RESULTS = frozenset({"scipy.optimize.linear_sum_assignment", "numpy.argsort", "numpy.argmax",
                               "numpy.argmin", "numpy.nonzero", "numpy.where"})
+#: PIL calls that make an image, and Image methods that return one.
+_PIL_MAKERS = frozenset(f"PIL.Image.{n}" for n in ("new", "open", "fromarray", "frombytes", "merge"))
+_PIL_METHODS = frozenset({"convert", "resize", "crop", "rotate", "transpose", "copy", "filter", "quantize"})
 #: Methods that keep the array's dtype.
 _KEEPS = frozenset({"transpose", "reshape", "copy", "squeeze", "ravel", "flatten", "swapaxes", "repeat"})
 
@@ -83,6 +87,25 @@ def known_not_float64(node: cst.BaseExpression, qualname: Qualname, function: cs
     """Whether the array ``node`` is known not to be float64. A name's assignments are
     looked up in ``function`` (the enclosing function, or the module), ``self.attr``'s
     in ``klass`` (the enclosing class); every one must be known."""
+    node = _kept(node, qualname)
+    if isinstance(node, cst.Call):
+        return _made_not_float64(node, qualname) or _pil_pixels(node, qualname, function, klass, depth)
+    name = _spelled(node)
+    if name is None or depth > 2:
+        return False
+    scope = klass if name.startswith("self.") else function
+    if scope is None:
+        return False
+    found = Assignments(name)
+    scope.visit(found)
+    # `img = img.transpose(2, 0, 1)` keeps what the name's other assignments make
+    values = [v for v in found.values if _spelled(_kept(v, qualname)) != name or isinstance(v, cst.Name)]
+    return bool(values) and all(
+        v is not node and known_not_float64(v, qualname, function, klass, depth + 1) for v in values)
+
+
+def _kept(node: cst.BaseExpression, qualname: Qualname) -> cst.BaseExpression:
+    """The array under indexing and the methods that keep its dtype."""
     while True:
         if isinstance(node, cst.Subscript):
             node = node.value
@@ -90,9 +113,28 @@ def known_not_float64(node: cst.BaseExpression, qualname: Qualname, function: cs
               and node.func.attr.value in _KEEPS and qualname(node.func) is None):
             node = node.func.value
         else:
-            break
+            return node
+
+
+def _pil_pixels(call: cst.Call, qualname: Qualname, function: cst.CSTNode, klass: Optional[cst.CSTNode],
+                depth: int) -> bool:
+    """``np.array(img)`` / ``np.asarray(img)`` (no dtype) of a PIL image."""
+    if qualname(call.func) not in ("numpy.array", "numpy.asarray") or keyword(call, "dtype") is not None:
+        return False
+    return bool(call.args) and call.args[0].keyword is None and _is_pil_image(
+        call.args[0].value, qualname, function, klass, depth)
+
+
+def _is_pil_image(node: cst.BaseExpression, qualname: Qualname, function: cst.CSTNode,
+                  klass: Optional[cst.CSTNode], depth: int) -> bool:
+    """An image made by ``PIL.Image.new/open/...`` or an Image method of one, directly or
+    through every assignment to a name."""
     if isinstance(node, cst.Call):
-        return _made_not_float64(node, qualname)
+        if qualname(node.func) in _PIL_MAKERS:
+            return True
+        func = node.func
+        return (isinstance(func, cst.Attribute) and func.attr.value in _PIL_METHODS and qualname(func) is None
+                and _is_pil_image(func.value, qualname, function, klass, depth))
     name = _spelled(node)
     if name is None or depth > 2:
         return False
@@ -102,7 +144,7 @@ def known_not_float64(node: cst.BaseExpression, qualname: Qualname, function: cs
     found = Assignments(name)
     scope.visit(found)
     return bool(found.values) and all(
-        v is not node and known_not_float64(v, qualname, function, klass, depth + 1) for v in found.values)
+        v is not node and _is_pil_image(v, qualname, function, klass, depth + 1) for v in found.values)
 
 
 def _made_not_float64(call: cst.Call, qualname: Qualname) -> bool:

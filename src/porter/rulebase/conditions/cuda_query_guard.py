@@ -1,0 +1,54 @@
+"""An availability check whose only job is to keep a question about CUDA's own hardware
+off machines without CUDA (PT202's note)::
+
+    if not torch.cuda.is_available() or torch.cuda.is_bf16_supported():
+        return "bf16-mixed"
+    use_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+The check is there so that the question about the CUDA device (bf16 support, the
+capability, the properties, the name) is asked only where CUDA is. Without CUDA the
+expression takes the path written for machines without CUDA, the one the CPU takes,
+and that path runs on a Mac: nothing needs a human. (PT604 may rewrite the query to
+``porter_runtime.is_bf16_supported()``, which is why that counts as a query too.)
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from porter.rulebase.conditions.availability_checks import availability_test
+from porter.rulebase.rule import Rule
+
+#: torch.cuda queries about the CUDA device itself.
+CUDA_QUERIES = frozenset(f"torch.cuda.{n}" for n in (
+    "is_bf16_supported", "get_device_capability", "get_device_properties", "get_device_name",
+    "get_arch_list", "mem_get_info", "device_count")) | {"porter_runtime.is_bf16_supported"}
+
+
+def shielded_check(rule: Rule, node: cst.BooleanOperation) -> Optional[cst.Call]:
+    """The availability call of ``not is_available() or Q`` / ``is_available() and Q`` where
+    ``Q`` asks CUDA about its device (a query, maybe compared or negated): the check only
+    keeps ``Q`` from running without CUDA. None where the pattern is not that."""
+    left = node.left
+    negated = isinstance(node.operator, cst.Or)
+    if not isinstance(node.operator, (cst.Or, cst.And)) or availability_test(rule, left) is not (not negated):
+        return None
+    if not _asks_cuda(rule, node.right):
+        return None
+    return left.expression if negated else left  # type: ignore[attr-defined, return-value]
+
+
+def _asks_cuda(rule: Rule, node: cst.BaseExpression) -> bool:
+    """``Q``: a CUDA query call, under ``not``, a comparison or a subscript (``[0] >= 8``)."""
+    while True:
+        if isinstance(node, cst.UnaryOperation):
+            node = node.expression
+        elif isinstance(node, cst.Comparison):
+            node = node.left
+        elif isinstance(node, (cst.Subscript, cst.Attribute)) and not isinstance(node.value, cst.Name):
+            node = node.value
+        else:
+            break
+    return isinstance(node, cst.Call) and rule.qualname(node.func) in CUDA_QUERIES
