@@ -75,6 +75,9 @@ PACKAGES: tuple[CudaPackage, ...] = (
     CudaPackage(("vllm",), ("vllm",), "Hugging Face transformers' generate() off CUDA"),
     CudaPackage(("auto_gptq",), ("auto-gptq",), "load the unquantised model off CUDA"),
     CudaPackage(("exllamav2",), ("exllamav2",), "load the unquantised model off CUDA"),
+    CudaPackage((), ("tensorflow-gpu",),  # imported as tensorflow, which installs anywhere
+                "the `tensorflow` distribution (CPU; tensorflow-metal for a Mac GPU): tensorflow-gpu has "
+                "no macOS wheels and stopped at 2.11"),
     CudaPackage((), ("onnxruntime-gpu",),  # imported as onnxruntime, which installs anywhere
                
                 "the `onnxruntime` distribution (CPU, CoreML providers) on macOS"),

@@ -348,13 +348,22 @@ def string_value(node: cst.CSTNode) -> Optional[str]:
     return None
 
 
+def _unformatted(node: cst.FormattedString) -> Optional[str]:
+    """The text of an f-string with no replacement field and no escape, else None."""
+    if not all(isinstance(p, cst.FormattedStringText) for p in node.parts):
+        return None
+    text = "".join(p.value for p in node.parts)
+    return None if any(c in text for c in "\\{}") else text
+
+
 #: A literal CUDA device spec; also a ``Needs.strings`` pattern.
 CUDA_SPEC = re.compile(r"^cuda(?::(\d+))?$")
 
 
 def cuda_spec(node: cst.CSTNode) -> Optional[tuple[Optional[int]]]:
-    """``("cuda",)`` literal → ``(None,)``; ``"cuda:1"`` → ``(1,)``; anything else None."""
-    value = string_value(node)
+    """``("cuda",)`` literal → ``(None,)``; ``"cuda:1"`` → ``(1,)``; anything else None.
+    An f-string with nothing to format (``f"cuda"``, left over from an edit) is its text."""
+    value = string_value(node) if not isinstance(node, cst.FormattedString) else _unformatted(node)
     if value is None:
         return None
     match = CUDA_SPEC.match(value)

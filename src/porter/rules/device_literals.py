@@ -62,6 +62,10 @@ class TorchDeviceCuda(Rule):
             "import torch\ndev = torch.device('cuda')\n",
             "import porter_runtime\nimport torch\ndev = porter_runtime.device()\n",
         ),
+        Example(  # an f-string left with nothing to format is its text
+            "import torch\ndevice = torch.device(f\"cuda\")\n",
+            "import porter_runtime\nimport torch\ndevice = porter_runtime.device()\n",
+        ),
         Example(
             "import torch as t\ndev = t.device(\"cuda:1\")\n",
             "import porter_runtime\nimport torch as t\ndev = porter_runtime.device(1)\n",
@@ -225,6 +229,10 @@ class TorchDeviceKeyword(Rule):
         Example(
             "import torch as t\nlayer = t.nn.Linear(4, 4, device=\"cuda:0\")\n",
             "import porter_runtime\nimport torch as t\nlayer = t.nn.Linear(4, 4, device=porter_runtime.device(0))\n",
+        ),
+        Example(
+            "import torch\n\n\ndef sample(n):\n    return torch.randn(n, 3, device=f'cuda')\n",
+            "import porter_runtime\nimport torch\n\n\ndef sample(n):\n    return torch.randn(n, 3, device=porter_runtime.device())\n",
         ),
         Example(
             "from torch import randn\nx = randn(3, device = 'cuda')\n",

@@ -68,7 +68,7 @@ class RequirementsCudaOnly(_CudaOnlyMarker):
     In `requirements*.txt` / `*requirements*.in`, a requirement on a CUDA-only package
     (flash-attn, xformers, apex, bitsandbytes, adam-atan2, triton, deepspeed,
     mamba-ssm, causal-conv1d, liger-kernel, transformer-engine, nvidia-*, cupy-cuda*,
-    pycuda, tensorrt, torch-tensorrt, onnxruntime-gpu, vllm, ...; names compared after
+    pycuda, tensorrt, torch-tensorrt, onnxruntime-gpu, tensorflow-gpu, vllm, ...; names compared after
     PEP 503 normalisation) gets the environment marker `sys_platform != "darwin"`,
     joined to an existing marker with `and` (parenthesised when it has an `or`).
 
@@ -126,6 +126,9 @@ class RequirementsCudaOnly(_CudaOnlyMarker):
         Example("-r base.txt\nnvidia-apex @ https://example.com/apex-0.1-py3-none-any.whl\n",
                 '-r base.txt\nnvidia-apex @ https://example.com/apex-0.1-py3-none-any.whl ; '
                 'sys_platform != "darwin"\n', path="requirements.txt"),
+        Example("torch>=2.1\nnumpy\ntensorflow-gpu==2.10.0  # the FID feature extractor\n",
+                'torch>=2.1\nnumpy\ntensorflow-gpu==2.10.0; sys_platform != "darwin"  # the FID feature extractor\n',
+                path="requirements.txt"),
         Example("deepspeed==0.14.0 \\\n    --hash=sha256:0123\n",
                 'deepspeed==0.14.0; sys_platform != "darwin" \\\n    --hash=sha256:0123\n',
                 path="requirements.txt"),

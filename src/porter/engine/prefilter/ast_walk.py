@@ -267,6 +267,8 @@ def _arg(value: ast.AST) -> Optional[Arg]:
             return StrArg(constant)
         if isinstance(constant, int):  # a bool too: a pre-filter may over-approximate
             return IntArg(constant)
+    if kind is ast.JoinedStr and all(type(v) is ast.Constant for v in value.values):  # f"cuda": its text
+        return StrArg("".join(v.value for v in value.values))  # type: ignore[attr-defined]
     return None
 
 

@@ -1,0 +1,67 @@
+"""`assert x.is_cuda`: a check that a tensor lives on CUDA, which no port can make true."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from porter.rulebase.evidence import Name
+from porter.rulebase.rule import Example, Needs, Rule, Safety
+
+
+def _checked(test: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    """``x`` of ``x.is_cuda`` (alone or as one operand of ``and``), else None."""
+    if isinstance(test, cst.Attribute) and test.attr.value == "is_cuda":
+        return test.value
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return _checked(test.left) or _checked(test.right)
+    return None
+
+
+class CudaTensorAssert(Rule):
+    """`assert x.is_cuda` is reported.
+
+    What:
+    Reports an `assert` whose test is `x.is_cuda` (or has it as an operand of
+    `and`), the check a fused kernel's wrapper makes on its inputs.
+
+    Why:
+    Once the port sends tensors to `porter_runtime.device()`, they live on MPS or
+    the CPU off CUDA, and `x.is_cuda` is False there: the assertion stops the run
+    (`AssertionError`) although the tensor is where the rest of the code put it.
+
+    Fix safety:
+    Review (no rewrite). Whether the code behind the assertion is a CUDA kernel
+    (which must be replaced) or plain PyTorch (which runs anywhere) is not visible
+    from the assertion.
+
+    Known limits:
+    `if not x.is_cuda: raise ...` and checks on `x.device.type` are not reported.
+    """
+
+    code = "PT910"
+    name = "cuda-tensor-assert"
+    safety = Safety.REVIEW
+    needs = Needs(words=frozenset({"is_cuda"}), evidence=Name("is_cuda"))
+
+    valid = [
+        "def fused(x):\n    if x.is_cuda:\n        return kernel(x)\n    return x * 2\n",
+        "def fused(x):\n    assert x.is_contiguous()\n    return x * 2\n",
+    ]
+    invalid = [
+        Example("def fused_rms_norm(x, weight, eps=1e-6):\n    assert x.is_cuda and weight.is_cuda\n"
+                "    return _C.rms_norm(x, weight, eps)\n"),
+        Example("def gather(feats):\n    assert feats.is_cuda, 'NCCL needs CUDA tensors'\n    return feats\n"),
+    ]
+
+    def leave_Assert(self, original: cst.Assert, updated: cst.Assert) -> cst.BaseSmallStatement:
+        tensor = _checked(original.test)
+        if tensor is None:
+            return updated
+        name = cst.Module([]).code_for_node(tensor)
+        self.flag(original, f"asserts that `{name}` is a CUDA tensor: after the port it lives on "
+                            "`porter_runtime.device()`, MPS or the CPU off CUDA, and this stops the run",
+                  suggestion=f"assert `{name}.device.type == porter_runtime.device().type` if the code below is "
+                             "plain PyTorch; if it calls a CUDA kernel, give it a PyTorch path off CUDA")
+        return updated
