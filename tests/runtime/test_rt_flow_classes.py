@@ -73,3 +73,21 @@ def test_a_dataclass_field_default_keeps_cuda_and_resolves_elsewhere(simulate, m
     assert ported.device == expected and ported.optim == original.optim
     if machine == "cuda":
         assert dataclasses.astuple(ported) == dataclasses.astuple(original) == ("paged_adamw_32bit", "cuda")
+
+
+fsdp_device = pytest.importorskip("porter.rules.fsdp_device")
+
+
+@pytest.mark.parametrize("local_rank", [0, 1])
+def test_fsdp_bound_in_a_partial_gets_the_same_device_on_cuda(simulate, monkeypatch, local_rank):
+    machine = simulate("cuda")
+    fsdp = pytest.importorskip("torch.distributed.fsdp")
+    made = machine.record(fsdp, "FullyShardedDataParallel")
+    example = _example(fsdp_device.FsdpDevice, "functools.partial")
+    for code in (example.before, example.after):
+        namespace = {"local_rank": local_rank}
+        exec(compile(code, "wrap.py", "exec"), namespace)
+        namespace["wrap"](torch.nn.Linear(2, 2))
+    (_, original), (_, ported) = made.calls
+    assert _as_cuda_torch_reads_it(original["device_id"]) == ported["device_id"] == torch.device("cuda", local_rank)
+    assert original["sync_module_states"] is ported["sync_module_states"] is True
