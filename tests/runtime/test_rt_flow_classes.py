@@ -91,3 +91,20 @@ def test_fsdp_bound_in_a_partial_gets_the_same_device_on_cuda(simulate, monkeypa
     (_, original), (_, ported) = made.calls
     assert _as_cuda_torch_reads_it(original["device_id"]) == ported["device_id"] == torch.device("cuda", local_rank)
     assert original["sync_module_states"] is ported["sync_module_states"] is True
+
+
+huggingface = pytest.importorskip("porter.rules.huggingface")
+
+
+@pytest.mark.parametrize("local_rank", [0, 1])
+def test_a_device_map_of_local_rank_is_the_same_device_on_cuda(simulate, monkeypatch, local_rank):
+    machine = simulate("cuda")
+    transformers = _module("transformers", "class AutoModelForCausalLM:\n    pass\n", monkeypatch)
+    loaded = machine.record(transformers.AutoModelForCausalLM, "from_pretrained")
+    monkeypatch.setenv("LOCAL_RANK", str(local_rank))
+    example = _example(huggingface.HfDeviceMap, "LOCAL_RANK")
+    for code in (example.before, example.after):
+        _module("sft", code, monkeypatch).load("gpt2")
+    (_, original), (_, ported) = loaded.calls
+    assert _as_cuda_torch_reads_it(original["device_map"][""]) == ported["device_map"][""] \
+        == torch.device("cuda", local_rank)
