@@ -516,7 +516,8 @@ class DeviceOptionDefault(Rule):
         return self._replace_value(original, updated)
 
     def _replace_value(self, original, updated):
-        if isinstance(updated.value, cst.Call) and self.qualname(original.value.func) == "dataclasses.field":
+        if isinstance(original.value, cst.Call) and isinstance(updated.value, cst.Call) \
+                and self.qualname(original.value.func) == "dataclasses.field":
             return _field_default(self, original, updated)
         spec = cuda_spec(updated.value)
         if spec is None:
