@@ -106,7 +106,9 @@ def _ruff(repo: Path) -> Counter:
 #: runtime's stays (porter removes only dead imports of CUDA-only packages, the standard
 #: library and torch's submodules), and an import other modules read through the package
 #: (``from utils import GradScaler``) stays although its own module no longer uses it.
-KNOWN_NEW = {"device_flow": Counter({("options.py", "F401"): 1, ("utils/__init__.py", "F401"): 1})}
+KNOWN_NEW = {"device_flow": Counter({("options.py", "F401"): 1, ("utils/__init__.py", "F401"): 1}),
+             "flow_classes": Counter({("flowlib/amp.py", "F401"): 1, ("flowlib/dist.py", "F401"): 1,
+                                      ("tools/gpu_report.py", "F401"): 1})}
 
 
 @pytest.mark.skipif(not RUFF.exists(), reason="ruff (test extra) is not installed")
@@ -122,8 +124,8 @@ def test_ruff_finds_nothing_new_in_a_ported_fixture_repo(name, tmp_path):
     before, after = _ruff(original), _ruff(ported)
     new = after - before - KNOWN_NEW.get(name, Counter())
     assert not new, f"ruff errors the port added: {dict(new)}"
-    for path in ported.rglob("*.py"):
-        if "porter_runtime" not in path.parts:
+    for path in ported.rglob("*.py"):  # the user's files; tools/porter_runtime.py is porter's bridge
+        if "porter_runtime" not in path.parts and path.name != "porter_runtime.py":
             text = path.read_text(encoding="utf-8", errors="replace")
             assert "_sys.path" not in text and "import os as _os" not in text, path
 

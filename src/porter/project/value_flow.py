@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterator, Mapping, Optional
 
 from porter.project import word_search
+from porter.project.returns import Returns, returned as _returned
 from porter.project.value_kinds import (  # noqa: F401  (Kind and the facts are this module's API too)
     Callee,
     FlowFacts,
@@ -90,7 +91,7 @@ def _own_nodes(function: _Function) -> Iterator[ast.AST]:
         stack.extend(ast.iter_child_nodes(node))
 
 
-_SWEPT = (ast.Assign, ast.Call, ast.JoinedStr, ast.BinOp)
+_SWEPT = (ast.Assign, ast.Call, ast.JoinedStr, ast.BinOp, ast.Return)
 
 
 class _Builder:
@@ -106,6 +107,8 @@ class _Builder:
         #: (scope, parameter) some call site passes something else to: never followed
         self.blocked: set[tuple[Scope, str]] = set()
         self.blocked_attrs: set[str] = set()
+        #: the values a repository function returns (returns.py): found again each sweep
+        self.returns = Returns()
 
     # -- the lattice over one scope ------------------------------------------
     def kind(self, node: ast.AST, scope: Scope) -> Optional[Kind]:
@@ -121,6 +124,8 @@ class _Builder:
         if isinstance(node, (ast.List, ast.Tuple)) and node.elts:
             kinds = {self.kind(e, scope) for e in node.elts}
             return Kind.INDEX_LIST if kinds == {Kind.INDEX} else None
+        if isinstance(node, ast.Call):
+            return self.returns.of(self._callees(node), None)
         return None
 
     def learn(self, target: ast.AST, scope: Scope, kind: Optional[Kind]) -> None:
@@ -153,16 +158,22 @@ class _Builder:
                 break
 
     def sweep(self) -> None:
+        self.returns.start()
         for rel in sorted(self.parsed):
             for function in self.parsed[rel]:
                 for node in function.nodes:
                     self.visit(node, function.scope)
+        self.changed |= self.returns.finish()
 
     def visit(self, node: ast.AST, scope: Scope) -> None:
         if isinstance(node, ast.Assign):
             kind = self.kind(node.value, scope)
             for target in node.targets:
                 self.learn(target, scope, kind)
+                if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Call):
+                    self.unpack(target, node.value, scope)
+        elif isinstance(node, ast.Return):
+            self.returns.see(scope, [self.kind(e, scope) for e in _returned(node.value)])
         elif isinstance(node, ast.Call):
             for expr, kind in evidence(node):
                 if isinstance(expr, ast.Name):
@@ -172,6 +183,17 @@ class _Builder:
         else:
             for expr, kind in string_evidence(node):
                 self.learn(expr, scope, kind)
+
+    def unpack(self, target: ast.Tuple, call: ast.Call, scope: Scope) -> None:
+        """``rank, local_rank, device = dist.setup()``: each name gets the kind the
+        callee returns at its position, where every definition and every return agree."""
+        callees = self._callees(call)
+        for position, element in enumerate(target.elts):
+            self.learn(element, scope, self.returns.of(callees, position, len(target.elts)))
+
+    def _callees(self, call: ast.Call) -> tuple[Callee, ...]:
+        name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+        return self.facts.callees.get(name, ())
 
     def bind(self, call: ast.Call, scope: Scope) -> None:
         """Each argument of known kind flows into the parameter it binds, in every
@@ -255,6 +277,7 @@ class _Builder:
         words = [(n, word_search.defines) for n in self._called_with_values()]
         words += [(a, word_search.reads_attribute) for a in self._attrs_to_see()]
         words += [(n, word_search.calls) for n in self._callers_to_see()]
+        words += [(n, word_search.calls) for n in self._returning()]
         found: set[str] = set()
         for word, test in words:  # the word first: a byte search at C speed, the context only where it is
             needle = word.encode()
@@ -302,6 +325,12 @@ class _Builder:
             else:
                 names.append(name)
         return names
+
+    def _returning(self) -> list[str]:
+        """Callees that return a value of a followed kind: their callers receive it."""
+        scopes = self.returns.followed(_FOLLOWED)
+        return sorted(name for name, callees in self.facts.callees.items()
+                      if any(c.scope in scopes for c in callees) and name not in _TORCH_METHODS)
 
     def _given_values(self) -> list[str]:
         """Callees with a parameter of a followed kind: every call of them must be seen."""

@@ -52,6 +52,34 @@ _OPTIONS = dedent("""\
     """)
 
 
+#: A helper of another module that sets up the process group and returns the CUDA index.
+_DIST_SETUP = dedent("""\
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+
+    def setup():
+        dist.init_process_group("nccl")
+        rank = dist.get_rank()
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        return rank, local_rank, rank % torch.cuda.device_count()
+    """)
+_TRAIN = dedent("""\
+    import torch
+    from diffusion import create_diffusion
+    from utils import dist
+
+
+    def main(model):
+        rank, local_rank, device = dist.setup()
+        diffusion = create_diffusion("250")
+        return diffusion.p_sample_loop(model, (2, 4), device=device)
+    """)
+
+
 class CudaIndexFlow(Scoped, Rule):
     """A CUDA index made in one module and used as a device in another resolves on this machine.
 
@@ -60,8 +88,9 @@ class CudaIndexFlow(Scoped, Rule):
     made by `rank % torch.cuda.device_count()`, `torch.cuda.current_device()` or
     `int(os.environ["LOCAL_RANK"])`, or passed to `torch.cuda.set_device` (a list of
     them: `gpu_ids`, whose `gpu_ids[0]` the code passes there), through assignments,
-    attributes (`self.gpu_ids = opt.gpu_ids`) and the arguments of the repository's own
-    functions, methods and classes. Where such a value reaches a device use:
+    attributes (`self.gpu_ids = opt.gpu_ids`), the arguments of the repository's own
+    functions, methods and classes, and what they return (`rank, local_rank, device =
+    dist.setup()`, where every `return` of every definition agrees). Where such a value reaches a device use:
     - `x.to(v)` or `device=v` of a torch callable, in any module: `v` becomes
       `porter_runtime.device(v)` (CUT's `init_net`: `net.to(gpu_ids[0])`);
     - an argument of the repository's own function whose parameter is only ever used
@@ -163,6 +192,14 @@ class CudaIndexFlow(Scoped, Rule):
             path="sample_ddp.py",
             project=(("diffusion/gaussian_diffusion.py", _SAMPLER),),
             line=7, message="only as a device",
+        ),
+        Example(  # the index a set-up helper of another module returns (DiT / fast-DiT's train.py)
+            _TRAIN,
+            _TRAIN.replace("device=device)", "device=porter_runtime.device(device))")
+            .replace("import torch\n", "import porter_runtime\nimport torch\n", 1),
+            path="train.py",
+            project=(("utils/dist.py", _DIST_SETUP), ("diffusion/gaussian_diffusion.py", _SAMPLER)),
+            line=9, message="only as a device",
         ),
     ]
 

@@ -3,6 +3,7 @@ and ``"cuda"`` defaults of device options."""
 
 from __future__ import annotations
 
+from textwrap import dedent
 from typing import Optional
 
 import libcst as cst
@@ -351,6 +352,19 @@ class MethodDeviceCuda(Rule):
                             f"`{owner}` defines its own `to`: it gets the device as a string, as before")
 
 
+def _field_default(rule: Rule, original, updated):
+    """``device: str = field(default="cuda")``: the field's default names the resolved device."""
+    call = updated.value
+    default = next((k for k in call.args if k.keyword is not None and k.keyword.value == "default"), None)
+    spec = cuda_spec(default.value) if default is not None else None
+    if spec is None:
+        return updated
+    args = [a.with_changes(value=_runtime_device(rule, spec[0], as_string=True)) if a is default else a
+            for a in call.args]
+    new = updated.with_changes(value=call.with_changes(args=args))
+    return rule.rewrite(original, new, "a literal CUDA device default of a dataclass field now names the resolved device")
+
+
 def _replace_device_keyword(
     rule: Rule, original: cst.Call, updated: cst.Call, *, as_string: bool, keyword: str = "device"
 ) -> cst.BaseExpression:
@@ -387,7 +401,8 @@ class DeviceOptionDefault(Rule):
     What:
     Rewrites the literal `"cuda"` / `"cuda:N"` string where a device setting is
     defined: `parser.add_argument("--device", default="cuda")`, a config class or
-    dataclass field `device: str = "cuda"`, an assignment `DEVICE = "cuda"`, a dict
+    dataclass field `device: str = "cuda"` (also `field(default="cuda")`), an
+    assignment `DEVICE = "cuda"`, a dict
     entry `{"device": "cuda"}`, and `device="cuda"` passed to a non-torch callable.
     The same goes for a function parameter's default (`def train(device="cuda")`).
     The value becomes `porter_runtime.device_str()`: the resolved device's name,
@@ -431,6 +446,25 @@ class DeviceOptionDefault(Rule):
             "from dataclasses import dataclass\n\n@dataclass\nclass Config:\n    device: str = 'cuda:0'\n",
             "import porter_runtime\nfrom dataclasses import dataclass\n\n@dataclass\nclass Config:\n"
             "    device: str = porter_runtime.device_str(0)\n",
+        ),
+        Example(  # the field's default, read wherever the config goes (TRL / PEFT scripts)
+            dedent("""\
+            from dataclasses import dataclass, field as dc_field
+
+            @dataclass
+            class ScriptArguments:
+                optim: str = dc_field(default="paged_adamw_32bit")
+                device: str = dc_field(default="cuda", metadata={"help": "where to train"})
+            """),
+            dedent("""\
+            import porter_runtime
+            from dataclasses import dataclass, field as dc_field
+
+            @dataclass
+            class ScriptArguments:
+                optim: str = dc_field(default="paged_adamw_32bit")
+                device: str = dc_field(default=porter_runtime.device_str(), metadata={"help": "where to train"})
+            """),
         ),
         Example(
             "DEVICE = \"cuda\"\ncfg = {'device': 'cuda'}\n",
@@ -490,6 +524,9 @@ class DeviceOptionDefault(Rule):
         return self._replace_value(original, updated)
 
     def _replace_value(self, original, updated):
+        if isinstance(original.value, cst.Call) and isinstance(updated.value, cst.Call) \
+                and self.qualname(original.value.func) == "dataclasses.field":
+            return _field_default(self, original, updated)
         spec = cuda_spec(updated.value)
         if spec is None:
             return updated

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from textwrap import dedent
+
 import libcst as cst
 
 from porter.rulebase.rule import (
@@ -51,6 +53,9 @@ class FsdpDevice(Rule):
     parameters and buffers itself before FSDP starts (what `sync_module_states` does
     on CUDA), then passes False.
 
+    In `functools.partial(FSDP, ...)` the bound `device_id` is rewritten the same way and
+    a bound `sync_module_states=True` is reported: the module comes later.
+
     Known limits:
     A module given as another expression (a call) with `sync_module_states` is
     reported, not rewritten (it would be evaluated twice). `fully_shard` (FSDP2) is
@@ -60,11 +65,14 @@ class FsdpDevice(Rule):
     code = "PT305"
     name = "fsdp-device"
     safety = Safety.SAFE
-    needs = Needs(calls_only=True, targets=_FSDP)
+    # Not calls_only: `partial(FSDP, ...)` names FSDP without calling it.
+    needs = Needs(targets=_FSDP)
 
     valid = [
         "def wrap(FSDP, model):\n    return FSDP(model, device_id=0)\n",
         "import mylib as fsdp\nmodel = fsdp.FullyShardedDataParallel(model, device_id=0)\n",
+        # a partial of something else that takes a device_id
+        "import functools\nfrom mylib import Wrapper\nwrap = functools.partial(Wrapper, device_id=0)\n",
         "import porter_runtime\nfrom torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
         "model = FSDP(model, device_id=porter_runtime.device(rank), sync_module_states=False)\n",
     ]
@@ -85,6 +93,24 @@ class FsdpDevice(Rule):
         Example(
             "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP\nmodel = FSDP(model, auto_wrap_policy=policy)\n",
         ),
+        Example(  # FSDP bound in a partial (a wrapper factory that a trainer calls with each block)
+            dedent("""\
+            import functools
+
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+            wrap = functools.partial(FSDP, device_id=local_rank, sync_module_states=True, use_orig_params=True)
+            """),
+            dedent("""\
+            import porter_runtime
+            import functools
+
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+            wrap = functools.partial(FSDP, device_id=porter_runtime.device(local_rank), sync_module_states=True, use_orig_params=True)
+            """),
+            line=5, message="bound by `partial` requires GPU tensors",
+        ),
         Example(
             "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
             "model = FSDP(build(cfg), device_id=0, sync_module_states=True)\n",
@@ -94,6 +120,8 @@ class FsdpDevice(Rule):
     ]
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        if self._partial(original):
+            return self._bound_keywords(original, updated)
         if not self.matches(original.func) or any(a.star for a in original.args):
             return updated
         new = self._device_id(original, updated)
@@ -102,6 +130,28 @@ class FsdpDevice(Rule):
             return updated
         return self.rewrite(original, new, "FSDP runs on the runtime's device off CUDA; on CUDA it gets "
                             "the same device and sync as before")
+
+    def _partial(self, call: cst.Call) -> bool:
+        """``functools.partial(FSDP, ...)``: the keywords FSDP gets later, module unknown."""
+        first = call.args[0] if call.args else None
+        return (first is not None and first.keyword is None and not first.star
+                and self.matches(call.func, "functools.partial") is not None and self.matches(first.value) is not None)
+
+    def _bound_keywords(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        new = updated
+        old, arg = argument_pair(original, updated, "device_id", None)
+        if old is not None and not is_none(old.value) and not _runtime_device(self, old.value):
+            new = replace_arg(updated, arg, self.runtime_call("device", arg.value))
+        sync, _ = argument_pair(original, updated, "sync_module_states", None)
+        if sync is not None and not is_runtime_call(self, sync.value) and not (
+                isinstance(sync.value, cst.Name) and sync.value.value == "False"):
+            self.flag(sync, "FSDP's `sync_module_states` bound by `partial` requires GPU tensors; off CUDA rank 0's "
+                      "states must be broadcast before FSDP, and the module is not known here",
+                      suggestion="pass sync_module_states=porter_runtime.fsdp_sync_module_states(module, True) "
+                      "where the partial is called with the module")
+        if new is updated:
+            return updated
+        return self.rewrite(original, new, "the device FSDP gets through `partial` is the runtime's; on CUDA the same")
 
     def _device_id(self, original: cst.Call, updated: cst.Call) -> cst.Call:
         old, arg = argument_pair(original, updated, "device_id", _FSDP_PARAMS.index("device_id"))

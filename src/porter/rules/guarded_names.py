@@ -134,6 +134,16 @@ class CudaGuardedName(Rule):
         "import torch\nif torch.cuda.is_available():\n    n = torch.cuda.device_count()\n    print(n)\n",
         # a lookalike
         "import mylib as torch\nif torch.cuda.is_available():\n    n = 1\nprint(n)\n",
+        # a parameter rebound under the guard (timm / YOLO's DataParallel wrap): bound before it
+        dedent("""\
+        import torch
+
+
+        def for_eval(model):
+            if torch.cuda.is_available():
+                model = torch.nn.DataParallel(model).cuda()
+            return model
+        """),
     ]
     invalid = [
         Example(
@@ -164,7 +174,18 @@ class CudaGuardedName(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
+        self._params: list[set[str]] = []
         self._check(node.body)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        params = node.params
+        every = [*params.posonly_params, *params.params, *params.kwonly_params]
+        every += [p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)]
+        self._params.append({p.name.value for p in every})
+
+    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
+        self._params.pop()
+        return updated
 
     def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
         self._check(node.body)
@@ -175,6 +196,7 @@ class CudaGuardedName(Rule):
                 continue
             guarded = _names([stmt.body]).bound - _names([stmt.orelse] if stmt.orelse else []).bound
             guarded -= _names(body[:index]).bound
+            guarded -= self._params[-1] if self._params else set()  # a parameter is bound already
             if guarded:
                 self._report(stmt, guarded, body[index + 1:])
 

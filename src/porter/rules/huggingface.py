@@ -4,10 +4,12 @@ bitsandbytes quantisation, Trainer's tf32 / paged optimizers / DeepSpeed."""
 from __future__ import annotations
 
 import re
+from textwrap import dedent
 from typing import Optional
 
 import libcst as cst
 
+from porter.project.query import Scoped, is_cuda_index
 from porter.rulebase.evidence import CallsMethod, Keyword, String, Uses
 from porter.rulebase.rule import (
     Example,
@@ -157,7 +159,7 @@ def _index_like(node: cst.BaseExpression) -> bool:
     return any(word in name.lower() for word in _INDEX_WORDS)
 
 
-class HfDeviceMap(Rule):
+class HfDeviceMap(Scoped, Rule):
     """`device_map="cuda"` / `device_map={"": 0}` name the runtime's device.
 
     What:
@@ -165,8 +167,10 @@ class HfDeviceMap(Rule):
     CUDA device: `device_map="cuda"` / `"cuda:1"` → `str(porter_runtime.device())` /
     `str(porter_runtime.device(1))`, `device_map=0` → `porter_runtime.device(0)`, and
     the same values inside a dict (`{"": 0}` → `{"": porter_runtime.device(0)}`).
-    A dict entry holding an index by name (`{"": local_rank}`, `{"": state.process_index}`)
-    is reported.
+    A dict entry holding a name that the repository model (porter.project.value_flow)
+    knows is a CUDA index (`local_rank = int(os.environ["LOCAL_RANK"])`, an index a
+    helper returns) becomes `{"": porter_runtime.device(local_rank)}`; another name
+    that looks like an index (`{"": state.process_index}`) is reported.
 
     Why:
     A CUDA device in the map makes accelerate move the weights to CUDA: `Torch not
@@ -185,7 +189,8 @@ class HfDeviceMap(Rule):
     code = "TP702"
     name = "hf-device-map"
     safety = Safety.SAFE
-    needs = Needs(methods=frozenset({"from_pretrained"}), evidence=_DEVICE_MAP, unit=_DEVICE_MAP)
+    # whole_file: the model's kinds are keyed by the enclosing function (Scoped)
+    needs = Needs(methods=frozenset({"from_pretrained"}), evidence=_DEVICE_MAP, unit=_DEVICE_MAP, whole_file=True)
 
     valid = [
         "model = AutoModel.from_pretrained(name, device_map='auto')\n",
@@ -206,8 +211,33 @@ class HfDeviceMap(Rule):
             "import porter_runtime\nimport transformers\n"
             "ref = transformers.AutoModel.from_pretrained(name, device_map=str(porter_runtime.device()))\n",
         ),
-        # an index held in a variable: reported (line 1)
+        # an index held in a variable the model cannot follow (one file alone): reported (line 1)
         Example("model = AutoModel.from_pretrained(name, device_map={'': local_rank})\n"),
+        Example(  # TRL / PEFT scripts: the process's GPU from torchrun's LOCAL_RANK
+            dedent("""\
+            import os
+
+            from transformers import AutoModelForCausalLM
+
+
+            def load(name):
+                local_rank = int(os.environ["LOCAL_RANK"])
+                return AutoModelForCausalLM.from_pretrained(name, device_map={"": local_rank})
+            """),
+            dedent("""\
+            import porter_runtime
+            import os
+
+            from transformers import AutoModelForCausalLM
+
+
+            def load(name):
+                local_rank = int(os.environ["LOCAL_RANK"])
+                return AutoModelForCausalLM.from_pretrained(name, device_map={"": porter_runtime.device(local_rank)})
+            """),
+            path="sft.py",
+            project=(("utils.py", "import os\n"),),
+        ),
         Example("state = PartialState()\nm = AutoModel.from_pretrained(name, device_map={'': state.process_index})\n"),
     ]
 
@@ -234,6 +264,8 @@ class HfDeviceMap(Rule):
         if not isinstance(element, cst.DictElement) or string_value(element.key) != "":
             return None
         device = _device_value(self, element.value)
+        if device is None and is_cuda_index(self.ctx.project, self.scope, element.value):
+            device = self.runtime_call("device", element.value)
         if device is None and _index_like(element.value):
             self.flag(element.value, "the whole model goes to this device index, which means a CUDA "
                       "device; off CUDA there is none",

@@ -1,0 +1,71 @@
+"""End to end on fixtures/repos/flow_classes: every class of CUDA value of issue 27 in one repository.
+
+Unported, the trainer stops on this CPU machine. After one ``--write`` and no edit it
+trains 2 steps in a Gloo group of one, checkpoints, resumes from the checkpoint and
+writes its samples; ``--check --fail-on changes`` is then clean. What cannot run off
+CUDA by nature (a conda ``pytorch-cuda`` pin, a CUDA wheel index, a name bound only
+under a CUDA guard in a tool script) is named, with a suggestion.
+"""
+
+import json
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from porter_test_utils import FIXTURES, python_without_porter, run_porter
+
+REPO = FIXTURES / "repos" / "flow_classes"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def train(repo: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    """One process of a torchrun launch of world size 1, as the test sets it up."""
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PORTER_QUIET": "1", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(_free_port()), "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"}
+    env.pop("PYTHONPATH", None)
+    return subprocess.run(python_without_porter("train.py", "--out", str(out), *extra), cwd=repo, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.slow
+def test_unported_trainer_stops_on_cpu(copy_tree, tmp_path):
+    proc = train(copy_tree(REPO, "original"), tmp_path / "out")
+    assert proc.returncode != 0
+    assert "NCCL" in proc.stderr or "cuda" in proc.stderr.lower()
+
+
+@pytest.mark.slow
+def test_ported_once_it_trains_resumes_and_writes_on_cpu(copy_tree, tmp_path):
+    repo = copy_tree(REPO, "port")
+    proc = run_porter("migrate", repo, "--write")
+    report = proc.stderr.decode()
+    assert proc.returncode in (0, 1), report
+    # the index that dist.setup() returns reaches the sampler, in another module
+    assert "sampler.sample_loop(evaluated, 5, device=porter_runtime.device(device))" in (repo / "train.py").read_text()
+    assert 'device: str = field(default=porter_runtime.device_str())' in (repo / "config.py").read_text()
+    assert "self.to(porter_runtime.device(self.device))" in (repo / "flowlib" / "model.py").read_text()
+    assert 'flash-attn>=2.5; sys_platform != "darwin"' in (repo / "requirements.txt").read_text()
+    # named, with the line and what to do
+    assert "environment.yml:7:3 DEP104 conda package pytorch-cuda" in report
+    assert "pyproject.toml:13:8 DEP105 https://download.pytorch.org/whl/cu121" in report
+    assert "tools/gpu_report.py:8:20 PT908 `n_gpus` is bound only when CUDA is available" in report
+    assert "checkpoint.py:" not in report and "PT999" not in report  # `model` is a parameter; no touchpoint left
+    out = tmp_path / "out"
+    first = train(repo, out)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "step 1 loss" in first.stdout and (out / "last.pt").exists()
+    resumed = train(repo, out, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "step 3 loss" in resumed.stdout and "step 0 " not in resumed.stdout
+    samples = json.loads((out / "samples_0.json").read_text())
+    assert samples["step"] == 4 and len(samples["tokens"][0]) == 6 and samples["probe"] == 1.0
+    check = run_porter("migrate", repo, "--check", "--fail-on", "changes")
+    assert check.returncode == 0, check.stdout.decode()[-2000:]
