@@ -5,7 +5,7 @@ a PIL image's pixels are never float64, and a name reassigned from itself
 from textwrap import dedent
 
 from porter.engine.process import Options, migrate_source
-from porter.rules.dtypes import FromNumpyToDevice
+from porter.rules.from_numpy_to_device import FromNumpyToDevice
 
 
 def pt605_lines(code: str) -> list[int]:

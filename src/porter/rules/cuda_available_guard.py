@@ -3,38 +3,30 @@
 from __future__ import annotations
 
 from textwrap import dedent
-from typing import Optional, Union
+from typing import Union
 
 import libcst as cst
 
-from porter.rulebase.conditions import dist_guard
 from porter.rulebase.conditions.availability_checks import (
     IS_AVAILABLE,
     availability_test,
     else_requirement,
     requirement,
 )
-from porter.rulebase.conditions.cuda_query_guard import shielded_check
-from porter.rulebase.conditions.name_choice import only_picks_names
 from porter.rulebase.families.availability_choices import (
     accelerator_test,
     gated_choice,
     statement_choice,
     ternary_choice,
 )
+from porter.rulebase.families.availability_roles import AvailabilityRoles
 from porter.rulebase.families.availability_sides import (
-    MpsCheck,
-    TypeFlags,
-    and_chain,
-    availability_calls,
     cuda_residue,
     falls_back_to_cpu,
     guard_calls,
-    is_half_flag,
     right_everywhere,
-    unread_flag,
 )
-from porter.rulebase.rule import Example, Needs, Rule, Safety, string_value
+from porter.rulebase.rule import Example, Needs, Rule, Safety
 
 _SUGGESTION = "porter_runtime.is_accelerator_available()"
 _NOTE = ("`torch.cuda.is_available()` is False without CUDA, so on a Mac this takes the "
@@ -42,7 +34,7 @@ _NOTE = ("`torch.cuda.is_available()` is False without CUDA, so on a Mac this ta
 
 
 
-class CudaAvailableGuard(Rule):
+class CudaAvailableGuard(AvailabilityRoles, Rule):
     """`if torch.cuda.is_available():` around device-neutral code tests `is_accelerator_available()`.
 
     What:
@@ -405,77 +397,12 @@ class CudaAvailableGuard(Rule):
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self._handled: set[cst.Call] = set()  # calls decided at their if/ternary
-        self._dist_guards: Optional[set[int]] = None
-        self._flags: dict[int, str] = {}  # id of a ternary -> the name it is assigned to
-        self._type_flags: Optional[set[str]] = None
         self._elifs: set[int] = set()  # ids of the `elif` branches seen
-        self._repeats: set[cst.BaseExpression] = set()  # availability calls used as a repeat count
-        self._functions: list[cst.FunctionDef] = []
-        self._mps_scopes: dict[int, bool] = {}
-        self._unread_flags: set[cst.BaseExpression] = set()  # availability calls setting a flag nothing reads
-        self._half_flags: set[cst.BaseExpression] = set()  # availability calls setting a half-precision flag
-        self._name_flags: set[cst.BaseExpression] = set()  # ... setting a flag that only picks names
-        self._shields: set[cst.BaseExpression] = set()  # checks that only keep a CUDA query off non-CUDA machines
 
     def visit_If(self, node: cst.If) -> None:
         if isinstance(node.orelse, cst.If):
             self._elifs.add(id(node.orelse))
-        self._handled.update(availability_calls(self, node.test))  # decided in leave_If (or by PT201)
-        if self._skips_distributed(node):  # PT304's, also once ported
-            self._handled.update(dist_guard.negated_availability(self, n) or n.left.expression
-                                 for n, _ in dist_guard.guard_operands(self, node.test))
-
-    def _skips_distributed(self, node: cst.If) -> bool:
-        if self._dist_guards is None:
-            self._dist_guards = dist_guard.distributed_guards(self)
-        return id(node) in self._dist_guards
-
-    def visit_IfExp(self, node: cst.IfExp) -> None:
-        self._handled.update(availability_calls(self, node.test))
-
-    def visit_Assert(self, node: cst.Assert) -> None:
-        if requirement(self, node) is not None:
-            self._handled.update(availability_calls(self, node.test))  # PT903
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if isinstance(node.func, cst.Name) and node.func.value == "print" and self.qualname(node.func) is None:
-            for arg in node.args:  # only reported
-                self._handled.update(availability_calls(self, arg.value))
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        if isinstance(node.value, cst.IfExp) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
-            self._flags[id(node.value)] = node.targets[0].target.value
-        if len(node.targets) == 1 and availability_test(self, node.value) and unread_flag(self, node.targets[0].target):
-            self._unread_flags.add(node.value)
-        if len(node.targets) == 1 and is_half_flag(node.targets[0].target) and and_chain(node.value):
-            self._half_flags.update(c for c in availability_calls(self, node.value) if availability_test(self, c))
-        target = node.targets[0].target if len(node.targets) == 1 else None
-        if isinstance(target, cst.Name) and self._functions and and_chain(node.value):
-            # the availability calls first: the walk of the whole function is for their flags only
-            calls = [c for c in availability_calls(self, node.value) if availability_test(self, c)]
-            if calls and only_picks_names(self._functions[-1], target.value):
-                self._name_flags.update(calls)
-
-    def visit_BooleanOperation(self, node: cst.BooleanOperation) -> None:
-        shielded = shielded_check(self, node)  # porter.rulebase.conditions.cuda_query_guard
-        if shielded is not None:
-            self._shields.add(shielded)
-
-    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
-        if isinstance(node.operator, cst.Multiply):  # `(torch.device("cuda"),) * is_available()`
-            self._repeats.update(side for side in (node.left, node.right) if availability_test(self, side))
-
-    def visit_Arg(self, node: cst.Arg) -> None:
-        if node.keyword is not None and node.keyword.value == "pin_memory":
-            self._handled.update(availability_calls(self, node.value))  # PT401
-
-    def visit_FormattedStringExpression(self, node: cst.FormattedStringExpression) -> None:
-        self._handled.update(availability_calls(self, node.expression))  # only reported, as in a log line
-
-    def visit_DictElement(self, node: cst.DictElement) -> None:
-        if string_value(node.key) == "pin_memory":
-            self._handled.update(availability_calls(self, node.value))  # PT401
+        super().visit_If(node)
 
     def leave_If(self, original: cst.If, updated: cst.If) -> Union[cst.If, cst.Else]:
         if statement_choice(self, original) is not None:
@@ -504,26 +431,9 @@ class CudaAvailableGuard(Rule):
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
         if original in self._handled or availability_test(self, original) is None:
             return updated
-        if original in self._unread_flags:
-            self.note(original, _NOTE + "; the flag it sets is read nowhere, so it decides nothing: for information",
-                      suggestion=_SUGGESTION)
-            return updated
-        if original in self._name_flags:
-            self.note(original, _NOTE + "; here the flag it sets only picks between names (a package, a "
-                      "provider), and without CUDA the CPU one, which runs: for information", suggestion=_SUGGESTION)
-            return updated
-        if original in self._half_flags:
-            self.note(original, _NOTE + "; here it only turns half precision on where CUDA is, so off CUDA "
-                      "float32 runs (a speed choice): for information", suggestion=_SUGGESTION)
-            return updated
-        if original in self._shields:
-            self.note(original, _NOTE + "; here it only keeps a question about CUDA's own device (bf16 support, "
-                      "capability, properties) from being asked without CUDA; off CUDA the path the CPU takes "
-                      "runs: for information", suggestion=_SUGGESTION)
-            return updated
-        if original in self._repeats:
-            self.note(original, _NOTE + "; here it only repeats CUDA entries once or not at all, so off CUDA "
-                      "they are left out and the rest runs: for information", suggestion=_SUGGESTION)
+        role = self.availability_role(original)
+        if role is not None:
+            self.note(original, f"{_NOTE}; {role}: for information", suggestion=_SUGGESTION)
             return updated
         self._report(original, _NOTE + "; if it means \"is there an accelerator\", use "
                   f"`{_SUGGESTION}` (and `porter_runtime.device()` for the device)", suggestion=_SUGGESTION)
@@ -564,13 +474,6 @@ class CudaAvailableGuard(Rule):
             return updated  # suppressed by a `# porter: ignore` comment
         return updated.with_changes(test=new_test)
 
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self._functions.append(node)
-
-    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
-        self._functions.pop()
-        return updated
-
     def _report(self, node: cst.CSTNode, message: str, *, suggestion: str) -> None:
         """A finding, or a note where the function (or module) asks for MPS itself."""
         if self._asks_for_mps():
@@ -578,27 +481,3 @@ class CudaAvailableGuard(Rule):
                       "MPS on a Mac as written: for information", suggestion=suggestion)
         else:
             self.flag(node, message, suggestion=suggestion)
-
-    def _asks_for_mps(self) -> bool:
-        """Whether the enclosing function (or the module) calls ``torch.backends.mps.is_available()``:
-        a device choice of its own with an MPS branch (yolov5's select_device, an example's
-        ``use_mps = args.mps and torch.backends.mps.is_available()``)."""
-        scope = self._functions[-1] if self._functions else self.ctx.module
-        if id(scope) not in self._mps_scopes:
-            finder = MpsCheck(self, scope)
-            scope.visit(finder)
-            self._mps_scopes[id(scope)] = finder.found
-        return self._mps_scopes[id(scope)]
-
-    def _selects_cuda_type(self, node: cst.IfExp) -> bool:
-        """``cuda = True if torch.cuda.is_available() else False`` whose name the file tests to
-        pick ``torch.cuda.FloatTensor``: admitting MPS would make it pick that type on a Mac,
-        where it raises; and ``x.type(Tensor)`` can name no MPS type."""
-        name = self._flags.get(id(node))
-        if name is None:
-            return False
-        if self._type_flags is None:
-            finder = TypeFlags(self)
-            self.ctx.module.visit(finder)
-            self._type_flags = finder.names
-        return name in self._type_flags

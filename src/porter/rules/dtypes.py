@@ -1,18 +1,16 @@
-"""Dtypes MPS can't hold (float64, complex128; bfloat16 before macOS 14) reaching the device."""
+"""Dtypes MPS can't hold (float64, complex128; bfloat16 before macOS 14) reaching the device:
+a dtype passed with a move (PT604) and `.double()` on the device (PT606); NumPy arrays are PT605."""
 
 from __future__ import annotations
 
-from textwrap import dedent
-
 import re
+from textwrap import dedent
 from typing import Optional
 
 import libcst as cst
 
-from porter.rulebase.evidence import CallsMethod, MovesResultOf, Name, String
-from porter.rulebase.families.numpy_dtypes import known_not_float64
+from porter.rulebase.evidence import CallsMethod, Name, String
 from porter.rulebase.rule import (
-    BYTES_GAP,
     CUDA_SPEC,
     Example,
     Needs,
@@ -166,227 +164,6 @@ class DeviceDtype(Rule):
         return _dtype_arg(self, call, method=True) if on_device else None
 
 
-_NOT_PAREN = rb"[^()'\"#]"
-#: ``from_numpy(...)`` whose closing parenthesis is followed by ``.to`` / ``.cuda``, in
-#: the bytes. The arguments are scanned two parentheses deep; deeper, or at a string or
-#: a comment (whose parentheses need not pair), the file passes, as it does where
-#: ``from_numpy`` is not called at once (``as fn``, ``(torch.from_numpy)(a)``).
-_MOVED_FROM_NUMPY = re.compile(
-    rb"from_numpy(?<=\bfrom_numpy)" + BYTES_GAP + rb"(?:[^(]|\((?:" + _NOT_PAREN + rb"|\((?:" + _NOT_PAREN
-    + rb"|\(" + _NOT_PAREN + rb"*\))*\))*+(?:[(#'\"]|\)" + BYTES_GAP + rb"\." + BYTES_GAP + rb"(?:to|cuda)\b))")
-
-
-#: PT605 reports only a `from_numpy(...)` call that is itself the receiver of a move;
-#: most files call from_numpy and move the tensor later, or never.
-_MOVES_FROM_NUMPY = MovesResultOf("torch.from_numpy")
-
-
-class FromNumpyToDevice(Rule):
-    """`torch.from_numpy(a)` moved to a device with no dtype is reported.
-
-    What:
-    Reports `torch.from_numpy(a).cuda()`, `torch.from_numpy(a).to(device)` and
-    other moves of a NumPy array's tensor that set no dtype: NumPy arrays are
-    float64 by default.
-
-    Why:
-    MPS has no float64: `TypeError: Cannot convert a MPS Tensor to float64 dtype as
-    the MPS framework doesn't support float64. Please use float32 instead.`
-
-    Fix safety:
-    Review only: the array's dtype is known only at run time. The suggestion is
-    exact on CUDA: `porter_runtime.to_device(t)` moves a tensor exactly like
-    `.to(device)` there and casts float64 to float32 (with a warning) only on MPS.
-
-    Known limits:
-    Only a move in the same expression is seen; a tensor stored in a variable and
-    moved later is not. An array whose dtype is in plain sight and is not float64 is
-    left alone: made with `.astype("float32")` or `np.zeros(..., dtype=np.uint8)` in the
-    same function (a `self.` field: anywhere in the class), or by
-    `linear_sum_assignment`, or `np.array(img)` of a PIL image (Pillow has no float64
-    mode); indexing, `transpose` and `reshape` keep that dtype. Any
-    other array (a parameter, a file's contents) is reported, float32 or not.
-    """
-
-    code = "PT605"
-    name = "from-numpy-to-device"
-    safety = Safety.REVIEW
-    needs = Needs(targets=frozenset({"torch.from_numpy"}), evidence=_MOVES_FROM_NUMPY, unit=_MOVES_FROM_NUMPY,
-                  byte_patterns=_MOVED_FROM_NUMPY)
-
-    valid = [
-        "import torch\nx = torch.from_numpy(a).float().cuda()\n",
-        "import torch\nx = torch.from_numpy(a).to(device, dtype=torch.float32)\n",
-        "import torch\nx = torch.from_numpy(a).to(torch.float32).cuda()\n",
-        "import porter_runtime\nimport torch\n"
-        "x = torch.from_numpy(a).to(porter_runtime.supported_dtype(torch.float64)).to(porter_runtime.device())\n",
-        "def f(torch, a):\n    return torch.from_numpy(a).cuda()\n",
-        "import mylib as torch\nx = torch.from_numpy(a).cuda()\n",
-        # the dtype is in plain sight and is not float64
-        dedent("""\
-            import numpy as np
-            import torch
-
-            z = np.random.RandomState(0).randn(n_sample, 512).astype("float32")
-            latent = torch.from_numpy(z).to(device)
-            """),
-        dedent("""\
-            import numpy as np
-            import torch
-
-            class PrioritizedReplayBuffer:
-                def __init__(self, capacity, obs_shape, device):
-                    self.buffer_obs = np.zeros((capacity,) + obs_shape, dtype=np.uint8)
-                    self.buffer_actions = np.zeros(capacity, dtype=np.int64)
-                    self.device = device
-
-                def sample(self, indices):
-                    return {
-                        "observations": torch.from_numpy(self.buffer_obs[indices]).to(self.device),
-                        "actions": torch.from_numpy(self.buffer_actions[indices]).to(self.device).unsqueeze(1),
-                    }
-            """),
-        dedent("""\
-            import torch
-            from scipy.optimize import linear_sum_assignment
-
-            def noise_assignment(x_start, noise):
-                dist = torch.cdist(x_start.flatten(1), noise.flatten(1))
-                _, assign = linear_sum_assignment(dist.cpu())
-                return torch.from_numpy(assign).to(dist.device)
-            """),
-        dedent("""\
-            import numpy as np
-            import torch
-            from PIL import Image, ImageDraw
-
-
-            def letter_mask(x, device):
-                img = Image.new("RGB", (x.shape[-1], x.shape[-1]), color="white")
-                ImageDraw.Draw(img).text((50, 0), "S", fill=(0, 0, 0))
-                img_np = np.array(img)
-                img_np = img_np.transpose(2, 0, 1)
-                return torch.from_numpy(img_np).to(device)
-            """),
-    ]
-    invalid = [
-        Example("import torch\nx = torch.from_numpy(a).cuda()\n"),
-        Example(  # RandomState.randn is float64
-            dedent("""\
-                import numpy as np
-                import torch
-
-                z = np.random.RandomState(seed).randn(1, G.z_dim)
-                z = torch.from_numpy(z).to(device)
-                """),
-            line=5, message="float64",
-        ),
-        Example(  # one of the field's assignments is float64
-            dedent("""\
-                import numpy as np
-                import torch
-
-                class Buffer:
-                    def __init__(self, n):
-                        self.rewards = np.zeros(n, dtype=np.float32)
-
-                    def reset(self, n):
-                        self.rewards = np.zeros(n)
-
-                    def sample(self, idx, device):
-                        return torch.from_numpy(self.rewards[idx]).to(device)
-                """),
-            line=12, message="float64",
-        ),
-        Example(  # a PIL image's pixels divided by 255.0: float64
-            dedent("""\
-                import numpy as np
-                import torch
-                from PIL import Image
-
-
-                def load_image(path, device):
-                    image = Image.open(path).convert("RGB").resize((256, 256))
-                    pixels = np.array(image) / 255.0
-                    return torch.from_numpy(pixels).to(device).permute(2, 0, 1)
-                """),
-            line=9, message="float64",
-        ),
-        Example(  # after `import tensorrt` (no Mac build) in the same branch: a note
-            dedent("""\
-                import numpy as np
-                import torch
-
-
-                def bindings(model, context, device, engine):
-                    if engine:
-                        import tensorrt as trt
-
-                        dtype = trt.nptype(model.get_binding_dtype(0))
-                        shape = tuple(context.get_binding_shape(0))
-                        return torch.from_numpy(np.empty(shape, dtype=dtype)).to(device)
-                    return None
-                """),
-            line=11, message="a CUDA-only import porter left as is, line 7",
-        ),
-        Example("import torch as t\nx = t.from_numpy(a).to(device, non_blocking=True)\n"),
-        Example("from torch import from_numpy\nx = from_numpy(a).to('cuda')\n"),
-    ]
-
-    def __init__(self, ctx) -> None:
-        super().__init__(ctx)
-        self._moved: set[int] = set()
-        self._functions: list[cst.FunctionDef] = []
-        self._classes: list[cst.ClassDef] = []
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self._functions.append(node)
-
-    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
-        self._functions.pop()
-        return updated
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self._classes.append(node)
-
-    def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
-        self._classes.pop()
-        return updated
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if self._any_move(node):
-            self._moved.add(id(node.func.value))  # type: ignore[attr-defined]
-
-    def _known_not_float64(self, call: cst.Call) -> bool:
-        """The array's dtype is in plain sight and is not float64 (porter.rulebase.families.numpy_dtypes)."""
-        if len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
-            return False
-        klass = self._classes[-1] if self._classes else None
-        if klass is not None:
-            self.ctx.see_all_uses_of(["self"])  # a method left out may set the field
-        function = self._functions[-1] if self._functions else self.ctx.module
-        return known_not_float64(call.args[0].value, self.qualname, function, klass)
-
-    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        if id(original) in self._moved and self.matches(original.func) and not self._known_not_float64(original):
-            self.flag(original, "a NumPy array is float64 unless made otherwise, and MPS has no float64",
-                      suggestion="porter_runtime.to_device(torch.from_numpy(a)), or .float() before the move")
-        return updated
-
-    def _any_move(self, call: cst.Call) -> bool:
-        """A move to any device (a variable too) that sets no dtype."""
-        func = call.func
-        if not isinstance(func, cst.Attribute) or self.qualname(func.value) is not None:
-            return False
-        if func.attr.value == "cuda":
-            return True
-        if func.attr.value != "to" or keyword(call, "dtype") is not None:
-            return False
-        if keyword(call, "device") is not None:
-            return True
-        given = positional(call)
-        return bool(given) and not any(_is_dtype(self, a.value) for a in given)
-
 
 
 class DoubleOnDevice(Rule):
@@ -514,16 +291,3 @@ def _module_state(rule: Rule, call: cst.Call) -> Optional[cst.BaseExpression]:
     else:
         return None
     return given.value if given is not None else None
-
-
-def _is_dtype(rule: Rule, node: cst.BaseExpression) -> bool:
-    if isinstance(node, cst.Call) and rule.qualname(node.func) == "porter_runtime.supported_dtype":
-        return True  # PT604's output: a second run must not report what the first did not
-    name = rule.qualname(node)
-    return name is not None and name.startswith("torch.") and name[len("torch."):] in _DTYPE_NAMES
-
-
-_DTYPE_NAMES = frozenset({
-    "float", "float16", "half", "bfloat16", "float32", "float64", "double", "complex64", "cfloat",
-    "complex128", "cdouble", "uint8", "int8", "int16", "short", "int32", "int", "int64", "long", "bool",
-})
