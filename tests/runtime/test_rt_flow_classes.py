@@ -15,7 +15,7 @@ import pytest
 import torch
 
 device_flow = pytest.importorskip("porter.rules.device_flow")
-device_literals = pytest.importorskip("porter.rules.device_literals")
+device_option_default = pytest.importorskip("porter.rules.device_option_default")
 
 
 def _example(rule, marker: str):
@@ -67,7 +67,7 @@ def test_a_returned_cuda_index_is_the_same_device_on_cuda(simulate, monkeypatch,
 @pytest.mark.parametrize("machine,expected", [("cuda", "cuda"), ("mps", "mps"), ("cpu", "cpu")])
 def test_a_dataclass_field_default_keeps_cuda_and_resolves_elsewhere(simulate, monkeypatch, machine, expected):
     simulate(machine)
-    example = _example(device_literals.DeviceOptionDefault, "dc_field")
+    example = _example(device_option_default.DeviceOptionDefault, "dc_field")
     original = _module("script_args", example.before, monkeypatch).ScriptArguments()
     ported = _module("script_args", example.after, monkeypatch).ScriptArguments()
     assert ported.device == expected and ported.optim == original.optim
