@@ -41,10 +41,13 @@ ORIGINALS = FIXTURES / "repos"
 
 @pytest.fixture(scope="module")
 def ported(tmp_path_factory) -> tuple[Path, dict]:
-    """The ported copy of fixtures/repos and porter's JSON report on it."""
+    """The ported copy of the fixture repositories judged here and porter's JSON report on
+    it. Only those: porter takes a root as one project, and another fixture's classes
+    (flow_classes' `self.device = torch.cuda.current_device()`) would flow into these."""
     base = tmp_path_factory.mktemp("decisions")
     root, report = base / "repos", base / "report.json"
-    shutil.copytree(ORIGINALS, root, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in REPOS:
+        shutil.copytree(ORIGINALS / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
     result = run_porter("migrate", root, "--write", "-q", "--no-progress", "--report", report)
     assert result.returncode == 0, result.stderr.decode()
     return root, json.loads(report.read_text())
