@@ -58,7 +58,8 @@ IMPORTS = {
 }
 #: Distributions whose code needs no import of its own name to fail (a runtime
 #: backend of another package) or whose import exists off CUDA under another wheel.
-NO_IMPORT = {"onnxruntime-gpu": "onnxruntime also installs on a Mac (CPU / CoreML)"}
+NO_IMPORT = {"onnxruntime-gpu": "onnxruntime also installs on a Mac (CPU / CoreML)",
+             "tensorflow-gpu": "imported as tensorflow, which installs on a Mac (CPU; tensorflow-metal for the GPU)"}
 USES = "\n".join([
     "xops.memory_efficient_attention(q, k, v, p=0.1, op=OP, bogus=1)",
     "opt = FusedAdam(params)",
