@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import ast
 import re
-import warnings
 from typing import Iterator, Mapping, Optional
+
+from porter.rulebase.conditions.guards import parse_uncached
 
 #: ``def name(..., **kwargs`` at the start of a line: a module-level function taking ``**``.
 _DEF = re.compile(rb"^def[ \t]+(\w+)[ \t]*\([^)]*\*\*", re.M)
@@ -60,7 +61,7 @@ def _may_forward(data: bytes) -> bool:
 
 
 def _forwarding_loaders(data: bytes) -> Iterator[str]:
-    tree = _parse(data)
+    tree = parse_uncached(data)
     if tree is None:
         return
     for node in tree.body:
@@ -117,11 +118,3 @@ def _call_arguments(data: bytes, at: int) -> Optional[bytes]:
                 return data[at + 1:index]
     return None
 
-
-def _parse(data: bytes) -> Optional[ast.Module]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            return ast.parse(data)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            return None

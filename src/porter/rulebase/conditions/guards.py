@@ -460,12 +460,14 @@ def parse(data: bytes) -> Optional[ast.Module]:
     global _last
     if _last[0] is not None and _last[0] == data:
         return _last[1]
-    tree = _parse(data)
+    tree = parse_uncached(data)
     _last = (data, tree)
     return tree
 
 
-def _parse(data: bytes) -> Optional[ast.Module]:
+def parse_uncached(data: bytes) -> Optional[ast.Module]:
+    """``ast.parse`` without its warnings; None where Python can't parse the file. For a
+    pass over many files, which would only churn ``parse``'s one-entry cache."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
