@@ -91,15 +91,9 @@ def known_not_float64(node: cst.BaseExpression, qualname: Qualname, function: cs
     if isinstance(node, cst.Call):
         return _made_not_float64(node, qualname) or _pil_pixels(node, qualname, function, klass, depth)
     name = _spelled(node)
-    if name is None or depth > 2:
-        return False
-    scope = klass if name.startswith("self.") else function
-    if scope is None:
-        return False
-    found = Assignments(name)
-    scope.visit(found)
+    assigned = _assigned(name, function, klass, depth)
     # `img = img.transpose(2, 0, 1)` keeps what the name's other assignments make
-    values = [v for v in found.values if _spelled(_kept(v, qualname)) != name or isinstance(v, cst.Name)]
+    values = [v for v in assigned if _spelled(_kept(v, qualname)) != name or isinstance(v, cst.Name)]
     return bool(values) and all(
         v is not node and known_not_float64(v, qualname, function, klass, depth + 1) for v in values)
 
@@ -135,16 +129,23 @@ def _is_pil_image(node: cst.BaseExpression, qualname: Qualname, function: cst.CS
         func = node.func
         return (isinstance(func, cst.Attribute) and func.attr.value in _PIL_METHODS and qualname(func) is None
                 and _is_pil_image(func.value, qualname, function, klass, depth))
-    name = _spelled(node)
+    assigned = _assigned(_spelled(node), function, klass, depth)
+    return bool(assigned) and all(
+        v is not node and _is_pil_image(v, qualname, function, klass, depth + 1) for v in assigned)
+
+
+def _assigned(name: Optional[str], function: cst.CSTNode, klass: Optional[cst.CSTNode],
+              depth: int) -> list[cst.BaseExpression]:
+    """What ``name`` is assigned in its scope (``function``, or ``klass`` for ``self.x``);
+    nothing for a name that is not spelled plainly, or past the depth followed."""
     if name is None or depth > 2:
-        return False
+        return []
     scope = klass if name.startswith("self.") else function
     if scope is None:
-        return False
+        return []
     found = Assignments(name)
     scope.visit(found)
-    return bool(found.values) and all(
-        v is not node and _is_pil_image(v, qualname, function, klass, depth + 1) for v in found.values)
+    return list(found.values)
 
 
 def _made_not_float64(call: cst.Call, qualname: Qualname) -> bool:
