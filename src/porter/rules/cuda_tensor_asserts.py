@@ -43,7 +43,7 @@ class CudaTensorAssert(Rule):
     code = "PT910"
     name = "cuda-tensor-assert"
     safety = Safety.REVIEW
-    needs = Needs(words=frozenset({"is_cuda"}), evidence=Name("is_cuda"))
+    needs = Needs(evidence=Name("is_cuda"))
 
     valid = [
         "def fused(x):\n    if x.is_cuda:\n        return kernel(x)\n    return x * 2\n",
