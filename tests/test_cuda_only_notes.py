@@ -205,8 +205,8 @@ def load_backend(w, device, engine, onnx):
 
         if device.type == "cpu":
             device = torch.device("cuda:0")
-        shape, dtype = (1, 3, 640, 640), trt.nptype(trt.float16)
-        return torch.from_numpy(np.empty(shape, dtype=dtype)).to(device)
+        shape = (1, 3, 640, 640)
+        return torch.from_numpy(np.zeros(shape)).to(device)
     if onnx:
         import onnxruntime
 

@@ -26,11 +26,6 @@ PORTED = ["multipkg", "chat_lm", "cifar_cnn", "llm_scratch", "act_probe", "hrm_r
 #: What each port leaves for a human: (path, rule code, code quoted) -> how many.
 MANUAL = {
     "hrm_reasoning": {("config/cfg_pretrain.yaml", "PT701", "device: cuda"): 1},
-    # The token arrays are int64 (fine on MPS), but only the run time knows that.
-    "act_probe": {
-        ("act_probe/capture.py", "PT605", "torch.from_numpy(tokens[start:start + args.batch_size])"): 1,
-        ("act_probe/infer.py", "PT605", "torch.from_numpy(tokens)"): 1,
-    },
     # One process per GPU (the 2-process gloo run on this CPU is an entry point); 4-/8-bit
     # quantisation, paged optimizers and DeepSpeed have no exact equivalent off CUDA.
     "paper_repro": {
@@ -41,6 +36,15 @@ MANUAL = {
         ("hf_finetune.py", "TP703", "load_in_8bit=True,"): 1,
         ("hf_finetune.py", "TP705", 'optim="paged_adamw_32bit",'): 1,
         ("hf_finetune.py", "TP705", "deepspeed=args.deepspeed,"): 1,
+    },
+}
+#: What each port lists for information only (a note: the exit code stays 0).
+NOTES = {
+    # The token arrays are int64 (fine on MPS), made in another module: nothing in the
+    # moving file shows the dtype, so PT605 lists a note, not a finding.
+    "act_probe": {
+        ("act_probe/capture.py", "PT605", "torch.from_numpy(tokens[start:start + args.batch_size])"): 1,
+        ("act_probe/infer.py", "PT605", "torch.from_numpy(tokens)"): 1,
     },
 }
 
@@ -94,7 +98,8 @@ def test_fixture_repo_ports_and_runs(name, copy_tree, tmp_path):
     write = run_porter("migrate", ported, "--write", "--report", first)
     assert write.returncode == 0, write.stderr.decode()
     manual = Counter(MANUAL.get(name, {}))
-    assert report_items(first, "findings") == manual
+    listed = manual + Counter(NOTES.get(name, {}))
+    assert report_items(first, "findings") == listed
     assert not report_lines(first, "findings") & report_lines(first, "rewrites"), "a finding for a rewrite"
     snap = snapshot(ported)
     assert snap == snapshot(by_diff)
@@ -116,5 +121,5 @@ def test_fixture_repo_ports_and_runs(name, copy_tree, tmp_path):
     second = tmp_path / "second.json"
     check = run_porter("migrate", ported, "--check", "--report", second)
     assert report_items(second, "rewrites") == Counter()
-    assert report_items(second, "findings") == manual
+    assert report_items(second, "findings") == listed
     assert check.returncode == (1 if manual else 0), check.stderr.decode()

@@ -4,12 +4,14 @@ is float64, which MPS can't hold."""
 from __future__ import annotations
 
 import re
+from typing import Optional
 from textwrap import dedent
 
 import libcst as cst
 
 from porter.rulebase.evidence import MovesResultOf
 from porter.rulebase.families.numpy_dtypes import known_not_float64
+from porter.rulebase.families.numpy_float64 import Float64, ModuleIndex
 from porter.rulebase.rule import (
     BYTES_GAP,
     Example,
@@ -48,9 +50,14 @@ class FromNumpyToDevice(Rule):
     the MPS framework doesn't support float64. Please use float32 instead.`
 
     Fix safety:
-    Review only: the array's dtype is known only at run time. The suggestion is
-    exact on CUDA: `porter_runtime.to_device(t)` moves a tensor exactly like
-    `.to(device)` there and casts float64 to float32 (with a warning) only on MPS.
+    Review only. A finding needs a human only where the code shows the array is
+    float64 (`np.random.randn`, `np.zeros(n)` with no dtype, `dtype=np.float64`, what
+    NumPy keeps float64 from one of these; porter.rulebase.families.numpy_float64), and
+    its message names that maker. An array whose dtype nothing here shows (a dataset's
+    item, a file's contents, a parameter no caller in the module gives a float64) is a
+    note. The suggestion is exact on CUDA: `porter_runtime.to_device(t)` moves a tensor
+    exactly like `.to(device)` there and casts float64 to float32 (with a warning) only
+    on MPS.
 
     Known limits:
     Only a move in the same expression is seen; a tensor stored in a variable and
@@ -58,8 +65,10 @@ class FromNumpyToDevice(Rule):
     left alone: made with `.astype("float32")` or `np.zeros(..., dtype=np.uint8)` in the
     same function (a `self.` field: anywhere in the class), or by
     `linear_sum_assignment`, or `np.array(img)` of a PIL image (Pillow has no float64
-    mode); indexing, `transpose` and `reshape` keep that dtype. Any
-    other array (a parameter, a file's contents) is reported, float32 or not.
+    mode); indexing, `transpose` and `reshape` keep that dtype. A float64 maker is
+    followed through names, `self.` fields, the module's own functions' returns, a
+    field of the module's own class (or of gym's `RunningMeanStd`), and a parameter to
+    what the module's callers pass; not across modules.
     """
 
     code = "PT605"
@@ -166,7 +175,47 @@ class FromNumpyToDevice(Rule):
                 """),
             line=9, message="float64",
         ),
-        Example(  # after `import tensorrt` (no Mac build) in the same branch: a note
+        Example(  # a float64 schedule reaches the helper through its callers
+            dedent("""\
+                import numpy as np
+                import torch as th
+
+
+                def _extract_into_tensor(arr, timesteps, broadcast_shape):
+                    res = th.from_numpy(arr).to(device=timesteps.device)[timesteps].float()
+                    while len(res.shape) < len(broadcast_shape):
+                        res = res[..., None]
+                    return res.expand(broadcast_shape)
+
+
+                class GaussianDiffusion:
+                    def __init__(self, betas):
+                        betas = np.array(betas, dtype=np.float64)
+                        alphas = 1.0 - betas
+                        self.alphas_cumprod = np.cumprod(alphas, axis=0)
+                        self.sqrt_alphas_cumprod = np.sqrt(self.alphas_cumprod)
+
+                    def q_sample(self, x_start, t, noise):
+                        return _extract_into_tensor(self.sqrt_alphas_cumprod, t, x_start.shape) * x_start + noise
+                """),
+            line=6, message="`np.array(betas, dtype=np.float64)` makes float64",
+        ),
+        Example(  # gym's RunningMeanStd keeps float64 statistics
+            dedent("""\
+                import numpy as np
+                import torch
+                from gym.wrappers.normalize import RunningMeanStd
+
+                obs_rms = RunningMeanStd(shape=(1, 1, 84, 84))
+
+
+                def normalize(next_obs, device):
+                    mean = torch.from_numpy(obs_rms.mean).to(device)
+                    return (next_obs - mean) / torch.sqrt(torch.from_numpy(obs_rms.var).to(device))
+                """),
+            line=9, message="keeps `mean` as float64",
+        ),
+        Example(  # a dtype that only TensorRT knows: a note, not a finding
             dedent("""\
                 import numpy as np
                 import torch
@@ -181,7 +230,7 @@ class FromNumpyToDevice(Rule):
                         return torch.from_numpy(np.empty(shape, dtype=dtype)).to(device)
                     return None
                 """),
-            line=11, message="a CUDA-only import porter left as is, line 7",
+            line=11, message="nothing here shows its dtype",
         ),
         Example("import torch as t\nx = t.from_numpy(a).to(device, non_blocking=True)\n"),
         Example("from torch import from_numpy\nx = from_numpy(a).to('cuda')\n"),
@@ -192,6 +241,7 @@ class FromNumpyToDevice(Rule):
         self._moved: set[int] = set()
         self._functions: list[cst.FunctionDef] = []
         self._classes: list[cst.ClassDef] = []
+        self._index: Optional[ModuleIndex] = None
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._functions.append(node)
@@ -221,10 +271,28 @@ class FromNumpyToDevice(Rule):
         function = self._functions[-1] if self._functions else self.ctx.module
         return known_not_float64(call.args[0].value, self.qualname, function, klass)
 
+    def _float64_source(self, call: cst.Call) -> Optional[str]:
+        """What makes the array float64, where the code shows it (porter.rulebase.families.numpy_float64)."""
+        if len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
+            return None
+        if self._index is None:
+            self.ctx.see_all_uses_of(["self"] if self._classes else [])
+            self._index = ModuleIndex.build(self.ctx.module)
+        search = Float64(self.qualname, self._index, self.ctx.code_for, see=self.ctx.see_all_uses_of)
+        klass = self._classes[-1] if self._classes else None
+        function = self._functions[-1] if self._functions else self.ctx.module
+        return search.source(call.args[0].value, function, klass)
+
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        if id(original) in self._moved and self.matches(original.func) and not self._known_not_float64(original):
-            self.flag(original, "a NumPy array is float64 unless made otherwise, and MPS has no float64",
-                      suggestion="porter_runtime.to_device(torch.from_numpy(a)), or .float() before the move")
+        if id(original) not in self._moved or not self.matches(original.func) or self._known_not_float64(original):
+            return updated
+        suggestion = "porter_runtime.to_device(torch.from_numpy(a)), or .float() before the move"
+        source = self._float64_source(original)
+        if source is not None:
+            self.flag(original, f"the array is float64 ({source}), and MPS has no float64", suggestion=suggestion)
+        else:
+            self.note(original, "if the array is float64 (NumPy's default for floats), the move fails on MPS, "
+                      "which has no float64; nothing here shows its dtype", suggestion=suggestion)
         return updated
 
     def _any_move(self, call: cst.Call) -> bool:

@@ -27,6 +27,8 @@ _NOT_FLOAT64 = frozenset({
 _MAKERS = frozenset(f"numpy.{n}" for n in (
     "zeros", "ones", "empty", "full", "array", "asarray", "arange", "frombuffer", "fromfile", "zeros_like",
     "ones_like", "empty_like", "full_like", "ascontiguousarray"))
+#: A NumPy Generator's draws that take a ``dtype=`` (``rng.standard_normal(n, dtype=np.float32)``).
+_GENERATOR_DRAWS = frozenset({"random", "standard_normal", "standard_exponential", "standard_gamma", "integers"})
 #: Functions whose results are integer arrays.
 _INTEGER_RESULTS = frozenset({"scipy.optimize.linear_sum_assignment", "numpy.argsort", "numpy.argmax",
                               "numpy.argmin", "numpy.nonzero", "numpy.where"})
@@ -154,6 +156,9 @@ def _made_not_float64(call: cst.Call, qualname: Qualname) -> bool:
         return True
     dtype = keyword(call, "dtype")
     if name in _MAKERS and dtype is not None:
+        return _is_dtype(dtype.value, qualname)
+    if (isinstance(call.func, cst.Attribute) and call.func.attr.value in _GENERATOR_DRAWS and name is None
+            and dtype is not None):
         return _is_dtype(dtype.value, qualname)
     if isinstance(call.func, cst.Attribute) and call.func.attr.value == "astype" and name is None:
         given = dtype.value if dtype is not None else call.args[0].value if call.args else None

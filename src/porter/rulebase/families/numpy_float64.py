@@ -1,0 +1,391 @@
+"""Whether a NumPy array is known to be float64, and what made it so (PT605).
+
+``torch.from_numpy(a).to(device)`` fails on MPS only when ``a`` is float64. Where the
+array's dtype can't be known from the code (a parameter no caller here gives a float64,
+a file's contents, a dataset's items), PT605 lists a note: a reviewer can't act on "it
+might be". Where the code shows a float64 maker, it is a finding that needs a human,
+and the message says which maker. Known makers:
+
+- NumPy's float constructors with no dtype: ``np.zeros``, ``np.ones``, ``np.empty``,
+  ``np.eye``, ``np.linspace``; a float64 ``dtype`` anywhere (``np.zeros(n, "float64")``,
+  ``.astype(np.float64)``); ``np.array`` of float literals;
+- random floats: ``np.random.randn`` and the like, also on a ``RandomState`` or a
+  ``default_rng`` generator;
+- what NumPy keeps float64 from a float64 argument: its functions (``np.sqrt``,
+  ``np.cumprod``, ``np.linalg.qr``), arithmetic, an array's own methods, true division
+  of an integer array (``np.array(img) / 255.0``).
+
+A value is followed through the names and ``self.`` fields it is assigned to, the
+returns of the module's own functions (nested ones too), a field of an instance of the
+module's own class, or of a library class that keeps float64 fields (gym's
+``RunningMeanStd``: ``obs_rms = RunningMeanStd(...)`` then ``obs_rms.mean``), and a
+parameter to the arguments its callers in the module pass. "Known" takes one float64
+maker among a name's assignments: the move then fails on some path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Union
+
+import libcst as cst
+
+from porter.rulebase.families.numpy_dtypes import Assignments, Qualname, _assigned, _kept, _pil_pixels, _spelled
+from porter.rulebase.rule import keyword, string_value
+
+_FLOAT64_NAMES = frozenset({"float64", "double", "float_", "f8", "d", "float", "longdouble"})
+#: NumPy makers whose default dtype is float64, with the position of their dtype argument.
+_FLOAT_DEFAULT = {"zeros": 1, "ones": 1, "empty": 1, "identity": 1, "eye": 3, "linspace": 5, "logspace": 5,
+                  "geomspace": 4}
+#: Makers whose dtype is their data's, with the position of the dtype argument.
+_FROM_DATA = {"array": 1, "asarray": 1, "ascontiguousarray": 1, "asfarray": 1, "zeros_like": 1, "ones_like": 1,
+              "empty_like": 1, "full_like": 2, "copy": -1, "stack": -1, "concatenate": -1, "vstack": -1,
+              "hstack": -1}
+#: Random float draws (``np.random.<name>``, a RandomState's, a Generator's).
+_RANDOM_FLOATS = frozenset({
+    "randn", "rand", "random", "random_sample", "ranf", "sample", "normal", "uniform", "standard_normal",
+    "exponential", "standard_exponential", "beta", "gamma", "standard_gamma", "laplace", "lognormal",
+    "multivariate_normal", "dirichlet", "logistic", "gumbel", "chisquare", "standard_cauchy", "standard_t",
+    "vonmises", "wald", "weibull", "triangular", "rayleigh", "power", "pareto"})
+_GENERATORS = frozenset({"numpy.random.RandomState", "numpy.random.default_rng", "numpy.random.Generator"})
+#: NumPy functions whose result is never float64, whatever they are given.
+_NOT_FLOAT = frozenset({"argmax", "argmin", "argsort", "nonzero", "where", "isnan", "isinf", "isfinite",
+                        "array_equal", "allclose", "isclose", "equal", "greater", "less", "logical_and",
+                        "logical_or", "logical_not", "shape", "size", "ndim", "searchsorted", "digitize",
+                        "round_", "floor_divide", "bincount", "unique", "count_nonzero", "histogram"})
+#: Array methods whose result is not an array of the receiver's dtype.
+_NOT_KEPT = frozenset({"astype", "argmax", "argmin", "argsort", "nonzero", "tolist", "item", "any", "all",
+                       "view", "tobytes", "to", "cuda", "cpu", "numpy", "detach", "float", "half", "int", "long"})
+#: Library classes that keep float64 fields (their source says so): RL running statistics.
+_FLOAT64_FIELDS = {
+    "gym.wrappers.normalize.RunningMeanStd": frozenset({"mean", "var"}),
+    "gymnasium.wrappers.utils.RunningMeanStd": frozenset({"mean", "var"}),
+    "stable_baselines3.common.running_mean_std.RunningMeanStd": frozenset({"mean", "var"}),
+}
+_MAX_DEPTH = 8
+
+Scope = Union[cst.Module, cst.FunctionDef, cst.ClassDef]  # where a name's assignments are looked up
+
+
+@dataclass
+class _Def:
+    node: cst.FunctionDef
+    klass: Optional[cst.ClassDef]
+    outer: Scope  # the function (or module) it is defined in
+
+
+@dataclass
+class _Site:
+    call: cst.Call
+    function: Scope
+    klass: Optional[cst.ClassDef]
+
+
+@dataclass
+class ModuleIndex:
+    """Where each function, class and call of one module is: built once, on demand."""
+
+    module: cst.Module
+    functions: dict[str, list[_Def]] = field(default_factory=dict)
+    classes: dict[str, cst.ClassDef] = field(default_factory=dict)
+    #: callee spelled ``f`` or ``self.f`` -> the calls of it
+    calls: dict[str, list[_Site]] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, module: cst.Module) -> "ModuleIndex":
+        index = cls(module)
+        module.visit(_Indexer(index))
+        return index
+
+
+class _Indexer(cst.CSTVisitor):
+    def __init__(self, index: ModuleIndex) -> None:
+        self.index = index
+        self.functions: list[Scope] = [index.module]
+        self.classes: list[Optional[cst.ClassDef]] = [None]
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.index.classes.setdefault(node.name.value, node)
+        self.classes.append(node)
+
+    def leave_ClassDef(self, node: cst.ClassDef) -> None:
+        self.classes.pop()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.index.functions.setdefault(node.name.value, []).append(
+            _Def(node, self.classes[-1], self.functions[-1]))
+        self.functions.append(node)
+        self.classes.append(None)
+
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.functions.pop()
+        self.classes.pop()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        spelled = _spelled(node.func)
+        if spelled is not None:
+            klass = next((k for k in reversed(self.classes) if k is not None), None)
+            self.index.calls.setdefault(spelled, []).append(_Site(node, self.functions[-1], klass))
+
+
+@dataclass
+class Float64:
+    """What the search needs: names resolved by the rule, the module's index, the code
+    of a node (for the message), and ``see``: a call that asks for the whole file
+    before the search reads a definition the engine may have left out."""
+
+    qualname: Qualname
+    index: ModuleIndex
+    code: Callable[[cst.CSTNode], str]
+    see: Callable[[list[str]], None] = lambda names: None
+    seen: set = field(default_factory=set)
+
+    def source(self, node: cst.BaseExpression, function: Scope, klass: Optional[cst.ClassDef],
+               depth: int = 0) -> Optional[str]:
+        """What makes ``node`` a float64 array (for the message), or None when that is
+        not known."""
+        key = (id(node), id(function))
+        if depth > _MAX_DEPTH or key in self.seen:
+            return None
+        self.seen.add(key)
+        try:
+            return self._source(node, function, klass, depth + 1)
+        finally:
+            self.seen.discard(key)
+
+    def _source(self, node, function, klass, depth) -> Optional[str]:
+        node = _kept(node, self.qualname)
+        if isinstance(node, cst.Call):
+            return self._call(node, function, klass, depth)
+        if isinstance(node, cst.BinaryOperation):
+            for side in (node.left, node.right):
+                found = self.source(side, function, klass, depth)
+                if found:
+                    return found
+            if isinstance(node.operator, cst.Divide) and any(
+                    self._integer(side, function, klass) for side in (node.left, node.right)):
+                return f"`{_short(self.code(node))}`: true division of integers makes float64"
+            return None
+        if isinstance(node, cst.UnaryOperation):
+            return self.source(node.expression, function, klass, depth)
+        if isinstance(node, (cst.List, cst.Tuple)):
+            return self._any([e.value for e in node.elements if isinstance(e, cst.Element)], function, klass, depth)
+        if isinstance(node, (cst.ListComp, cst.GeneratorExp)):
+            return self.source(node.elt, function, klass, depth)
+        if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value != "self":
+            return self._instance_field(node, function, klass, depth)
+        name = _spelled(node)
+        if name is None:
+            return None
+        if isinstance(node, cst.Name) and isinstance(function, cst.FunctionDef) and _is_parameter(name, function):
+            return self._parameter(node.value, function, klass, depth)
+        values, where = self._values(name, function, klass)
+        # a field's values are read in the class: their names may be any method's
+        return self._any(values, klass if name.startswith("self.") else where, klass, depth)
+
+    def _values(self, name: str, function, klass) -> tuple[list[cst.BaseExpression], Scope]:
+        """What ``name`` is assigned, and the scope those values are read in: the
+        function's own assignments, else (a global it reads) the module's top level."""
+        values = _assigned(name, function, klass, 0)
+        if values or name.startswith("self.") or function is self.index.module:
+            return values, function
+        found = _TopLevel(name)
+        self.index.module.visit(found)
+        return found.values, self.index.module
+
+    def _any(self, values, function, klass, depth) -> Optional[str]:
+        for value in values:
+            found = self.source(value, function, klass, depth)
+            if found:
+                return found
+        return None
+
+    def _call(self, call: cst.Call, function, klass, depth) -> Optional[str]:
+        name = self.qualname(call.func)
+        func = call.func
+        if name is not None and name.startswith("numpy."):
+            return self._numpy(call, name, function, klass, depth)
+        if isinstance(func, cst.Attribute) and name is None:
+            method = func.attr.value
+            if method == "astype":
+                given = _dtype_arg(call, 0)
+                return f"`.astype({self.code(given)})`" if given is not None and _is_float64(given, self.qualname) \
+                    else None
+            if method in _RANDOM_FLOATS and self._generator(func.value, function, klass):
+                return self._unless_dtype(call, -1, f"`{_short(self.code(call))}` draws float64")
+            if isinstance(func.value, cst.Name) and func.value.value in ("self", "cls"):
+                return self._returns(method, function, klass, depth, own_class=klass) if klass is not None else None
+            if method not in _NOT_KEPT:
+                return self.source(func.value, function, klass, depth)
+            return None
+        if isinstance(func, cst.Name) and (name is None or "." not in name) and func.value in self.index.functions:
+            return self._returns(func.value, function, klass, depth)
+        return None
+
+    def _numpy(self, call: cst.Call, name: str, function, klass, depth) -> Optional[str]:
+        short = name.rsplit(".", 1)[-1]
+        spelled = f"`{_short(self.code(call))}`"
+        if name.startswith("numpy.random.") and short in _RANDOM_FLOATS:
+            return self._unless_dtype(call, -1, f"{spelled} draws float64")
+        if short in _NOT_FLOAT or short == "astype":
+            return None
+        dtype = _dtype_arg(call, _FLOAT_DEFAULT.get(short, _FROM_DATA.get(short, -1)))
+        if dtype is not None:
+            return f"{spelled} makes float64" if _is_float64(dtype, self.qualname) else None
+        if short in _FLOAT_DEFAULT and name.count(".") == 1:
+            return f"{spelled} makes float64 (NumPy's default dtype)"
+        if short in ("array", "asarray") and call.args and _float_literals(call.args[0].value):
+            return f"{spelled} of floats makes float64"
+        if short == "full" and len(call.args) > 1 and isinstance(call.args[1].value, cst.Float):
+            return f"{spelled} makes float64"
+        args = [a.value for a in call.args if a.keyword is None and not a.star]
+        return self._any(args, function, klass, depth)
+
+    def _unless_dtype(self, call: cst.Call, position: int, reason: str) -> Optional[str]:
+        dtype = _dtype_arg(call, position)
+        return reason if dtype is None or _is_float64(dtype, self.qualname) else None
+
+    def _generator(self, node: cst.BaseExpression, function, klass) -> bool:
+        """A ``RandomState`` / ``default_rng`` generator, made here or assigned to a name."""
+        if isinstance(node, cst.Call):
+            return self.qualname(node.func) in _GENERATORS
+        if self.qualname(node) == "numpy.random":
+            return True
+        return any(isinstance(v, cst.Call) and self.qualname(v.func) in _GENERATORS
+                   for v in _assigned(_spelled(node), function, klass, 0))
+
+    def _integer(self, node: cst.BaseExpression, function, klass) -> bool:
+        """An integer NumPy array: a PIL image's pixels, directly or through a name."""
+        node = _kept(node, self.qualname)
+        if isinstance(node, cst.Call):
+            return _pil_pixels(node, self.qualname, function, klass, 0)
+        values = _assigned(_spelled(node), function, klass, 0)
+        return bool(values) and all(isinstance(v, cst.Call) and _pil_pixels(v, self.qualname, function, klass, 0)
+                                    for v in values)
+
+    def _returns(self, name: str, function, klass, depth, own_class: Optional[cst.ClassDef] = None) -> Optional[str]:
+        """What a call of the module's own function ``name`` (a method of ``own_class``) returns."""
+        self.see([name])
+        for definition in self.index.functions.get(name, ()):
+            if own_class is not None and definition.klass is not own_class:
+                continue
+            if own_class is None and (definition.klass is not None or not (
+                    definition.outer is function or definition.outer is self.index.module)):
+                continue
+            finder = _Returns()
+            definition.node.body.visit(finder)
+            found = self._any(finder.values, definition.node, definition.klass, depth)
+            if found:
+                return found
+        return None
+
+    def _instance_field(self, node: cst.Attribute, function, klass, depth) -> Optional[str]:
+        """``obj.field`` where ``obj`` is an instance of the module's own class."""
+        for value in self._values(node.value.value, function, klass)[0]:
+            library = self.qualname(value.func) if isinstance(value, cst.Call) else None
+            if node.attr.value in _FLOAT64_FIELDS.get(library or "", ()):
+                return f"`{library.rsplit('.', 1)[-1]}` ({library.split('.')[0]}) keeps `{node.attr.value}` as float64"
+            if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
+                self.see([value.func.value, node.attr.value])
+                owner = self.index.classes.get(value.func.value)
+                if owner is not None:
+                    found = self._any(_assigned("self." + node.attr.value, owner, owner, 0), owner, owner, depth)
+                    if found:
+                        return found
+        return None
+
+    def _parameter(self, name: str, function: cst.FunctionDef, klass, depth) -> Optional[str]:
+        """A parameter: what the module's calls of its function pass for it."""
+        params = function.params
+        positional = [p.name.value for p in (*params.posonly_params, *params.params)]
+        method = klass is not None and bool(positional) and positional[0] in ("self", "cls")
+        spelled = f"self.{function.name.value}" if method else function.name.value
+        self.see([function.name.value])
+        index = positional.index(name) - (1 if method else 0) if name in positional else None
+        for site in self.index.calls.get(spelled, ()):
+            if method and site.klass is not klass:
+                continue
+            given = _argument(site.call, name, index)
+            if given is not None:
+                found = self.source(given, site.function, site.klass, depth)
+                if found:
+                    return found
+        return None
+
+
+def _is_parameter(name: str, function: cst.FunctionDef) -> bool:
+    params = function.params
+    return any(p.name.value == name for p in (*params.posonly_params, *params.params, *params.kwonly_params))
+
+
+class _TopLevel(Assignments):
+    """A name's assignments at a module's top level (``if __name__ == "__main__":`` too)."""
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+
+class _Returns(cst.CSTVisitor):
+    """The values a function's own body returns (not its nested functions')."""
+
+    def __init__(self) -> None:
+        self.values: list[cst.BaseExpression] = []
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+    def visit_Return(self, node: cst.Return) -> None:
+        if node.value is not None:
+            self.values.append(node.value)
+
+
+def _argument(call: cst.Call, name: str, index: Optional[int]) -> Optional[cst.BaseExpression]:
+    given = keyword(call, name)
+    if given is not None:
+        return given.value
+    if index is None or index < 0 or any(a.star for a in call.args):
+        return None
+    plain = [a for a in call.args if a.keyword is None]
+    return plain[index].value if index < len(plain) else None
+
+
+def _dtype_arg(call: cst.Call, position: int) -> Optional[cst.BaseExpression]:
+    given = keyword(call, "dtype")
+    if given is not None:
+        return given.value
+    plain = [a for a in call.args if a.keyword is None and not a.star]
+    return plain[position].value if 0 <= position < len(plain) else None
+
+
+def _is_float64(node: cst.BaseExpression, qualname: Qualname) -> bool:
+    text = string_value(node)
+    if text is not None:
+        return text.lstrip("<>=|") in _FLOAT64_NAMES
+    if isinstance(node, cst.Name) and node.value == "float":
+        return True
+    name = qualname(node)
+    return name is not None and name.split(".")[0] == "numpy" and name.rsplit(".", 1)[-1] in _FLOAT64_NAMES
+
+
+def _float_literals(node: cst.BaseExpression) -> bool:
+    if isinstance(node, cst.Float):
+        return True
+    if isinstance(node, (cst.List, cst.Tuple)):
+        return any(isinstance(e, cst.Element) and _float_literals(e.value) for e in node.elements)
+    if isinstance(node, cst.UnaryOperation):
+        return _float_literals(node.expression)
+    return False
+
+
+def _short(code: str) -> str:
+    code = " ".join(code.split())
+    return code if len(code) <= 60 else code[:57] + "..."
