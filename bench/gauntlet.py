@@ -307,6 +307,8 @@ class Row:
     labelled_real: int = 0
     unlabelled: int = 0
     stale_labels: list = field(default_factory=list)
+    #: files porter failed on ("path: error"): a porter bug each, whose findings are missing
+    failed_files: list = field(default_factory=list)
     migrate_seconds: float = 0.0
     idempotent: Optional[bool] = None
     check_clean: Optional[bool] = None
@@ -418,6 +420,8 @@ def measure_port(entry: Entry, original: Path, port: Path, scratch: Path, row: R
     if proc.returncode not in (0, 2) or not first.is_file():
         raise RuntimeError(f"porter migrate --write exited {proc.returncode}: {tail(proc.stderr, 6)}")
     report = json.loads(first.read_text())
+    row.failed_files = [f"{e['path']}: {e.get('error', '')}" for e in report.get("files", ())
+                        if e.get("status") == "error"]
     row.files_changed, row.lines_changed = diff_stats(original, port)
     row.runtime_copies, row.vendored_lines = vendored(port)
     findings = review_findings(report)
@@ -627,6 +631,7 @@ def totals(rows: list[Row]) -> dict:
     return {
         "repositories": len(rows),
         "errors": sum(bool(r.error) for r in rows),
+        "failed_files": sum(len(r.failed_files) for r in rows),
         "recipes": len(with_recipe),
         "recipes_passing": sum(r.recipe == "pass" for r in with_recipe),
         "recipes_failing_unported": sum(r.recipe_original == "fail" for r in with_recipe),
@@ -675,6 +680,7 @@ def markdown(rows: list[Row], when: str) -> str:
               f"porter did not name: **{t['verify_cuda_not_named']}**; modules the port broke (they import "
               f"unported, with CUDA hidden, and fail ported): **{t['verify_regressions']}**; needs-a-human findings "
               f"{t['needs_human']}, labelled false **{t['labelled_false']}** ({t['unlabelled']} unlabelled); "
+              f"files porter failed on **{t['failed_files']}**; "
               f"`--check` clean after `--write` {t['check_clean']} of {t['repositories'] - t['errors']}; "
               f"idempotent {t['idempotent']}; new ruff F errors {t['ruff_f_new']}; median vendored lines "
               f"**{t['median_vendored_lines']:g}** (at most {t['max_runtime_copies']} copies in a repository)."]
@@ -713,7 +719,8 @@ def text_row(r: Row) -> str:
         recipe += f" fallbacks: {_fallbacks(r)}" if r.mps_fallbacks else ""
     return (f"{r.name}: changed {r.files_changed} files / {r.lines_changed} lines; vendored {r.runtime_copies} / "
             f"{r.vendored_lines} lines; needs human {r.needs_human} (false {r.labelled_false}, unlabelled "
-            f"{r.unlabelled}, stale labels {len(r.stale_labels)}); verify {r.verify_ok} ok / {r.verify_cuda_not_named} CUDA NOT NAMED / "
+            f"{r.unlabelled}, stale labels {len(r.stale_labels)}); "
+            f"{f'FAILED ON {len(r.failed_files)} FILES ({r.failed_files[0]}); ' if r.failed_files else ''}verify {r.verify_ok} ok / {r.verify_cuda_not_named} CUDA NOT NAMED / "
             f"{r.verify_other} other, {len(r.verify_regressions)} broken by the port; {recipe}; check clean {r.check_clean}; idempotent {r.idempotent}; "
             f"ruff F {r.ruff_before} -> {r.ruff_after}; migrate {r.migrate_seconds} s; total {r.seconds} s")
 

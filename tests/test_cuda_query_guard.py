@@ -76,3 +76,66 @@ def test_the_same_shape_around_a_flag_stays_a_finding(tmp_path):
     assert porter("migrate", root, "--check", "--report", report) == 1
     data = json.loads(report.read_text())
     assert [(f["code"], f["line"]) for f in gauntlet.review_findings(data)] == [("PT202", 5)]
+
+
+ATTEND = '''\
+import torch
+from torch import nn
+
+
+class Attend(nn.Module):
+    def __init__(self, flash=False):
+        super().__init__()
+        self.flash = flash
+        self.cuda_config = None
+
+        if not torch.cuda.is_available() or not flash:
+            return
+
+        device_properties = torch.cuda.get_device_properties(torch.device("cuda"))
+        if device_properties.major >= 8:
+            self.cuda_config = "flash"
+        else:
+            self.cuda_config = "math"
+
+
+def pick(flash):
+    if not torch.cuda.is_available():
+        return "cpu"
+    props = torch.cuda.get_device_properties(0)
+    return "flash" if flash and props.major >= 8 else "cuda"
+'''
+
+
+def test_an_early_exit_before_a_cuda_query_is_a_note_and_a_returned_choice_a_finding(tmp_path):
+    # denoising-diffusion-pytorch's Attend: without CUDA __init__ ends where the CPU's does
+    root = make_tree(tmp_path / "repo", {"attend.py": ATTEND})
+    report = tmp_path / "r.json"
+    assert porter("migrate", root, "--check", "--report", report) == 1
+    data = json.loads(report.read_text())
+    pt202 = {f["line"]: f for e in data["files"] for f in e["findings"] if f["code"] == "PT202"}
+    assert pt202[11]["severity"] == "info" and "question about CUDA's own device" in pt202[11]["message"]
+    assert [(f["code"], f["line"]) for f in gauntlet.review_findings(data)] == [("PT202", 22)]
+    assert porter("migrate", root, "--write") == 0
+    assert "if not torch.cuda.is_available() or not flash:" in (root / "attend.py").read_text()
+
+
+def test_an_availability_exit_around_a_block_is_no_shield_and_no_crash(tmp_path):
+    root = make_tree(tmp_path / "repo", {"train.py": '''\
+import torch
+
+
+def setup(args):
+    if not torch.cuda.is_available():
+        for name in args.gpu_only:
+            print(name)
+    n = torch.cuda.device_count()
+    if not torch.cuda.is_available(): return
+    return torch.cuda.get_device_name(0), n
+'''})
+    report = tmp_path / "r.json"
+    porter("migrate", root, "--check", "--report", report)
+    data = json.loads(report.read_text())
+    assert [e["status"] for e in data["files"]] != ["error"]
+    pt202 = {f["line"]: f.get("severity", "") for e in data["files"] for f in e["findings"] if f["code"] == "PT202"}
+    assert pt202[9] == "info" and pt202.get(5) != "info"

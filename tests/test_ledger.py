@@ -238,3 +238,49 @@ def test_one_table_of_cuda_only_packages():
     for module in ("numba", "torch", "onnxruntime", "flash_attention"):
         assert not cuda_packages.is_cuda_only_module(module), module
     assert requirements.is_cuda_only("cupy-cuda12x") and not requirements.is_cuda_only("nvidia-ml-py")
+
+
+def test_a_backend_handed_to_the_repositorys_method_that_only_compares_it_is_inert(tmp_path):
+    # distributed_shampoo's parallelism strategies and their unit test
+    root = write(tmp_path, {
+        "shampoo/__init__.py": "",
+        "shampoo/parallelism.py": """\
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+            class SingleGPUStrategy:
+                def wrap_model(self, model, local_rank, backend, device_mesh=None):
+                    return model
+
+
+            class DDPStrategy:
+                def wrap_model(self, model, local_rank, backend, device_mesh=None):
+                    if backend == "nccl":
+                        return DDP(model, device_ids=[local_rank], output_device=local_rank)
+                    return DDP(model)
+
+
+            class Launcher:
+                def start(self, backend):
+                    dist.init_process_group(backend=backend)
+        """,
+        "shampoo/tests/parallelism_test.py": """\
+            import torch.nn as nn
+            from shampoo.parallelism import DDPStrategy, Launcher, SingleGPUStrategy
+
+
+            def test_wrap_model_returns_unwrapped_model():
+                model = nn.Linear(10, 5)
+                assert SingleGPUStrategy().wrap_model(model, 0, "nccl") is model
+                DDPStrategy().wrap_model(model, 0, backend="nccl")
+
+
+            def test_launcher():
+                Launcher().start("nccl")
+        """,
+    })
+    found, _ = touchpoints(root)
+    strings = [(t.line, t.state, t.detail) for t in found["shampoo/tests/parallelism_test.py"] if t.kind == "string"]
+    assert [(line, state) for line, state, _ in strings] == [(7, "inert"), (8, "inert"), (12, "unaccounted")]
+    assert "only compares it or leaves it unused (each of its 2 definitions)" in strings[0][2]

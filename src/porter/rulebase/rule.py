@@ -177,6 +177,10 @@ class BaseRule:
     #: if x.is_cuda else torch.FloatTensor``) is about the split itself: the other arm runs off
     #: CUDA, so the finding stays one for a human there (porter.engine.stages.notes).
     device_split: ClassVar[bool] = False
+    #: True for a rule whose finding states a CUDA requirement (``assert x.is_cuda``) rather
+    #: than uses CUDA: in a module whose top level imports a CUDA-only package porter left
+    #: as is, that import already states it, so the finding is a note (porter.engine.stages.notes).
+    restates_requirement: ClassVar[bool] = False
     valid: ClassVar[Sequence[Union[str, Example]]] = ()
     invalid: ClassVar[Sequence[Example]] = ()
 

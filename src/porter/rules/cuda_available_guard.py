@@ -21,6 +21,7 @@ from porter.rulebase.families.availability_choices import (
 )
 from porter.rulebase.families.availability_roles import AvailabilityRoles
 from porter.rulebase.families.availability_sides import (
+    availability_calls,
     cuda_residue,
     falls_back_to_cpu,
     guard_calls,
@@ -344,6 +345,18 @@ class CudaAvailableGuard(AvailabilityRoles, Rule):
                 """),
             line=3, message="only keeps a question about CUDA's own device",
         ),
+        Example(  # an early exit right before a CUDA device query: a note
+            dedent("""\
+                import torch
+
+                def attention_config(flash):
+                    if not torch.cuda.is_available() or not flash:
+                        return
+                    props = torch.cuda.get_device_properties(torch.device("cuda"))
+                    return "flash" if props.major >= 8 else "math"
+                """),
+            line=4, message="only keeps a question about CUDA's own device",
+        ),
         Example(  # the other operand is no CUDA query: still a finding
             dedent("""\
                 import torch
@@ -446,6 +459,10 @@ class CudaAvailableGuard(AvailabilityRoles, Rule):
         if isinstance(original, cst.If) and self._skips_distributed(original):
             return updated  # PT304
         if right_everywhere(self, original, guard_calls(self, test)):
+            return updated
+        role = next(filter(None, map(self.availability_role, availability_calls(self, test))), None)
+        if role is not None:  # an early exit that shields a CUDA query (availability_roles)
+            self.note(test, f"{_NOTE}; {role}: for information", suggestion=_SUGGESTION)
             return updated
         if availability_test(self, test) is False:
             self._report(test, _NOTE + "; code it guards now runs on a Mac",

@@ -36,6 +36,10 @@ class CudaTensorAssert(Rule):
     (which must be replaced) or plain PyTorch (which runs anywhere) is not visible
     from the assertion.
 
+    In a module whose top level imports a CUDA-only package porter leaves as is
+    (`import xentropy_cuda_lib`), the assertion restates what that import already
+    requires: it is a note, and the import's finding is the one to act on.
+
     Known limits:
     `if not x.is_cuda: raise ...` and checks on `x.device.type` are not reported.
     """
@@ -43,6 +47,7 @@ class CudaTensorAssert(Rule):
     code = "PT910"
     name = "cuda-tensor-assert"
     safety = Safety.REVIEW
+    restates_requirement = True
     needs = Needs(evidence=Name("is_cuda"))
 
     valid = [
@@ -53,6 +58,11 @@ class CudaTensorAssert(Rule):
         Example("def fused_rms_norm(x, weight, eps=1e-6):\n    assert x.is_cuda and weight.is_cuda\n"
                 "    return _C.rms_norm(x, weight, eps)\n"),
         Example("def gather(feats):\n    assert feats.is_cuda, 'NCCL needs CUDA tensors'\n    return feats\n"),
+        Example(  # the module imports the CUDA extension it wraps: a note (its import is the finding)
+            "import torch\nimport xentropy_cuda_lib\n\n\nclass FusedCrossEntropyLoss(torch.nn.Module):\n"
+            "    def forward(self, input, target):\n        assert input.is_cuda and target.is_cuda\n"
+            "        return SoftmaxCrossEntropyLossFn.apply(input, target)\n",
+            line=7, message="already needs CUDA through its CUDA-only import at line 2"),
     ]
 
     def leave_Assert(self, original: cst.Assert, updated: cst.Assert) -> cst.BaseSmallStatement:

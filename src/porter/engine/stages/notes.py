@@ -34,18 +34,21 @@ import dataclasses
 from typing import Collection, Sequence
 
 from porter.rulebase.conditions.guards import Region, cuda_regions, guard_ported, parse, within
-from porter.rulebase.conditions.import_tails import import_tails
+from porter.rulebase.conditions.import_tails import import_tails, top_level_cuda_import
 from porter.rulebase.rule import INFO, Finding
 
 _KINDS = ("device", "test", "gpus")
 
 
 def cuda_only_notes(findings: Sequence[Finding], data: bytes, keep: Collection[str] = (),
-                    gated_module: bool = False) -> list[Finding]:
+                    gated_module: bool = False, restating: Collection[str] = ()) -> list[Finding]:
     """``findings`` with each one that needs a human, but lies in code only run where
     CUDA is, made a note that names the guard. ``keep``: the codes of the rules whose
     finding there is about the device split itself (``Rule.device_split``): they stay.
-    ``gated_module``: the tree imports this file only where CUDA is (porter.project.cuda_gated)."""
+    ``gated_module``: the tree imports this file only where CUDA is (porter.project.cuda_gated).
+    ``restating``: the codes of the rules whose finding only states a CUDA requirement
+    (``Rule.restates_requirement``): a note where the module's top level imports a
+    CUDA-only package porter left as is (that import's finding states it first)."""
     if not any(f.needs_human for f in findings):
         return list(findings)
     if gated_module:
@@ -56,6 +59,8 @@ def cuda_only_notes(findings: Sequence[Finding], data: bytes, keep: Collection[s
     if tree is None:
         return list(findings)
     rewrites = [(f.line, f.column - 1) for f in findings if f.action == "rewrite"]
+    if restating:
+        findings = _restated(findings, tree, {line for line, _ in rewrites}, restating)
     regions = [r for r in cuda_regions(tree, data) if r.kind in _KINDS
                and not (r.kind == "device" and guard_ported(r, rewrites))]
     regions += import_tails(tree, {line for line, _ in rewrites})
@@ -63,6 +68,23 @@ def cuda_only_notes(findings: Sequence[Finding], data: bytes, keep: Collection[s
         return list(findings)
     findings = [_note(f, regions) if f.needs_human and f.code not in keep else f for f in findings]
     return _one_per_construct(findings, regions, keep)
+
+
+def _restated(findings: Sequence[Finding], tree, rewritten: Collection[int],
+              restating: Collection[str]) -> list[Finding]:
+    """Each finding of a rule in ``restating`` made a note where the module's top level
+    imports a CUDA-only package porter left as is: the module never imports off CUDA
+    until that import's finding is acted on, and the requirement it restates goes with it
+    (tinyllama's fused cross-entropy: ``import xentropy_cuda_lib``, then
+    ``assert input.is_cuda`` in the loss that wraps it)."""
+    if not any(f.code in restating and f.needs_human for f in findings):
+        return list(findings)
+    line = top_level_cuda_import(tree, rewritten)
+    if line is None:
+        return list(findings)
+    return [dataclasses.replace(f, severity=INFO, message=f"{f.message} (for information: the module already needs "
+                                f"CUDA through its CUDA-only import at line {line}, whose finding comes first)")
+            if f.code in restating and f.needs_human else f for f in findings]
 
 
 def _one_per_construct(findings: Sequence[Finding], regions: Sequence[Region], keep: Collection[str]) -> list[Finding]:

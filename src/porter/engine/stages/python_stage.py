@@ -62,7 +62,8 @@ def migrate_source(
                              candidates=candidates, segments=segments)
     keep = {r.code for r in options.source_rules if r.device_split}
     gated = options.project is not None and path in options.project.cuda_gated
-    result.findings = cuda_only_notes(result.findings, data, keep, gated_module=gated)
+    restating = {r.code for r in options.source_rules if r.restates_requirement}
+    result.findings = cuda_only_notes(result.findings, data, keep, gated_module=gated, restating=restating)
     return result
 
 

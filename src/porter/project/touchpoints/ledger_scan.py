@@ -9,6 +9,7 @@ import re
 from typing import Iterator, Optional, Sequence
 
 from porter.project import selectors
+from porter.project.touchpoints.callees import only_selects
 from porter.project.touchpoints.ledger_data import TreeContext
 from porter.rulebase.conditions.guards import GuardFinder, child_blocks
 from porter.rulebase.cuda_packages import is_cuda_only_module, looks_compiled
@@ -378,6 +379,8 @@ class Scanner:
                 return f"handed to `{self.names.qualname(func)}`, which maps it off CUDA"
             if self._lookalike(func):
                 return f"`{ast_dotted_name(func)}` here is `{self.names.qualname(func)}`, not PyTorch"
+            if not (self.names.qualname(func) or "").startswith("torch."):
+                return only_selects(self.tree, self.context, parent, child)  # porter.project.touchpoints.callees
         if isinstance(parent, ast.Call) and child is parent.func and isinstance(parent.func, ast.Attribute):
             return None
         return None

@@ -5,6 +5,12 @@ off machines without CUDA (PT202's note)::
         return "bf16-mixed"
     use_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
 
+or as an early exit right before the query (``early_exit_shield``)::
+
+    if not torch.cuda.is_available() or not flash:
+        return
+    device_properties = torch.cuda.get_device_properties(torch.device("cuda"))
+
 The check is there so that the question about the CUDA device (bf16 support, the
 capability, the properties, the name) is asked only where CUDA is. Without CUDA the
 expression takes the path written for machines without CUDA, the one the CPU takes,
@@ -52,3 +58,57 @@ def _asks_cuda(rule: Rule, node: cst.BaseExpression) -> bool:
         else:
             break
     return isinstance(node, cst.Call) and rule.qualname(node.func) in CUDA_QUERIES
+
+
+def early_exit_shield(rule: Rule, node: cst.If, following: Optional[cst.BaseStatement]) -> list[cst.Call]:
+    """The availability calls of an early exit that only keeps the next statement's
+    CUDA query off machines without CUDA (denoising-diffusion-pytorch's Attend)::
+
+        if not torch.cuda.is_available() or not flash:
+            return
+        device_properties = torch.cuda.get_device_properties(torch.device("cuda"))
+
+    Without CUDA the function ends where the CPU's ends. Only a bare ``return`` (or
+    ``return None``), ``continue`` or ``break`` counts: a returned value or a ``raise``
+    is a decision of its own."""
+    if node.orelse is not None or following is None or not _bare_exit(node.body):
+        return []
+    calls = [operand.expression for operand in _or_operands(node.test)  # type: ignore[attr-defined]
+             if availability_test(rule, operand) is False]
+    if not calls:
+        return []
+    finder = _QueryFinder(rule)
+    following.visit(finder)
+    return calls if finder.found else []
+
+
+def _bare_exit(body: cst.BaseSuite) -> bool:
+    if isinstance(body, cst.IndentedBlock):
+        if len(body.body) != 1 or not isinstance(body.body[0], cst.SimpleStatementLine):
+            return False
+        small = body.body[0].body
+    else:
+        small = body.body  # `if ...: return` on one line
+    if len(small) != 1:
+        return False
+    exit_ = small[0]
+    if isinstance(exit_, (cst.Continue, cst.Break)):
+        return True
+    return isinstance(exit_, cst.Return) and (
+        exit_.value is None or (isinstance(exit_.value, cst.Name) and exit_.value.value == "None"))
+
+
+def _or_operands(test: cst.BaseExpression) -> list[cst.BaseExpression]:
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.Or):
+        return [*_or_operands(test.left), *_or_operands(test.right)]
+    return [test]
+
+
+class _QueryFinder(cst.CSTVisitor):
+    def __init__(self, rule: Rule) -> None:
+        self.rule = rule
+        self.found = False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.rule.qualname(node.func) in CUDA_QUERIES:
+            self.found = True

@@ -21,7 +21,7 @@ lets run, and a ``try`` with an ``except ImportError`` is porter.rulebase.condit
 from __future__ import annotations
 
 import ast
-from typing import Callable, Collection, Iterator
+from typing import Callable, Collection, Iterator, Optional
 
 from porter.rulebase.cuda_packages import is_cuda_only_module
 from porter.rulebase.conditions.guards import Region
@@ -42,6 +42,14 @@ def import_tails(tree: ast.Module, rewritten_lines: Collection[int],
                 regions.append(Region(span, stmt.lineno, "import-tail", ()))
                 break
     return regions
+
+
+def top_level_cuda_import(tree: ast.Module, rewritten_lines: Collection[int],
+                          cuda_module: Callable[[str], bool] = is_cuda_only_module) -> Optional[int]:
+    """The line of the first CUDA-only import porter left as is at the module's own top
+    level (not under ``try``, ``if`` or a definition), or None."""
+    return next((stmt.lineno for stmt in tree.body
+                 if _imports_cuda(stmt, cuda_module) and stmt.lineno not in rewritten_lines), None)
 
 
 def _blocks(tree: ast.AST) -> Iterator[list[ast.stmt]]:

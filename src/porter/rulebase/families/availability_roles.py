@@ -21,7 +21,7 @@ from porter.rulebase.conditions.availability_checks import (
     availability_test,
     requirement,
 )
-from porter.rulebase.conditions.cuda_query_guard import shielded_check
+from porter.rulebase.conditions.cuda_query_guard import early_exit_shield, shielded_check
 from porter.rulebase.conditions.name_choice import only_picks_names
 from porter.rulebase.families.availability_sides import (
     MpsCheck,
@@ -108,6 +108,11 @@ class AvailabilityRoles:
         shielded = shielded_check(self, node)  # porter.rulebase.conditions.cuda_query_guard
         if shielded is not None:
             self._play("shield", [shielded])
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+        for statement, following in zip(node.body, node.body[1:]):
+            if isinstance(statement, cst.If):
+                self._play("shield", early_exit_shield(self, statement, following))
 
     def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
         if isinstance(node.operator, cst.Multiply):  # `(torch.device("cuda"),) * is_available()`
