@@ -53,6 +53,9 @@ def test_ported_once_it_trains_resumes_and_writes_on_cpu(copy_tree, tmp_path):
     assert 'device: str = field(default=porter_runtime.device_str())' in (repo / "config.py").read_text()
     assert "self.to(porter_runtime.device(self.device))" in (repo / "flowlib" / "model.py").read_text()
     assert 'flash-attn>=2.5; sys_platform != "darwin"' in (repo / "requirements.txt").read_text()
+    # Gloo can't gather an input that requires grad (the loss)
+    assert "dist.all_gather_into_tensor(losses, porter_runtime.collective_input(loss.reshape(1)))" in (
+        repo / "flowlib" / "dist.py").read_text()
     # named, with the line and what to do
     assert "environment.yml:7:3 DEP104 conda package pytorch-cuda" in report
     assert "pyproject.toml:13:8 DEP105 https://download.pytorch.org/whl/cu121" in report

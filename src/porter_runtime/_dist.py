@@ -129,3 +129,32 @@ def ShardedGradScaler(*args: Any, **kwargs: Any) -> Any:
         kept = _amp.kept_state(Sharded)
         return kept(**options).keep_state(options)
     return Sharded(**options)
+
+
+def collective_input(tensor: T) -> T:
+    """The input of ``all_gather_into_tensor``: ``tensor`` on CUDA. Elsewhere (Gloo)
+    detached: Gloo splits the output into views and copies into them, which raises
+    "A view was created in no_grad mode and is being modified inplace with grad mode
+    enabled" for an input that requires grad (torch 2.13). c10d collectives are not
+    differentiable on any backend, so the gathered values are the same."""
+    if _device.is_cuda() or not hasattr(tensor, "detach"):
+        return tensor
+    return tensor.detach()  # type: ignore[attr-defined, no-any-return]
+
+
+def work_future(work: Any, *outputs: Any) -> Any:
+    """``work.get_future()`` of an async collective. Gloo has none for
+    ``reduce_scatter`` ("Work::getFuture not implemented"): there the runtime waits for
+    the work and returns a completed future holding ``[outputs...]``, the value NCCL's
+    future gives. On CUDA, and wherever the backend has one, ``work.get_future()``."""
+    try:
+        return work.get_future()
+    except RuntimeError as error:
+        if _device.is_cuda() or "getFuture not implemented" not in str(error):
+            raise
+    import torch
+
+    work.wait()
+    done: Any = torch.futures.Future()
+    done.set_result(list(outputs))
+    return done
