@@ -51,7 +51,9 @@ def test_ported_once_it_trains_resumes_and_writes_on_cpu(copy_tree, tmp_path):
     # the index that dist.setup() returns reaches the sampler, in another module
     assert "sampler.sample_loop(evaluated, 5, device=porter_runtime.device(device))" in (repo / "train.py").read_text()
     assert 'device: str = field(default=porter_runtime.device_str())' in (repo / "config.py").read_text()
-    assert "self.to(porter_runtime.device(self.device))" in (repo / "flowlib" / "model.py").read_text()
+    model = (repo / "flowlib" / "model.py").read_text()
+    assert "self.to(porter_runtime.device(self.device))" in model
+    assert 'factory_kwargs = {"device": porter_runtime.device(porter_runtime.current_device()), ' in model
     assert 'flash-attn>=2.5; sys_platform != "darwin"' in (repo / "requirements.txt").read_text()
     # Gloo can't gather an input that requires grad (the loss)
     assert "dist.all_gather_into_tensor(losses, porter_runtime.collective_input(loss.reshape(1)))" in (
@@ -60,6 +62,7 @@ def test_ported_once_it_trains_resumes_and_writes_on_cpu(copy_tree, tmp_path):
     assert "environment.yml:7:3 DEP104 conda package pytorch-cuda" in report
     assert "pyproject.toml:13:8 DEP105 https://download.pytorch.org/whl/cu121" in report
     assert "tools/gpu_report.py:8:20 PT908 `n_gpus` is bound only when CUDA is available" in report
+    assert "tools/fused_bench.py:14:17 PT911 `FusedAdam` is None off CUDA" in report
     assert "checkpoint.py:" not in report and "PT999" not in report  # `model` is a parameter; no touchpoint left
     out = tmp_path / "out"
     first = train(repo, out)

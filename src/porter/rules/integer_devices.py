@@ -167,7 +167,10 @@ class IntegerDeviceTo(Rule):
     (`torch.zeros(n, device=local_rank)`) or of a tensor's `new_*` method
     (`x.new_zeros(n, device=i)`), and for `torch.cuda.current_device()` or
     porter's own `porter_runtime.current_device()` (0 off CUDA) passed as the device.
-    `torch.device(0)` becomes `porter_runtime.device(0)`.
+    `torch.device(0)` becomes `porter_runtime.device(0)`. A kwargs dict whose every
+    use is `**kwargs` in such calls (`factory_kwargs = {"device":
+    torch.cuda.current_device(), "dtype": dtype}`, `dict(device=local_rank, ...)`)
+    gets its device ported where it is built.
 
     Why:
     An integer device means a CUDA index; without an accelerator `x.to(0)` and
@@ -203,6 +206,8 @@ class IntegerDeviceTo(Rule):
         "def f(torch):\n    return torch.device(0)\n",
         "import mylib as torch\ndev = torch.device(0)\n",
         "x = x.to(torch.float16)\n",
+        # the dict is also logged: its int is what the log shows on CUDA
+        "import torch\nmeta = {'device': torch.cuda.current_device()}\nlog(meta)\nx = torch.zeros(2, **meta)\n",
     ]
     invalid = [
         Example(
@@ -248,6 +253,43 @@ class IntegerDeviceTo(Rule):
             "import porter_runtime\nloss = loss.to(porter_runtime.current_device())\n",
             "import porter_runtime\nloss = loss.to(porter_runtime.device(porter_runtime.current_device()))\n",
         ),
+        Example(  # factory kwargs built once, splatted into every torch call (and only there)
+            dedent("""\
+            import torch
+            from torch import nn
+
+
+            class RotaryCache(nn.Module):
+                def __init__(self, dim, max_len):
+                    super().__init__()
+                    factory_kwargs = {"device": torch.cuda.current_device(), "dtype": torch.float32}
+                    inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2, **factory_kwargs) / dim))
+                    self.register_buffer("t", torch.arange(max_len, **factory_kwargs) * inv_freq[0])
+
+
+            def scratch(local_rank):
+                kwargs = dict(device=local_rank, dtype=torch.bfloat16)
+                return torch.zeros(4, **kwargs)
+            """),
+            dedent("""\
+            import porter_runtime
+            import torch
+            from torch import nn
+
+
+            class RotaryCache(nn.Module):
+                def __init__(self, dim, max_len):
+                    super().__init__()
+                    factory_kwargs = {"device": porter_runtime.device(torch.cuda.current_device()), "dtype": torch.float32}
+                    inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2, **factory_kwargs) / dim))
+                    self.register_buffer("t", torch.arange(max_len, **factory_kwargs) * inv_freq[0])
+
+
+            def scratch(local_rank):
+                kwargs = dict(device=porter_runtime.device(local_rank), dtype=torch.bfloat16)
+                return torch.zeros(4, **kwargs)
+            """),
+        ),
         Example(  # the current device as `device=` of a torch class and of a tensor's new_* method
             dedent("""\
             import torch
@@ -268,6 +310,42 @@ class IntegerDeviceTo(Rule):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._found: Optional[set[str]] = None
+        self._scopes: list[cst.CSTNode] = []
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._scopes.append(node)
+
+    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
+        self._scopes.pop()
+        return updated
+
+    def leave_Assign(self, original: cst.Assign, updated: cst.Assign) -> cst.Assign:
+        """``factory_kwargs = {"device": torch.cuda.current_device(), ...}`` (or ``dict(device=i, ...)``)
+        whose every use is ``**factory_kwargs`` in a torch call: the device is ported as that
+        call's ``device=`` would be."""
+        if len(original.targets) != 1 or not isinstance(original.targets[0].target, cst.Name):
+            return updated
+        found = _factory_device(original.value, updated.value)
+        if found is None:
+            return updated
+        old, new = found
+        is_index = self._is_index(old) if isinstance(original.value, cst.Call) else index_source(self, old)
+        if not is_index or not (new.deep_equals(old) or self._is_current_twin(new)):
+            return updated
+        scope = self._scopes[-1] if self._scopes else self.ctx.module
+        if not self._only_splatted_into_torch(scope, original.targets[0].target.value):
+            return updated
+        value = _with_device(updated.value, new, self.runtime_call("device", new))
+        return self.rewrite(original, updated.with_changes(value=value),
+                            "an integer device is a CUDA index; it now resolves on this machine (every use "
+                            "of these keyword arguments is a torch call's)")
+
+    def _only_splatted_into_torch(self, scope: cst.CSTNode, name: str) -> bool:
+        """Every read of ``name`` in ``scope`` is ``**name`` in a call of a torch function
+        or class, or of a tensor's ``new_*`` method."""
+        uses = _Splats(self, name)
+        scope.visit(uses)
+        return uses.splats > 0 and uses.splats == uses.reads
 
     @property
     def _indices(self) -> set[str]:
@@ -330,3 +408,53 @@ class IntegerDeviceTo(Rule):
         if name is None:
             return False
         return bool(_INDEX_NAME.match(name.rsplit(".", 1)[-1])) or name in self._indices
+
+
+def _factory_device(original: cst.BaseExpression, updated: cst.BaseExpression):
+    """(the original, the updated) value of a ``"device"`` entry of a dict display or
+    ``device=`` of a ``dict(...)`` call, or None."""
+    if isinstance(original, cst.Dict) and isinstance(updated, cst.Dict) and len(original.elements) == len(
+            updated.elements):
+        for old, new in zip(original.elements, updated.elements):
+            if isinstance(old, cst.DictElement) and string_value(old.key) == "device":
+                return old.value, new.value  # type: ignore[attr-defined]
+        return None
+    if (isinstance(original, cst.Call) and isinstance(original.func, cst.Name) and original.func.value == "dict"
+            and isinstance(updated, cst.Call) and len(original.args) == len(updated.args)):
+        for old, new in zip(original.args, updated.args):
+            if old.keyword is not None and old.keyword.value == "device":
+                return old.value, new.value
+    return None
+
+
+def _with_device(value: cst.BaseExpression, device: cst.BaseExpression, ported: cst.BaseExpression):
+    if isinstance(value, cst.Dict):
+        return value.with_changes(elements=[
+            e.with_changes(value=ported) if isinstance(e, cst.DictElement) and e.value is device else e
+            for e in value.elements])
+    return value.with_changes(args=[a.with_changes(value=ported) if a.value is device else a
+                                    for a in value.args])  # type: ignore[attr-defined]
+
+
+class _Splats(cst.CSTVisitor):
+    """How often a name is read, and how often as ``**name`` in a torch call."""
+
+    def __init__(self, rule: Rule, name: str) -> None:
+        self.rule, self.name = rule, name
+        self.reads = self.splats = 0
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value == self.name:
+            self.reads += 1
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        self.reads -= sum(1 for t in node.targets if isinstance(t.target, cst.Name) and t.target.value == self.name)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        qualname = self.rule.qualname(func)
+        torch_call = (qualname is not None and qualname.startswith("torch.") and not qualname.startswith("torch.cuda.")
+                      ) or (isinstance(func, cst.Attribute) and func.attr.value in _TENSOR_FACTORIES and qualname is None)
+        for arg in node.args:
+            if arg.star == "**" and isinstance(arg.value, cst.Name) and arg.value.value == self.name and torch_call:
+                self.splats += 1

@@ -1,0 +1,189 @@
+"""A flash attention name held for transformers' `attn_implementation` before the loader sees it (TP707)."""
+
+from __future__ import annotations
+
+from textwrap import dedent
+from typing import Optional
+
+import libcst as cst
+
+from porter.rulebase.evidence import String
+from porter.rulebase.rule import Example, Needs, Rule, Safety, string_value
+
+_FLASH = frozenset({"flash_attention_2", "flash_attention_3"})
+_SLOT = "attn_implementation"
+_LOADERS = frozenset({"from_pretrained", "from_config"})  # TP701's, keyword and all
+
+
+class HfAttnImplementationValue(Rule):
+    """A flash attention name bound to `attn_implementation` on its way to the loader asks `porter_runtime.attn_implementation`.
+
+    What:
+    Rewrites `"flash_attention_2"` (or `"flash_attention_3"`) where it is bound to
+    something named `attn_implementation` rather than passed to the loader itself:
+    a key of a kwargs dict (`{"attn_implementation": "flash_attention_2"}`), a keyword
+    of `dict(...)` or of the repository's own wrapper (`load_model(path,
+    attn_implementation="flash_attention_2")`), a parameter's default, an assignment or
+    a dataclass field, and an argparse `--attn_implementation` default. The value
+    becomes `porter_runtime.attn_implementation("flash_attention_2")`.
+
+    Why:
+    The value reaches `from_pretrained(..., **model_kwargs)` or
+    `from_pretrained(..., attn_implementation=attn_implementation)` later, where
+    TP701 sees no literal; transformers then refuses to load the model without
+    flash-attn (`ImportError: FlashAttention2 has been toggled on, but it cannot be
+    used ...`), which is every Mac.
+
+    Fix safety:
+    Safe. On CUDA with flash_attn importable the helper returns the name unchanged;
+    elsewhere `"sdpa"`, PyTorch's scaled_dot_product_attention (TP701's reasoning).
+    A comparison with the name (`if args.attn_implementation == "flash_attention_2":`)
+    is left as written, so off CUDA it takes the branch written for other kernels.
+
+    Known limits:
+    Only the name `attn_implementation` is followed (a config key `attn: flash_attention_2`
+    in YAML is not); lists of choices are left alone.
+    """
+
+    code = "TP707"
+    name = "hf-attn-implementation-value"
+    safety = Safety.SAFE
+    needs = Needs(words=frozenset({_SLOT}), evidence=String(exact=_FLASH), unit=String(exact=_FLASH))
+
+    valid = [
+        "model = AutoModel.from_pretrained(name, attn_implementation='flash_attention_2')\n",  # TP701's
+        "if args.attn_implementation == 'flash_attention_2':\n    pass\n",
+        "parser.add_argument('--attn', choices=['eager', 'sdpa', 'flash_attention_2'])\n",
+        "kwargs = {'attn': 'flash_attention_2'}\n",
+        "attn_implementation = 'sdpa'\n",
+    ]
+    invalid = [
+        Example(  # a kwargs dict built first, then splatted into the loader
+            dedent("""\
+                import torch
+                from transformers import AutoModelForCausalLM
+
+                model_kwargs = dict(
+                    torch_dtype=torch.bfloat16,
+                    attn_implementation="flash_attention_2",
+                    use_cache=False,
+                )
+                model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, **model_kwargs)
+                """),
+            dedent("""\
+                import porter_runtime
+                import torch
+                from transformers import AutoModelForCausalLM
+
+                model_kwargs = dict(
+                    torch_dtype=torch.bfloat16,
+                    attn_implementation=porter_runtime.attn_implementation("flash_attention_2"),
+                    use_cache=False,
+                )
+                model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, **model_kwargs)
+                """),
+        ),
+        Example(  # the repository's own wrapper, its default and a dataclass field
+            dedent("""\
+                from dataclasses import dataclass, field
+
+                from transformers import AutoModelForCausalLM
+
+
+                @dataclass
+                class ModelArguments:
+                    attn_implementation: str = field(default="flash_attention_2")
+
+
+                def load_policy(path, attn_implementation="flash_attention_2"):
+                    return AutoModelForCausalLM.from_pretrained(path, attn_implementation=attn_implementation)
+                """),
+            dedent("""\
+                import porter_runtime
+                from dataclasses import dataclass, field
+
+                from transformers import AutoModelForCausalLM
+
+
+                @dataclass
+                class ModelArguments:
+                    attn_implementation: str = field(default=porter_runtime.attn_implementation("flash_attention_2"))
+
+
+                def load_policy(path, attn_implementation=porter_runtime.attn_implementation("flash_attention_2")):
+                    return AutoModelForCausalLM.from_pretrained(path, attn_implementation=attn_implementation)
+                """),
+        ),
+        Example(
+            "model_kwargs = {'attn_implementation': 'flash_attention_3'}\n"
+            "parser.add_argument('--attn_implementation', type=str, default='flash_attention_2')\n",
+            "import porter_runtime\n"
+            "model_kwargs = {'attn_implementation': porter_runtime.attn_implementation('flash_attention_3')}\n"
+            "parser.add_argument('--attn_implementation', type=str, "
+            "default=porter_runtime.attn_implementation('flash_attention_2'))\n",
+        ),
+    ]
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._bound: set[int] = set()  # ids of the flash strings bound to `attn_implementation`
+
+    def visit_DictElement(self, node: cst.DictElement) -> None:
+        if string_value(node.key) == _SLOT:
+            self._bind(node.value)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _LOADERS:
+            return  # TP701 rewrites the loader's own keyword
+        for arg in node.args:
+            if arg.keyword is not None and arg.keyword.value == _SLOT:
+                self._bind(arg.value)
+        if isinstance(func, cst.Attribute) and func.attr.value == "add_argument" and any(
+                string_value(a.value) == f"--{_SLOT}" for a in node.args
+                if a.keyword is None):
+            default = next((a for a in node.args if a.keyword is not None and a.keyword.value == "default"), None)
+            if default is not None:
+                self._bind(default.value)
+        if isinstance(func, cst.Name) and func.value == "field" and self._field_target is not None:
+            default = next((a for a in node.args if a.keyword is not None and a.keyword.value == "default"), None)
+            if default is not None:
+                self._bind(default.value)
+
+    _field_target: Optional[str] = None
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if _target_name(node.target) == _SLOT and node.value is not None:
+            self._bind(node.value)
+            self._field_target = _SLOT
+
+    def leave_AnnAssign(self, original: cst.AnnAssign, updated: cst.AnnAssign) -> cst.BaseSmallStatement:
+        self._field_target = None
+        return updated
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if any(_target_name(t.target) == _SLOT for t in node.targets):
+            self._bind(node.value)
+
+    def visit_Param(self, node: cst.Param) -> None:
+        if node.name.value == _SLOT and node.default is not None:
+            self._bind(node.default)
+
+    def _bind(self, node: cst.BaseExpression) -> None:
+        if string_value(node) in _FLASH:
+            self._bound.add(id(node))
+
+    def leave_SimpleString(self, original: cst.SimpleString, updated: cst.SimpleString) -> cst.BaseExpression:
+        if id(original) not in self._bound:
+            return updated
+        new = self.runtime_call("attn_implementation", updated)
+        return self.rewrite(original, new, f"`{string_value(original)}` where CUDA has flash-attn, \"sdpa\" "
+                            "elsewhere, before the loader sees it")
+
+
+def _target_name(node: cst.BaseExpression) -> Optional[str]:
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        return node.attr.value
+    return None
