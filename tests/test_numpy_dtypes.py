@@ -123,3 +123,27 @@ def test_a_nested_helpers_return_and_a_generator_draw_are_followed():
             z = th.from_numpy(rng.standard_normal(x.shape)).to(device)
             return Q, noise, z
         """) == [(13, "finding"), (16, "finding")]
+
+
+def test_a_helper_elsewhere_in_the_module_is_read_whatever_the_engine_leaves_out():
+    code = """\
+        import numpy as np
+        import torch
+
+
+        def noise(n):
+            return np.random.randn(n, 4)
+
+
+        class Other:
+            def f(self):
+                return 1
+
+
+        def main(device):
+            return torch.from_numpy(noise(3)).to(device)
+        """
+    for segments in (True, False):
+        result = migrate_source(dedent(code).encode(), Options(rules=[FromNumpyToDevice]), path="m.py",
+                                segments=segments)
+        assert [(f.line, f.severity) for f in result.findings] == [(15, "")], segments

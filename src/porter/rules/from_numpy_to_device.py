@@ -74,8 +74,9 @@ class FromNumpyToDevice(Rule):
     code = "PT605"
     name = "from-numpy-to-device"
     safety = Safety.REVIEW
+    # whole_file: the dtype search reads the module's other functions, classes and callers
     needs = Needs(targets=frozenset({"torch.from_numpy"}), evidence=_MOVES_FROM_NUMPY, unit=_MOVES_FROM_NUMPY,
-                  byte_patterns=_MOVED_FROM_NUMPY)
+                  byte_patterns=_MOVED_FROM_NUMPY, whole_file=True)
 
     valid = [
         "import torch\nx = torch.from_numpy(a).float().cuda()\n",
@@ -241,7 +242,7 @@ class FromNumpyToDevice(Rule):
         self._moved: set[int] = set()
         self._functions: list[cst.FunctionDef] = []
         self._classes: list[cst.ClassDef] = []
-        self._index: Optional[ModuleIndex] = None
+        self._search: Optional[Float64] = None  # one per file: it remembers what it followed
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._functions.append(node)
@@ -275,10 +276,9 @@ class FromNumpyToDevice(Rule):
         """What makes the array float64, where the code shows it (porter.rulebase.families.numpy_float64)."""
         if len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
             return None
-        if self._index is None:
-            self.ctx.see_all_uses_of(["self"] if self._classes else [])
-            self._index = ModuleIndex.build(self.ctx.module)
-        search = Float64(self.qualname, self._index, self.ctx.code_for, see=self.ctx.see_all_uses_of)
+        if self._search is None:
+            self._search = Float64(self.qualname, ModuleIndex.build(self.ctx.module), self.ctx.code_for)
+        search = self._search
         klass = self._classes[-1] if self._classes else None
         function = self._functions[-1] if self._functions else self.ctx.module
         return search.source(call.args[0].value, function, klass)

@@ -130,28 +130,33 @@ class _Indexer(cst.CSTVisitor):
 
 @dataclass
 class Float64:
-    """What the search needs: names resolved by the rule, the module's index, the code
-    of a node (for the message), and ``see``: a call that asks for the whole file
-    before the search reads a definition the engine may have left out."""
+    """What the search needs: names resolved by the rule, the index of the whole module
+    (the rule asks the engine for the whole file: ``Needs.whole_file``), the code of a
+    node (for the message)."""
 
     qualname: Qualname
     index: ModuleIndex
     code: Callable[[cst.CSTNode], str]
-    see: Callable[[list[str]], None] = lambda names: None
-    seen: set = field(default_factory=set)
+    seen: set = field(default_factory=set)  # the (node, scope) pairs on the path being followed
+    #: what each (node, scope) pair was found to be: each is followed once per file, so a
+    #: name assigned from many others costs what its assignments do, not their paths
+    known: dict = field(default_factory=dict)
 
     def source(self, node: cst.BaseExpression, function: Scope, klass: Optional[cst.ClassDef],
                depth: int = 0) -> Optional[str]:
         """What makes ``node`` a float64 array (for the message), or None when that is
         not known."""
         key = (id(node), id(function))
+        if key in self.known:
+            return self.known[key]
         if depth > _MAX_DEPTH or key in self.seen:
             return None
         self.seen.add(key)
         try:
-            return self._source(node, function, klass, depth + 1)
+            found = self.known[key] = self._source(node, function, klass, depth + 1)
         finally:
             self.seen.discard(key)
+        return found
 
     def _source(self, node, function, klass, depth) -> Optional[str]:
         node = _kept(node, self.qualname)
@@ -265,7 +270,6 @@ class Float64:
 
     def _returns(self, name: str, function, klass, depth, own_class: Optional[cst.ClassDef] = None) -> Optional[str]:
         """What a call of the module's own function ``name`` (a method of ``own_class``) returns."""
-        self.see([name])
         for definition in self.index.functions.get(name, ()):
             if own_class is not None and definition.klass is not own_class:
                 continue
@@ -286,7 +290,6 @@ class Float64:
             if node.attr.value in _FLOAT64_FIELDS.get(library or "", ()):
                 return f"`{library.rsplit('.', 1)[-1]}` ({library.split('.')[0]}) keeps `{node.attr.value}` as float64"
             if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
-                self.see([value.func.value, node.attr.value])
                 owner = self.index.classes.get(value.func.value)
                 if owner is not None:
                     found = self._any(_assigned("self." + node.attr.value, owner, owner, 0), owner, owner, depth)
@@ -300,7 +303,6 @@ class Float64:
         positional = [p.name.value for p in (*params.posonly_params, *params.params)]
         method = klass is not None and bool(positional) and positional[0] in ("self", "cls")
         spelled = f"self.{function.name.value}" if method else function.name.value
-        self.see([function.name.value])
         index = positional.index(name) - (1 if method else 0) if name in positional else None
         for site in self.index.calls.get(spelled, ()):
             if method and site.klass is not klass:
