@@ -4,19 +4,15 @@ bitsandbytes quantisation, Trainer's tf32 / paged optimizers / DeepSpeed."""
 from __future__ import annotations
 
 import re
-from textwrap import dedent
-from typing import Optional
 
 import libcst as cst
 
-from porter.project.query import Scoped, is_cuda_index
 from porter.rulebase.evidence import CallsMethod, Keyword, String, Uses
 from porter.rulebase.rule import (
     Example,
     Needs,
     Rule,
     Safety,
-    cuda_spec,
     keyword,
     string_value,
 )
@@ -37,8 +33,6 @@ _TRAINING_ARGS = frozenset({
 #: flash attention string (the keyword and the string anywhere in the file or unit).
 _FLASH_LOADER = CallsMethod(_LOADERS) & (
     Keyword("use_flash_attention_2") | (Keyword("attn_implementation") & String(exact=_FLASH)))
-#: TP702: a `from_pretrained(...)` call and a `device_map=` keyword.
-_DEVICE_MAP = CallsMethod("from_pretrained") & Keyword("device_map")
 #: TP703: `BitsAndBytesConfig`, or a loader call with `load_in_4bit=` / `load_in_8bit=`.
 _QUANTISES = Uses("transformers.BitsAndBytesConfig") | (
     CallsMethod(_LOADERS) & Keyword("load_in_4bit", "load_in_8bit"))
@@ -133,145 +127,6 @@ class HfFlashAttention(Rule):
         args[index] = args[index].with_changes(keyword=cst.Name("attn_implementation"), value=value)
         new = updated.with_changes(args=args)
         return self.rewrite(original, new, f"`{name}` where CUDA has flash-attn, \"sdpa\" elsewhere")
-
-
-def _device_value(rule: Rule, node: cst.BaseExpression) -> Optional[cst.BaseExpression]:
-    """The ported value of one device of a device map: ``"cuda[:i]"`` → ``str(device(i))``,
-    an integer index ``i`` → ``device(i)``; None for anything else."""
-    spec = cuda_spec(node)
-    if spec is not None:
-        args = [] if spec[0] is None else [cst.Integer(str(spec[0]))]
-        return cst.Call(cst.Name("str"), args=[cst.Arg(rule.runtime_call("device", *args))])
-    if isinstance(node, cst.Integer):
-        return rule.runtime_call("device", node)
-    return None
-
-
-_INDEX_WORDS = ("rank", "index", "gpu", "device_id", "cuda")
-
-
-def _index_like(node: cst.BaseExpression) -> bool:
-    """A value whose name says it is a GPU index (``local_rank``, ``args.gpu``,
-    ``state.process_index``, ``torch.cuda.current_device()``), not a device object."""
-    if isinstance(node, cst.Call):
-        node = node.func
-    name = node.value if isinstance(node, cst.Name) else node.attr.value if isinstance(node, cst.Attribute) else ""
-    return any(word in name.lower() for word in _INDEX_WORDS)
-
-
-class HfDeviceMap(Scoped, Rule):
-    """`device_map="cuda"` / `device_map={"": 0}` name the runtime's device.
-
-    What:
-    In `from_pretrained(...)` calls, rewrites a device map that puts the model on one
-    CUDA device: `device_map="cuda"` / `"cuda:1"` → `str(porter_runtime.device())` /
-    `str(porter_runtime.device(1))`, `device_map=0` → `porter_runtime.device(0)`, and
-    the same values inside a dict (`{"": 0}` → `{"": porter_runtime.device(0)}`).
-    A dict entry holding a name that the repository model (porter.project.value_flow)
-    knows is a CUDA index (`local_rank = int(os.environ["LOCAL_RANK"])`, an index a
-    helper returns) becomes `{"": porter_runtime.device(local_rank)}`; another name
-    that looks like an index (`{"": state.process_index}`) is reported.
-
-    Why:
-    A CUDA device in the map makes accelerate move the weights to CUDA: `Torch not
-    compiled with CUDA enabled` on a Mac.
-
-    Fix safety:
-    Safe. On CUDA the runtime returns `cuda` / `cuda:i`, which transformers and
-    accelerate treat exactly like the string or the index `i`. Elsewhere the weights
-    go to MPS or the CPU.
-
-    Known limits:
-    `"auto"`, `"balanced"` and per-layer maps are left alone (accelerate plans them for
-    the devices it finds). Maps built elsewhere and passed by name are not followed.
-    """
-
-    code = "TP702"
-    name = "hf-device-map"
-    safety = Safety.SAFE
-    # whole_file: the model's kinds are keyed by the enclosing function (Scoped)
-    needs = Needs(methods=frozenset({"from_pretrained"}), evidence=_DEVICE_MAP, unit=_DEVICE_MAP, whole_file=True)
-
-    valid = [
-        "model = AutoModel.from_pretrained(name, device_map='auto')\n",
-        "model = AutoModel.from_pretrained(name, device_map={'': 'cpu'})\n",
-        "model = load(name, device_map='cuda')\n",  # not a loader
-        "model = AutoModel.from_pretrained(name, device_map={'': self.device})\n",  # a device object
-    ]
-    invalid = [
-        Example(
-            "from transformers import AutoModelForCausalLM\n"
-            "model = AutoModelForCausalLM.from_pretrained(name, device_map={\"\": 0}, torch_dtype='auto')\n",
-            "import porter_runtime\nfrom transformers import AutoModelForCausalLM\n"
-            "model = AutoModelForCausalLM.from_pretrained(name, device_map={\"\": porter_runtime.device(0)}, "
-            "torch_dtype='auto')\n",
-        ),
-        Example(
-            "import transformers\nref = transformers.AutoModel.from_pretrained(name, device_map='cuda')\n",
-            "import porter_runtime\nimport transformers\n"
-            "ref = transformers.AutoModel.from_pretrained(name, device_map=str(porter_runtime.device()))\n",
-        ),
-        # an index held in a variable the model cannot follow (one file alone): reported (line 1)
-        Example("model = AutoModel.from_pretrained(name, device_map={'': local_rank})\n"),
-        Example(  # TRL / PEFT scripts: the process's GPU from torchrun's LOCAL_RANK
-            dedent("""\
-            import os
-
-            from transformers import AutoModelForCausalLM
-
-
-            def load(name):
-                local_rank = int(os.environ["LOCAL_RANK"])
-                return AutoModelForCausalLM.from_pretrained(name, device_map={"": local_rank})
-            """),
-            dedent("""\
-            import porter_runtime
-            import os
-
-            from transformers import AutoModelForCausalLM
-
-
-            def load(name):
-                local_rank = int(os.environ["LOCAL_RANK"])
-                return AutoModelForCausalLM.from_pretrained(name, device_map={"": porter_runtime.device(local_rank)})
-            """),
-            path="sft.py",
-            project=(("utils.py", "import os\n"),),
-        ),
-        Example("state = PartialState()\nm = AutoModel.from_pretrained(name, device_map={'': state.process_index})\n"),
-    ]
-
-    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        if not (isinstance(original.func, cst.Attribute) and original.func.attr.value == "from_pretrained"):
-            return updated
-        arg = keyword(original, "device_map")
-        if arg is None:
-            return updated
-        index = original.args.index(arg)
-        new_value = self._ported(arg.value)
-        if new_value is None:
-            return updated
-        args = list(updated.args)
-        args[index] = args[index].with_changes(value=new_value)
-        return self.rewrite(original, updated.with_changes(args=args),
-                            "the model goes to the runtime's device: the same CUDA device on CUDA")
-
-    def _ported(self, value: cst.BaseExpression) -> Optional[cst.BaseExpression]:
-        single = _device_value(self, value)
-        if single is not None or not isinstance(value, cst.Dict) or len(value.elements) != 1:
-            return single
-        element = value.elements[0]
-        if not isinstance(element, cst.DictElement) or string_value(element.key) != "":
-            return None
-        device = _device_value(self, element.value)
-        if device is None and is_cuda_index(self.ctx.project, self.scope, element.value):
-            device = self.runtime_call("device", element.value)
-        if device is None and _index_like(element.value):
-            self.flag(element.value, "the whole model goes to this device index, which means a CUDA "
-                      "device; off CUDA there is none",
-                      suggestion="{\"\": porter_runtime.device(index)} (the same device on CUDA)")
-        return None if device is None else value.with_changes(
-            elements=[element.with_changes(value=device)])
 
 
 class HfQuantization(Rule):

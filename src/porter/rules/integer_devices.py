@@ -17,6 +17,10 @@ from typing import Optional
 import libcst as cst
 
 from porter.rulebase.evidence import ANY_NAME, AnyOf, Calls, InFile, Keyword, Passes, String, Uses
+from porter.rulebase.families.device_indices import COUNT as _COUNT
+from porter.rulebase.families.device_indices import CURRENT as _CURRENT
+from porter.rulebase.families.device_indices import LOCAL_RANK as _LOCAL_RANK
+from porter.rulebase.families.device_indices import index_source
 from porter.rulebase.matching import dotted_name
 from porter.rulebase.needs import literal_patterns
 from porter.rulebase.rule import BYTES_GAP, Example, Needs, Rule, Safety, string_value
@@ -34,14 +38,9 @@ from porter.rulebase.walk import nodes_of
 _INDEX_WORDS = r"(?:local_?)?rank|gpu(?:_?(?:id|idx|index|num))?|device_?(?:id|idx|index)|cuda_?(?:id|idx)"
 _INDEX_NAME = re.compile(rf"^(?:{_INDEX_WORDS})$")
 
-#: Calls whose result is a CUDA index: the current device, and (as `rank % n`) the count.
-_CURRENT = frozenset({"torch.cuda.current_device", "porter_runtime.current_device"})
-_COUNT = frozenset({"torch.cuda.device_count", "porter_runtime.device_count"})
 _SOURCES = _CURRENT | _COUNT
 #: Tensor methods that make a tensor on `device=` (`x.new_zeros(n, device=i)`).
 _TENSOR_FACTORIES = frozenset({"new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"})
-#: The launcher's variable: `int(os.environ["LOCAL_RANK"])` is a CUDA index.
-_LOCAL_RANK = re.compile(r"LOCAL_RANK")
 
 
 @dataclass(frozen=True)
@@ -103,26 +102,6 @@ _FILE_MAY_MATCH = ((_BUILDS_A_DEVICE & Passes(position=0, keyword="device", inte
 _UNIT_MAY_MATCH = AnyOf(tuple(Passes(*slot, name=ANY_NAME) for slot in _INDEX_SLOTS) + (
     _HAS_SOURCES, _DEVICE_INDEX_KEYWORD, InFile(_HAS_SOURCES) & (Calls("to") | Keyword("device")),
     _BUILDS_A_DEVICE, _MOVES_TO_INDEX))
-
-
-def index_source(rule: Rule, node: cst.BaseExpression) -> bool:
-    """An expression whose value is a CUDA index: `torch.cuda.current_device()` (or
-    its runtime twin), `rank % torch.cuda.device_count()`, `int(os.environ["LOCAL_RANK"])`."""
-    if isinstance(node, cst.Call):
-        if rule.matches(node.func, *_CURRENT):
-            return True
-        if isinstance(node.func, cst.Name) and node.func.value == "int" and len(node.args) == 1:
-            inner = node.args[0].value
-            key = inner.slice[0].slice if isinstance(inner, cst.Subscript) and len(inner.slice) == 1 else None
-            key = key.value if isinstance(key, cst.Index) else (
-                inner.args[0].value if isinstance(inner, cst.Call) and inner.args else None)
-            text = string_value(key) if key is not None else None
-            return text is not None and bool(_LOCAL_RANK.search(text))
-        return False
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
-        right = node.right
-        return isinstance(right, cst.Call) and rule.matches(right.func, *_COUNT) is not None
-    return False
 
 
 class _DeviceIndexUses(cst.CSTVisitor):
