@@ -457,3 +457,27 @@ def test_block_diagonal_split_round_trip():
     assert [t.shape for t in back] == [p.shape for p in parts]
     assert all(torch.equal(a, b) for a, b in zip(back, parts))
     assert bias.q_seqinfo.seqstart_py == [0, 3, 7, 11]
+
+
+def test_training_arguments_leave_cuda_as_given_and_drop_cuda_only_options_elsewhere(simulate):
+    # what a TP708-ported TrainingArguments subclass runs before transformers' own checks
+    from dataclasses import dataclass, field
+    from typing import Optional
+
+    @dataclass
+    class Args:
+        tf32: Optional[bool] = None
+        fsdp: str = ""
+        fsdp_config: Optional[dict] = field(default=None)
+
+        def __post_init__(self):
+            porter_runtime.training_arguments(self)
+
+    simulate("cuda")
+    kept = Args(tf32=True, fsdp="full_shard auto_wrap", fsdp_config={"min_num_params": 0})
+    assert (kept.tf32, kept.fsdp_config) == (True, {"min_num_params": 0})
+    simulate("cpu")
+    off = Args(tf32=True, fsdp="full_shard auto_wrap", fsdp_config={"min_num_params": 0})
+    assert off.tf32 is None and off.fsdp_config == {"min_num_params": 0, "sync_module_states": "false"}
+    plain = Args(tf32=False)
+    assert plain.tf32 is False and plain.fsdp_config is None

@@ -5,9 +5,9 @@ a ported ``from_pretrained(...)`` / ``TrainingArguments(...)`` means the same th
 """
 from __future__ import annotations
 
-from typing import Optional, TypeVar
+from typing import Any, Optional, TypeVar
 
-from .. import _device
+from .. import _device, _log
 from . import libs as _thirdparty_libs
 
 T = TypeVar("T")
@@ -32,3 +32,23 @@ def cuda_option(value: T) -> Optional[T]:
     such as ``TrainingArguments(tf32=True)``."""
     return value if _device.is_cuda() else None
 
+
+
+def training_arguments(args: Any) -> None:
+    """Called first in a repository's ``TrainingArguments`` subclass's ``__post_init__``,
+    before transformers checks the fields it was given on the command line. On CUDA it
+    does nothing. Elsewhere ``tf32`` is unset (transformers raises "--tf32 requires
+    Ampere or a newer GPU arch" without a CUDA GPU), and an FSDP run does not sync module
+    states: accelerate's plugin looks for a CUDA, XPU or NPU device for that broadcast
+    ("no available devices found"), and every rank loads the same weights anyway."""
+    if _device.is_cuda():
+        return
+    if getattr(args, "tf32", None):
+        _log.info_once("training_arguments.tf32", f"TrainingArguments: tf32={args.tf32} is for CUDA GPUs; left unset")
+        args.tf32 = None
+    if getattr(args, "fsdp", None):
+        config = getattr(args, "fsdp_config", None)
+        if config is None or isinstance(config, dict):
+            args.fsdp_config = {**(config or {}), "sync_module_states": "false"}
+            _log.info_once("training_arguments.fsdp", "TrainingArguments: FSDP does not sync module states here "
+                           "(no CUDA device for the broadcast); every rank loads the same weights")
