@@ -93,7 +93,7 @@ def test_fsdp_bound_in_a_partial_gets_the_same_device_on_cuda(simulate, monkeypa
     assert original["sync_module_states"] is ported["sync_module_states"] is True
 
 
-huggingface = pytest.importorskip("porter.rules.huggingface")
+huggingface = pytest.importorskip("porter.rules.hf_device_map")
 
 
 @pytest.mark.parametrize("local_rank", [0, 1])
@@ -108,3 +108,19 @@ def test_a_device_map_of_local_rank_is_the_same_device_on_cuda(simulate, monkeyp
     (_, original), (_, ported) = loaded.calls
     assert _as_cuda_torch_reads_it(original["device_map"][""]) == ported["device_map"][""] \
         == torch.device("cuda", local_rank)
+
+
+@pytest.mark.parametrize("local_rank", ["0", "1", ""])
+def test_a_device_map_built_first_under_torchrun_is_the_same_device_on_cuda(simulate, monkeypatch, local_rank):
+    # alpaca-lora: `{"": int(os.environ.get("LOCAL_RANK") or 0)}`, passed by name
+    machine = simulate("cuda")
+    transformers = _module("transformers", "class LlamaForCausalLM:\n    pass\n", monkeypatch)
+    loaded = machine.record(transformers.LlamaForCausalLM, "from_pretrained")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", local_rank)
+    example = _example(huggingface.HfDeviceMap, "or 0")
+    for code in (example.before, example.after):
+        _module("finetune", code, monkeypatch).train("llama")
+    (_, original), (_, ported) = loaded.calls
+    assert _as_cuda_torch_reads_it(original["device_map"][""]) == ported["device_map"][""] \
+        == torch.device("cuda", int(local_rank or 0))
