@@ -3,8 +3,9 @@
 Unported, the trainer stops on this CPU machine. After one ``--write`` and no edit it
 trains 2 steps in a Gloo group of one, checkpoints, resumes from the checkpoint and
 writes its samples; ``--check --fail-on changes`` is then clean. What cannot run off
-CUDA by nature (a conda ``pytorch-cuda`` pin, a CUDA wheel index, a name bound only
-under a CUDA guard in a tool script) is named, with a suggestion.
+CUDA by nature (a conda ``pytorch-cuda`` pin, a CUDA wheel index, and in tool scripts a
+name bound only under a CUDA guard, ``nvidia-smi``, ``assert x.is_cuda`` and apex's
+``None`` fallback called anyway) is named, with a suggestion.
 """
 
 import json
@@ -61,8 +62,12 @@ def test_ported_once_it_trains_resumes_and_writes_on_cpu(copy_tree, tmp_path):
     # named, with the line and what to do
     assert "environment.yml:7:3 DEP104 conda package pytorch-cuda" in report
     assert "pyproject.toml:13:8 DEP105 https://download.pytorch.org/whl/cu121" in report
-    assert "tools/gpu_report.py:8:20 PT908 `n_gpus` is bound only when CUDA is available" in report
+    assert "tools/gpu_report.py:10:20 PT908 `n_gpus` is bound only when CUDA is available" in report
     assert "tools/fused_bench.py:14:17 PT911 `FusedAdam` is None off CUDA" in report
+    assert "tools/gpu_report.py:12:5 PT111 `subprocess.run` runs `nvidia-smi`" in report
+    assert "tools/gpu_report.py:16:5 PT910 asserts that `x` is a CUDA tensor" in report
+    # a metrics function's `cuda=` switch, set by the trainer
+    assert "metrics.token_entropy(tokens, cfg.vocab, cuda=porter_runtime.is_cuda())" in (repo / "train.py").read_text()
     assert "checkpoint.py:" not in report and "PT999" not in report  # `model` is a parameter; no touchpoint left
     out = tmp_path / "out"
     first = train(repo, out)
@@ -73,5 +78,6 @@ def test_ported_once_it_trains_resumes_and_writes_on_cpu(copy_tree, tmp_path):
     assert "step 3 loss" in resumed.stdout and "step 0 " not in resumed.stdout
     samples = json.loads((out / "samples_0.json").read_text())
     assert samples["step"] == 4 and len(samples["tokens"][0]) == 6 and samples["probe"] == 1.0
+    assert samples["entropy"] >= 0.0
     check = run_porter("migrate", repo, "--check", "--fail-on", "changes")
     assert check.returncode == 0, check.stdout.decode()[-2000:]
