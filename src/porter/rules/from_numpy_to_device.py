@@ -277,7 +277,7 @@ class FromNumpyToDevice(Rule):
         if len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
             return None
         if self._search is None:
-            self._search = Float64(self.qualname, ModuleIndex.build(self.ctx.module), self.ctx.code_for)
+            self._search = Float64(self.qualname, ModuleIndex(self.ctx.module), self.ctx.code_for)
         search = self._search
         klass = self._classes[-1] if self._classes else None
         function = self._functions[-1] if self._functions else self.ctx.module

@@ -16,6 +16,7 @@ from typing import Callable, Optional
 import libcst as cst
 
 from porter.rulebase.rule import keyword, string_value
+from porter.rulebase.walk import nodes_of
 
 #: dtype spellings that are not float64 (``np.<name>``, ``"<name>"``, or the builtin).
 _NOT_FLOAT64 = frozenset({
@@ -50,30 +51,33 @@ def _is_dtype(node: cst.BaseExpression, qualname: Qualname) -> bool:
     return name is not None and name.rsplit(".", 1)[-1] in _NOT_FLOAT64 and name.split(".")[0] in ("numpy", name)
 
 
-class Assignments(cst.CSTVisitor):
-    """Every value assigned to a name or ``self.attr`` in a tree (a tuple target's whole value)."""
+_ASSIGNS = (cst.Assign, cst.AnnAssign, cst.AugAssign)
 
-    def __init__(self, target: str) -> None:
-        self.target = target
-        self.values: list[cst.BaseExpression] = []
 
-    def visit_Assign(self, node: cst.Assign) -> None:
-        for target in node.targets:
-            if self._binds(target.target):
-                self.values.append(node.value)
+def _assignments(nodes) -> dict[str, list[cst.BaseExpression]]:
+    """Every value assigned to a name or ``self.attr`` by these statements, by target (a
+    tuple target's whole value; ``a /= b`` keeps ``a``: unknown)."""
+    values: dict[str, list[cst.BaseExpression]] = {}
 
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        if node.value is not None and self._binds(node.target):
-            self.values.append(node.value)
-
-    def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        if self._binds(node.target):
-            self.values.append(node.target)  # `a /= b` may change nothing we know: unknown below
-
-    def _binds(self, target: cst.BaseExpression) -> bool:
+    def bind(target: cst.BaseExpression, value: cst.BaseExpression) -> None:
         if isinstance(target, (cst.Tuple, cst.List)):
-            return any(self._binds(e.value) for e in target.elements)
-        return _spelled(target) == self.target
+            for element in target.elements:
+                bind(element.value, value)
+            return
+        spelled = _spelled(target)
+        if spelled is not None:
+            values.setdefault(spelled, []).append(value)
+
+    for node in nodes:
+        if isinstance(node, cst.Assign):
+            for target in node.targets:
+                bind(target.target, node.value)
+        elif isinstance(node, cst.AnnAssign):
+            if node.value is not None:
+                bind(node.target, node.value)
+        else:
+            bind(node.target, node.target)
+    return values
 
 
 def _spelled(node: cst.BaseExpression) -> Optional[str]:
@@ -145,9 +149,7 @@ def _assigned(name: Optional[str], function: cst.CSTNode, klass: Optional[cst.CS
     scope = klass if name.startswith("self.") else function
     if scope is None:
         return []
-    found = Assignments(name)
-    scope.visit(found)
-    return list(found.values)
+    return list(_assignments(nodes_of(scope, _ASSIGNS)).get(name, ()))
 
 
 def _made_not_float64(call: cst.Call, qualname: Qualname) -> bool:

@@ -30,8 +30,9 @@ from typing import Callable, Optional, Union
 
 import libcst as cst
 
-from porter.rulebase.families.numpy_dtypes import Assignments, Qualname, _assigned, _kept, _pil_pixels, _spelled
+from porter.rulebase.families.numpy_dtypes import _ASSIGNS, Qualname, _assignments, _kept, _pil_pixels, _spelled
 from porter.rulebase.rule import keyword, string_value
+from porter.rulebase.walk import code_children, nodes_of
 
 _FLOAT64_NAMES = frozenset({"float64", "double", "float_", "f8", "d", "float", "longdouble"})
 #: NumPy makers whose default dtype is float64, with the position of their dtype argument.
@@ -81,51 +82,78 @@ class _Site:
     klass: Optional[cst.ClassDef]
 
 
-@dataclass
 class ModuleIndex:
-    """Where each function, class and call of one module is: built once, on demand."""
+    """Where each function, class and call of one module is, and what its top level
+    assigns: walked once, the first time a search needs it (most searches end at a
+    maker in the same function)."""
 
-    module: cst.Module
-    functions: dict[str, list[_Def]] = field(default_factory=dict)
-    classes: dict[str, cst.ClassDef] = field(default_factory=dict)
-    #: callee spelled ``f`` or ``self.f`` -> the calls of it
-    calls: dict[str, list[_Site]] = field(default_factory=dict)
+    def __init__(self, module: cst.Module) -> None:
+        self.module = module
+        self._functions: dict[str, list[_Def]] = {}
+        self._classes: dict[str, cst.ClassDef] = {}
+        #: callee spelled ``f`` or ``self.f`` -> the calls of it
+        self._calls: dict[str, list[_Site]] = {}
+        self._walked = False
+        self._top: Optional[dict[str, list[cst.BaseExpression]]] = None
 
-    @classmethod
-    def build(cls, module: cst.Module) -> "ModuleIndex":
-        index = cls(module)
-        module.visit(_Indexer(index))
-        return index
+    def _walk(self) -> None:
+        if not self._walked:
+            self._walked = True
+            _index(self)
+
+    @property
+    def functions(self) -> dict[str, list[_Def]]:
+        self._walk()
+        return self._functions
+
+    @property
+    def classes(self) -> dict[str, cst.ClassDef]:
+        self._walk()
+        return self._classes
+
+    @property
+    def calls(self) -> dict[str, list[_Site]]:
+        self._walk()
+        return self._calls
+
+    def top_level(self, name: str) -> list[cst.BaseExpression]:
+        """What the module's own statements (``if __name__ == "__main__":`` too, not its
+        definitions) assign to ``name``."""
+        if self._top is None:
+            self._top = _assignments(_own_nodes(self.module, _ASSIGNS))
+        return self._top.get(name, [])
 
 
-class _Indexer(cst.CSTVisitor):
-    def __init__(self, index: ModuleIndex) -> None:
-        self.index = index
-        self.functions: list[Scope] = [index.module]
-        self.classes: list[Optional[cst.ClassDef]] = [None]
+def _index(index: ModuleIndex) -> None:
+    """One walk (porter.rulebase.walk's, not a LibCST visitor: it only gathers) that
+    records each function with its class and outer scope, each class, each call."""
+    stack: list[tuple[cst.CSTNode, Scope, Optional[cst.ClassDef], Optional[cst.ClassDef]]] = [
+        (index.module, index.module, None, None)]
+    while stack:
+        node, function, direct, outer = stack.pop()
+        if isinstance(node, cst.ClassDef):
+            index._classes.setdefault(node.name.value, node)
+            direct = outer = node
+        elif isinstance(node, cst.FunctionDef):
+            index._functions.setdefault(node.name.value, []).append(_Def(node, direct, function))
+            function, direct = node, None
+        elif isinstance(node, cst.Call):
+            spelled = _spelled(node.func)
+            if spelled is not None:
+                index._calls.setdefault(spelled, []).append(_Site(node, function, outer))
+        stack.extend((child, function, direct, outer) for child in code_children(node))
 
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self.index.classes.setdefault(node.name.value, node)
-        self.classes.append(node)
 
-    def leave_ClassDef(self, node: cst.ClassDef) -> None:
-        self.classes.pop()
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.index.functions.setdefault(node.name.value, []).append(
-            _Def(node, self.classes[-1], self.functions[-1]))
-        self.functions.append(node)
-        self.classes.append(None)
-
-    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.functions.pop()
-        self.classes.pop()
-
-    def visit_Call(self, node: cst.Call) -> None:
-        spelled = _spelled(node.func)
-        if spelled is not None:
-            klass = next((k for k in reversed(self.classes) if k is not None), None)
-            self.index.calls.setdefault(spelled, []).append(_Site(node, self.functions[-1], klass))
+def _own_nodes(root: cst.CSTNode, types: tuple[type, ...]) -> list[cst.CSTNode]:
+    """The nodes of ``types`` under ``root`` that are not inside a definition below it."""
+    found, stack = [], list(code_children(root))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, types):
+            found.append(node)
+        if not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            stack.extend(code_children(node))
+    return found
 
 
 @dataclass
@@ -141,6 +169,7 @@ class Float64:
     #: what each (node, scope) pair was found to be: each is followed once per file, so a
     #: name assigned from many others costs what its assignments do, not their paths
     known: dict = field(default_factory=dict)
+    scopes: dict = field(default_factory=dict)  # id(scope) -> {spelled target: values}
 
     def source(self, node: cst.BaseExpression, function: Scope, klass: Optional[cst.ClassDef],
                depth: int = 0) -> Optional[str]:
@@ -191,12 +220,21 @@ class Float64:
     def _values(self, name: str, function, klass) -> tuple[list[cst.BaseExpression], Scope]:
         """What ``name`` is assigned, and the scope those values are read in: the
         function's own assignments, else (a global it reads) the module's top level."""
-        values = _assigned(name, function, klass, 0)
+        values = self._assigned(name, function, klass)
         if values or name.startswith("self.") or function is self.index.module:
             return values, function
-        found = _TopLevel(name)
-        self.index.module.visit(found)
-        return found.values, self.index.module
+        return self.index.top_level(name), self.index.module
+
+    def _assigned(self, name: Optional[str], function, klass) -> list[cst.BaseExpression]:
+        """What ``name`` (or ``self.x``) is assigned in its scope: each scope's assignments
+        are collected once, in one walk."""
+        scope = klass if name is not None and name.startswith("self.") else function
+        if name is None or scope is None:
+            return []
+        table = self.scopes.get(id(scope))
+        if table is None:
+            table = self.scopes[id(scope)] = _assignments(nodes_of(scope, _ASSIGNS))
+        return table.get(name, [])
 
     def _any(self, values, function, klass, depth) -> Optional[str]:
         for value in values:
@@ -257,14 +295,14 @@ class Float64:
         if self.qualname(node) == "numpy.random":
             return True
         return any(isinstance(v, cst.Call) and self.qualname(v.func) in _GENERATORS
-                   for v in _assigned(_spelled(node), function, klass, 0))
+                   for v in self._assigned(_spelled(node), function, klass))
 
     def _integer(self, node: cst.BaseExpression, function, klass) -> bool:
         """An integer NumPy array: a PIL image's pixels, directly or through a name."""
         node = _kept(node, self.qualname)
         if isinstance(node, cst.Call):
             return _pil_pixels(node, self.qualname, function, klass, 0)
-        values = _assigned(_spelled(node), function, klass, 0)
+        values = self._assigned(_spelled(node), function, klass)
         return bool(values) and all(isinstance(v, cst.Call) and _pil_pixels(v, self.qualname, function, klass, 0)
                                     for v in values)
 
@@ -276,9 +314,8 @@ class Float64:
             if own_class is None and (definition.klass is not None or not (
                     definition.outer is function or definition.outer is self.index.module)):
                 continue
-            finder = _Returns()
-            definition.node.body.visit(finder)
-            found = self._any(finder.values, definition.node, definition.klass, depth)
+            returned = [r.value for r in _own_nodes(definition.node.body, (cst.Return,)) if r.value is not None]
+            found = self._any(returned, definition.node, definition.klass, depth)
             if found:
                 return found
         return None
@@ -292,7 +329,7 @@ class Float64:
             if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
                 owner = self.index.classes.get(value.func.value)
                 if owner is not None:
-                    found = self._any(_assigned("self." + node.attr.value, owner, owner, 0), owner, owner, depth)
+                    found = self._any(self._assigned("self." + node.attr.value, owner, owner), owner, owner, depth)
                     if found:
                         return found
         return None
@@ -318,36 +355,6 @@ class Float64:
 def _is_parameter(name: str, function: cst.FunctionDef) -> bool:
     params = function.params
     return any(p.name.value == name for p in (*params.posonly_params, *params.params, *params.kwonly_params))
-
-
-class _TopLevel(Assignments):
-    """A name's assignments at a module's top level (``if __name__ == "__main__":`` too)."""
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return False
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        return False
-
-
-class _Returns(cst.CSTVisitor):
-    """The values a function's own body returns (not its nested functions')."""
-
-    def __init__(self) -> None:
-        self.values: list[cst.BaseExpression] = []
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return False
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        return False
-
-    def visit_Lambda(self, node: cst.Lambda) -> bool:
-        return False
-
-    def visit_Return(self, node: cst.Return) -> None:
-        if node.value is not None:
-            self.values.append(node.value)
 
 
 def _argument(call: cst.Call, name: str, index: Optional[int]) -> Optional[cst.BaseExpression]:
