@@ -11,6 +11,7 @@ from porter.project.query import Scoped, is_cuda_index
 from porter.rulebase.evidence import CallsMethod, Keyword
 from porter.rulebase.families.device_indices import index_source
 from porter.rulebase.rule import Example, Needs, Rule, Safety, cuda_spec, keyword, string_value
+from porter.rulebase.walk import code_children
 
 #: TP702: a `from_pretrained(...)` call and a `device_map=` keyword.
 _DEVICE_MAP = CallsMethod("from_pretrained") & Keyword("device_map")
@@ -153,24 +154,32 @@ class HfDeviceMap(Scoped, Rule):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         super().visit_FunctionDef(node)
-        self._maps.append(_passed_maps(node))
+        self._functions.append(node)
 
     def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
-        self._maps.pop()
+        self._functions.pop()
         return super().leave_FunctionDef(original, updated)
 
     @property
-    def _maps(self) -> list[set[str]]:
-        if not hasattr(self, "_map_stack"):
-            self._map_stack: list[set[str]] = [_passed_maps(self.ctx.module)]
-        return self._map_stack
+    def _functions(self) -> list[cst.CSTNode]:
+        if not hasattr(self, "_function_stack"):
+            self._function_stack: list[cst.CSTNode] = []
+            self._map_names: dict[int, set[str]] = {}
+        return self._function_stack
+
+    def _maps(self) -> set[str]:
+        """The names the enclosing function (or the module) passes as ``device_map=name``."""
+        scope = self._functions[-1] if self._functions else self.ctx.module
+        if id(scope) not in self._map_names:
+            self._map_names[id(scope)] = _passed_maps(scope)
+        return self._map_names[id(scope)]
 
     def leave_Assign(self, original: cst.Assign, updated: cst.Assign) -> cst.Assign:
         """``device_map = {"": int(os.environ.get("LOCAL_RANK") or 0)}`` built first and passed
         by name (``from_pretrained(..., device_map=device_map)``) in the same function."""
         if (len(original.targets) != 1 or not isinstance(original.targets[0].target, cst.Name)
-                or original.targets[0].target.value not in self._maps[-1]
-                or not isinstance(original.value, cst.Dict) or not original.value.deep_equals(updated.value)):
+                or not isinstance(original.value, cst.Dict) or not original.value.deep_equals(updated.value)
+                or original.targets[0].target.value not in self._maps()):
             return updated
         new_value = self._ported(original.value)
         if new_value is None:
@@ -215,21 +224,15 @@ class HfDeviceMap(Scoped, Rule):
 def _passed_maps(scope: cst.CSTNode) -> set[str]:
     """The names a scope passes as ``device_map=name`` to ``from_pretrained`` (its own
     statements, not those of functions inside it)."""
-    finder = _MapNames()
-    body = scope.body if isinstance(scope, cst.FunctionDef) else scope
-    body.visit(finder)
-    return finder.names
-
-
-class _MapNames(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.names: set[str] = set()
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return False
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if isinstance(node.func, cst.Attribute) and node.func.attr.value == "from_pretrained":
+    names: set[str] = set()
+    stack = list(code_children(scope))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "from_pretrained":
             arg = keyword(node, "device_map")
             if arg is not None and isinstance(arg.value, cst.Name):
-                self.names.add(arg.value.value)
+                names.add(arg.value.value)
+        if not isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            stack.extend(code_children(node))
+    return names
+

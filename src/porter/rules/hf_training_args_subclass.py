@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from textwrap import dedent
 
 import libcst as cst
@@ -16,6 +17,10 @@ _ARGUMENTS = frozenset({
     "trl.SFTConfig", "trl.DPOConfig", "trl.GRPOConfig", "trl.RewardConfig", "trl.ORPOConfig", "trl.KTOConfig",
 })
 _HOOK = "training_arguments"
+_BASE_WORDS = rb"(?:TrainingArguments|SFTConfig|DPOConfig|GRPOConfig|RewardConfig|ORPOConfig|KTOConfig)"
+#: A class that names one of them among its bases, or an alias of one imported (``as``).
+_SUBCLASSES = (re.compile(rb"\bclass\s+\w+\s*\([^)]*?" + _BASE_WORDS + rb"\b"),
+               re.compile(_BASE_WORDS + rb"\s+as\s+\w+"))
 
 
 class HfTrainingArgumentsSubclass(Rule):
@@ -50,7 +55,7 @@ class HfTrainingArgumentsSubclass(Rule):
     name = "hf-training-args-subclass"
     safety = Safety.SAFE
     # whole_file: the rule edits a method (`__post_init__`) the engine would otherwise leave out
-    needs = Needs(targets=_ARGUMENTS, evidence=Uses(_ARGUMENTS), whole_file=True)
+    needs = Needs(targets=_ARGUMENTS, evidence=Uses(_ARGUMENTS), byte_patterns=_SUBCLASSES, whole_file=True)
 
     valid = [
         "import transformers\nargs = transformers.TrainingArguments(output_dir='out')\n",

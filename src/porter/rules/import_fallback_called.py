@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from textwrap import dedent
 from typing import Optional
@@ -21,6 +22,11 @@ _TWINS = {
 }
 _IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
 _TRIES_A_PACKAGE = InFile(TriesImport(*sorted(IMPORT_ROOTS | set(COMPILED))))
+#: A module-level `except ...:` (at column 0) whose own lines (indented, blank or comments)
+#: reach a `NAME = None`, on its line or below: what the rule needs, in the bytes.
+_NONE_FALLBACK = re.compile(
+    rb"(?m)^except\b[^\n]*:(?:[ \t]*[A-Za-z_]\w*[ \t]*=[ \t]*None\b"
+    rb"|[^\n]*\n(?:(?:[ \t][^\n]*|#[^\n]*|)\n)*?[ \t]+[A-Za-z_]\w*[ \t]*=[ \t]*None\b)")
 
 
 @dataclass(frozen=True)
@@ -50,14 +56,14 @@ class ImportFallbackCalled(Rule):
     otherwise, to test the name and use a PyTorch path.
 
     Known limits:
-    Only a module-level `try` is looked at, only calls in its module are seen, and only
+    Only a `try` of the module's own body is looked at, only calls in its module are seen, and only
     by the name the `try` binds.
     """
 
     code = "PT911"
     name = "import-fallback-called"
     safety = Safety.REVIEW
-    needs = Needs(evidence=_TRIES_A_PACKAGE, unit=_TRIES_A_PACKAGE)
+    needs = Needs(evidence=_TRIES_A_PACKAGE, unit=_TRIES_A_PACKAGE, byte_patterns=(_NONE_FALLBACK,))
 
     valid = [
         dedent("""\
@@ -137,8 +143,8 @@ class ImportFallbackCalled(Rule):
         return updated
 
     def visit_Try(self, node: cst.Try) -> None:
-        if self._functions:
-            return  # a module-level `try` only (the evidence the pre-filter checks: TriesImport)
+        if self._functions or not any(node is statement for statement in self.ctx.module.body):
+            return  # a `try` of the module's own body only (the evidence the pre-filter checks: TriesImport)
         imported = _imported(node.body)
         for handler in node.handlers:
             if not _catches_import_error(handler) or _raises(handler):
