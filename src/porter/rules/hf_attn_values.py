@@ -8,11 +8,11 @@ from typing import Optional
 import libcst as cst
 
 from porter.rulebase.evidence import String
+from porter.rulebase.families.hf_names import FLASH as _FLASH
+from porter.rulebase.families.hf_names import LOADERS as _LOADERS  # TP701's, keyword and all
 from porter.rulebase.rule import Example, Needs, Rule, Safety, string_value
 
-_FLASH = frozenset({"flash_attention_2", "flash_attention_3"})
 _SLOT = "attn_implementation"
-_LOADERS = frozenset({"from_pretrained", "from_config"})  # TP701's, keyword and all
 
 
 class HfAttnImplementationValue(Rule):

@@ -8,14 +8,9 @@ from textwrap import dedent
 import libcst as cst
 
 from porter.rulebase.evidence import Uses
+from porter.rulebase.families.hf_names import TRAINING_ARGS as _ARGUMENTS
 from porter.rulebase.rule import Example, Needs, Rule, Safety
 
-#: transformers' and TRL's argument dataclasses that refuse CUDA-only options off CUDA.
-_ARGUMENTS = frozenset({
-    "transformers.TrainingArguments", "transformers.Seq2SeqTrainingArguments",
-    "transformers.training_args.TrainingArguments", "transformers.training_args_seq2seq.Seq2SeqTrainingArguments",
-    "trl.SFTConfig", "trl.DPOConfig", "trl.GRPOConfig", "trl.RewardConfig", "trl.ORPOConfig", "trl.KTOConfig",
-})
 _HOOK = "training_arguments"
 _BASE_WORDS = rb"(?:TrainingArguments|SFTConfig|DPOConfig|GRPOConfig|RewardConfig|ORPOConfig|KTOConfig)"
 #: A class that names one of them among its bases, or an alias of one imported (``as``).

@@ -17,30 +17,21 @@ from porter.rulebase.rule import (
     string_value,
 )
 from porter.rulebase.syntax import is_true
+from porter.rulebase.families.hf_names import FLASH, LOADERS, TRAINING_ARGS
 from porter.rulebase.families.thirdparty import example_code
-
-#: The loaders whose keywords these rules read (``AutoModelForCausalLM.from_pretrained``).
-_LOADERS = frozenset({"from_pretrained", "from_config"})
-_FLASH = frozenset({"flash_attention_2", "flash_attention_3"})
-_TRAINING_ARGS = frozenset({
-    "transformers.TrainingArguments", "transformers.Seq2SeqTrainingArguments",
-    "transformers.training_args.TrainingArguments", "trl.SFTConfig", "trl.DPOConfig",
-    "trl.GRPOConfig", "trl.RewardConfig", "trl.ORPOConfig", "trl.KTOConfig",
-})
-
 
 #: TP701: a loader call with `use_flash_attention_2=` or `attn_implementation=` and a
 #: flash attention string (the keyword and the string anywhere in the file or unit).
-_FLASH_LOADER = CallsMethod(_LOADERS) & (
-    Keyword("use_flash_attention_2") | (Keyword("attn_implementation") & String(exact=_FLASH)))
+_FLASH_LOADER = CallsMethod(LOADERS) & (
+    Keyword("use_flash_attention_2") | (Keyword("attn_implementation") & String(exact=FLASH)))
 #: TP703: `BitsAndBytesConfig`, or a loader call with `load_in_4bit=` / `load_in_8bit=`.
 _QUANTISES = Uses("transformers.BitsAndBytesConfig") | (
-    CallsMethod(_LOADERS) & Keyword("load_in_4bit", "load_in_8bit"))
+    CallsMethod(LOADERS) & Keyword("load_in_4bit", "load_in_8bit"))
 
 
 def _loader(call: cst.Call) -> bool:
     """``X.from_pretrained(...)`` / ``X.from_config(...)`` on any receiver."""
-    return isinstance(call.func, cst.Attribute) and call.func.attr.value in _LOADERS
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value in LOADERS
 
 
 class HfFlashAttention(Rule):
@@ -71,7 +62,7 @@ class HfFlashAttention(Rule):
     code = "TP701"
     name = "hf-flash-attention"
     safety = Safety.SAFE
-    needs = Needs(methods=_LOADERS, evidence=_FLASH_LOADER, unit=_FLASH_LOADER)
+    needs = Needs(methods=LOADERS, evidence=_FLASH_LOADER, unit=_FLASH_LOADER)
 
     valid = [
         "model = AutoModel.from_pretrained(name, attn_implementation='sdpa')\n",
@@ -115,7 +106,7 @@ class HfFlashAttention(Rule):
         attn, legacy = keyword(original, "attn_implementation"), keyword(original, "use_flash_attention_2")
         if attn is not None and legacy is not None:
             return updated
-        if attn is not None and string_value(attn.value) in _FLASH:
+        if attn is not None and string_value(attn.value) in FLASH:
             name = string_value(attn.value)
         elif legacy is not None and is_true(legacy.value):
             name = "flash_attention_2"
@@ -153,7 +144,7 @@ class HfQuantization(Rule):
     code = "TP703"
     name = "hf-quantization"
     safety = Safety.REVIEW
-    needs = Needs(methods=_LOADERS, targets=frozenset({"transformers.BitsAndBytesConfig"}),
+    needs = Needs(methods=LOADERS, targets=frozenset({"transformers.BitsAndBytesConfig"}),
                   evidence=_QUANTISES, unit=_QUANTISES)
 
     valid = [
@@ -206,7 +197,7 @@ class HfTf32(Rule):
     code = "TP704"
     name = "hf-tf32"
     safety = Safety.SAFE
-    needs = Needs(targets=_TRAINING_ARGS, calls_only=True)
+    needs = Needs(targets=TRAINING_ARGS, calls_only=True)
 
     valid = [
         "from transformers import TrainingArguments\nargs = TrainingArguments('out', tf32=False)\n",
@@ -264,7 +255,7 @@ class HfTrainerCudaOptions(Rule):
     code = "TP705"
     name = "hf-trainer-cuda-options"
     safety = Safety.REVIEW
-    needs = Needs(targets=_TRAINING_ARGS, calls_only=True)
+    needs = Needs(targets=TRAINING_ARGS, calls_only=True)
 
     valid = [
         "from transformers import TrainingArguments\na = TrainingArguments('o', optim='adamw_torch')\n",

@@ -13,6 +13,7 @@ from porter.rulebase.cuda_packages import IMPORT_ROOTS, COMPILED, is_cuda_only_m
 from porter.rulebase.evidence import InFile, TriesImport
 from porter.rulebase.matching import dotted_name
 from porter.rulebase.rule import Example, Needs, Rule, Safety
+from porter.rulebase.walk import nodes_of
 
 #: Names porter_runtime has a PyTorch twin of, by the module they are imported from.
 _TWINS = {
@@ -210,9 +211,7 @@ class ImportFallbackCalled(Rule):
         """An ``assert`` in the enclosing function (or the module) tests the name."""
         functions = [f for f in self._functions if isinstance(f, cst.FunctionDef)]
         scope = functions[-1] if functions else self.ctx.module
-        finder = _AssertFinder(name)
-        scope.visit(finder)
-        return finder.found
+        return any(_mentions(node.test, name) for node in nodes_of(scope, cst.Assert))
 
 
 def _imported(body: cst.BaseSuite) -> dict[str, str]:
@@ -250,17 +249,7 @@ def _catches_import_error(handler: cst.ExceptHandler) -> bool:
 
 
 def _raises(handler: cst.ExceptHandler) -> bool:
-    finder = _RaiseFinder()
-    handler.body.visit(finder)
-    return finder.found
-
-
-class _RaiseFinder(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.found = False
-
-    def visit_Raise(self, node: cst.Raise) -> None:
-        self.found = True
+    return next(nodes_of(handler.body, cst.Raise), None) is not None
 
 
 def _is_none(node: cst.BaseExpression) -> bool:
@@ -268,30 +257,8 @@ def _is_none(node: cst.BaseExpression) -> bool:
 
 
 def _mentions(node: cst.CSTNode, name: str) -> bool:
-    finder = _NameFinder(name)
-    node.visit(finder)
-    return finder.found
+    return any(n.value == name for n in nodes_of(node, cst.Name))  # type: ignore[attr-defined]
 
 
 def _twin(module: str, name: str) -> Optional[str]:
     return _TWINS.get(module, {}).get(name)
-
-
-class _NameFinder(cst.CSTVisitor):
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.found = False
-
-    def visit_Name(self, node: cst.Name) -> None:
-        if node.value == self.name:
-            self.found = True
-
-
-class _AssertFinder(cst.CSTVisitor):
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.found = False
-
-    def visit_Assert(self, node: cst.Assert) -> None:
-        if _mentions(node.test, self.name):
-            self.found = True

@@ -26,6 +26,7 @@ import libcst as cst
 
 from porter.rulebase.conditions.availability_checks import availability_test
 from porter.rulebase.rule import Rule
+from porter.rulebase.walk import nodes_of
 
 #: torch.cuda queries about the CUDA device itself.
 CUDA_QUERIES = frozenset(f"torch.cuda.{n}" for n in (
@@ -77,9 +78,8 @@ def early_exit_shield(rule: Rule, node: cst.If, following: Optional[cst.BaseStat
              if availability_test(rule, operand) is False]
     if not calls:
         return []
-    finder = _QueryFinder(rule)
-    following.visit(finder)
-    return calls if finder.found else []
+    asks = any(rule.qualname(call.func) in CUDA_QUERIES for call in nodes_of(following, cst.Call))
+    return calls if asks else []
 
 
 def _bare_exit(body: cst.BaseSuite) -> bool:
@@ -102,13 +102,3 @@ def _or_operands(test: cst.BaseExpression) -> list[cst.BaseExpression]:
     if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.Or):
         return [*_or_operands(test.left), *_or_operands(test.right)]
     return [test]
-
-
-class _QueryFinder(cst.CSTVisitor):
-    def __init__(self, rule: Rule) -> None:
-        self.rule = rule
-        self.found = False
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if self.rule.qualname(node.func) in CUDA_QUERIES:
-            self.found = True

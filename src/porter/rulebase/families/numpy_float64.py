@@ -31,7 +31,8 @@ from typing import Callable, Optional, Union
 import libcst as cst
 
 from porter.rulebase.families.numpy_dtypes import _ASSIGNS, Qualname, _assignments, _kept, _pil_pixels, _spelled
-from porter.rulebase.rule import keyword, string_value
+from porter.rulebase.rule import string_value
+from porter.rulebase.syntax import argument
 from porter.rulebase.walk import code_children, nodes_of
 
 _FLOAT64_NAMES = frozenset({"float64", "double", "float_", "f8", "d", "float", "longdouble"})
@@ -358,21 +359,12 @@ def _is_parameter(name: str, function: cst.FunctionDef) -> bool:
 
 
 def _argument(call: cst.Call, name: str, index: Optional[int]) -> Optional[cst.BaseExpression]:
-    given = keyword(call, name)
-    if given is not None:
-        return given.value
-    if index is None or index < 0 or any(a.star for a in call.args):
-        return None
-    plain = [a for a in call.args if a.keyword is None]
-    return plain[index].value if index < len(plain) else None
+    given = argument(call, name, index if index is None or index >= 0 else None)
+    return given.value if given is not None else None
 
 
 def _dtype_arg(call: cst.Call, position: int) -> Optional[cst.BaseExpression]:
-    given = keyword(call, "dtype")
-    if given is not None:
-        return given.value
-    plain = [a for a in call.args if a.keyword is None and not a.star]
-    return plain[position].value if 0 <= position < len(plain) else None
+    return _argument(call, "dtype", position)
 
 
 def _is_float64(node: cst.BaseExpression, qualname: Qualname) -> bool:
