@@ -135,7 +135,8 @@ def collective_input(tensor: T) -> T:
     """The input of ``all_gather_into_tensor``: ``tensor`` on CUDA. Elsewhere (Gloo)
     detached: Gloo splits the output into views and copies into them, which raises
     "A view was created in no_grad mode and is being modified inplace with grad mode
-    enabled" for an input that requires grad (torch 2.13). c10d collectives are not
+    enabled" for an input that requires grad (torch 2.13; on some calls and not
+    others, a race with Gloo's worker thread). c10d collectives are not
     differentiable on any backend, so the gathered values are the same."""
     if _device.is_cuda() or not hasattr(tensor, "detach"):
         return tensor

@@ -21,14 +21,23 @@ def gloo_group():
     dist.destroy_process_group()
 
 
-def test_gathering_an_input_that_requires_grad_raises_on_gloo_and_runs_through_the_runtime(simulate, gloo_group):
+def test_gathering_an_input_that_requires_grad_runs_through_the_runtime_on_gloo(simulate, gloo_group):
+    """Gloo raises "modified inplace" on some of these calls and not others (a race with
+    its worker thread: about half of them on this CPU build, none on another machine),
+    so the test does not count on the original raising: it asserts that through the
+    runtime no call raises, and that what the original raises, when it does, is that."""
     simulate("cpu")
     shard = torch.arange(4.0, requires_grad=True)
-    with pytest.raises(RuntimeError, match="modified inplace"):
-        dist.all_gather_into_tensor(torch.empty(4), shard)
-    out = torch.empty(4)
-    dist.all_gather_into_tensor(out, porter_runtime.collective_input(shard))
-    assert torch.equal(out, shard.detach())
+    for _ in range(20):
+        try:
+            dist.all_gather_into_tensor(torch.empty(4), shard)
+        except RuntimeError as error:
+            assert "modified inplace" in str(error)
+    for _ in range(100):
+        out = torch.empty(4)
+        dist.all_gather_into_tensor(out, porter_runtime.collective_input(shard))
+        assert torch.equal(out, shard.detach())
+    assert shard.requires_grad
 
 
 def test_on_cuda_the_gather_input_is_the_callers_tensor(simulate):

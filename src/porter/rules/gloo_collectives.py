@@ -32,7 +32,8 @@ class GlooCollectives(Rule):
     Off CUDA the process group is Gloo (porter switches nccl to gloo there), and torch
     2.13's Gloo (checked on this CPU build) raises where NCCL runs:
     `all_gather_into_tensor` of an input that requires grad ("A view was created in
-    no_grad mode and is being modified inplace with grad mode enabled"), and
+    no_grad mode and is being modified inplace with grad mode enabled"; a race with
+    Gloo's worker thread, so on some calls and not others), and
     `get_future()` of a reduce-scatter's work ("Work::getFuture not implemented").
 
     Fix safety:
