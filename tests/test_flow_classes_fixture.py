@@ -1,8 +1,8 @@
 """End to end on fixtures/repos/flow_classes: every class of CUDA value of issue 27 in one repository.
 
 Unported, the trainer stops on this CPU machine. After one ``--write`` and no edit it
-trains 2 steps in a Gloo group of one, checkpoints, resumes from the checkpoint and
-writes its samples; ``--check --fail-on changes`` is then clean. What cannot run off
+trains 2 steps in a Gloo group of one (under DDP, and under FSDP bound by
+``functools.partial``), checkpoints, resumes from the checkpoint and writes its samples; ``--check --fail-on changes`` is then clean. What cannot run off
 CUDA by nature (a conda ``pytorch-cuda`` pin, a CUDA wheel index, and in tool scripts a
 name bound only under a CUDA guard, ``nvidia-smi``, ``assert x.is_cuda`` and apex's
 ``None`` fallback called anyway) is named, with a suggestion.
@@ -38,9 +38,11 @@ def train(repo: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_unported_trainer_stops_on_cpu(copy_tree, tmp_path):
-    proc = train(copy_tree(REPO, "original"), tmp_path / "out")
-    assert proc.returncode != 0
-    assert "NCCL" in proc.stderr or "cuda" in proc.stderr.lower()
+    repo = copy_tree(REPO, "original")
+    proc = train(repo, tmp_path / "out")
+    assert proc.returncode != 0 and "Does not support training without GPU" in proc.stderr
+    on_cpu = train(repo, tmp_path / "out", "--cpu")  # past the trainer's own check: the set-up's
+    assert on_cpu.returncode != 0 and "distributed training requires CUDA" in on_cpu.stderr
 
 
 @pytest.mark.slow
@@ -66,6 +68,18 @@ def test_ported_once_it_trains_resumes_and_writes_on_cpu(copy_tree, tmp_path):
     assert "tools/fused_bench.py:14:17 PT911 `FusedAdam` is None off CUDA" in report
     assert "tools/gpu_report.py:12:5 PT111 `subprocess.run` runs `nvidia-smi`" in report
     assert "tools/gpu_report.py:16:5 PT910 asserts that `x` is a CUDA tensor" in report
+    dist_py = (repo / "flowlib" / "dist.py").read_text()
+    # the module's own availability flag, read by a requirement; the f-string device; FSDP bound by partial
+    assert 'porter_runtime.require_device("distributed training requires CUDA")' in dist_py
+    assert "HAS_CUDA = torch.cuda.is_available()" in dist_py  # on CUDA the flag is what it was
+    assert 'porter_runtime.set_device(porter_runtime.device(f"cuda:{local_rank}"))' in dist_py
+    assert ("functools.partial(porter_runtime.fsdp_syncing(FSDP), device_id=porter_runtime.device(local_rank), "
+            "sync_module_states=True, use_orig_params=True)") in dist_py
+    # Gloo has no future for a reduce-scatter
+    assert "porter_runtime.work_future(dist.reduce_scatter_tensor(shard, flat, async_op=True), shard)" in dist_py
+    # an `elif torch.cuda.is_available():` whose `else` stops the run
+    assert 'porter_runtime.require_device("Does not support training without GPU")' in (repo / "train.py").read_text()
+    assert "flowlib/dist.py:10:12 PT202" in report and "read only by requirements" in report  # a note
     # a metrics function's `cuda=` switch, set by the trainer
     assert "metrics.token_entropy(tokens, cfg.vocab, cuda=porter_runtime.is_cuda())" in (repo / "train.py").read_text()
     assert "checkpoint.py:" not in report and "PT999" not in report  # `model` is a parameter; no touchpoint left
@@ -79,5 +93,12 @@ def test_ported_once_it_trains_resumes_and_writes_on_cpu(copy_tree, tmp_path):
     samples = json.loads((out / "samples_0.json").read_text())
     assert samples["step"] == 4 and len(samples["tokens"][0]) == 6 and samples["probe"] == 1.0
     assert samples["entropy"] >= 0.0
+    # FSDP, through the partial: trains and resumes from the same checkpoint
+    fsdp_out = tmp_path / "fsdp"
+    sharded = train(repo, fsdp_out, "--strategy", "fsdp")
+    assert sharded.returncode == 0, sharded.stderr[-3000:]
+    assert sharded.stdout.splitlines()[:2] == first.stdout.splitlines()[:2]  # one process: the same steps as DDP
+    assert train(repo, fsdp_out, "--strategy", "fsdp", "--resume").returncode == 0
+    assert json.loads((fsdp_out / "samples_0.json").read_text())["step"] == 4
     check = run_porter("migrate", repo, "--check", "--fail-on", "changes")
     assert check.returncode == 0, check.stdout.decode()[-2000:]

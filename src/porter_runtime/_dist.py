@@ -104,6 +104,25 @@ def fsdp_sync_module_states(module: Any, sync: bool) -> bool:
     return False
 
 
+def fsdp_syncing(fsdp: T) -> T:
+    """``FullyShardedDataParallel`` as ``functools.partial(FSDP, sync_module_states=True,
+    ...)`` binds it, before the module is known: on CUDA ``fsdp`` itself. Elsewhere a
+    function that calls ``fsdp`` with the same arguments, its ``sync_module_states``
+    passed through ``fsdp_sync_module_states`` with the module it is then called with
+    (rank 0's states broadcast here, then False)."""
+    if _device.is_cuda():
+        return fsdp
+
+    def syncing(*args: Any, **kwargs: Any) -> Any:
+        module = args[0] if args else kwargs.get("module")
+        if module is not None and kwargs.get("sync_module_states"):
+            kwargs["sync_module_states"] = fsdp_sync_module_states(module, kwargs["sync_module_states"])
+        return fsdp(*args, **kwargs)  # type: ignore[operator]
+
+    syncing.__wrapped__ = fsdp  # type: ignore[attr-defined]
+    return syncing  # type: ignore[return-value]
+
+
 _SHARDED_ARGS = ("device", "init_scale", "backoff_factor", "growth_factor", "growth_interval",
                  "enabled", "process_group")
 

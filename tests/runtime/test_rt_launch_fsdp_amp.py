@@ -2,6 +2,8 @@
 FSDP's sync_module_states, ShardedGradScaler and the legacy autocast class as a value."""
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -38,6 +40,34 @@ def test_sync_module_states_off_cuda_broadcasts_from_rank_0(simulate, monkeypatc
                for (args, kwargs), t in zip(broadcast.calls, tensors))
     assert porter_runtime.fsdp_sync_module_states(model, False) is False
     assert len(broadcast.calls) == len(tensors)
+
+
+def test_fsdp_bound_by_partial_is_fsdp_itself_on_cuda(simulate):
+    simulate("cuda")
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    assert porter_runtime.fsdp_syncing(FSDP) is FSDP
+
+
+def test_fsdp_bound_by_partial_syncs_the_module_it_is_called_with_off_cuda(simulate, monkeypatch):
+    machine = simulate("cpu")
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    broadcast = machine.record(dist, "broadcast")
+    made = []
+
+    def fsdp(module, **kwargs):
+        made.append((module, kwargs))
+        return "sharded"
+
+    wrap = functools.partial(porter_runtime.fsdp_syncing(fsdp), device_id=torch.device("cpu"),
+                             sync_module_states=True, use_orig_params=True)
+    model = torch.nn.BatchNorm1d(3)
+    assert wrap(model) == "sharded"
+    assert made == [(model, {"device_id": torch.device("cpu"), "sync_module_states": False, "use_orig_params": True})]
+    states = len([*model.parameters(), *model.buffers()])
+    assert len(broadcast.calls) == states
+    assert wrap(module=model, sync_module_states=False) == "sharded" and made[-1][1]["sync_module_states"] is False
+    assert len(broadcast.calls) == states  # no second broadcast where the call turns the sync off
 
 
 def test_sharded_scaler_forwards_on_cuda(simulate):

@@ -65,6 +65,12 @@ class Uses(_Named):
 
 
 @dataclass(frozen=True, init=False)
+class ReadsFlag(_Named):
+    """A name the module binds at its top level to a call of one of the qualified names
+    (``HAS_CUDA = torch.cuda.is_available()``) is used: the unit reads the module's flag."""
+
+
+@dataclass(frozen=True, init=False)
 class CallsMethod(_Named):
     """A call ``<anything>.name(...)`` of one of the names."""
 

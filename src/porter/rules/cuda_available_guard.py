@@ -27,6 +27,7 @@ from porter.rulebase.families.availability_sides import (
     guard_calls,
     right_everywhere,
 )
+from porter.rulebase.evidence import ReadsFlag, Uses
 from porter.rulebase.rule import Example, Needs, Rule, Safety
 
 _SUGGESTION = "porter_runtime.is_accelerator_available()"
@@ -61,7 +62,9 @@ class CudaAvailableGuard(AvailabilityRoles, Rule):
     any use in a function (or module) that also asks `torch.backends.mps.is_available()`:
     its own device choice already has an MPS branch; and a flag set from it that
     nothing reads (`self.sync_cuda = torch.cuda.is_available()` with no other
-    `.sync_cuda` in the repository); and a half-precision flag set from it
+    `.sync_cuda` in the repository); and a module's own flag that only requirements
+    read (`HAS_CUDA = torch.cuda.is_available()` then `if not HAS_CUDA: raise ...`,
+    which PT903 ports); and a half-precision flag set from it
     (`opt.half = torch.cuda.is_available() and opt.device != "cpu"`): off CUDA the
     code runs in float32, a speed choice that runs everywhere; and a flag whose
     every use picks between names (`"onnxruntime-gpu" if cuda else "onnxruntime"`,
@@ -93,7 +96,8 @@ class CudaAvailableGuard(AvailabilityRoles, Rule):
     code = "PT202"
     name = "cuda-available-guard"
     safety = Safety.SAFE
-    needs = Needs(targets=frozenset({IS_AVAILABLE}))
+    # a unit that reads the module's own flag too: a flag only requirements read is a note
+    needs = Needs(targets=frozenset({IS_AVAILABLE}), unit=Uses(IS_AVAILABLE) | ReadsFlag(IS_AVAILABLE))
 
     valid = [
         "def f(torch):\n    if torch.cuda.is_available():\n        model.half()\n",
@@ -248,6 +252,18 @@ class CudaAvailableGuard(AvailabilityRoles, Rule):
                         self.sync_cuda = th.cuda.is_available()
                 """),
             line=7, message="the flag it sets is read nowhere",
+        ),
+        Example(  # the module's own flag, read only by a requirement (PT903 ports it): a note
+            dedent("""\
+                import torch
+
+                HAS_CUDA = torch.cuda.is_available()
+
+                def setup():
+                    if not HAS_CUDA:
+                        raise RuntimeError("distributed training requires CUDA")
+                """),
+            line=3, message="read only by requirements",
         ),
         Example(  # half precision only on CUDA: off CUDA float32 runs, a speed choice (a note)
             dedent("""\

@@ -53,8 +53,11 @@ class FsdpDevice(Rule):
     parameters and buffers itself before FSDP starts (what `sync_module_states` does
     on CUDA), then passes False.
 
-    In `functools.partial(FSDP, ...)` the bound `device_id` is rewritten the same way and
-    a bound `sync_module_states=True` is reported: the module comes later.
+    In `functools.partial(FSDP, ...)` the bound `device_id` is rewritten the same way, and
+    with a bound `sync_module_states=True` the partial binds
+    `porter_runtime.fsdp_syncing(FSDP)`: `FSDP` itself on CUDA, elsewhere FSDP called
+    with `sync_module_states` passed through `fsdp_sync_module_states` with the module
+    the partial is later called with.
 
     Known limits:
     A module given as another expression (a call) with `sync_module_states` is
@@ -107,9 +110,8 @@ class FsdpDevice(Rule):
 
             from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
-            wrap = functools.partial(FSDP, device_id=porter_runtime.device(local_rank), sync_module_states=True, use_orig_params=True)
+            wrap = functools.partial(porter_runtime.fsdp_syncing(FSDP), device_id=porter_runtime.device(local_rank), sync_module_states=True, use_orig_params=True)
             """),
-            line=5, message="bound by `partial` requires GPU tensors",
         ),
         Example(
             "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
@@ -143,15 +145,21 @@ class FsdpDevice(Rule):
         if old is not None and not is_none(old.value) and not _runtime_device(self, old.value):
             new = replace_arg(updated, arg, self.runtime_call("device", arg.value))
         sync, _ = argument_pair(original, updated, "sync_module_states", None)
+        fsdp = updated.args[0].value
         if sync is not None and not is_runtime_call(self, sync.value) and not (
                 isinstance(sync.value, cst.Name) and sync.value.value == "False"):
-            self.flag(sync, "FSDP's `sync_module_states` bound by `partial` requires GPU tensors; off CUDA rank 0's "
-                      "states must be broadcast before FSDP, and the module is not known here",
-                      suggestion="pass sync_module_states=porter_runtime.fsdp_sync_module_states(module, True) "
-                      "where the partial is called with the module")
+            if isinstance(fsdp, (cst.Name, cst.Attribute)):
+                new = new.with_changes(args=[new.args[0].with_changes(value=self.runtime_call("fsdp_syncing", fsdp)),
+                                             *new.args[1:]])
+            else:
+                self.flag(sync, "FSDP's `sync_module_states` bound by `partial` requires GPU tensors; off CUDA rank "
+                          "0's states must be broadcast before FSDP, and the module is not known here",
+                          suggestion="pass sync_module_states=porter_runtime.fsdp_sync_module_states(module, True) "
+                          "where the partial is called with the module")
         if new is updated:
             return updated
-        return self.rewrite(original, new, "the device FSDP gets through `partial` is the runtime's; on CUDA the same")
+        return self.rewrite(original, new, "FSDP bound by `partial` gets the runtime's device, and off CUDA syncs "
+                            "the module it is called with before FSDP starts; on CUDA the same device and sync")
 
     def _device_id(self, original: cst.Call, updated: cst.Call) -> cst.Call:
         old, arg = argument_pair(original, updated, "device_id", _FSDP_PARAMS.index("device_id"))

@@ -4,11 +4,13 @@
 
 from __future__ import annotations
 
+from textwrap import dedent
 from typing import Union
 
 import libcst as cst
 
-from porter.rulebase.conditions.availability_checks import IS_AVAILABLE, requirement
+from porter.rulebase.conditions.availability_checks import IS_AVAILABLE, flag_requirement, requirement
+from porter.rulebase.evidence import ReadsFlag, Uses
 from porter.rulebase.rule import Example, Needs, Rule, Safety, cuda_spec, string_value
 from porter.rulebase.syntax import argument_pair, replace_arg
 
@@ -21,7 +23,10 @@ class CudaRequirement(Rule):
     (with or without a message) and `if not torch.cuda.is_available():` whose body
     only reports (`print`, `logger.error`, `warnings.warn`) and then stops
     (`raise ...`, `sys.exit(...)`, `exit()`), with no `else`. Both become
-    `porter_runtime.require_device("<the original's message>")`.
+    `porter_runtime.require_device("<the original's message>")`. So does `if not
+    HAS_CUDA:` of such a body, where `HAS_CUDA` is the module's own availability flag:
+    bound once, at its top level, to `torch.cuda.is_available()` and never rebound
+    (the flag stays, and PT202 notes it where requirements are all that read it).
 
     Why:
     On a Mac or a CPU machine the script stops before doing anything, although it
@@ -44,7 +49,8 @@ class CudaRequirement(Rule):
     code = "PT903"
     name = "cuda-requirement"
     safety = Safety.SAFE
-    needs = Needs(targets=frozenset({IS_AVAILABLE}))
+    # a unit that reads the module's own flag (`if not HAS_CUDA: raise`) too
+    needs = Needs(targets=frozenset({IS_AVAILABLE}), unit=Uses(IS_AVAILABLE) | ReadsFlag(IS_AVAILABLE))
 
     valid = [
         "def f(torch):\n    assert torch.cuda.is_available()\n",
@@ -52,6 +58,11 @@ class CudaRequirement(Rule):
         "import torch\nif not torch.cuda.is_available():\n    args.amp = False\n",
         "import torch\nif not torch.cuda.is_available():\n    raise SystemExit(1)\nelse:\n    go()\n",
         "import torch\nassert torch.cuda.is_available() and n > 1\n",
+        # a flag rebound later is not the module's availability flag
+        "import torch\nHAS_CUDA = torch.cuda.is_available()\nHAS_CUDA = HAS_CUDA and n > 0\n"
+        "if not HAS_CUDA:\n    raise RuntimeError('needs CUDA')\n",
+        # a flag set inside a function
+        "import torch\ndef f():\n    ok = torch.cuda.is_available()\n    if not ok:\n        raise SystemExit(1)\n",
     ]
     invalid = [
         Example(
@@ -68,6 +79,32 @@ class CudaRequirement(Rule):
             "from torch.cuda import is_available\n\ndef main():\n    if not is_available():\n"
             "        raise RuntimeError(\"No GPU found\")\n    train()\n",
             "import porter_runtime\n\ndef main():\n    porter_runtime.require_device(\"No GPU found\")\n    train()\n",
+        ),
+        Example(  # the module's own flag, read by a requirement in the function that sets up training
+            dedent("""\
+            import torch
+            import torch.distributed as dist
+
+            HAS_CUDA = torch.cuda.is_available()
+
+
+            def setup():
+                if not HAS_CUDA:
+                    raise RuntimeError("distributed training requires CUDA")
+                dist.init_process_group("nccl")
+            """),
+            dedent("""\
+            import porter_runtime
+            import torch
+            import torch.distributed as dist
+
+            HAS_CUDA = torch.cuda.is_available()
+
+
+            def setup():
+                porter_runtime.require_device("distributed training requires CUDA")
+                dist.init_process_group("nccl")
+            """),
         ),
         Example(
             "import torch\nassert torch.cuda.is_available(), f'{n} GPUs'\n",
@@ -86,7 +123,7 @@ class CudaRequirement(Rule):
         return self.rewrite(original, cst.Expr(self._call(found[0])), _MESSAGE)
 
     def leave_If(self, original: cst.If, updated: cst.If) -> Union[cst.BaseStatement, cst.RemovalSentinel]:
-        found = requirement(self, original)
+        found = requirement(self, original) or flag_requirement(self, original)
         if found is None:
             return updated
         stmt = cst.SimpleStatementLine(body=[cst.Expr(self._call(found[0]))], leading_lines=original.leading_lines)

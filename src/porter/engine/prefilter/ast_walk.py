@@ -70,6 +70,11 @@ def syntax_facts(tree: ast.Module) -> SyntaxFacts:
     for node in tree.body:
         if isinstance(node, _TRIES):
             facts.tried_imports.update(_imported_under(node))
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, ast.Call) and not node.value.args and not node.value.keywords):
+            chain = ast_dotted_name(node.value.func)
+            if chain:
+                facts.flag_chains.setdefault(node.targets[0].id, set()).add(chain)
         if isinstance(node, _BINDERS):
             facts.units.append(_unit(node, facts, top_level))
         else:

@@ -12,7 +12,7 @@ from typing import Callable, Optional
 from porter.engine.prefilter.facts import SyntaxFacts, Unit
 from porter.rulebase.evidence import (
     AllOf, AnyOf, CalledByName, Calls, CallsMethod, Clause, ComparesDeviceType, Imports, InFile, Keyword, MovesResultOf, Name,
-    Passes, String, TriesImport, Uses,
+    Passes, ReadsFlag, String, TriesImport, Uses,
 )
 
 
@@ -47,6 +47,7 @@ def _called_by_name(clause, facts, file: SyntaxFacts, unit: Optional[Unit]) -> b
 
 _CHECKS: dict[type, Callable[..., bool]] = {
     Uses: lambda c, facts, file, unit: facts.uses_any(c.names, c.calls_only),
+    ReadsFlag: lambda c, facts, file, unit: bool(file.flags_from(c.names) & facts.names),
     CallsMethod: lambda c, facts, file, unit: bool(c.names & facts.called_methods),
     Keyword: lambda c, facts, file, unit: bool(c.names & facts.keywords),
     Name: lambda c, facts, file, unit: bool(c.names & facts.names),
@@ -103,7 +104,7 @@ def _product_size(alternatives: list[list[frozenset[bytes]]]) -> int:
 
 def _words(clause: Clause) -> frozenset[bytes]:
     kind = type(clause)
-    if kind in (Uses, MovesResultOf):
+    if kind in (Uses, MovesResultOf, ReadsFlag):
         names = {name.rsplit(".", 1)[-1] for name in clause.names}
     elif kind in (Calls, CallsMethod, Keyword, Name):
         names = set(clause.names)

@@ -70,6 +70,9 @@ class SyntaxFacts:
     tried_imports: set[str] = field(default_factory=set)
     #: the functions and classes at module level (and, inside them, in class bodies)
     units: list["Unit"] = field(default_factory=list)
+    #: names bound at the module's top level to a call with no arguments
+    #: (``HAS_CUDA = torch.cuda.is_available()``): name -> the dotted names called
+    flag_chains: dict[str, set[str]] = field(default_factory=dict)
 
     def passed(self, call: Optional[str] = None, position: Optional[int] = None,
                keyword: Optional[str] = None) -> Iterator[Arg]:
@@ -106,6 +109,12 @@ class SyntaxFacts:
         used = self.called if calls_only else self.used
         return any(name in used for name in names)
 
+    def flags_from(self, names: Iterable[str]) -> set[str]:
+        """The module's flags (``flag_chains``) set from a call of one of the qualified
+        ``names``, resolved through the file's imports as ``resolve`` does."""
+        wanted = set(names)
+        return {flag for flag, chains in self.flag_chains.items() if wanted & self._qualify(chains)}
+
     def tries_import_under(self, roots: Iterable[str]) -> bool:
         """Whether a top-level ``try`` imports one of ``roots`` or something under it
         (an import chain, or a probe that sets an availability flag)."""
@@ -135,23 +144,22 @@ class SyntaxFacts:
         """Resolve the dotted names through the file's imports, as the engine's
         resolver will (where a name is also bound otherwise, every import it may
         stand for counts: the filter may only over-approximate)."""
-        simple = self.imports.simple()
-
-        def qualify(chains: set[str]) -> set[str]:
-            out: set[str] = set()
-            for chain in chains:
-                root, _, rest = chain.partition(".")
-                targets = {simple[root]} if root in simple else (
-                    self.imports.module_imports.get(root, set()) | self.imports.nested_imports.get(root, set()))
-                for target in targets:
-                    out.update(_prefixes(f"{target}.{rest}" if rest else target))
-            return out
-
-        self.used = qualify(self.chains)
+        self.used = self._qualify(self.chains)
         for name in self.imported:
             self.used.update(_prefixes(name))
-        self.called = qualify(self.called_chains)
-        self.moved = qualify(self.moved_chains)
+        self.called = self._qualify(self.called_chains)
+        self.moved = self._qualify(self.moved_chains)
+
+    def _qualify(self, chains: Iterable[str]) -> set[str]:
+        simple = self.imports.simple()
+        out: set[str] = set()
+        for chain in chains:
+            root, _, rest = chain.partition(".")
+            targets = {simple[root]} if root in simple else (
+                self.imports.module_imports.get(root, set()) | self.imports.nested_imports.get(root, set()))
+            for target in targets:
+                out.update(_prefixes(f"{target}.{rest}" if rest else target))
+        return out
 
 
 #: The facts a unit adds to its file's (``imports`` is shared, ``units`` is the file's

@@ -8,11 +8,13 @@ PT903, which ports it, so both read the same checks.
 
 from __future__ import annotations
 
+import re
 from typing import Optional, Union
 
 import libcst as cst
 
 from porter.rulebase.rule import Rule, string_value
+from porter.rulebase.walk import nodes_of
 
 IS_AVAILABLE = "torch.cuda.is_available"
 
@@ -81,6 +83,53 @@ def requirement(rule: Rule, node: Union[cst.Assert, cst.If]) -> Optional[tuple[O
     if availability_test(rule, node.test) is not False or node.orelse is not None:
         return None
     return _reports_then_stops(rule, node.body)
+
+
+def flag_requirement(rule: Rule, node: cst.If) -> Optional[tuple[Optional[cst.BaseExpression]]]:
+    """(message or None,) for ``if not HAS_CUDA: raise ...`` where ``HAS_CUDA`` is the
+    module's own availability flag (``module_flag``): a requirement read through it."""
+    test = node.test
+    if node.orelse is not None or not (isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)
+                                       and isinstance(test.expression, cst.Name)):
+        return None
+    if test.expression.value not in module_flags(rule):
+        return None
+    return _reports_then_stops(rule, node.body)
+
+
+def module_flags(rule: Rule) -> frozenset[str]:
+    """The module's availability flags: names bound once, at its top level, to
+    ``torch.cuda.is_available()`` (``HAS_CUDA = torch.cuda.is_available()``) and never
+    rebound (no other assignment, ``global`` or ``del`` of them in the file)."""
+    module = rule.ctx.module
+    cached = getattr(rule, "_module_flags", None)
+    if cached is not None and cached[0] is module:
+        return cached[1]
+    flags: set[str] = set()
+    if b"is_available" in rule.ctx.source:
+        for stmt in module.body:
+            line = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
+            if (isinstance(line, cst.Assign) and len(line.targets) == 1 and isinstance(line.targets[0].target, cst.Name)
+                    and availability_test(rule, line.value) is True):
+                name = line.targets[0].target.value
+                binds = rb"(?<![\w.])" + re.escape(name.encode()) + rb"\s*(?::[^=\n]*)?(?:=(?!=)|[-+*/|&]=)"
+                if len(re.findall(binds, rule.ctx.source)) == 1 and not re.search(
+                        rb"\b(?:global|nonlocal|del)\b[^\n]*\b" + re.escape(name.encode()) + rb"\b", rule.ctx.source):
+                    flags.add(name)
+    found = frozenset(flags)
+    rule._module_flags = (module, found)  # type: ignore[attr-defined]
+    return found
+
+
+def only_required(rule: Rule, name: str) -> bool:
+    """Whether every read of the module flag ``name`` in this file is a requirement
+    (``if not name: raise ...``), which PT903 ports."""
+    source = rule.ctx.source
+    uses = len(re.findall(rb"(?<![\w.])" + re.escape(name.encode()) + rb"\b", source))
+    required = sum(1 for node in nodes_of(rule.ctx.module, cst.If)
+                   if isinstance(node.test, cst.UnaryOperation) and isinstance(node.test.expression, cst.Name)
+                   and node.test.expression.value == name and flag_requirement(rule, node) is not None)
+    return required > 0 and uses == 1 + required
 
 
 def else_requirement(rule: Rule, node: cst.If) -> Optional[tuple[Optional[cst.BaseExpression]]]:

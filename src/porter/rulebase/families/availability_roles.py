@@ -19,6 +19,8 @@ import libcst as cst
 from porter.rulebase.conditions import dist_guard
 from porter.rulebase.conditions.availability_checks import (
     availability_test,
+    module_flags,
+    only_required,
     requirement,
 )
 from porter.rulebase.conditions.cuda_query_guard import early_exit_shield, shielded_check
@@ -37,6 +39,8 @@ from porter.rulebase.rule import string_value
 #: in the order a call with two roles is named by
 _ROLES = {
     "unread": "the flag it sets is read nowhere, so it decides nothing",
+    "required": "the flag it sets is read only by requirements (`if not flag: raise ...`), which porter ports to "
+                "`porter_runtime.require_device`, met by the device the runtime resolves",
     "names": "here the flag it sets only picks between names (a package, a provider), and without CUDA the CPU "
              "one, which runs",
     "half": "here it only turns half precision on where CUDA is, so off CUDA float32 runs (a speed choice)",
@@ -95,6 +99,8 @@ class AvailabilityRoles:
             self._flags[id(node.value)] = node.targets[0].target.value
         if len(node.targets) == 1 and availability_test(self, node.value) and unread_flag(self, node.targets[0].target):
             self._play("unread", [node.value])
+        if self._required_flag(node):
+            self._play("required", [node.value])
         if len(node.targets) == 1 and is_half_flag(node.targets[0].target) and and_chain(node.value):
             self._play("half", [c for c in availability_calls(self, node.value) if availability_test(self, c)])
         target = node.targets[0].target if len(node.targets) == 1 else None
@@ -103,6 +109,15 @@ class AvailabilityRoles:
             calls = [c for c in availability_calls(self, node.value) if availability_test(self, c)]
             if calls and only_picks_names(self._functions[-1], target.value):
                 self._play("names", calls)
+
+    def _required_flag(self, node: cst.Assign) -> bool:
+        """``HAS_CUDA = torch.cuda.is_available()``, the module's flag, that only
+        requirements read here and no other module imports."""
+        target = node.targets[0].target if len(node.targets) == 1 else None
+        if not isinstance(target, cst.Name) or self._functions or target.value not in module_flags(self):
+            return False
+        project = self.ctx.project
+        return only_required(self, target.value) and (project is None or not project.read_elsewhere(self.ctx.path, target.value))
 
     def visit_BooleanOperation(self, node: cst.BooleanOperation) -> None:
         shielded = shielded_check(self, node)  # porter.rulebase.conditions.cuda_query_guard
