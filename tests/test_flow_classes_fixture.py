@@ -3,9 +3,10 @@
 Unported, the trainer stops on this CPU machine. After one ``--write`` and no edit it
 trains 2 steps in a Gloo group of one (under DDP, and under FSDP bound by
 ``functools.partial``), checkpoints, resumes from the checkpoint and writes its samples; ``--check --fail-on changes`` is then clean. What cannot run off
-CUDA by nature (a conda ``pytorch-cuda`` pin, a CUDA wheel index, and in tool scripts a
-name bound only under a CUDA guard, ``nvidia-smi``, ``assert x.is_cuda`` and apex's
-``None`` fallback called anyway) is named, with a suggestion.
+CUDA by nature (a conda ``pytorch-cuda`` pin, a CUDA wheel index, a kernel fetched from
+the Hub, and in tool scripts a name bound only under a CUDA guard, ``nvidia-smi``,
+``assert x.is_cuda`` and apex's ``None`` fallback called anyway) is named, with a
+suggestion.
 """
 
 import json
@@ -63,7 +64,7 @@ def test_ported_once_it_trains_resumes_and_writes_on_cpu(copy_tree, tmp_path):
         repo / "flowlib" / "dist.py").read_text()
     # named, with the line and what to do
     assert "environment.yml:7:3 DEP104 conda package pytorch-cuda" in report
-    assert "pyproject.toml:13:8 DEP105 https://download.pytorch.org/whl/cu121" in report
+    assert "pyproject.toml:14:8 DEP105 https://download.pytorch.org/whl/cu121" in report
     assert "tools/gpu_report.py:10:20 PT908 `n_gpus` is bound only when CUDA is available" in report
     assert "tools/fused_bench.py:14:17 PT911 `FusedAdam` is None off CUDA" in report
     assert "tools/gpu_report.py:12:5 PT111 `subprocess.run` runs `nvidia-smi`" in report
@@ -80,6 +81,16 @@ def test_ported_once_it_trains_resumes_and_writes_on_cpu(copy_tree, tmp_path):
     # an `elif torch.cuda.is_available():` whose `else` stops the run
     assert 'porter_runtime.require_device("Does not support training without GPU")' in (repo / "train.py").read_text()
     assert "flowlib/dist.py:10:12 PT202" in report and "read only by requirements" in report  # a note
+    # Hugging Face: flash attention as a dataclass default, a TrainingArguments subclass (its paged
+    # optimizer default), a device map gathered with the loader's keywords (transformers is not
+    # installed here: the rewrites are checked, and the runtime's parts in tests/runtime)
+    hf = (repo / "hf" / "finetune.py").read_text()
+    assert 'field(default=porter_runtime.attn_implementation("flash_attention_2"))' in hf
+    assert "    def __post_init__(self):\n        porter_runtime.training_arguments(self)\n" in hf
+    assert '"device_map": {"": porter_runtime.device(local_rank)}}' in hf
+    assert "hf/finetune.py:35:18 TP607 `kernels.get_kernel` downloads" in report
+    assert "tensorflow-gpu = {version = \"^2.12\", optional = true, markers = \"sys_platform != 'darwin'\"}" in (
+        repo / "pyproject.toml").read_text()
     # a metrics function's `cuda=` switch, set by the trainer
     assert "metrics.token_entropy(tokens, cfg.vocab, cuda=porter_runtime.is_cuda())" in (repo / "train.py").read_text()
     assert "checkpoint.py:" not in report and "PT999" not in report  # `model` is a parameter; no touchpoint left

@@ -464,20 +464,29 @@ def test_training_arguments_leave_cuda_as_given_and_drop_cuda_only_options_elsew
     from dataclasses import dataclass, field
     from typing import Optional
 
+    import enum
+
+    class OptimizerNames(str, enum.Enum):  # how transformers' parser may hand `--optim` over
+        PAGED_ADAMW = "paged_adamw_32bit"
+
     @dataclass
     class Args:
         tf32: Optional[bool] = None
         fsdp: str = ""
         fsdp_config: Optional[dict] = field(default=None)
+        optim: str = field(default="paged_adamw_32bit")  # QLoRA's class default
 
         def __post_init__(self):
             porter_runtime.training_arguments(self)
 
     simulate("cuda")
     kept = Args(tf32=True, fsdp="full_shard auto_wrap", fsdp_config={"min_num_params": 0})
-    assert (kept.tf32, kept.fsdp_config) == (True, {"min_num_params": 0})
+    assert (kept.tf32, kept.fsdp_config, kept.optim) == (True, {"min_num_params": 0}, "paged_adamw_32bit")
     simulate("cpu")
-    off = Args(tf32=True, fsdp="full_shard auto_wrap", fsdp_config={"min_num_params": 0})
+    with pytest.warns(UserWarning, match="optim=paged_adamw_32bit is bitsandbytes"):
+        off = Args(tf32=True, fsdp="full_shard auto_wrap", fsdp_config={"min_num_params": 0})
     assert off.tf32 is None and off.fsdp_config == {"min_num_params": 0, "sync_module_states": "false"}
-    plain = Args(tf32=False)
-    assert plain.tf32 is False and plain.fsdp_config is None
+    assert off.optim == "adamw_torch"
+    assert Args(optim=OptimizerNames.PAGED_ADAMW).optim == "adamw_torch"
+    plain = Args(tf32=False, optim="adafactor")
+    assert plain.tf32 is False and plain.fsdp_config is None and plain.optim == "adafactor"

@@ -74,7 +74,10 @@ def dotted(node: ast.AST) -> str:
 
 
 def _env_local_rank(node: ast.AST) -> bool:
-    """``os.environ["LOCAL_RANK"]``, ``os.environ.get("LOCAL_RANK")``, ``os.getenv("LOCAL_RANK")``."""
+    """``os.environ["LOCAL_RANK"]``, ``os.environ.get("LOCAL_RANK")``, ``os.getenv("LOCAL_RANK")``,
+    and each of them ``or 0`` (``int(os.environ.get("LOCAL_RANK") or 0)``)."""
+    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+        node = node.values[0]
     if isinstance(node, ast.Subscript):
         key = node.slice
     elif isinstance(node, ast.Call) and node.args:

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import re
 from textwrap import dedent
 from typing import Optional
 
 import libcst as cst
 
 from porter.project.query import Scoped, is_cuda_index
-from porter.rulebase.evidence import CallsMethod, Keyword
+from porter.rulebase.evidence import Calls, CallsMethod, Keyword, String
 from porter.rulebase.families.device_indices import index_source
 from porter.rulebase.rule import Example, Needs, Rule, Safety, cuda_spec, keyword, string_value
 from porter.rulebase.walk import code_children
 
-#: TP702: a `from_pretrained(...)` call and a `device_map=` keyword.
-_DEVICE_MAP = CallsMethod("from_pretrained") & Keyword("device_map")
+#: TP702: a `from_pretrained(...)` call and a `device_map=` keyword, or a loader's
+#: keywords gathered first (`{"device_map": {"": local_rank}}`, `dict(device_map=...)`).
+_DEVICE_MAP = (CallsMethod("from_pretrained") & Keyword("device_map")) | (Calls("dict") & Keyword("device_map")) | String(
+    exact=frozenset({"device_map"}), word="device_map")
 
 
 def _device_value(rule: Rule, node: cst.BaseExpression) -> Optional[cst.BaseExpression]:
@@ -63,6 +66,11 @@ class HfDeviceMap(Scoped, Rule):
     accelerate treat exactly like the string or the index `i`. Elsewhere the weights
     go to MPS or the CPU.
 
+    The same map gathered with a loader's other keywords first, to reach
+    `from_pretrained` through `**kwargs` (`model_kwargs = {"device_map": {"": local_rank}}`
+    or `dict(device_map=...)`, then `load_model(args, **model_kwargs)`), is ported where
+    the dict is written.
+
     Known limits:
     `"auto"`, `"balanced"` and per-layer maps are left alone (accelerate plans them for
     the devices it finds). A map built in the same function and passed by name
@@ -74,13 +82,15 @@ class HfDeviceMap(Scoped, Rule):
     name = "hf-device-map"
     safety = Safety.SAFE
     # whole_file: the model's kinds are keyed by the enclosing function (Scoped)
-    needs = Needs(methods=frozenset({"from_pretrained"}), evidence=_DEVICE_MAP, unit=_DEVICE_MAP, whole_file=True)
+    needs = Needs(evidence=_DEVICE_MAP, whole_file=True)
 
     valid = [
         "model = AutoModel.from_pretrained(name, device_map='auto')\n",
         "model = AutoModel.from_pretrained(name, device_map={'': 'cpu'})\n",
         "model = load(name, device_map='cuda')\n",  # not a loader
         "model = AutoModel.from_pretrained(name, device_map={'': self.device})\n",  # a device object
+        "kwargs = {'device_map': 'auto', 'torch_dtype': dtype}\n",
+        "def dict(**kw):\n    return kw\nx = dict(device_map='cuda')\n",  # not the builtin
     ]
     invalid = [
         Example(
@@ -150,6 +160,45 @@ class HfDeviceMap(Scoped, Rule):
                 return LlamaForCausalLM.from_pretrained(base_model, device_map=device_map)
             """),
         ),
+        Example(  # the loader's keywords gathered in a dict and passed through a wrapper
+            dedent("""\
+            import os
+
+            from transformers import AutoModelForCausalLM
+
+
+            def load_model(name, **kwargs):
+                return AutoModelForCausalLM.from_pretrained(name, **kwargs)
+
+
+            def main(args):
+                local_rank = int(os.environ.get("LOCAL_RANK") or 0)
+                model_kwargs = {"attn_implementation": args.attn_implementation, "device_map": {"": local_rank}}
+                return load_model(args.model_name_or_path, **model_kwargs)
+            """),
+            dedent("""\
+            import porter_runtime
+            import os
+
+            from transformers import AutoModelForCausalLM
+
+
+            def load_model(name, **kwargs):
+                return AutoModelForCausalLM.from_pretrained(name, **kwargs)
+
+
+            def main(args):
+                local_rank = int(os.environ.get("LOCAL_RANK") or 0)
+                model_kwargs = {"attn_implementation": args.attn_implementation, "device_map": {"": porter_runtime.device(local_rank)}}
+                return load_model(args.model_name_or_path, **model_kwargs)
+            """),
+            path="finetune.py",
+            project=(("utils.py", "import os\n"),),
+        ),
+        Example(
+            "model_kwargs = dict(torch_dtype=torch.bfloat16, device_map=\"cuda:0\")\n",
+            "import porter_runtime\nmodel_kwargs = dict(torch_dtype=torch.bfloat16, device_map=str(porter_runtime.device(0)))\n",
+        ),
     ]
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
@@ -187,8 +236,22 @@ class HfDeviceMap(Scoped, Rule):
         return self.rewrite(original, updated.with_changes(value=new_value),
                             "the model goes to the runtime's device: the same CUDA device on CUDA")
 
+    def leave_DictElement(self, original: cst.DictElement, updated: cst.DictElement) -> cst.DictElement:
+        """``{"device_map": {"": local_rank}, ...}``: a loader's keywords, gathered first."""
+        if string_value(original.key) != "device_map" or not original.value.deep_equals(updated.value):
+            return updated
+        new_value = self._ported(original.value)
+        if new_value is None:
+            return updated
+        return self.rewrite(original, updated.with_changes(value=new_value),
+                            "the model goes to the runtime's device: the same CUDA device on CUDA")
+
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        if not (isinstance(original.func, cst.Attribute) and original.func.attr.value == "from_pretrained"):
+        loader = isinstance(original.func, cst.Attribute) and original.func.attr.value == "from_pretrained"
+        gathered = (isinstance(original.func, cst.Name) and original.func.value == "dict"
+                    and self.qualname(original.func) is None and not _SHADOWS_DICT.search(self.ctx.source))
+        # dict(device_map=..., torch_dtype=...): the builtin, not a `dict` the module defines
+        if not (loader or gathered):
             return updated
         arg = keyword(original, "device_map")
         if arg is None:
@@ -219,6 +282,9 @@ class HfDeviceMap(Scoped, Rule):
                       suggestion="{\"\": porter_runtime.device(index)} (the same device on CUDA)")
         return None if device is None else value.with_changes(
             elements=[element.with_changes(value=device)])
+
+
+_SHADOWS_DICT = re.compile(rb"(?m)^\s*(?:def|class)\s+dict\b|(?<![\w.])dict\s*=(?!=)")
 
 
 def _passed_maps(scope: cst.CSTNode) -> set[str]:

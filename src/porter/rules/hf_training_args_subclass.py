@@ -33,13 +33,16 @@ class HfTrainingArgumentsSubclass(Rule):
     `--tf32 True` and `--fsdp "full_shard auto_wrap"` reach transformers in no literal
     a rule can port. Off CUDA transformers then raises `--tf32 requires Ampere or a
     newer GPU arch`, and accelerate's FSDP plugin `no available devices found, must be
-    one of XPU, CUDA, or NPU` (for syncing module states).
+    one of XPU, CUDA, or NPU` (for syncing module states); a `paged_adamw_32bit`
+    default fails where Trainer builds bitsandbytes' optimizer.
 
     Fix safety:
     Safe. On CUDA the helper does nothing, and a `__post_init__` that only calls
     `super().__post_init__()` is what the dataclass ran before. Off CUDA it unsets
-    `tf32` and has FSDP skip the module-state broadcast (every rank loads the same
-    weights).
+    `tf32`, has FSDP skip the module-state broadcast (every rank loads the same
+    weights), and replaces bitsandbytes' AdamW (`optim="paged_adamw_32bit"`, a
+    class default of QLoRA-style scripts, or the 8-bit ones) with `"adamw_torch"` and
+    a warning: the same AdamW update, its state in 32 bits.
 
     Known limits:
     Only classes that name one of these bases directly are seen; a `TrainingArguments`

@@ -203,8 +203,11 @@ class PyprojectCudaOnly(_CudaOnlyMarker):
 
     Known limits:
     Only one-line strings without escapes inside the arrays are read; the inline
-    form `optional-dependencies = {...}`, dynamic dependencies and Poetry tables
-    (`[tool.poetry.dependencies]`) are not changed. The extra form moves only
+    form `optional-dependencies = {...}` and dynamic dependencies are not changed. In
+    Poetry tables (`[tool.poetry.dependencies]`, `[tool.poetry.group.<name>.dependencies]`)
+    a one-line entry gets Poetry's `markers` key (`flash-attn = {version = "^2.5",
+    markers = "sys_platform != 'darwin'"}`); an entry that already has `markers` or
+    `platform`, a list of constraints and a group named cuda or gpu are left alone. The extra form moves only
     requirements that sit alone on their line; others get the marker.
     """
 
@@ -224,6 +227,9 @@ class PyprojectCudaOnly(_CudaOnlyMarker):
         Example('[project.optional-dependencies]\ncuda = ["flash-attn>=2.5", "triton"]\n',
                 path="pyproject.toml"),
         Example('[tool.black]\nextend-exclude = ["flash-attn"]\n', path="pyproject.toml"),
+        Example('[tool.poetry.group.cuda.dependencies]\nflash-attn = "^2.5"\n'
+                '[tool.poetry.dependencies]\nxformers = {version = "*", markers = "sys_platform == \'linux\'"}\n',
+                path="pyproject.toml"),
         Example("[project]\ndependencies = [\n    \"xformers; platform_system == 'Linux'\",\n]\n",
                 path="pyproject.toml"),
     ]
@@ -234,6 +240,13 @@ class PyprojectCudaOnly(_CudaOnlyMarker):
         Example("[project.optional-dependencies]\ntrain = ['deepspeed==0.14', 'wandb']\n",
                 "[project.optional-dependencies]\ntrain = ['deepspeed==0.14; sys_platform != \"darwin\"', "
                 "'wandb']\n", path="pyproject.toml"),
+        Example(  # a Poetry project: the version string and the inline table both get a marker
+            '[tool.poetry.dependencies]\npython = "^3.10"\nflash-attn = "^2.5"\n'
+            'tensorflow-gpu = {version = "^2.12", optional = true}\nnumpy = "*"\n',
+            '[tool.poetry.dependencies]\npython = "^3.10"\n'
+            'flash-attn = {version = "^2.5", markers = "sys_platform != \'darwin\'"}\n'
+            'tensorflow-gpu = {version = "^2.12", optional = true, markers = "sys_platform != \'darwin\'"}\n'
+            'numpy = "*"\n', path="pyproject.toml"),
         Example('[dependency-groups]\ndev = ["pytest", "Liger_Kernel; python_version >= \'3.10\'"]\n',
                 '[dependency-groups]\ndev = ["pytest", "Liger_Kernel; python_version >= \'3.10\' and '
                 'sys_platform != \'darwin\'"]\n', path="pyproject.toml"),
@@ -246,7 +259,34 @@ class PyprojectCudaOnly(_CudaOnlyMarker):
         # Markers first: they change no line count, so the lines the move reports
         # are still the file's own.
         text = super().check(text)
+        if not CUDA_NAMED.search(basename(self.path)):
+            text = self._poetry_markers(text)
         return self._move_to_extra(text) if self.dependencies == "extra" else text
+
+    # -- Poetry tables ---------------------------------------------------------
+    def _poetry_markers(self, text: str) -> str:
+        """``flash-attn = "^2.5"`` in a Poetry dependency table becomes
+        ``flash-attn = {version = "^2.5", markers = "sys_platform != 'darwin'"}``; an
+        inline table gets the ``markers`` key (one with ``markers`` or ``platform`` is
+        left as it is)."""
+        edits = []
+        for line_no, start, match in _poetry_entries(text):
+            name, value = match.group("name"), match.group("value")
+            if not is_cuda_only(name.strip("\"'")):
+                continue
+            marker = '"sys_platform != \'darwin\'"'
+            if value.startswith(("\"", "'")):
+                new_value = f"{{version = {value}, markers = {marker}}}"
+            elif value.startswith("{") and value.endswith("}") and not re.search(r"[{,]\s*(markers|platform)\s*=", value):
+                inner = value[1:-1].rstrip()
+                new_value = f"{{{inner}, markers = {marker}}}" if inner.strip() else f"{{markers = {marker}}}"
+            else:
+                continue
+            at = start + match.start("value")
+            edits.append((at, at + len(value), new_value))
+            self.changed(line_no, match.group(0), match.group(0).replace(value, new_value, 1), marker_message(
+                name.strip("\"'"), "sys_platform != 'darwin'", _POETRY_CPU_LINUX))
+        return apply_edits(text, edits)
 
     def cpu_linux(self) -> str:
         if self.dependencies == "extra":
@@ -307,6 +347,30 @@ class PyprojectCudaOnly(_CudaOnlyMarker):
         at = project.end() + after.start()
         gap = "" if text[:at].endswith(nl + nl) else nl
         return text[:at] + gap + block + nl + text[at:]
+
+
+_POETRY_CPU_LINUX = "CPU-only Linux still installs it: put it in a Poetry group named cuda for that"
+_POETRY_TABLE = re.compile(r"^\[\s*tool\.poetry\.(?:(?:dev-)?dependencies|group\.(?P<group>[^.\]]+)\.dependencies)\s*\]")
+_POETRY_ENTRY = re.compile(r"""^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*|"[^"\n]+"|'[^'\n]+')\s*=\s*"""
+                           r"""(?P<value>"[^"\n]*"|'[^'\n]*'|\{[^{}\n]*\})""")
+
+
+def _poetry_entries(text: str) -> Iterator[tuple[int, int, "re.Match[str]"]]:
+    """(line number, line start, match) of each one-line entry of a Poetry dependency
+    table (``[tool.poetry.dependencies]``, ``[tool.poetry.group.<name>.dependencies]``);
+    groups named cuda, gpu or cuNNN are meant for CUDA and skipped."""
+    inside = False
+    start = 0
+    for number, line in enumerate(text.splitlines(keepends=True), 1):
+        stripped = line.strip()
+        if stripped.startswith("["):
+            table = _POETRY_TABLE.match(stripped)
+            inside = table is not None and not (table.group("group") and CUDA_NAMED.search(table.group("group")))
+        elif inside:
+            match = _POETRY_ENTRY.match(line)
+            if match is not None:
+                yield number, start, match
+        start += len(line)
 
 
 # An array element alone on its line: the string, a comma, a comment.

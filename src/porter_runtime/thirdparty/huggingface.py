@@ -13,6 +13,8 @@ from . import libs as _thirdparty_libs
 T = TypeVar("T")
 
 #: attn_implementation values that need the flash_attn package (and CUDA).
+#: TrainingArguments.optim values that are bitsandbytes' AdamW (paged or 8-bit)
+_BNB_ADAMW = frozenset({"paged_adamw_32bit", "paged_adamw_8bit", "adamw_bnb_8bit", "adamw_8bit"})
 _FLASH = frozenset({"flash_attention_2", "flash_attention_3"})
 _MODULE = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface"}
 
@@ -37,12 +39,21 @@ def cuda_option(value: T) -> Optional[T]:
 def training_arguments(args: Any) -> None:
     """Called first in a repository's ``TrainingArguments`` subclass's ``__post_init__``,
     before transformers checks the fields it was given on the command line. On CUDA it
-    does nothing. Elsewhere ``tf32`` is unset (transformers raises "--tf32 requires
+    does nothing. Elsewhere bitsandbytes' AdamW (``optim="paged_adamw_32bit"``, a
+    class default in QLoRA-style scripts; the 8-bit ones) becomes ``"adamw_torch"``
+    with a warning, as ``porter_runtime.bnb_optim`` does (bitsandbytes' kernels are
+    CUDA's: Trainer fails building the optimizer), ``tf32`` is unset (transformers raises "--tf32 requires
     Ampere or a newer GPU arch" without a CUDA GPU), and an FSDP run does not sync module
     states: accelerate's plugin looks for a CUDA, XPU or NPU device for that broadcast
     ("no available devices found"), and every rank loads the same weights anyway."""
     if _device.is_cuda():
         return
+    optim = getattr(args, "optim", None)
+    name = getattr(optim, "value", optim)  # a string, or transformers' OptimizerNames
+    if isinstance(name, str) and name in _BNB_ADAMW:
+        _log.warn_once("training_arguments.optim", f"TrainingArguments: optim={name} is bitsandbytes' CUDA "
+                       "optimizer; using optim=adamw_torch (the same AdamW update, 32-bit state kept in memory)")
+        args.optim = "adamw_torch"
     if getattr(args, "tf32", None):
         _log.info_once("training_arguments.tf32", f"TrainingArguments: tf32={args.tf32} is for CUDA GPUs; left unset")
         args.tf32 = None
