@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import torch
 
-from . import _device, _dtypes
+from . import _device, _dtypes, _log
 
 
 def _move_tensor(t: torch.Tensor, target: torch.device, non_blocking: bool) -> torch.Tensor:
@@ -106,6 +106,39 @@ def pin_memory_device(requested: str = "cuda") -> str:
 def pin_tensor(t: torch.Tensor) -> torch.Tensor:
     """``t.pin_memory()`` on CUDA; ``t`` unchanged elsewhere (pinning needs CUDA)."""
     return t.pin_memory() if _device.is_cuda() else t
+
+
+def _start_method() -> str:
+    """How this process would start a DataLoader worker, without fixing the start method
+    (``multiprocessing.get_start_method()`` would, and a later ``set_start_method`` of
+    the code's own would then raise)."""
+    import multiprocessing
+
+    chosen = multiprocessing.get_start_method(allow_none=True)
+    if chosen:
+        return chosen
+    default = getattr(getattr(multiprocessing.context, "_default_context", None), "_default_context", None)
+    name = getattr(default, "_name", None)
+    return name if isinstance(name, str) else multiprocessing.get_all_start_methods()[0]
+
+
+def unguarded_workers(num_workers: Any) -> Any:
+    """``num_workers`` of a DataLoader that a script starts when it is run, with no
+    ``if __name__ == "__main__":`` guard around it (porter's PT403).
+
+    CUDA, and wherever workers start with ``fork`` (Linux): ``num_workers`` as given.
+    Where they start with ``spawn`` (macOS's default): 0, with one info line. A spawned
+    worker re-imports the script, which would start the training again in every worker
+    and fail ("An attempt has been made to start a new process before the current
+    process has finished its bootstrapping phase"); with 0 the batches are loaded in the
+    main process, the same batches, more slowly.
+    """
+    if _device.is_cuda() or not num_workers or _start_method() != "spawn":
+        return num_workers
+    _log.info_once("unguarded_workers", f"DataLoader(num_workers={num_workers}) loads in the main process: "
+                   "workers start with spawn here and would re-run this unguarded script (put the code under "
+                   "`if __name__ == \"__main__\":` to use workers)")
+    return 0
 
 
 def dataloader_kwargs(**kwargs: Any) -> dict[str, Any]:

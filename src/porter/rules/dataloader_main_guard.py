@@ -11,10 +11,17 @@ from porter.rulebase.evidence import CalledByName, Uses
 from porter.rulebase.families.dataloader import DATALOADER, workers
 from porter.rulebase.rule import Example, Needs, Rule, Safety, keyword, positional
 from porter.rulebase.syntax import (
+    argument,
     block_statements,
     is_main_guard,
+    is_runtime_call,
+    replace_arg,
     small_statements,
 )
+
+#: DataLoader's positional slot of num_workers (dataset, batch_size, shuffle, sampler,
+#: batch_sampler, num_workers)
+_NUM_WORKERS_INDEX = 5
 
 
 class _Calls(cst.CSTVisitor):
@@ -103,14 +110,17 @@ _LOADER_OR_CALLED = Uses(DATALOADER) | CalledByName()
 
 
 class DataLoaderMainGuard(Rule):
-    """A DataLoader with workers that starts at import time (no `__main__` guard) is reported.
+    """A DataLoader with workers that starts at import time (no `__main__` guard) loads in the main process where workers spawn.
 
     What:
-    Reports a `DataLoader(..., num_workers=N)` (N > 0 or not a literal) that runs at
+    Finds a `DataLoader(..., num_workers=N)` (N > 0 or not a literal) that runs at
     import time: built at module level and then iterated there (a module-level loop,
     or its name used by later module-level code, or passed straight into a call), or
     built in a function that module-level code calls (`main()` at the bottom of the
-    script, directly or through other functions of the file).
+    script, directly or through other functions of the file). Rewrites its
+    `num_workers=N` to `num_workers=porter_runtime.unguarded_workers(N)`; a call that
+    also passes `persistent_workers` or `prefetch_factor` (DataLoader refuses them with
+    no workers) or `**kwargs` is reported instead, with the guard as the fix.
 
     Why:
     macOS starts DataLoader workers with `spawn`, which re-imports the main script in
@@ -121,8 +131,11 @@ class DataLoaderMainGuard(Rule):
     shows this.
 
     Fix safety:
-    Review (no rewrite). Moving code under a guard changes what importing the module
-    does; the author decides.
+    Safe. On CUDA, and wherever workers start with `fork` (Linux, CPU-only too),
+    `unguarded_workers(N)` is `N`. Where they start with `spawn` (macOS's default, and
+    `porter verify --emulate mps`) it is 0: the same batches, loaded in the main
+    process, where the original fails. Porter does not move code under a guard: that
+    changes what importing the module does, and the message suggests it for speed.
 
     A notebook is not re-run by its workers (spawn re-imports a script, and a notebook's
     kernel has no file): there a cell's loader is reported only when what the workers
@@ -139,7 +152,7 @@ class DataLoaderMainGuard(Rule):
 
     code = "PT403"
     name = "dataloader-main-guard"
-    safety = Safety.REVIEW
+    safety = Safety.SAFE
     needs = Needs(targets=DATALOADER, unit=_LOADER_OR_CALLED)
 
     valid = [
@@ -164,12 +177,50 @@ class DataLoaderMainGuard(Rule):
         ),
     ]
     invalid = [
-        Example("from torch.utils.data import DataLoader\n\nloader = DataLoader(ds, batch_size=64, num_workers=4)\n"
-                "for epoch in range(10):\n    for batch in loader:\n        step(batch)\n"),
+        Example(  # PyTorch-GAN's scripts: options, models, loaders and the training loop at module level
+            dedent("""\
+                from torch.utils.data import DataLoader
+
+                dataloader = DataLoader(
+                    ImageDataset("../../data/%s" % opt.dataset_name, transforms_=transforms_, unaligned=True),
+                    batch_size=opt.batch_size,
+                    shuffle=True,
+                    num_workers=opt.n_cpu,
+                )
+                for epoch in range(opt.epoch, opt.n_epochs):
+                    for i, batch in enumerate(dataloader):
+                        step(batch)
+                """),
+            dedent("""\
+                import porter_runtime
+                from torch.utils.data import DataLoader
+
+                dataloader = DataLoader(
+                    ImageDataset("../../data/%s" % opt.dataset_name, transforms_=transforms_, unaligned=True),
+                    batch_size=opt.batch_size,
+                    shuffle=True,
+                    num_workers=porter_runtime.unguarded_workers(opt.n_cpu),
+                )
+                for epoch in range(opt.epoch, opt.n_epochs):
+                    for i, batch in enumerate(dataloader):
+                        step(batch)
+                """),
+            line=3, message="loads in the main process there",
+        ),
         Example("import torch as t\n\ndef main():\n    loader = t.utils.data.DataLoader(ds, num_workers=args.workers)\n"
+                "    train(loader)\n\nmain()\n",
+                "import porter_runtime\nimport torch as t\n\ndef main():\n"
+                "    loader = t.utils.data.DataLoader(ds, num_workers=porter_runtime.unguarded_workers(args.workers))\n"
                 "    train(loader)\n\nmain()\n"),
         Example("from torch.utils.data import DataLoader as DL\n\ndef build():\n    return DL(ds, 8, True, None, None, 2)\n\n"
+                "def main():\n    fit(build())\n\nmain()\n",
+                "import porter_runtime\nfrom torch.utils.data import DataLoader as DL\n\ndef build():\n"
+                "    return DL(ds, 8, True, None, None, porter_runtime.unguarded_workers(2))\n\n"
                 "def main():\n    fit(build())\n\nmain()\n"),
+        Example(  # DataLoader refuses persistent_workers without workers: reported, with the guard as the fix
+            "from torch.utils.data import DataLoader\n\nloader = DataLoader(ds, num_workers=4, persistent_workers=True)\n"
+            "for batch in loader:\n    step(batch)\n",
+            line=3, message="no `if __name__ == \"__main__\":` guard"),
         Example(  # a notebook's cell: the collate function may be one the notebook defines
             dedent("""\
                 from torch.utils.data import DataLoader
@@ -185,18 +236,35 @@ class DataLoaderMainGuard(Rule):
         ),
     ]
 
-    def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
-        statements = list(_unguarded(original.body))
-        found = self._top_level(statements) + self._called(original, statements)
+    def visit_Module(self, node: cst.Module) -> None:
+        statements = list(_unguarded(node.body))
+        found = self._top_level(statements) + self._called(node, statements)
+        self._unguarded_loaders: dict[int, tuple[str, str]] = {}
         if self.ctx.path.endswith(".ipynb"):
-            self._notebook(original, found)
-            return updated
+            self._notebook(node, found)
+            return
         for call, why, fix in found:
-            self.flag(call, f"DataLoader(num_workers={workers(call)}) starts worker processes at import "
-                      f"time ({why}, no `if __name__ == \"__main__\":` guard); macOS spawns workers, which "
-                      f"re-import this script and fail with `{_BOOTSTRAP}`" + (_GUARD_NOTE if fix == _GUARD_FIX
-                                                                               else ""), suggestion=fix)
-        return updated
+            self._unguarded_loaders.setdefault(id(call), (why, fix))
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        found = getattr(self, "_unguarded_loaders", {}).get(id(original))
+        if found is None:
+            return updated
+        why, fix = found
+        given = argument(original, "num_workers", _NUM_WORKERS_INDEX)
+        if given is not None and is_runtime_call(self, given.value):
+            return updated  # ported
+        starts = (f"DataLoader(num_workers={workers(original)}) starts worker processes at import time ({why}, no "
+                  f"`if __name__ == \"__main__\":` guard); macOS spawns workers, which re-import this script and "
+                  f"fail with `{_BOOTSTRAP}`")
+        arg = argument(updated, "num_workers", _NUM_WORKERS_INDEX)
+        blocked = [k for k in ("persistent_workers", "prefetch_factor") if keyword(original, k) is not None]
+        if arg is None or blocked or any(a.star for a in original.args):
+            self.flag(original, starts + (_GUARD_NOTE if fix == _GUARD_FIX else ""), suggestion=fix)
+            return updated
+        new = replace_arg(updated, arg, self.runtime_call("unguarded_workers", arg.value))
+        return self.rewrite(original, new, starts + "; the runtime loads in the main process there (num_workers=0, "
+                            "the same batches) and keeps the workers on CUDA and wherever they fork (Linux)")
 
     def _notebook(self, module: cst.Module, found: list[tuple[cst.Call, str, str]]) -> None:
         """A cell's loaders whose pickled arguments may be the notebook's own."""
