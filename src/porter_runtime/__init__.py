@@ -45,7 +45,7 @@ _EXPORTS = {
     "attention_qkvpacked": "attn.attention", "attention_varlen": "attn.attention",
     "attention_varlen_kvpacked": "attn.attention", "attention_varlen_qkvpacked": "attn.attention",
     "sdpa_kernel": "attn.sdpa",
-    "double": "_cast",
+    "double": "_cast", "to_dtype": "_cast",
     "compile": "_compile",
     "dataloader_kwargs": "_data", "map_location": "_data", "pin_memory": "_data",
     "pin_memory_device": "_data", "pin_tensor": "_data", "to_device": "_data", "unguarded_workers": "_data",

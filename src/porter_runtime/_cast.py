@@ -5,7 +5,7 @@ from typing import TypeVar
 
 import torch
 
-from . import _dtypes
+from . import _device, _dtypes
 
 T = TypeVar("T")
 
@@ -20,3 +20,17 @@ def double(obj: T) -> T:
     if _dtypes.supported_dtype(torch.float64) == torch.float64:
         return obj.double()  # type: ignore[attr-defined]
     return obj.float()  # type: ignore[attr-defined]
+
+
+def to_dtype(obj: T, dtype: torch.dtype) -> T:
+    """Twin of ``obj.to(dtype)`` for a float64 / complex128 ``dtype``, where ``obj`` may
+    be on the device (``logits.to(torch.float64)`` in a loss).
+
+    ``obj.to(dtype)`` on CUDA and for anything whose ``device`` is not MPS (a CPU
+    tensor keeps float64 on a Mac too). An MPS tensor, which can't hold float64, gets
+    ``supported_dtype(dtype, its device)``: float32 / complex64, warned once.
+    """
+    device = getattr(obj, "device", None)
+    if isinstance(device, torch.device) and device.type != "cuda" and _device.kind_of(device) == "mps":
+        dtype = _dtypes.supported_dtype(dtype, device)
+    return obj.to(dtype)  # type: ignore[attr-defined, no-any-return]

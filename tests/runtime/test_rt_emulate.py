@@ -207,3 +207,20 @@ def test_an_enabled_scaler_steps_on_the_emulated_device(emulated, monkeypatch):
         assert scaler.is_enabled() and scaler.get_scale() == 65536.0
         with pytest.raises(TypeError, match="float64"):
             torch.zeros(2, device=emulated).double()
+
+
+def test_a_float64_cast_of_a_device_tensor_runs_through_to_dtype(emulated, monkeypatch):
+    # PT608's stand-in: HRM's `logits.to(torch.float64)` raises on MPS; to_dtype keeps float64 on the host
+    monkeypatch.setattr(torch.Tensor, "cpu", torch.Tensor.cpu)
+    monkeypatch.setattr(torch.Tensor, "to", torch.Tensor.to)
+    monkeypatch.setattr(torch.Tensor, "device", torch.Tensor.device)
+    _emulate.patch_host_moves()
+    with contract():
+        logits = torch.randn(2, 3).to(emulated)
+        with pytest.raises(TypeError, match="Cannot convert a MPS Tensor to float64"):
+            logits.to(torch.float64)
+        with pytest.warns(UserWarning, match="float32 instead of torch.float64 on mps"):
+            cast = porter_runtime.to_dtype(logits, torch.float64)
+        assert cast.dtype == torch.float32 and cast.device == emulated and torch.equal(cast, logits)
+        host = torch.ones(2)
+        assert porter_runtime.to_dtype(host, torch.float64).dtype == torch.float64  # the host keeps float64

@@ -186,3 +186,13 @@ def test_sdpa_kernel_says_once_what_it_cannot_keep(simulate):
     with pytest.warns(UserWarning, match="EFFICIENT_ATTENTION.*restricts nothing"):
         with porter_runtime.sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]):
             assert _switches() == (True, True)
+
+
+def test_to_dtype_is_the_tensors_own_cast_on_cuda_and_on_the_cpu(simulate):
+    for machine in ("cuda", "cpu"):
+        simulate(machine)
+        x = torch.arange(3.0)
+        y = porter_runtime.to_dtype(x, torch.float64)
+        assert y.dtype == torch.float64 and torch.equal(y, x.to(torch.float64))
+        module = torch.nn.Linear(2, 2)
+        assert porter_runtime.to_dtype(module, torch.float64) is module and module.weight.dtype == torch.float64

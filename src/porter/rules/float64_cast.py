@@ -1,0 +1,114 @@
+"""A tensor cast to float64 where it lives (PT608): MPS can't hold the result."""
+
+from __future__ import annotations
+
+from textwrap import dedent
+
+import libcst as cst
+
+from porter.rulebase.evidence import CallsMethod
+from porter.rulebase.rule import Example, Needs, Rule, Safety
+
+#: What MPS has no kernel for at all (bfloat16 it has from macOS 14: PT604's).
+_FLOAT64 = frozenset({"torch.float64", "torch.double", "torch.complex128", "torch.cdouble"})
+#: Receivers that are visibly on the host: their float64 is fine on every machine.
+_HOST = frozenset({"cpu", "numpy", "from_numpy", "as_tensor", "tensor"})
+
+
+class Float64Cast(Rule):
+    """`x.to(torch.float64)` goes through `porter_runtime.to_dtype(x, torch.float64)`.
+
+    What:
+    Rewrites a cast of an existing tensor to float64 or complex128 with no move,
+    `x.to(torch.float64)` / `x.to(dtype=torch.double)` (the dtype its only argument), to
+    `porter_runtime.to_dtype(x, torch.float64)`. A receiver that is visibly on the host
+    (`x.cpu()`, `torch.from_numpy(a)`, `torch.tensor(...)`) is left alone.
+
+    Why:
+    Research code upcasts for a numerically careful step (HRM's stablemax loss takes
+    `log_stablemax(logits.to(torch.float64))`, SOAP's `eigh(m.to(torch.float64))`). The
+    tensor lives on the device, and on a Mac the cast raises `TypeError: Cannot convert
+    a MPS Tensor to float64 dtype as the MPS framework doesn't support float64`.
+
+    Fix safety:
+    Safe. `to_dtype(x, dtype)` is `x.to(dtype)` on CUDA and for anything not on MPS (a
+    CPU tensor keeps float64 on a Mac too). Only an MPS tensor, where the original
+    raises, is cast to float32 / complex64 instead, with one warning.
+
+    Known limits:
+    `.double()` is PT606's (next to a move), a move and a cast in one call PT604's.
+    """
+
+    code = "PT608"
+    name = "float64-cast"
+    safety = Safety.SAFE
+    needs = Needs(targets=_FLOAT64, evidence=CallsMethod("to"))
+
+    valid = [
+        "import torch\ny = x.to(torch.float32)\n",
+        "import torch\ny = x.cpu().to(torch.float64)\n",
+        "import torch\ny = torch.from_numpy(a).to(torch.float64)\n",
+        "import torch\ny = x.to(device, torch.float64)\n",  # a move too: PT604's
+        "import torch\ny = x.to(torch.float64, non_blocking=True)\n",
+        "import numpy as torch\ny = x.to(torch.float64)\n",
+        "import porter_runtime\nimport torch\ny = porter_runtime.to_dtype(x, torch.float64)\n",
+    ]
+    invalid = [
+        Example(  # HRM's stablemax cross-entropy: the logits come from the model, on the device
+            dedent("""\
+                import torch
+
+
+                def stablemax_cross_entropy(logits, labels, ignore_index: int = -100):
+                    logprobs = log_stablemax(logits.to(torch.float64), dim=-1)
+                    valid_mask = labels != ignore_index
+                    return logprobs, valid_mask
+                """),
+            dedent("""\
+                import porter_runtime
+                import torch
+
+
+                def stablemax_cross_entropy(logits, labels, ignore_index: int = -100):
+                    logprobs = log_stablemax(porter_runtime.to_dtype(logits, torch.float64), dim=-1)
+                    valid_mask = labels != ignore_index
+                    return logprobs, valid_mask
+                """),
+            line=5, message="MPS has no float64",
+        ),
+        Example(
+            "import torch as t\n_, Q = t.linalg.eigh(m.to(dtype=t.double) + 1e-30 * t.eye(m.shape[0], device=m.device))\n",
+            "import porter_runtime\nimport torch as t\n"
+            "_, Q = t.linalg.eigh(porter_runtime.to_dtype(m, t.double) + 1e-30 * t.eye(m.shape[0], device=m.device))\n",
+        ),
+    ]
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        func = original.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "to") or len(original.args) != 1:
+            return updated
+        arg = original.args[0]
+        if arg.star or (arg.keyword is not None and arg.keyword.value != "dtype"):
+            return updated
+        if self.qualname(arg.value) not in _FLOAT64 or self.qualname(func.value) is not None:
+            return updated  # not a float64 dtype, or a module's `to(...)` function
+        if _on_host(func.value):
+            return updated
+        assert isinstance(updated.func, cst.Attribute)
+        new = self.runtime_call("to_dtype", updated.func.value, updated.args[0].value)
+        return self.rewrite(original, new, "MPS has no float64: on an MPS tensor the runtime casts to float32 "
+                            "(warned once); on CUDA and for other tensors this is `.to(dtype)` as before")
+
+
+def _on_host(node: cst.BaseExpression) -> bool:
+    """``x.cpu()``, ``x.numpy()``-like chains and tensors made from host data."""
+    while isinstance(node, cst.Call):
+        func = node.func
+        name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+        if name in _HOST:
+            return True
+        node = func.value if isinstance(func, cst.Attribute) else node
+        if not isinstance(func, cst.Attribute):
+            return False
+    return False
+
