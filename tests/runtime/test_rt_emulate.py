@@ -224,3 +224,20 @@ def test_a_float64_cast_of_a_device_tensor_runs_through_to_dtype(emulated, monke
         assert cast.dtype == torch.float32 and cast.device == emulated and torch.equal(cast, logits)
         host = torch.ones(2)
         assert porter_runtime.to_dtype(host, torch.float64).dtype == torch.float64  # the host keeps float64
+
+
+def test_in_a_process_that_runs_on_the_cpu_cpu0_is_the_cpu(monkeypatch):
+    # a 2-process launch resolves to the CPU (Gloo cannot send MPS tensors); accelerate's
+    # multi-CPU device there is torch.device("cpu", 0), the emulated device's spelling
+    monkeypatch.setenv("PORTER_EMULATE", "mps")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    porter_runtime._reset()
+    assert porter_runtime.device() == torch.device("cpu")
+    monkeypatch.setattr(torch.Tensor, "cpu", torch.Tensor.cpu)
+    monkeypatch.setattr(torch.Tensor, "to", torch.Tensor.to)
+    monkeypatch.setattr(torch.Tensor, "device", torch.Tensor.device)
+    _emulate.patch_host_moves()
+    with contract():
+        x = torch.ones(2).to(torch.device("cpu", 0))
+        assert x.double().dtype == torch.float64 and x.device.type == "cpu"
+    porter_runtime._reset()

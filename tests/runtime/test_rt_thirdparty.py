@@ -475,6 +475,7 @@ def test_training_arguments_leave_cuda_as_given_and_drop_cuda_only_options_elsew
         fsdp: str = ""
         fsdp_config: Optional[dict] = field(default=None)
         optim: str = field(default="paged_adamw_32bit")  # QLoRA's class default
+        use_cpu: bool = False
 
         def __post_init__(self):
             porter_runtime.training_arguments(self)
@@ -482,11 +483,15 @@ def test_training_arguments_leave_cuda_as_given_and_drop_cuda_only_options_elsew
     simulate("cuda")
     kept = Args(tf32=True, fsdp="full_shard auto_wrap", fsdp_config={"min_num_params": 0})
     assert (kept.tf32, kept.fsdp_config, kept.optim) == (True, {"min_num_params": 0}, "paged_adamw_32bit")
+    assert kept.use_cpu is False
+    simulate("mps")
+    assert Args().use_cpu is False  # Trainer picks MPS itself, where the runtime resolved
     simulate("cpu")
     with pytest.warns(UserWarning, match="optim=paged_adamw_32bit is bitsandbytes"):
         off = Args(tf32=True, fsdp="full_shard auto_wrap", fsdp_config={"min_num_params": 0})
     assert off.tf32 is None and off.fsdp_config == {"min_num_params": 0, "sync_module_states": "false"}
     assert off.optim == "adamw_torch"
+    assert off.use_cpu is True  # the runtime resolved to the CPU: Trainer must not pick MPS
     assert Args(optim=OptimizerNames.PAGED_ADAMW).optim == "adamw_torch"
     plain = Args(tf32=False, optim="adafactor")
     assert plain.tf32 is False and plain.fsdp_config is None and plain.optim == "adafactor"

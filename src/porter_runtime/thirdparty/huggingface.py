@@ -42,7 +42,9 @@ def training_arguments(args: Any) -> None:
     does nothing. Elsewhere bitsandbytes' AdamW (``optim="paged_adamw_32bit"``, a
     class default in QLoRA-style scripts; the 8-bit ones) becomes ``"adamw_torch"``
     with a warning, as ``porter_runtime.bnb_optim`` does (bitsandbytes' kernels are
-    CUDA's: Trainer fails building the optimizer), ``tf32`` is unset (transformers raises "--tf32 requires
+    CUDA's: Trainer fails building the optimizer); where the runtime resolved to the CPU
+    (on a Mac, a process-group launch: Gloo cannot send MPS tensors) ``use_cpu`` is set,
+    so Trainer does not put the model on MPS; ``tf32`` is unset (transformers raises "--tf32 requires
     Ampere or a newer GPU arch" without a CUDA GPU), and an FSDP run does not sync module
     states: accelerate's plugin looks for a CUDA, XPU or NPU device for that broadcast
     ("no available devices found"), and every rank loads the same weights anyway."""
@@ -54,6 +56,10 @@ def training_arguments(args: Any) -> None:
         _log.warn_once("training_arguments.optim", f"TrainingArguments: optim={name} is bitsandbytes' CUDA "
                        "optimizer; using optim=adamw_torch (the same AdamW update, 32-bit state kept in memory)")
         args.optim = "adamw_torch"
+    if _device.device_type() == "cpu" and getattr(args, "use_cpu", None) is False:
+        # transformers picks MPS where it is; porter_runtime resolved to the CPU (on a Mac: a
+        # process-group launch, Gloo cannot send MPS tensors), so Trainer runs there too
+        args.use_cpu = True
     if getattr(args, "tf32", None):
         _log.info_once("training_arguments.tf32", f"TrainingArguments: tf32={args.tf32} is for CUDA GPUs; left unset")
         args.tf32 = None

@@ -78,7 +78,11 @@ def _mark(t: torch.Tensor) -> None:
 
 
 def _is_emulated(device: Any) -> bool:
-    return isinstance(device, torch.device) and device == _device.EMULATED
+    """The emulated device (``cpu:0``) while this process runs on it. A process that
+    resolved to the CPU (a process-group launch, as on a Mac) has no MPS device: there
+    ``cpu:0`` is the CPU (accelerate's device on a multi-CPU launch)."""
+    return (isinstance(device, torch.device) and device == _device.EMULATED
+            and _device.resolve(announce=False).device == _device.EMULATED)
 
 
 def op_key(func: Any) -> str:
