@@ -61,6 +61,9 @@ class CudaRequirement(Rule):
         # a flag rebound later is not the module's availability flag
         "import torch\nHAS_CUDA = torch.cuda.is_available()\nHAS_CUDA = HAS_CUDA and n > 0\n"
         "if not HAS_CUDA:\n    raise RuntimeError('needs CUDA')\n",
+        # a parameter of the flag's name is the caller's value, not the module's flag
+        "import torch\nHAS_CUDA = torch.cuda.is_available()\ndef f(x, HAS_CUDA=True):\n    if not HAS_CUDA:\n"
+        "        raise RuntimeError('needs CUDA')\n",
         # a flag set inside a function
         "import torch\ndef f():\n    ok = torch.cuda.is_available()\n    if not ok:\n        raise SystemExit(1)\n",
     ]

@@ -100,7 +100,8 @@ def flag_requirement(rule: Rule, node: cst.If) -> Optional[tuple[Optional[cst.Ba
 def module_flags(rule: Rule) -> frozenset[str]:
     """The module's availability flags: names bound once, at its top level, to
     ``torch.cuda.is_available()`` (``HAS_CUDA = torch.cuda.is_available()``) and never
-    rebound (no other assignment, ``global`` or ``del`` of them in the file)."""
+    rebound (no other assignment, ``global`` or ``del`` of them in the file, and no
+    parameter, loop or ``as`` target of that name)."""
     module = rule.ctx.module
     cached = getattr(rule, "_module_flags", None)
     if cached is not None and cached[0] is module:
@@ -112,9 +113,12 @@ def module_flags(rule: Rule) -> frozenset[str]:
             if (isinstance(line, cst.Assign) and len(line.targets) == 1 and isinstance(line.targets[0].target, cst.Name)
                     and availability_test(rule, line.value) is True):
                 name = line.targets[0].target.value
-                binds = rb"(?<![\w.])" + re.escape(name.encode()) + rb"\s*(?::[^=\n]*)?(?:=(?!=)|[-+*/|&]=)"
-                if len(re.findall(binds, rule.ctx.source)) == 1 and not re.search(
-                        rb"\b(?:global|nonlocal|del)\b[^\n]*\b" + re.escape(name.encode()) + rb"\b", rule.ctx.source):
+                word = re.escape(name.encode())
+                binds = rb"(?<![\w.])" + word + rb"\s*(?::[^=\n]*)?(?:=(?!=)|[-+*/|&]=)"
+                # rebound elsewhere, or a name of its own in a function (a parameter, a loop
+                # or `as` target): not the module's flag there, so none at all
+                other = rb"\b(?:global|nonlocal|del|for|as|import|lambda)\b[^\n]*\b" + word + rb"\b|\bdef\s+\w+\s*\([^)]*\b" + word + rb"\b"
+                if len(re.findall(binds, rule.ctx.source)) == 1 and not re.search(other, rule.ctx.source):
                     flags.add(name)
     found = frozenset(flags)
     rule._module_flags = (module, found)  # type: ignore[attr-defined]
