@@ -17,7 +17,9 @@ Code written for NCCL often never calls ``destroy_process_group()`` (NCCL only w
 A Gloo group left registered is then destroyed by C++ static destructors after the
 interpreter is gone, with its threads still running: "terminate called without an
 active exception", SIGABRT, in about one exit in three (llama's example scripts). So at
-exit the runtime destroys the default group it created, if the program left it.
+exit the runtime destroys the default group it created, if the program left it. A group a
+library made (accelerate's, for Hugging Face's Trainer) is adopted at exit the same way
+where the runtime was asked to (``release_gloo_at_exit``: TrainingArguments off CUDA).
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import atexit
 from typing import Any
 
 _kept: list[Any] = []
+_adopting = False
 
 
 def keep_until_exit(group: Any) -> None:
@@ -47,3 +50,26 @@ def release() -> None:
     except Exception:  # at exit, never a new error: the old end is still there
         pass
     _kept.clear()
+
+
+def release_gloo_at_exit() -> None:
+    """At exit, destroy the default group if it is a Gloo group that the program left,
+    whoever made it (as ``release`` does for the runtime's own). Registered once."""
+    global _adopting
+    if _adopting:
+        return
+    _adopting = True
+    atexit.register(_adopt_and_release)
+
+
+def _adopt_and_release() -> None:
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized() and dist.get_backend() == "gloo":
+            world = dist.group.WORLD
+            if not any(group is world for group in _kept):
+                _kept.append(world)
+    except Exception:  # at exit, never a new error
+        return
+    release()

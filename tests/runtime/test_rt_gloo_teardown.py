@@ -113,3 +113,32 @@ def test_a_gloo_group_the_program_never_destroys_is_destroyed_at_exit(tmp_path):
         returncode, out, err = launch(script, "unused")
         assert returncode == 0 and "terminate called" not in err, err[-3000:]
         assert out.count("initialized-at-exit-False") == 2, out
+
+
+MADE_BY_A_LIBRARY = textwrap.dedent('''
+    import atexit
+    import sys
+
+    import torch
+    import torch.distributed as dist
+
+    from porter_runtime import _gloo_teardown
+
+    atexit.register(lambda: sys.stdout.write(f"initialized-at-exit-{dist.is_initialized()}\\n") and sys.stdout.flush())
+    _gloo_teardown.release_gloo_at_exit()  # what TrainingArguments' hook asks for off CUDA
+    dist.init_process_group("gloo")  # accelerate's PartialState, for Hugging Face's Trainer
+    x = torch.ones(4)
+    dist.all_reduce(x)
+    print("sum", int(x[0]), flush=True)
+''')
+
+
+@pytest.mark.slow
+def test_a_gloo_group_a_library_made_is_destroyed_at_exit_when_asked(tmp_path):
+    """stanford_alpaca under Trainer: accelerate makes the Gloo group and nothing destroys
+    it; TP708's hook (porter_runtime.training_arguments) asks the runtime to."""
+    script = tmp_path / "made_by_a_library.py"
+    script.write_text(MADE_BY_A_LIBRARY)
+    returncode, out, err = launch(script, "unused")
+    assert returncode == 0 and "terminate called" not in err, err[-3000:]
+    assert out.count("sum 2") == 2 and out.count("initialized-at-exit-False") == 2, out

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, TypeVar
 
-from .. import _device, _log
+from .. import _device, _gloo_teardown, _log
 from . import libs as _thirdparty_libs
 
 T = TypeVar("T")
@@ -44,7 +44,9 @@ def training_arguments(args: Any) -> None:
     with a warning, as ``porter_runtime.bnb_optim`` does (bitsandbytes' kernels are
     CUDA's: Trainer fails building the optimizer); where the runtime resolved to the CPU
     (on a Mac, a process-group launch: Gloo cannot send MPS tensors) ``use_cpu`` is set,
-    so Trainer does not put the model on MPS; ``tf32`` is unset (transformers raises "--tf32 requires
+    so Trainer does not put the model on MPS; the Gloo group accelerate makes is destroyed
+    at exit if the script left it (``_gloo_teardown``: otherwise about one exit in three
+    ends in SIGABRT); ``tf32`` is unset (transformers raises "--tf32 requires
     Ampere or a newer GPU arch" without a CUDA GPU), and an FSDP run does not sync module
     states: accelerate's plugin looks for a CUDA, XPU or NPU device for that broadcast
     ("no available devices found"), and every rank loads the same weights anyway."""
@@ -56,6 +58,7 @@ def training_arguments(args: Any) -> None:
         _log.warn_once("training_arguments.optim", f"TrainingArguments: optim={name} is bitsandbytes' CUDA "
                        "optimizer; using optim=adamw_torch (the same AdamW update, 32-bit state kept in memory)")
         args.optim = "adamw_torch"
+    _gloo_teardown.release_gloo_at_exit()  # accelerate's Gloo group, which Trainer code never destroys
     if _device.device_type() == "cpu" and getattr(args, "use_cpu", None) is False:
         # transformers picks MPS where it is; porter_runtime resolved to the CPU (on a Mac: a
         # process-group launch, Gloo cannot send MPS tensors), so Trainer runs there too
