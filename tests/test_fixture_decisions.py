@@ -251,8 +251,8 @@ FORWARDS: dict[str, tuple[Any, str, tuple]] = {
     "torch.cuda.amp.GradScaler": (torch.amp, "GradScaler", ("cuda",)),
 }
 ATTENTION = frozenset({"flash_attn.flash_attn_func", "flash_attn.flash_attn_interface.flash_attn_func"})
-#: Tensor methods whose rewrite must call the tensor's own method on CUDA.
-METHODS = frozenset({"double", "pin_memory"})
+#: Tensor methods whose rewrite must call the tensor's own method on CUDA (`.to(dtype)`: PT608).
+METHODS = frozenset({"double", "pin_memory", "to"})
 
 
 def _cuda_device(device: Any = None) -> torch.device:
