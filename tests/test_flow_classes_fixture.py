@@ -108,7 +108,8 @@ def test_ported_once_it_trains_resumes_and_writes_on_cpu(copy_tree, tmp_path):
     fsdp_out = tmp_path / "fsdp"
     sharded = train(repo, fsdp_out, "--strategy", "fsdp")
     assert sharded.returncode == 0, sharded.stderr[-3000:]
-    assert sharded.stdout.splitlines()[:2] == first.stdout.splitlines()[:2]  # one process: the same steps as DDP
+    # one process, the same seed and batch: FSDP's first loss is DDP's (before any update)
+    assert sharded.stdout.split(" scale ")[0] == first.stdout.split(" scale ")[0]
     assert train(repo, fsdp_out, "--strategy", "fsdp", "--resume").returncode == 0
     assert json.loads((fsdp_out / "samples_0.json").read_text())["step"] == 4
     check = run_porter("migrate", repo, "--check", "--fail-on", "changes")
