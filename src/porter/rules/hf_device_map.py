@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from textwrap import dedent
-from typing import Optional
+from typing import Optional, TypeVar
 
 import libcst as cst
 
@@ -31,6 +31,9 @@ def _device_value(rule: Rule, node: cst.BaseExpression) -> Optional[cst.BaseExpr
         return rule.runtime_call("device", node)
     return None
 
+
+#: a node whose ``value`` is a device map: ``device_map = {...}``, ``"device_map": {...}``
+_Holder = TypeVar("_Holder", cst.Assign, cst.DictElement)
 
 _INDEX_WORDS = ("rank", "index", "gpu", "device_id", "cuda")
 
@@ -230,16 +233,16 @@ class HfDeviceMap(Scoped, Rule):
                 or not isinstance(original.value, cst.Dict) or not original.value.deep_equals(updated.value)
                 or original.targets[0].target.value not in self._maps()):
             return updated
-        new_value = self._ported(original.value)
-        if new_value is None:
-            return updated
-        return self.rewrite(original, updated.with_changes(value=new_value),
-                            "the model goes to the runtime's device: the same CUDA device on CUDA")
+        return self._port_value(original, updated)
 
     def leave_DictElement(self, original: cst.DictElement, updated: cst.DictElement) -> cst.DictElement:
         """``{"device_map": {"": local_rank}, ...}``: a loader's keywords, gathered first."""
         if string_value(original.key) != "device_map" or not original.value.deep_equals(updated.value):
             return updated
+        return self._port_value(original, updated)
+
+    def _port_value(self, original: _Holder, updated: _Holder) -> _Holder:
+        """``updated`` with its ``value`` (a device map) ported, or as it is."""
         new_value = self._ported(original.value)
         if new_value is None:
             return updated
