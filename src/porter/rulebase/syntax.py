@@ -9,7 +9,7 @@ from typing import Iterator, Optional, Sequence
 import libcst as cst
 
 from porter.rulebase.matching import dotted_name
-from porter.rulebase.rule import RUNTIME, cuda_spec, keyword, string_value
+from porter.rulebase.rule import RUNTIME, cuda_spec, keyword, positional, string_value
 
 #: ``kw=value`` with no spaces, as PEP 8 writes keyword arguments.
 EQ = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
@@ -126,6 +126,23 @@ def is_device_expr(rule, node: cst.BaseExpression) -> bool:
         return True
     first = node.args[0] if node.args else keyword(node, "type")
     return name == "torch.device" and first is not None and cuda_spec(first.value) is not None
+
+
+def is_device_move(rule, node: cst.BaseExpression) -> bool:
+    """``x.cuda(...)``, or ``x.to(...)`` with a device that :func:`is_device_expr`."""
+    if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
+        return False
+    if rule.qualname(node.func.value) is not None:
+        return False  # ``mylib.cuda()``: a module's function, not a method
+    method = node.func.attr.value
+    if method == "cuda":
+        return True
+    if method != "to":
+        return False
+    device = keyword(node, "device")
+    given = positional(node)
+    candidates = [device] if device is not None else given[:1]
+    return any(is_device_expr(rule, a.value) for a in candidates)
 
 
 def argument_pair(original: cst.Call, updated: cst.Call, name: str,

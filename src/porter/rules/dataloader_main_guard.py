@@ -8,20 +8,15 @@ from typing import Iterator, Optional, Sequence
 import libcst as cst
 
 from porter.rulebase.evidence import CalledByName, Uses
-from porter.rulebase.families.dataloader import DATALOADER, workers
+from porter.rulebase.families.dataloader import DATALOADER, workers, workers_arg
 from porter.rulebase.rule import Example, Needs, Rule, Safety, keyword, positional
 from porter.rulebase.syntax import (
-    argument,
     block_statements,
     is_main_guard,
     is_runtime_call,
     replace_arg,
     small_statements,
 )
-
-#: DataLoader's positional slot of num_workers (dataset, batch_size, shuffle, sampler,
-#: batch_sampler, num_workers)
-_NUM_WORKERS_INDEX = 5
 
 
 class _Calls(cst.CSTVisitor):
@@ -251,13 +246,13 @@ class DataLoaderMainGuard(Rule):
         if found is None:
             return updated
         why, fix = found
-        given = argument(original, "num_workers", _NUM_WORKERS_INDEX)
+        given = workers_arg(original)
         if given is not None and is_runtime_call(self, given.value):
             return updated  # ported
         starts = (f"DataLoader(num_workers={workers(original)}) starts worker processes at import time ({why}, no "
                   f"`if __name__ == \"__main__\":` guard); macOS spawns workers, which re-import this script and "
                   f"fail with `{_BOOTSTRAP}`")
-        arg = argument(updated, "num_workers", _NUM_WORKERS_INDEX)
+        arg = workers_arg(updated)
         blocked = [k for k in ("persistent_workers", "prefetch_factor") if keyword(original, k) is not None]
         if arg is None or blocked or any(a.star for a in original.args):
             self.flag(original, starts + (_GUARD_NOTE if fix == _GUARD_FIX else ""), suggestion=fix)

@@ -19,29 +19,12 @@ from porter.rulebase.rule import (
     keyword,
     positional,
 )
-from porter.rulebase.syntax import is_device_expr
+from porter.rulebase.syntax import is_device_expr, is_device_move
 
 #: Dtypes that ``porter_runtime.supported_dtype`` may replace on MPS.
 HAZARD_DTYPES = frozenset({
     "torch.float64", "torch.double", "torch.complex128", "torch.cdouble", "torch.bfloat16",
 })
-
-
-def is_device_move(rule: Rule, node: cst.BaseExpression) -> bool:
-    """``x.cuda(...)``, or ``x.to(...)`` with a device that :func:`is_device_expr`."""
-    if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
-        return False
-    if rule.qualname(node.func.value) is not None:
-        return False  # ``mylib.cuda()``: a module's function, not a method
-    method = node.func.attr.value
-    if method == "cuda":
-        return True
-    if method != "to":
-        return False
-    device = keyword(node, "device")
-    given = positional(node)
-    candidates = [device] if device is not None else given[:1]
-    return any(is_device_expr(rule, a.value) for a in candidates)
 
 
 def _dtype_arg(rule: Rule, call: cst.Call, method: bool) -> Optional[cst.Arg]:

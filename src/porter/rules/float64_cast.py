@@ -8,6 +8,7 @@ import libcst as cst
 
 from porter.rulebase.evidence import CallsMethod
 from porter.rulebase.rule import Example, Needs, Rule, Safety
+from porter.rulebase.syntax import is_device_move
 
 #: What MPS has no kernel for at all (bfloat16 it has from macOS 14: PT604's).
 _FLOAT64 = frozenset({"torch.float64", "torch.double", "torch.complex128", "torch.cdouble"})
@@ -49,6 +50,7 @@ class Float64Cast(Rule):
         "import torch\ny = x.cpu().to(torch.float64)\n",
         "import torch\ny = torch.from_numpy(a).to(torch.float64)\n",
         "import torch\ny = x.to(device, torch.float64)\n",  # a move too: PT604's
+        "import torch\ny = x.cuda().to(torch.float64)\nz = x.to(torch.double).to('cuda')\n",  # next to a move: PT604's
         "import torch\ny = x.to(torch.float64, non_blocking=True)\n",
         "import numpy as torch\ny = x.to(torch.float64)\n",
         "import porter_runtime\nimport torch\ny = porter_runtime.to_dtype(x, torch.float64)\n",
@@ -83,6 +85,14 @@ class Float64Cast(Rule):
         ),
     ]
 
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._moved: set[int] = set()  # calls whose result a device move receives
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if is_device_move(self, node):
+            self._moved.add(id(node.func.value))  # type: ignore[attr-defined]
+
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         func = original.func
         if not (isinstance(func, cst.Attribute) and func.attr.value == "to") or len(original.args) != 1:
@@ -92,8 +102,8 @@ class Float64Cast(Rule):
             return updated
         if self.qualname(arg.value) not in _FLOAT64 or self.qualname(func.value) is not None:
             return updated  # not a float64 dtype, or a module's `to(...)` function
-        if _on_host(func.value):
-            return updated
+        if id(original) in self._moved or is_device_move(self, func.value) or _on_host(func.value):
+            return updated  # next to a move: PT604's `supported_dtype`; or on the host, where float64 is fine
         assert isinstance(updated.func, cst.Attribute)
         new = self.runtime_call("to_dtype", updated.func.value, updated.args[0].value)
         return self.rewrite(original, new, "MPS has no float64: on an MPS tensor the runtime casts to float32 "
@@ -101,14 +111,15 @@ class Float64Cast(Rule):
 
 
 def _on_host(node: cst.BaseExpression) -> bool:
-    """``x.cpu()``, ``x.numpy()``-like chains and tensors made from host data."""
+    """A call chain that visibly ends on the host: ``x.cpu()``, ``t.numpy()``,
+    ``torch.from_numpy(a)``, ``torch.tensor(...)`` anywhere along it."""
     while isinstance(node, cst.Call):
         func = node.func
-        name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
-        if name in _HOST:
-            return True
-        node = func.value if isinstance(func, cst.Attribute) else node
+        if isinstance(func, cst.Name):
+            return func.value in _HOST
         if not isinstance(func, cst.Attribute):
             return False
+        if func.attr.value in _HOST:
+            return True
+        node = func.value
     return False
-

@@ -250,14 +250,14 @@ class HfDeviceMap(Scoped, Rule):
                             "the model goes to the runtime's device: the same CUDA device on CUDA")
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        loader = isinstance(original.func, cst.Attribute) and original.func.attr.value == "from_pretrained"
-        gathered = (isinstance(original.func, cst.Name) and original.func.value == "dict"
-                    and self.qualname(original.func) is None and not _SHADOWS_DICT.search(self.ctx.source))
-        # dict(device_map=..., torch_dtype=...): the builtin, not a `dict` the module defines
-        if not (loader or gathered):
-            return updated
         arg = keyword(original, "device_map")
         if arg is None:
+            return updated
+        loader = isinstance(original.func, cst.Attribute) and original.func.attr.value == "from_pretrained"
+        # dict(device_map=..., torch_dtype=...): the builtin, not a `dict` the module defines
+        gathered = (isinstance(original.func, cst.Name) and original.func.value == "dict"
+                    and self.qualname(original.func) is None and not _SHADOWS_DICT.search(self.ctx.source))
+        if not (loader or gathered):
             return updated
         index = original.args.index(arg)
         new_value = self._ported(arg.value)

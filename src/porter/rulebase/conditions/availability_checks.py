@@ -87,7 +87,7 @@ def requirement(rule: Rule, node: Union[cst.Assert, cst.If]) -> Optional[tuple[O
 
 def flag_requirement(rule: Rule, node: cst.If) -> Optional[tuple[Optional[cst.BaseExpression]]]:
     """(message or None,) for ``if not HAS_CUDA: raise ...`` where ``HAS_CUDA`` is the
-    module's own availability flag (``module_flag``): a requirement read through it."""
+    module's own availability flag (``module_flags``): a requirement read through it."""
     test = node.test
     if node.orelse is not None or not (isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)
                                        and isinstance(test.expression, cst.Name)):

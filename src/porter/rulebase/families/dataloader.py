@@ -12,9 +12,14 @@ DATALOADER = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloa
 _NUM_WORKERS_INDEX = 5
 
 
+def workers_arg(call: cst.Call) -> Optional[cst.Arg]:
+    """A DataLoader call's ``num_workers`` argument (keyword or sixth positional)."""
+    return argument(call, "num_workers", _NUM_WORKERS_INDEX)
+
+
 def workers(call: cst.Call) -> Optional[str]:
     """Source-ish text of a DataLoader's num_workers when it may be > 0, else None."""
-    arg = argument(call, "num_workers", _NUM_WORKERS_INDEX)
+    arg = workers_arg(call)
     if arg is None:
         return None
     value = int_value(arg.value)
