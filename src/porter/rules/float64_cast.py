@@ -53,6 +53,7 @@ class Float64Cast(Rule):
         "import torch\ny = x.cuda().to(torch.float64)\nz = x.to(torch.double).to('cuda')\n",  # next to a move: PT604's
         "import torch\ny = x.to(torch.float64, non_blocking=True)\n",
         "import numpy as torch\ny = x.to(torch.float64)\n",
+        "def upcast(x, torch):\n    return x.to(torch.float64)\n",  # `torch` is a parameter here
         "import porter_runtime\nimport torch\ny = porter_runtime.to_dtype(x, torch.float64)\n",
     ]
     invalid = [
@@ -77,6 +78,10 @@ class Float64Cast(Rule):
                     return logprobs, valid_mask
                 """),
             line=5, message="MPS has no float64",
+        ),
+        Example(
+            "from torch import float64\nscores = attn.to(float64).softmax(-1)\n",
+            "import porter_runtime\nfrom torch import float64\nscores = porter_runtime.to_dtype(attn, float64).softmax(-1)\n",
         ),
         Example(
             "import torch as t\n_, Q = t.linalg.eigh(m.to(dtype=t.double) + 1e-30 * t.eye(m.shape[0], device=m.device))\n",
