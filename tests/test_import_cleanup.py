@@ -153,6 +153,31 @@ def test_a_notebook_cell_probe_stays_a_later_cell_may_read_it():
     assert probe_kept(first) and "porter_runtime.memory_efficient_attention(" in first
 
 
+def _notebook(*cells: str) -> bytes:
+    return json.dumps({"cells": [{"cell_type": "code", "metadata": {}, "source": c, "outputs": [],
+                                  "execution_count": None} for c in cells],
+                       "metadata": {}, "nbformat": 4, "nbformat_minor": 5}).encode()
+
+
+def _cells(data: bytes) -> list[str]:
+    return ["".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+            for c in json.loads(data)["cells"]]
+
+
+def test_a_notebook_import_a_later_cell_reads_stays_when_its_cell_loses_the_last_use():
+    """whisper's LibriSpeech notebook: cell 4 imports torch for its one device line,
+    later cells call torch.no_grad(); the port must not leave them a NameError."""
+    setup = "import sys\nimport torch\n\nDEVICE = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
+    later = "with torch.no_grad():\n    out = model(x.to(DEVICE))\nprint(out, file=sys.stderr)\n"
+    new, _ = migrate_notebook(_notebook(setup, later), Options(rules=all_rules()), path="nb.ipynb")
+    first = _cells(new)[0]
+    assert "import sys\nimport torch\n" in first and "DEVICE = porter_runtime.device_str()" in first
+    # with no other cell reading it, torch goes as it does in a .py file
+    alone, _ = migrate_notebook(_notebook(setup, "print(DEVICE, file=sys.stderr)\n"), Options(rules=all_rules()),
+                                path="nb.ipynb")
+    assert "import torch" not in _cells(alone)[0] and "import sys\n" in _cells(alone)[0]
+
+
 # -- # porter: ignore on an import line ---------------------------------------------
 
 def test_an_import_marked_porter_ignore_stays_when_a_rewrite_takes_its_last_use():

@@ -44,6 +44,8 @@ class RulePass(Protocol):
     #: The file's path, and the repository-wide model (porter.project) or None.
     path: str
     project: Optional["ProjectModel"]
+    #: Names read outside this source (a notebook's other cells: ``Options.read_outside``).
+    read_outside: frozenset[str]
     #: (original node, what replaced it) for each node the rule pass replaced: a node,
     #: a ``FlattenSentinel`` or a ``RemovalSentinel``.
     replaced: list
@@ -104,7 +106,10 @@ def _remove_dead_names(stmt: cst.ImportFrom, before, after, context, ctx) -> boo
 
 def _read_elsewhere(ctx: RulePass, name: str) -> bool:
     """Whether another module of the repository imports ``name`` from this one (a
-    re-export: ``from pkg import GradScaler`` elsewhere): then the import stays."""
+    re-export: ``from pkg import GradScaler`` elsewhere), or another cell of the notebook
+    reads it (``import torch`` in cell 3 serves cell 5): then the import stays."""
+    if name in getattr(ctx, "read_outside", ()):
+        return True
     project = getattr(ctx, "project", None)
     return project is not None and project.read_elsewhere(ctx.path, name)
 
@@ -214,8 +219,11 @@ def _remover(context, kept: list[cst.SimpleStatementLine]):
 #: of one of them that a rewrite left without a use would still fail on the port, so it
 #: goes too; so does a
 #: standard-library module (``import sys`` once ``sys.exit`` became
-#: ``porter_runtime.require_device``). Other plain imports (``import torch``) stay even
-#: when unused: importing a library may register backends or ops.
+#: ``porter_runtime.require_device``). Other plain imports stay even when unused:
+#: importing a library may register backends or ops. ``import torch`` itself goes only
+#: where the port calls porter_runtime, which imports torch before its first call
+#: returns (so ``porter_runtime.synchronize()`` in place of the file's last
+#: ``torch.cuda.synchronize()`` leaves no unused ``import torch`` for flake8 to flag).
 CUDA_ONLY_PACKAGES = IMPORT_ROOTS
 
 
@@ -236,16 +244,18 @@ _LOADED_BY_TORCH = frozenset({
 
 def _remove_dead_module_imports(stmt: cst.Import, before, after, context, ctx) -> bool:
     """Schedule ``import a.b`` / ``import a.b as c`` of a CUDA-only package, a
-    standard-library module or a submodule ``import torch`` loads anyway, whose every
-    use a rule rewrote (``import flash_attn`` once
+    standard-library module, a submodule ``import torch`` loads anyway or torch itself
+    where the port calls porter_runtime, whose every use a rule rewrote (``import flash_attn`` once
     each ``flash_attn.flash_attn_func(...)`` was, ``import sys`` once ``sys.exit(...)``
     became ``porter_runtime.require_device(...)``)."""
     from libcst.codemod.visitors import RemoveImportsVisitor
 
     scheduled = False
+    calls_runtime = any(target == RUNTIME or target.startswith(RUNTIME + ".") for _, target in after)
     for alias in stmt.names:
         full = dotted_name(alias.name) or ""
-        if full.split(".")[0] not in CUDA_ONLY_PACKAGES | sys.stdlib_module_names and full not in _LOADED_BY_TORCH:
+        loaded_anyway = full in _LOADED_BY_TORCH or (full == "torch" and calls_runtime)
+        if full.split(".")[0] not in CUDA_ONLY_PACKAGES | sys.stdlib_module_names and not loaded_anyway:
             continue
         asname = alias_asname(alias)
         key = (asname, full) if asname else (full.split(".")[0], full.split(".")[0])

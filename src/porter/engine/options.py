@@ -33,6 +33,10 @@ class Options:
     #: Settings files below the root (porter.cli.folder_settings), deepest first: (folder,
     #: its rules, its per-file-ignores); a file below one of them runs those instead.
     folders: Sequence[tuple[str, Sequence[type[BaseRule]], Sequence[tuple[str, Sequence[str]]]]] = ()
+    #: Names the rest of the file reads outside the source being migrated (a notebook's
+    #: other cells, which share its namespace): an import binding one stays even when the
+    #: rewrites took its last use in this source (porter.edits.unused_imports).
+    read_outside: frozenset[str] = frozenset()
 
     def for_path(self, rel: str) -> "Options":
         """These options for ``rel``: the rules of the nearest settings file above it,

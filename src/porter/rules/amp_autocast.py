@@ -86,7 +86,7 @@ class CudaAutocast(Rule):
     invalid = [
         Example(
             "import torch\nwith torch.cuda.amp.autocast():\n    loss = model(x)\n",
-            "import porter_runtime\nimport torch\nwith porter_runtime.autocast():\n    loss = model(x)\n",
+            "import porter_runtime\nwith porter_runtime.autocast():\n    loss = model(x)\n",
         ),
         Example(
             "import torch as t\nwith t.autocast(\"cuda\", dtype=t.bfloat16, enabled=use_amp):\n    pass\n",
@@ -200,7 +200,7 @@ class CudaAutocastValue(Rule):
         Example(
             "from contextlib import nullcontext\nimport torch as t\n\n"
             "ctx = t.cuda.amp.autocast if use_amp else nullcontext\n",
-            "import porter_runtime\nfrom contextlib import nullcontext\nimport torch as t\n\n"
+            "import porter_runtime\nfrom contextlib import nullcontext\n\n"
             "ctx = porter_runtime.cuda_amp_autocast if use_amp else nullcontext\n",
         ),
         Example(

@@ -69,7 +69,7 @@ class CudaCustomFwdBwd(RenameToRuntime, Rule):
     invalid = [
         Example(
             "import torch\n\n@torch.cuda.amp.custom_fwd\ndef forward(ctx, x):\n    return x\n",
-            "import porter_runtime\nimport torch\n\n@porter_runtime.custom_fwd\ndef forward(ctx, x):\n    return x\n",
+            "import porter_runtime\n\n@porter_runtime.custom_fwd\ndef forward(ctx, x):\n    return x\n",
         ),
         Example(
             "import torch as t\n\n@t.cuda.amp.custom_fwd(cast_inputs=t.float32)\ndef forward(ctx, x):\n    return x\n",

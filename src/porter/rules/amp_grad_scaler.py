@@ -63,11 +63,11 @@ class CudaGradScaler(Rule):
     invalid = [
         Example(
             "import torch\nscaler = torch.cuda.amp.GradScaler(enabled=use_amp)\n",
-            "import porter_runtime\nimport torch\nscaler = porter_runtime.GradScaler(enabled=use_amp)\n",
+            "import porter_runtime\nscaler = porter_runtime.GradScaler(enabled=use_amp)\n",
         ),
         Example(
             "import torch as t\nscaler = t.amp.GradScaler(\"cuda\", init_scale=1024.0)\n",
-            "import porter_runtime\nimport torch as t\nscaler = porter_runtime.GradScaler(init_scale=1024.0)\n",
+            "import porter_runtime\nscaler = porter_runtime.GradScaler(init_scale=1024.0)\n",
         ),
         Example(
             "from torch.cuda.amp import GradScaler\nscaler = GradScaler(2.0 ** 12, growth_interval=100)\n",
@@ -160,7 +160,7 @@ class ShardedGradScalerDevice(Rule):
         ),
         Example(
             "import torch\nscaler = torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler()\n",
-            "import porter_runtime\nimport torch\nscaler = porter_runtime.ShardedGradScaler()\n",
+            "import porter_runtime\nscaler = porter_runtime.ShardedGradScaler()\n",
         ),
     ]
 

@@ -56,11 +56,11 @@ class TorchCompile(RenameToRuntime, Rule):
     invalid = [
         Example(
             "import torch\nmodel = torch.compile(model, fullgraph=True)\n",
-            "import porter_runtime\nimport torch\nmodel = porter_runtime.compile(model, fullgraph=True)\n",
+            "import porter_runtime\nmodel = porter_runtime.compile(model, fullgraph=True)\n",
         ),
         Example(
             "import torch as t\n\n@t.compile\ndef step(x):\n    return x * 2\n",
-            "import porter_runtime\nimport torch as t\n\n@porter_runtime.compile\ndef step(x):\n    return x * 2\n",
+            "import porter_runtime\n\n@porter_runtime.compile\ndef step(x):\n    return x * 2\n",
         ),
         Example(
             "from torch import compile\n\n@compile(mode=\"max-autotune\")\ndef step(x):\n    return x * 2\n",
@@ -68,6 +68,6 @@ class TorchCompile(RenameToRuntime, Rule):
         ),
         Example(
             "import torch\ncompile_fn = torch.compile if args.compile else (lambda m: m)\n",
-            "import porter_runtime\nimport torch\ncompile_fn = porter_runtime.compile if args.compile else (lambda m: m)\n",
+            "import porter_runtime\ncompile_fn = porter_runtime.compile if args.compile else (lambda m: m)\n",
         ),
     ]

@@ -90,15 +90,15 @@ class CudaAvailableDevice(Rule):
     invalid = [
         Example(
             "import torch\ndevice = 'cuda' if torch.cuda.is_available() else 'cpu'\n",
-            "import porter_runtime\nimport torch\ndevice = porter_runtime.device_str()\n",
+            "import porter_runtime\ndevice = porter_runtime.device_str()\n",
         ),
         Example(
             "import torch as t\ndevice = t.device(\"cuda\" if t.cuda.is_available() else \"cpu\")\n",
-            "import porter_runtime\nimport torch as t\ndevice = porter_runtime.device()\n",
+            "import porter_runtime\ndevice = porter_runtime.device()\n",
         ),
         Example(
             "import torch\ndev = torch.device('cuda:0') if torch.cuda.is_available() else torch.device('cpu')\n",
-            "import porter_runtime\nimport torch\ndev = porter_runtime.device(0)\n",
+            "import porter_runtime\ndev = porter_runtime.device(0)\n",
         ),
         Example(
             "from torch.cuda import is_available\n\n# pick the device\nif is_available():\n    args.device = 'cuda'\n"
@@ -132,12 +132,12 @@ class CudaAvailableDevice(Rule):
         ),
         Example(
             "import torch\nd = 'cpu' if not torch.cuda.is_available() else 'cuda'\n",
-            "import porter_runtime\nimport torch\nd = porter_runtime.device_str()\n",
+            "import porter_runtime\nd = porter_runtime.device_str()\n",
         ),
         Example(
             "import torch\n\ndef get_device():\n    if torch.cuda.is_available():\n        device = torch.device('cuda')\n"
             "    else:\n        device = torch.device('cpu')\n    return device\n",
-            "import porter_runtime\nimport torch\n\ndef get_device():\n    device = porter_runtime.device()\n    return device\n",
+            "import porter_runtime\n\ndef get_device():\n    device = porter_runtime.device()\n    return device\n",
         ),
     ]
 

@@ -156,7 +156,7 @@ class CudaAvailableGuard(AvailabilityRoles, Rule):
         ),
         Example(
             "import torch as t\n\nif args.gpu and t.cuda.is_available():\n    model = nn.DataParallel(model)\n",
-            "import porter_runtime\nimport torch as t\n\nif args.gpu and porter_runtime.is_accelerator_available():\n"
+            "import porter_runtime\n\nif args.gpu and porter_runtime.is_accelerator_available():\n"
             "    model = nn.DataParallel(model)\n",
         ),
         Example(
@@ -195,7 +195,6 @@ class CudaAvailableGuard(AvailabilityRoles, Rule):
             dedent("""\
                 import porter_runtime
                 import os
-                import torch
 
                 def init_distributed_mode(args):
                     if "RANK" in os.environ:
@@ -232,7 +231,6 @@ class CudaAvailableGuard(AvailabilityRoles, Rule):
                 """),
             dedent("""\
                 import porter_runtime
-                import torch
 
                 def setup(rank):
                     if porter_runtime.is_accelerator_available():

@@ -44,11 +44,11 @@ class CudaSynchronize(TwinCall, Rule):
     invalid = [
         Example(
             "import torch\ntorch.cuda.synchronize()\n",
-            "import porter_runtime\nimport torch\nporter_runtime.synchronize()\n",
+            "import porter_runtime\nporter_runtime.synchronize()\n",
         ),
         Example(
             "import torch as t\nt.cuda.synchronize(device)\n",
-            "import porter_runtime\nimport torch as t\nporter_runtime.synchronize(device)\n",
+            "import porter_runtime\nporter_runtime.synchronize(device)\n",
         ),
         Example(
             "from torch.cuda import synchronize\n\nsynchronize()\n",
@@ -97,11 +97,11 @@ class CudaEmptyCache(TwinCall, Rule):
     invalid = [
         Example(
             "import torch\n\nif step % 100 == 0:\n    torch.cuda.empty_cache()\n",
-            "import porter_runtime\nimport torch\n\nif step % 100 == 0:\n    porter_runtime.empty_cache()\n",
+            "import porter_runtime\n\nif step % 100 == 0:\n    porter_runtime.empty_cache()\n",
         ),
         Example(
             "import torch as t\nt.cuda.empty_cache()\n",
-            "import porter_runtime\nimport torch as t\nporter_runtime.empty_cache()\n",
+            "import porter_runtime\nporter_runtime.empty_cache()\n",
         ),
         Example(
             "from torch.cuda import empty_cache\nimport gc\n\ngc.collect(); empty_cache()\n",
@@ -154,7 +154,7 @@ class CudaManualSeed(TwinCall, Rule):
         ),
         Example(
             "import torch as t\nt.cuda.manual_seed(args.seed)\n",
-            "import porter_runtime\nimport torch as t\nporter_runtime.manual_seed(args.seed)\n",
+            "import porter_runtime\nporter_runtime.manual_seed(args.seed)\n",
         ),
         Example(
             "from torch.cuda import manual_seed, manual_seed_all\nmanual_seed(1)\nmanual_seed_all(seed=1)\n",
@@ -195,12 +195,12 @@ class CudaSetDevice(TwinCall, Rule):
     invalid = [
         Example(
             "import os\nimport torch\n\nlocal_rank = int(os.environ['LOCAL_RANK'])\ntorch.cuda.set_device(local_rank)\n",
-            "import porter_runtime\nimport os\nimport torch\n\nlocal_rank = int(os.environ['LOCAL_RANK'])\n"
+            "import porter_runtime\nimport os\n\nlocal_rank = int(os.environ['LOCAL_RANK'])\n"
             "porter_runtime.set_device(local_rank)\n",
         ),
         Example(
             "import torch as t\nt.cuda.set_device(device=args.gpu)\n",
-            "import porter_runtime\nimport torch as t\nporter_runtime.set_device(device=args.gpu)\n",
+            "import porter_runtime\nporter_runtime.set_device(device=args.gpu)\n",
         ),
         Example(
             "from torch.cuda import set_device\n\ndef worker(rank):\n    set_device(rank)\n",

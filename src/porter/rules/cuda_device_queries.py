@@ -62,7 +62,7 @@ class CudaDeviceQuery(TwinCall, Rule):
         ),
         Example(
             "import torch as t\nprint(f\"GPU: {t.cuda.get_device_name(t.cuda.current_device())}\")\n",
-            "import porter_runtime\nimport torch as t\n"
+            "import porter_runtime\n"
             "print(f\"GPU: {porter_runtime.device_name(porter_runtime.current_device())}\")\n",
         ),
         Example(
@@ -75,13 +75,13 @@ class CudaDeviceQuery(TwinCall, Rule):
             "import torch\nimport torch.multiprocessing as mp\n\nngpus_per_node = torch.cuda.device_count()\n"
             "args.world_size = ngpus_per_node * args.world_size\n"
             "mp.spawn(main_worker, nprocs=torch.cuda.device_count(), args=(ngpus_per_node, args))\n",
-            "import porter_runtime\nimport torch\nimport torch.multiprocessing as mp\n\n"
+            "import porter_runtime\nimport torch.multiprocessing as mp\n\n"
             "ngpus_per_node = porter_runtime.device_count()\nargs.world_size = ngpus_per_node * args.world_size\n"
             "mp.spawn(main_worker, nprocs=porter_runtime.device_count(), args=(ngpus_per_node, args))\n",
         ),
         Example(
             "import torch as t\nlocal_rank = rank % t.cuda.device_count()\n",
-            "import porter_runtime\nimport torch as t\nlocal_rank = rank % porter_runtime.device_count()\n",
+            "import porter_runtime\nlocal_rank = rank % porter_runtime.device_count()\n",
         ),
     ]
 
@@ -130,12 +130,12 @@ class CudaMemoryStats(TwinCall, Rule):
         Example(
             "import torch\nprint(f\"peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB\")\n"
             "torch.cuda.reset_peak_memory_stats()\n",
-            "import porter_runtime\nimport torch\nprint(f\"peak {porter_runtime.max_memory_allocated() / 2**30:.1f} GiB\")\n"
+            "import porter_runtime\nprint(f\"peak {porter_runtime.max_memory_allocated() / 2**30:.1f} GiB\")\n"
             "porter_runtime.reset_peak_memory_stats()\n",
         ),
         Example(
             "import torch as t\nfree, total = t.cuda.mem_get_info(device)\n",
-            "import porter_runtime\nimport torch as t\nfree, total = porter_runtime.mem_get_info(device)\n",
+            "import porter_runtime\nfree, total = porter_runtime.mem_get_info(device)\n",
         ),
         Example(
             "from torch.cuda import memory_allocated, memory_reserved\n"
@@ -188,7 +188,7 @@ class CudaBf16Supported(TwinCall, Rule):
         ),
         Example(
             "import torch as t\nok = t.cuda.is_bf16_supported(including_emulation=False)\n",
-            "import porter_runtime\nimport torch as t\nok = porter_runtime.is_bf16_supported(including_emulation=False)\n",
+            "import porter_runtime\nok = porter_runtime.is_bf16_supported(including_emulation=False)\n",
         ),
         Example(
             "from torch.cuda import is_bf16_supported\nuse_bf16 = is_bf16_supported()\n",

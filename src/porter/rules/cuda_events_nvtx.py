@@ -49,13 +49,13 @@ class CudaEvent(TwinCall, Rule):
         Example(
             "import torch\n\nstart = torch.cuda.Event(enable_timing=True)\nend = torch.cuda.Event(enable_timing=True)\n"
             "start.record()\nrun()\nend.record()\nms = start.elapsed_time(end)\n",
-            "import porter_runtime\nimport torch\n\nstart = porter_runtime.Event(enable_timing=True)\n"
+            "import porter_runtime\n\nstart = porter_runtime.Event(enable_timing=True)\n"
             "end = porter_runtime.Event(enable_timing=True)\nstart.record()\nrun()\nend.record()\n"
             "ms = start.elapsed_time(end)\n",
         ),
         Example(
             "import torch as t\ndone = t.cuda.Event()\n",
-            "import porter_runtime\nimport torch as t\ndone = porter_runtime.Event()\n",
+            "import porter_runtime\ndone = porter_runtime.Event()\n",
         ),
         Example(
             "from torch.cuda import Event\nstart, end = Event(True), Event(True)\n",
@@ -106,12 +106,12 @@ class CudaNvtx(TwinCall, Rule):
     invalid = [
         Example(
             "import torch\n\ntorch.cuda.nvtx.range_push('forward')\nout = model(x)\ntorch.cuda.nvtx.range_pop()\n",
-            "import porter_runtime\nimport torch\n\nporter_runtime.nvtx_range_push('forward')\nout = model(x)\n"
+            "import porter_runtime\n\nporter_runtime.nvtx_range_push('forward')\nout = model(x)\n"
             "porter_runtime.nvtx_range_pop()\n",
         ),
         Example(
             "import torch as t\n\nwith t.cuda.nvtx.range('step {}', i):\n    train_step()\n",
-            "import porter_runtime\nimport torch as t\n\nwith porter_runtime.nvtx_range('step {}', i):\n    train_step()\n",
+            "import porter_runtime\n\nwith porter_runtime.nvtx_range('step {}', i):\n    train_step()\n",
         ),
         Example(
             "from torch.cuda import nvtx\n\n@nvtx.range('loss')\ndef loss(x):\n    return x.sum()\n",

@@ -60,15 +60,15 @@ class TorchDeviceCuda(Rule):
     invalid = [
         Example(
             "import torch\ndev = torch.device('cuda')\n",
-            "import porter_runtime\nimport torch\ndev = porter_runtime.device()\n",
+            "import porter_runtime\ndev = porter_runtime.device()\n",
         ),
         Example(  # an f-string left with nothing to format is its text
             "import torch\ndevice = torch.device(f\"cuda\")\n",
-            "import porter_runtime\nimport torch\ndevice = porter_runtime.device()\n",
+            "import porter_runtime\ndevice = porter_runtime.device()\n",
         ),
         Example(
             "import torch as t\ndev = t.device(\"cuda:1\")\n",
-            "import porter_runtime\nimport torch as t\ndev = porter_runtime.device(1)\n",
+            "import porter_runtime\ndev = porter_runtime.device(1)\n",
         ),
         Example(
             "from torch import device\ndev = device('cuda', rank)\n",
@@ -76,7 +76,7 @@ class TorchDeviceCuda(Rule):
         ),
         Example(
             "import torch\ndev = torch.device(type='cuda', index=local_rank)\n",
-            "import porter_runtime\nimport torch\ndev = porter_runtime.device(local_rank)\n",
+            "import porter_runtime\ndev = porter_runtime.device(local_rank)\n",
         ),
     ]
 
@@ -153,11 +153,11 @@ class TorchDeviceDynamic(Rule):
     invalid = [
         Example(
             "import torch\n\nwith torch.device(config.device):\n    model = Model()\n",
-            "import porter_runtime\nimport torch\n\nwith porter_runtime.device(config.device):\n    model = Model()\n",
+            "import porter_runtime\n\nwith porter_runtime.device(config.device):\n    model = Model()\n",
         ),
         Example(
             "import torch as t\ndev = t.device(cfg['device'])  # from the YAML\n",
-            "import porter_runtime\nimport torch as t\ndev = porter_runtime.device(cfg['device'])  # from the YAML\n",
+            "import porter_runtime\ndev = porter_runtime.device(cfg['device'])  # from the YAML\n",
         ),
         Example(
             "from torch import device\ndev = device(args.device)\n",
@@ -165,7 +165,7 @@ class TorchDeviceDynamic(Rule):
         ),
         Example(
             "import torch\n\ndef to_dev(x, name):\n    return x.to(torch.device(name))\n",
-            "import porter_runtime\nimport torch\n\ndef to_dev(x, name):\n    return x.to(porter_runtime.device(name))\n",
+            "import porter_runtime\n\ndef to_dev(x, name):\n    return x.to(porter_runtime.device(name))\n",
         ),
     ]
 

@@ -105,7 +105,7 @@ class FormattedCudaDevice(Rule):
     invalid = [
         Example(
             "import torch\ndevice = torch.device(f'cuda:{rank}')\nmodel.to(f'cuda:{rank}')\n",
-            "import porter_runtime\nimport torch\ndevice = porter_runtime.device(f'cuda:{rank}')\n"
+            "import porter_runtime\ndevice = porter_runtime.device(f'cuda:{rank}')\n"
             "model.to(porter_runtime.device(f'cuda:{rank}'))\n",
         ),
         Example(

@@ -70,12 +70,12 @@ class CudaRequirement(Rule):
     invalid = [
         Example(
             "import torch\n\nassert torch.cuda.is_available(), 'this script needs a GPU'\nmain()\n",
-            "import porter_runtime\nimport torch\n\nporter_runtime.require_device('this script needs a GPU')\nmain()\n",
+            "import porter_runtime\n\nporter_runtime.require_device('this script needs a GPU')\nmain()\n",
         ),
         Example(
             "import sys\nimport torch as t\n\n# no GPU, no training\nif not t.cuda.is_available():\n"
             "    print('CUDA is required')\n    sys.exit(1)\n",
-            "import porter_runtime\nimport torch as t\n\n# no GPU, no training\n"
+            "import porter_runtime\n\n# no GPU, no training\n"
             "porter_runtime.require_device('CUDA is required')\n",
         ),
         Example(
@@ -111,11 +111,11 @@ class CudaRequirement(Rule):
         ),
         Example(
             "import torch\nassert torch.cuda.is_available(), f'{n} GPUs'\n",
-            "import porter_runtime\nimport torch\nporter_runtime.require_device(lambda: f'{n} GPUs')\n",
+            "import porter_runtime\nporter_runtime.require_device(lambda: f'{n} GPUs')\n",
         ),
         Example(
             "import torch\nassert torch.cuda.is_available(), msg\n",
-            "import porter_runtime\nimport torch\nporter_runtime.require_device()\n",
+            "import porter_runtime\nporter_runtime.require_device()\n",
         ),
     ]
 

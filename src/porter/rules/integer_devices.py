@@ -191,7 +191,7 @@ class IntegerDeviceTo(Rule):
     invalid = [
         Example(
             "import torch\nmodel = model.to(0)\ndev = torch.device(1)\n",
-            "import porter_runtime\nimport torch\nmodel = model.to(porter_runtime.device(0))\n"
+            "import porter_runtime\nmodel = model.to(porter_runtime.device(0))\n"
             "dev = porter_runtime.device(1)\n",
         ),
         Example(

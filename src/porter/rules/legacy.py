@@ -247,12 +247,12 @@ class SdpKernel(Rule):
     invalid = [
         Example(
             "import torch\nwith torch.backends.cuda.sdp_kernel(enable_flash=True, enable_math=False):\n    y = attn(q, k, v)\n",
-            "import porter_runtime\nimport torch\n"
+            "import porter_runtime\n"
             "with porter_runtime.sdpa_kernel(enable_flash=True, enable_math=False):\n    y = attn(q, k, v)\n",
         ),
         Example(
             "import torch as t\nwith t.backends.cuda.sdp_kernel(False, True, False):\n    pass\n",
-            "import porter_runtime\nimport torch as t\nwith porter_runtime.sdpa_kernel(False, True, False):\n    pass\n",
+            "import porter_runtime\nwith porter_runtime.sdpa_kernel(False, True, False):\n    pass\n",
         ),
         Example(
             "from torch.nn.attention import SDPBackend, sdpa_kernel\n"

@@ -76,7 +76,7 @@ class NcclInitProcessGroup(Rule):
         ),
         Example(
             "import torch as t\nt.distributed.init_process_group(\"nccl\", \"tcp://127.0.0.1:23456\", world_size=2, rank=rank)\n",
-            "import porter_runtime\nimport torch as t\nporter_runtime.init_process_group(\"nccl\", "
+            "import porter_runtime\nporter_runtime.init_process_group(\"nccl\", "
             "init_method=\"tcp://127.0.0.1:23456\", world_size=2, rank=rank)\n",
         ),
         Example(

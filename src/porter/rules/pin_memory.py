@@ -92,7 +92,7 @@ class PinMemory(Rule):
         ),
         Example(
             "import torch\nloader = make_loader(ds, pin_memory=torch.cuda.is_available())\n",
-            "import porter_runtime\nimport torch\nloader = make_loader(ds, pin_memory=porter_runtime.pin_memory())\n",
+            "import porter_runtime\nloader = make_loader(ds, pin_memory=porter_runtime.pin_memory())\n",
         ),
     ]
 

@@ -45,6 +45,8 @@ class FileContext:
         self.unsafe_fixes = options.unsafe_fixes
         #: the repository-wide model (porter.project); None for one file alone
         self.project = options.project
+        #: names read outside this source (Options.read_outside): their imports stay
+        self.read_outside = options.read_outside
         self.resolver = Resolver(module, facts)
         self.needs_runtime = False
         #: set when ``module`` is the file with some definitions stubbed (porter.engine.stages.segments)

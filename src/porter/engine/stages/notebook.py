@@ -45,6 +45,8 @@ _MAGIC = re.compile(r"^\s*(?:[%!]|[\w.,\[\] ]+=\s*[%!]|\?{1,2}[\w.]+\s*$|[\w.\[\
 _TORCH_IMPORT = re.compile(r"^\s*(?:import\s+torch\b|from\s+torch\b)", re.M)
 _RUNTIME_IMPORT = re.compile(r"^\s*(?:import\s+porter_runtime\b|from\s+([\w.]+)\s+import\s*(?:\([^)]*|[^#\n]*)\bporter_runtime\b)", re.M)
 _MARK = "pass  # porter: the cell starts below"
+#: A name as another cell may read it (code, a magic's arguments, an f-string): any word.
+_WORD = re.compile(r"[A-Za-z_]\w*")
 
 
 class NotebookError(Exception):
@@ -149,12 +151,16 @@ def migrate_notebook(data: bytes, options: Options, *, path: str, bootstrap=None
     # it (so ``torch`` in cell 5 resolves through cell 1's ``import torch``), and below
     # ``import porter_runtime``, so the engine doesn't import the runtime in every cell.
     context = ["import porter_runtime"]
-    for number, cell in cells:
+    words = [set(_WORD.findall(cell_text(cell))) for _, cell in cells]
+    for index, (number, cell) in enumerate(cells):
         text = cell_text(cell)
         masked, saved = mask(text)
         prefix = "\n".join(context) + "\n" + _MARK + "\n"
+        # an import this cell's rewrites leave unused stays if another cell names it
+        others = frozenset().union(*(w for i, w in enumerate(words) if i != index))
         try:
-            result = migrate_source((prefix + masked).encode("utf-8"), options, path=path)
+            result = migrate_source((prefix + masked).encode("utf-8"), dataclasses.replace(options, read_outside=others),
+                                    path=path)
         except cst.ParserSyntaxError as exc:  # like a .py file: left whole, never half-ported
             reason = describe_syntax_error(exc, masked.encode()).replace(" at line ", " at cell line ")
             raise NotebookError(f"cell {number}: {reason}") from None
