@@ -54,7 +54,6 @@ CASES = {
         """,
         """\
         import porter_runtime
-        import torch
         import torch.distributed as dist
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
         from torch.nn.parallel import DistributedDataParallel as DDP

@@ -133,6 +133,43 @@ def test_other_json_layouts_are_kept(tmp_path, indent, ensure_ascii):
     assert new["cells"][2]["source"][0] == "x = torch.ones(2).to(porter_runtime.device())\n"
 
 
+COLAB = r"""{
+ "nbformat": 4,
+ "nbformat_minor": 0,
+ "metadata": {"colab": {"name": "sample.ipynb", "provenance": []}, "accelerator": "GPU"},
+ "cells": [
+  {"cell_type": "markdown", "metadata": {"id": "a1"}, "source": ["# Sampling \u4e2d\u6587 — raw: 中文\n"]},
+  {
+   "cell_type": "code",
+   "metadata": {"id": "b2"},
+   "source": [
+    "import torch\n",
+    "model = torch.nn.Linear(2, 2).cuda()"
+   ],
+   "execution_count": 1,
+   "outputs": [{"output_type": "stream", "name": "stdout", "text": ["remote: done.\u001B[K\n"]}]
+  },
+  {"cell_type": "code", "metadata": {}, "source": "y = model(torch.ones(1, 2).cuda())", "execution_count": null, "outputs": []}
+ ]
+}"""
+
+
+def test_a_notebook_json_cannot_reproduce_is_ported_and_every_other_byte_kept(tmp_path):
+    """Colab's layout (key order, one-line objects, a \\u001B escape in an output, non-ASCII
+    both escaped and raw): no json.dumps call writes it back, so the changed sources are
+    spliced into the text in the layout of the values they replace."""
+    path = tmp_path / "sample.ipynb"
+    path.write_text(COLAB, encoding="utf-8")
+    assert run_porter("migrate", tmp_path, "--write").returncode == 0
+    expected = (COLAB.replace('    "import torch\\n",\n    "model = torch.nn.Linear(2, 2).cuda()"\n',
+                              '    "import torch\\n",\n    "\\n",\n    "import porter_runtime\\n",\n'
+                              '    "model = torch.nn.Linear(2, 2).to(porter_runtime.device())"\n')
+                .replace('"source": "y = model(torch.ones(1, 2).cuda())"',
+                         '"source": "y = model(torch.ones(1, 2).to(porter_runtime.device()))"'))
+    assert path.read_text(encoding="utf-8") == expected
+    assert run_porter("migrate", tmp_path, "--check").returncode == 0
+
+
 def test_bad_notebook_is_reported_and_left_alone(tmp_path):
     bad = tmp_path / "bad.ipynb"
     bad.write_text('{"cells": [')

@@ -1,9 +1,11 @@
 """Jupyter notebooks: the code cells are migrated one by one, everything else is kept.
 
 Only the ``source`` of code cells changes. Markdown and raw cells, outputs, execution
-counts and metadata stay as they are, and the JSON is written back in the notebook's own
-formatting (indent, key order, ``ensure_ascii``, final newline): a notebook whose bytes
-porter can't reproduce exactly is reported and left alone rather than reformatted.
+counts and metadata stay as they are, byte for byte: the new ``source`` of each changed
+cell is spliced into the notebook's own text, in the layout of the value it replaces
+(a list of lines or one string, its indent, escaped or raw non-ASCII), so whatever wrote
+the JSON (nbformat, Colab, an old Jupyter with ``\u001B`` escapes), the rest of the file
+is left as it was.
 
 IPython syntax is not Python: a cell magic (``%%time`` on the first line) leaves the
 whole cell alone, and line magics, shell escapes (``%pip``, ``!nvidia-smi``,
@@ -21,12 +23,13 @@ No ``sys.path`` code is added.
 from __future__ import annotations
 
 import ast
+import copy
 import dataclasses
 import difflib
 import json
 import re
 import warnings
-from typing import Any
+from typing import Any, Optional
 
 import libcst as cst
 
@@ -55,8 +58,8 @@ class NotebookError(Exception):
 
 # -- JSON, byte for byte ---------------------------------------------------------
 
-def load(data: bytes) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The notebook and the ``json.dumps`` settings that reproduce ``data`` exactly."""
+def load(data: bytes) -> tuple[dict[str, Any], str]:
+    """The notebook and its text."""
     try:
         text = data.decode("utf-8")
         notebook = json.loads(text)
@@ -64,22 +67,91 @@ def load(data: bytes) -> tuple[dict[str, Any], dict[str, Any]]:
         raise NotebookError(f"not a valid notebook (JSON): {exc}") from None
     if not isinstance(notebook, dict) or not isinstance(notebook.get("cells"), list):
         raise NotebookError("not a notebook: no list of cells")
-    for style in _styles(text):
-        if dump(notebook, style) == data:
-            return notebook, style
-    raise NotebookError("porter can't reproduce this notebook's JSON formatting exactly; left untouched")
+    return notebook, text
 
 
-def _styles(text: str):
-    second = text.split("\n", 2)[1] if text.count("\n") >= 2 else ""
-    indent = len(second) - len(second.lstrip(" ")) if "\n" in text else None
-    for ensure_ascii in (False, True):
-        yield {"indent": indent or None, "ensure_ascii": ensure_ascii, "newline": text.endswith("\n")}
+def dump(notebook: dict[str, Any], text: str, before: list[Any]) -> bytes:
+    """``text`` with the ``source`` of each cell that differs from ``before`` (the cells'
+    sources as loaded) replaced in place; every other byte stays."""
+    spans = _source_spans(text)
+    out, last = [], 0
+    for index, cell in enumerate(notebook["cells"]):
+        if not isinstance(cell, dict) or cell.get("source") == before[index]:
+            continue
+        if spans[index] is None:  # a code cell with no source is never changed
+            raise NotebookError(f"cell {index + 1}: no source to replace; left untouched")
+        start, end = spans[index]
+        out += [text[last:start], _value_like(cell["source"], text, start, end)]
+        last = end
+    new = "".join(out) + text[last:]
+    if _sources(json.loads(new)) != _sources(notebook):  # the splice is checked, never trusted
+        raise NotebookError("internal error: the spliced notebook does not read back; left untouched")
+    return new.encode("utf-8")
 
 
-def dump(notebook: dict[str, Any], style: dict[str, Any]) -> bytes:
-    text = json.dumps(notebook, indent=style["indent"], ensure_ascii=style["ensure_ascii"])
-    return (text + ("\n" if style["newline"] else "")).encode("utf-8")
+def _sources(notebook: dict[str, Any]) -> list[Any]:
+    return [c.get("source") if isinstance(c, dict) else None for c in notebook["cells"]]
+
+
+_SPACE = re.compile(r"[ \t\n\r]*")
+_DECODER = json.JSONDecoder()
+
+
+def _skip(text: str, at: int) -> int:
+    return _SPACE.match(text, at).end()  # type: ignore[union-attr]
+
+
+def _items(text: str, at: int, close: str):
+    """Where each member of the object or array opening at ``at`` lies: (key or None,
+    value start, value end)."""
+    at = _skip(text, at + 1)
+    if text[at] == close:
+        return
+    while True:
+        key = None
+        if close == "}":
+            key, at = json.decoder.scanstring(text, at + 1)
+            at = _skip(text, _skip(text, at) + 1)  # past the colon
+        _, end = _DECODER.raw_decode(text, at)
+        yield key, at, end
+        at = _skip(text, end)
+        if text[at] != ",":
+            return
+        at = _skip(text, at + 1)
+
+
+def _source_spans(text: str) -> list[Optional[tuple[int, int]]]:
+    """The (start, end) of each cell's ``source`` value in the notebook's text."""
+    top = _skip(text, 0)
+    cells = next(start for key, start, _ in _items(text, top, "}") if key == "cells")
+    spans: list[Optional[tuple[int, int]]] = []
+    for _, start, _end in _items(text, cells, "]"):
+        members = _items(text, start, "}") if text[start] == "{" else ()
+        spans.append(next(((s, e) for key, s, e in members if key == "source"), None))
+    return spans
+
+
+def _value_like(value: Any, text: str, start: int, end: int) -> str:
+    """``value`` as JSON laid out like ``text[start:end]``, the value it replaces: items
+    one per line at its indent (or on one line), non-ASCII raw or escaped as the file
+    has it."""
+    old = text[start:end]
+    escape = text.isascii()
+    if "\n" not in old:
+        separators = (",", ":") if '","' in old else (", ", ": ")
+        return json.dumps(value, ensure_ascii=escape, separators=separators)
+    line = text.rfind("\n", 0, start) + 1
+    base = text[line:_skip_blanks(text, line)]
+    inner = old[old.index("\n") + 1:]
+    step = len(inner) - len(inner.lstrip(" \t")) - len(base)
+    laid = json.dumps(value, ensure_ascii=escape, indent=max(step, 1))
+    return laid.replace("\n", "\n" + base)
+
+
+def _skip_blanks(text: str, at: int) -> int:
+    while at < len(text) and text[at] in " \t":
+        at += 1
+    return at
 
 
 def cell_text(cell: dict[str, Any]) -> str:
@@ -142,7 +214,8 @@ def unmask(text: str, saved: dict[str, str]) -> str:
 
 def migrate_notebook(data: bytes, options: Options, *, path: str, bootstrap=None) -> tuple[bytes, list[Finding]]:
     """The notebook's new bytes and the findings (messages start with the cell number)."""
-    notebook, style = load(data)
+    notebook, json_text = load(data)
+    before = copy.deepcopy(_sources(notebook))
     cells = code_cells(notebook)
     findings: list[Finding] = []
     changed: list[int] = []
@@ -182,7 +255,7 @@ def migrate_notebook(data: bytes, options: Options, *, path: str, bootstrap=None
         return data, not_rewritten(findings, line)
     if needs_runtime and not any(_RUNTIME_IMPORT.search(cell_text(c)) for _, c in cells):
         _import_runtime(cells, changed[0], bootstrap, [name for line in context[1:] for name in _top_names(line)])
-    return (dump(notebook, style) if changed else data), findings
+    return (dump(notebook, json_text, before) if changed else data), findings
 
 
 def _compile_problem(new: str, old: str) -> str:
