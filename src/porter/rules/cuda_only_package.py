@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from textwrap import dedent
+
 import libcst as cst
 
 from porter.rulebase.cuda_packages import IMPORT_ROOTS, advice_for
@@ -24,6 +26,12 @@ _PACKAGES = {name: advice_for(name) for name in (
 )}
 
 
+#: NVIDIA's inference engines. A model exported to one or run by one is a deployment
+#: target with no Mac build at all, so an import inside a function (yolov5's
+#: ``export_engine``, a ``.engine`` backend) is that option staying CUDA-only, not a
+#: blocker: the module imports, and every other path runs. At module level it blocks.
+_DEPLOYMENT = ("tensorrt", "torch_tensorrt", "tensorrt_llm")
+
 #: An import naming one of TP603's packages: the words alone (`cuda`, `nvidia`) are in most files.
 _IMPORTS_A_PACKAGE = imports_of({name.split(".")[0] for name in (*_PACKAGES, *IMPORT_ROOTS)})
 
@@ -40,7 +48,10 @@ class CudaOnlyPackage(GuardTracker, Rule):
     ImportError with a fallback, with the PyTorch (or CPU library: scikit-learn,
     pandas, numpy) path to use instead; when the import sits under an `if`, that flag
     is named. An `except ImportError:` that re-raises, or only imports another
-    CUDA-only module, is no guard.
+    CUDA-only module, is no guard. TensorRT (`tensorrt`, `torch_tensorrt`,
+    `tensorrt_llm`) imported inside a function is a note: an NVIDIA deployment
+    target (an engine export, a `.engine` backend) that stays CUDA-only while the
+    module and its other paths run.
 
     Why:
     These packages have no macOS build (or need CUDA at import), so the import fails
@@ -92,7 +103,25 @@ class CudaOnlyPackage(GuardTracker, Rule):
         # beyond deep learning: RAPIDS, CuPy, numba's CUDA target (lines 1-3)
         Example("import cudf\nfrom cuml.cluster import KMeans\nfrom numba import cuda, njit\n"
                 "import cupy as cp\n"),
+        # TensorRT at module level blocks the import; inside an export function it is a note
+        Example("import tensorrt as trt\n\nlogger = trt.Logger(trt.Logger.INFO)\n", line=1,
+                message="is CUDA-only and does not install on a Mac"),
+        Example(dedent("""\
+            def export_engine(model, im, file, half, workspace=4):
+                assert im.device.type != "cpu", "export running on CPU but must be on GPU"
+                import tensorrt as trt
+
+                builder = trt.Builder(trt.Logger(trt.Logger.INFO))
+                return builder
+            """), line=3, message="an NVIDIA deployment target"),
     ]
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._functions.append(node.name.value)
+
+    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
+        self._functions.pop()
+        return updated
 
     def visit_Import(self, node: cst.Import) -> None:
         for alias in node.names:
@@ -112,6 +141,7 @@ class CudaOnlyPackage(GuardTracker, Rule):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._seen: set[cst.CSTNode] = set()
+        self._functions: list[str] = []
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
         found = lone_import(node)
@@ -126,6 +156,11 @@ class CudaOnlyPackage(GuardTracker, Rule):
             return self._unused(node, module)
         if node is getattr(self, "_optional", None):
             return False
+        if root in _DEPLOYMENT and self._functions:
+            self.note(node, f"`{module}` (TensorRT) is imported only when `{self._functions[-1]}` runs: an NVIDIA "
+                      "deployment target, which stays CUDA-only; the module and its other paths run without it "
+                      "(for information)", suggestion=_PACKAGES[root])
+            return True
         flag = self.flag_test()
         behind = f" (behind `if {self.ctx.code_for(flag.test).strip()}:`; keep it false off CUDA)" \
             if flag is not None else ""
