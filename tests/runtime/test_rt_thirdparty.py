@@ -495,3 +495,19 @@ def test_training_arguments_leave_cuda_as_given_and_drop_cuda_only_options_elsew
     assert Args(optim=OptimizerNames.PAGED_ADAMW).optim == "adamw_torch"
     plain = Args(tf32=False, optim="adafactor")
     assert plain.tf32 is False and plain.fsdp_config is None and plain.optim == "adafactor"
+
+
+def test_a_quantized_load_stays_on_cuda_and_loads_unquantised_elsewhere(simulate):
+    # what TP703 writes into from_pretrained(..., load_in_8bit=True) (alpaca-lora's finetune.py)
+    simulate("cuda")
+    assert porter_runtime.quantized_load(True, "load_in_8bit") is True
+    assert porter_runtime.quantized_load("yes", "load_in_4bit") == "yes"  # whatever the caller passed
+    for kind in ("mps", "cpu"):
+        simulate(kind)
+        with pytest.warns(UserWarning, match=rf"load_in_8bit=True\): bitsandbytes' 8-bit .* unquantised on {kind} "
+                                             r"\(about 2x the memory"):
+            assert porter_runtime.quantized_load(True, "load_in_8bit") is False
+        with pytest.warns(UserWarning, match=r"4-bit .* \(about 4x"):
+            assert porter_runtime.quantized_load(True, "load_in_4bit") is False
+        assert porter_runtime.quantized_load(False, "load_in_8bit") is False  # nothing to say
+        assert porter_runtime.quantized_load(None, "load_in_8bit") is None

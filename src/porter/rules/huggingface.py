@@ -121,20 +121,27 @@ class HfFlashAttention(Rule):
 
 
 class HfQuantization(Rule):
-    """bitsandbytes quantisation in transformers (`load_in_4bit`, `BitsAndBytesConfig`) is reported.
+    """`from_pretrained(load_in_8bit=True)` asks `porter_runtime.quantized_load`; `BitsAndBytesConfig` is reported.
 
     What:
-    Reports `BitsAndBytesConfig(...)` and `from_pretrained(..., load_in_4bit=True)` /
-    `load_in_8bit=True`.
+    In `from_pretrained(...)` / `from_config(...)` calls, rewrites
+    `load_in_8bit=<value>` and `load_in_4bit=<value>` into
+    `load_in_8bit=porter_runtime.quantized_load(<value>, "load_in_8bit")`. Reports
+    `BitsAndBytesConfig(...)`.
 
     Why:
-    4-bit and 8-bit loading runs bitsandbytes' CUDA kernels; without them
-    transformers stops (`Using bitsandbytes 4-bit quantization requires ... a GPU`).
+    8-bit and 4-bit loading runs bitsandbytes' CUDA kernels; without them
+    transformers stops (`Using bitsandbytes 8-bit quantization requires the latest
+    version of bitsandbytes`), which is every Mac.
 
     Fix safety:
-    Review only: no exact equivalent exists. Off CUDA load the model unquantised in
-    bfloat16 (it needs 2-4 times the memory), or use a quantisation that supports the
-    device (e.g. torchao, or MLX on a Mac).
+    Safe. On CUDA the helper returns the value unchanged, so the same quantised load
+    runs. Elsewhere, where the original cannot load at all, it returns False: the
+    same weights load unquantised in the call's `torch_dtype`, with a one-time
+    warning that they take 2 (8-bit) or 4 (4-bit) times the memory. A
+    `BitsAndBytesConfig` carries more choices (nf4, double quantisation, compute
+    dtype) and is left to a human, and so is a `load_in_4bit=` beside a
+    `quantization_config=`, which quantises all the same.
 
     Known limits:
     Quantisation configs read from files (`config.json`'s `quantization_config`) are
@@ -143,31 +150,80 @@ class HfQuantization(Rule):
 
     code = "TP703"
     name = "hf-quantization"
-    safety = Safety.REVIEW
+    safety = Safety.SAFE
     needs = Needs(methods=LOADERS, targets=frozenset({"transformers.BitsAndBytesConfig"}),
                   evidence=_QUANTISES, unit=_QUANTISES)
 
     valid = [
         "model = AutoModel.from_pretrained(name, load_in_8bit=False)\n",
         "from mylib import BitsAndBytesConfig\ncfg = BitsAndBytesConfig(bits=4)\n",
+        "model = build(name, load_in_8bit=True)\n",  # not a loader
     ]
     invalid = [
         Example("from transformers import BitsAndBytesConfig\n"
                 "quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type='nf4')\n"),
-        Example("model = AutoModelForCausalLM.from_pretrained(name, load_in_8bit=True, device_map='auto')\n"),
+        Example(
+            example_code("""
+            model = LlamaForCausalLM.from_pretrained(
+                base_model,
+                load_in_8bit=True,
+                torch_dtype=torch.float16,
+                device_map=device_map,
+            )
+            """),
+            example_code("""
+            import porter_runtime
+            model = LlamaForCausalLM.from_pretrained(
+                base_model,
+                load_in_8bit=porter_runtime.quantized_load(True, "load_in_8bit"),
+                torch_dtype=torch.float16,
+                device_map=device_map,
+            )
+            """),
+        ),
+        # beside a quantization_config the keyword is reported, not rewritten (line 3)
+        Example(example_code("""
+            model = AutoModelForCausalLM.from_pretrained(
+                args.model_name_or_path,
+                load_in_4bit=args.bits == 4,
+                quantization_config=BitsAndBytesConfig(load_in_4bit=args.bits == 4, bnb_4bit_quant_type="nf4"),
+            )
+            """), line=3, message="and so does the call's quantization_config"),
+        Example(
+            "def load(path, load_8bit=False):\n"
+            "    return AutoModelForCausalLM.from_pretrained(path, load_in_8bit=load_8bit, device_map='auto')\n",
+            "import porter_runtime\ndef load(path, load_8bit=False):\n"
+            "    return AutoModelForCausalLM.from_pretrained(path, load_in_8bit=porter_runtime.quantized_load("
+            "load_8bit, \"load_in_8bit\"), device_map='auto')\n",
+        ),
     ]
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         if self.matches(original.func, "transformers.BitsAndBytesConfig"):
             self.flag(original, "BitsAndBytesConfig quantises with bitsandbytes' CUDA kernels",
                       suggestion=_UNQUANTISED)
-        elif _loader(original):
-            for name in ("load_in_4bit", "load_in_8bit"):
-                arg = keyword(original, name)
-                if arg is not None and not (isinstance(arg.value, cst.Name) and arg.value.value == "False"):
-                    self.flag(arg, f"`{name}` loads the weights with bitsandbytes' CUDA kernels",
-                              suggestion=_UNQUANTISED)
-        return updated
+            return updated
+        if not _loader(original):
+            return updated
+        args = list(updated.args)
+        configured = keyword(original, "quantization_config") is not None
+        for name in ("load_in_4bit", "load_in_8bit"):
+            arg = keyword(original, name)
+            if arg is None or (isinstance(arg.value, cst.Name) and arg.value.value == "False"):
+                continue
+            if isinstance(arg.value, cst.Call) and self.matches(arg.value.func, "porter_runtime.quantized_load"):
+                continue  # ported already
+            if configured:  # the config quantises all the same: the load needs a human
+                self.flag(arg, f"`{name}` loads the weights with bitsandbytes' CUDA kernels (and so does the "
+                          "call's quantization_config)", suggestion=_UNQUANTISED)
+                continue
+            index = original.args.index(arg)
+            value = self.runtime_call("quantized_load", arg.value.deep_clone(), cst.SimpleString(f'"{name}"'))
+            args[index] = args[index].with_changes(value=value)
+        if args == list(updated.args):
+            return updated
+        return self.rewrite(original, updated.with_changes(args=args),
+                            "the quantised load on CUDA; unquantised elsewhere, where bitsandbytes has no kernels")
 
 
 _UNQUANTISED = ("off CUDA load unquantised (torch_dtype=torch.bfloat16, no quantization_config); "

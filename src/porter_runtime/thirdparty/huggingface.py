@@ -28,6 +28,23 @@ def attn_implementation(name: str) -> str:
     return name if _thirdparty_libs.cuda_attr(_MODULE[name], "__name__") is not None else "sdpa"
 
 
+def quantized_load(value: T, option: str = "load_in_8bit") -> Any:
+    """``from_pretrained(..., load_in_8bit=...)`` / ``load_in_4bit=``: ``value`` on CUDA,
+    where bitsandbytes quantises the weights as the original asked. Elsewhere there are
+    no bitsandbytes kernels (transformers stops: "Using `bitsandbytes` 8-bit quantization
+    requires ..."), so it is False and the same weights load unquantised, in the
+    ``torch_dtype`` the call gives, with a one-time warning: they take 2 (8-bit) or 4
+    (4-bit) times the memory."""
+    if _device.is_cuda() or not value:
+        return value
+    bits = "4" if "4bit" in option else "8"
+    _log.warn_once(f"quantized_load.{option}", f"from_pretrained({option}={value!r}): bitsandbytes' {bits}-bit "
+                   f"quantisation runs CUDA kernels only; loading the weights unquantised on "
+                   f"{_device.device_type()} (about {16 // int(bits)}x the memory of the {bits}-bit load in "
+                   "float16)")
+    return False
+
+
 def cuda_option(value: T) -> Optional[T]:
     """``value`` on CUDA; None (the option's default: not set) elsewhere. For options
     that only mean something on CUDA and make transformers refuse to start without it,
