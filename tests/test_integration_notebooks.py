@@ -121,7 +121,7 @@ def test_notebook_findings_name_their_cell(tmp_path):
     assert ("PT001", 1, "cell 3") in lines and ("PT101", 1, "cell 6") in lines and ("PT003", 2, "cell 6") in lines
 
 
-@pytest.mark.parametrize("indent,ensure_ascii", [(2, True), (4, False)])
+@pytest.mark.parametrize("indent,ensure_ascii", [(2, True), (4, False), ("\t", False), (None, True)])
 def test_other_json_layouts_are_kept(tmp_path, indent, ensure_ascii):
     path = make_notebook(tmp_path / "nb.ipynb")
     nb = json.loads(path.read_text(encoding="utf-8"))

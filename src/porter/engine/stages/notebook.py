@@ -29,6 +29,7 @@ import difflib
 import json
 import re
 import warnings
+from collections import Counter
 from typing import Any, Optional
 
 import libcst as cst
@@ -94,6 +95,7 @@ def _sources(notebook: dict[str, Any]) -> list[Any]:
 
 
 _SPACE = re.compile(r"[ \t\n\r]*")
+_BLANKS = re.compile(r"[ \t]*")
 _DECODER = json.JSONDecoder()
 
 
@@ -141,17 +143,11 @@ def _value_like(value: Any, text: str, start: int, end: int) -> str:
         separators = (",", ":") if '","' in old else (", ", ": ")
         return json.dumps(value, ensure_ascii=escape, separators=separators)
     line = text.rfind("\n", 0, start) + 1
-    base = text[line:_skip_blanks(text, line)]
-    inner = old[old.index("\n") + 1:]
-    step = len(inner) - len(inner.lstrip(" \t")) - len(base)
-    laid = json.dumps(value, ensure_ascii=escape, indent=max(step, 1))
+    base = _BLANKS.match(text, line).group()  # type: ignore[union-attr]
+    lead = _BLANKS.match(old, old.index("\n") + 1).group()  # type: ignore[union-attr]
+    unit = lead[len(base):] if lead.startswith(base) and len(lead) > len(base) else " "
+    laid = json.dumps(value, ensure_ascii=escape, indent=unit)
     return laid.replace("\n", "\n" + base)
-
-
-def _skip_blanks(text: str, at: int) -> int:
-    while at < len(text) and text[at] in " \t":
-        at += 1
-    return at
 
 
 def cell_text(cell: dict[str, Any]) -> str:
@@ -225,12 +221,14 @@ def migrate_notebook(data: bytes, options: Options, *, path: str, bootstrap=None
     # ``import porter_runtime``, so the engine doesn't import the runtime in every cell.
     context = ["import porter_runtime"]
     words = [set(_WORD.findall(cell_text(cell))) for _, cell in cells]
+    in_cells = Counter(word for found in words for word in found)
+    named = frozenset(in_cells)
     for index, (number, cell) in enumerate(cells):
         text = cell_text(cell)
         masked, saved = mask(text)
         prefix = "\n".join(context) + "\n" + _MARK + "\n"
         # an import this cell's rewrites leave unused stays if another cell names it
-        others = frozenset().union(*(w for i, w in enumerate(words) if i != index))
+        others = named - {word for word in words[index] if in_cells[word] == 1}
         try:
             result = migrate_source((prefix + masked).encode("utf-8"), dataclasses.replace(options, read_outside=others),
                                     path=path)
