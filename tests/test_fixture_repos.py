@@ -26,14 +26,14 @@ PORTED = ["multipkg", "chat_lm", "cifar_cnn", "llm_scratch", "act_probe", "hrm_r
 #: What each port leaves for a human: (path, rule code, code quoted) -> how many.
 MANUAL = {
     "hrm_reasoning": {("config/cfg_pretrain.yaml", "PT701", "device: cuda"): 1},
-    # One process per GPU (the 2-process gloo run on this CPU is an entry point); 4-/8-bit
-    # quantisation, paged optimizers and DeepSpeed have no exact equivalent off CUDA.
+    # One process per GPU (the 2-process gloo run on this CPU is an entry point); a 4-bit
+    # BitsAndBytesConfig, paged optimizers and DeepSpeed have no exact equivalent off CUDA
+    # (load_in_8bit=True is ported: porter_runtime.quantized_load).
     "paper_repro": {
         ("scripts/launch.sh", "PT702",
          'torchrun --standalone --nproc_per_node="$NGPUS" train.py --config configs/tiny.json "$@"'): 1,
         ("hf_finetune.py", "TP703", 'BitsAndBytesConfig( load_in_4bit=True, bnb_4bit_quant_type="nf4", '
                                     'bnb_4bit_compute_dtype=torch.bfloat16, )'): 1,
-        ("hf_finetune.py", "TP703", "load_in_8bit=True,"): 1,
         ("hf_finetune.py", "TP705", 'optim="paged_adamw_32bit",'): 1,
         ("hf_finetune.py", "TP705", "deepspeed=args.deepspeed,"): 1,
     },

@@ -66,10 +66,11 @@ REWRITES = Counter({
     ("ops/fused.py", "TP604"): 1,      # the load(...) build happens only with CUDA
     ("hf_finetune.py", "TP701"): 2,    # attn_implementation / use_flash_attention_2
     ("hf_finetune.py", "TP702"): 2,    # device_map={"": 0} / "cuda"
+    ("hf_finetune.py", "TP703"): 1,    # load_in_8bit=True: quantized_load
     ("hf_finetune.py", "TP704"): 1,    # tf32=True
 })
 FINDINGS = Counter({
-    ("hf_finetune.py", "TP703"): 2,    # BitsAndBytesConfig, load_in_8bit
+    ("hf_finetune.py", "TP703"): 1,    # BitsAndBytesConfig
     ("hf_finetune.py", "TP705"): 2,    # optim="paged_adamw_32bit", deepspeed=
 })
 
