@@ -205,7 +205,7 @@ class HfQuantization(Rule):
             return updated
         if not _loader(original):
             return updated
-        args = list(updated.args)
+        args, ported = list(updated.args), False
         configured = keyword(original, "quantization_config") is not None
         for name in ("load_in_4bit", "load_in_8bit"):
             arg = keyword(original, name)
@@ -217,10 +217,10 @@ class HfQuantization(Rule):
                 self.flag(arg, f"`{name}` loads the weights with bitsandbytes' CUDA kernels (and so does the "
                           "call's quantization_config)", suggestion=_UNQUANTISED)
                 continue
-            index = original.args.index(arg)
-            value = self.runtime_call("quantized_load", arg.value.deep_clone(), cst.SimpleString(f'"{name}"'))
-            args[index] = args[index].with_changes(value=value)
-        if args == list(updated.args):
+            index = original.args.index(arg)  # the value as the other rules left it
+            value = self.runtime_call("quantized_load", args[index].value, cst.SimpleString(f'"{name}"'))
+            args[index], ported = args[index].with_changes(value=value), True
+        if not ported:
             return updated
         return self.rewrite(original, updated.with_changes(args=args),
                             "the quantised load on CUDA; unquantised elsewhere, where bitsandbytes has no kernels")
