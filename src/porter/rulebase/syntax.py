@@ -145,6 +145,26 @@ def is_device_move(rule, node: cst.BaseExpression) -> bool:
     return any(is_device_expr(rule, a.value) for a in candidates)
 
 
+class DeviceMoves:
+    """Mixed into a rule (before ``Rule``): records, while visiting, each call whose
+    result a device move receives (the cast in ``x.to(torch.float64).cuda()``), so the
+    rule can ask :meth:`beside_device_move` when it leaves the call."""
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)  # type: ignore[call-arg]
+        self._moved: set[int] = set()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if is_device_move(self, node):
+            self._moved.add(id(node.func.value))  # type: ignore[attr-defined]
+
+    def beside_device_move(self, call: cst.Call) -> bool:
+        """Whether a device move receives ``call``'s result, or ``call`` is a method of
+        one (``x.cuda().to(torch.float64)``)."""
+        func = call.func
+        return id(call) in self._moved or (isinstance(func, cst.Attribute) and is_device_move(self, func.value))
+
+
 def argument_pair(original: cst.Call, updated: cst.Call, name: str,
                   index: Optional[int] = None) -> tuple[Optional[cst.Arg], Optional[cst.Arg]]:
     """:func:`argument` in the original call (for name resolution) and the same

@@ -19,7 +19,7 @@ from porter.rulebase.rule import (
     keyword,
     positional,
 )
-from porter.rulebase.syntax import is_device_expr, is_device_move
+from porter.rulebase.syntax import DeviceMoves, is_device_expr, is_device_move
 
 #: Dtypes that ``porter_runtime.supported_dtype`` may replace on MPS.
 HAZARD_DTYPES = frozenset({
@@ -45,7 +45,7 @@ def _dtype_arg(rule: Rule, call: cst.Call, method: bool) -> Optional[cst.Arg]:
 _SEES_A_MOVE = String(CUDA_SPEC, word="cuda") | Name("porter_runtime") | CallsMethod("cuda")
 
 
-class DeviceDtype(Rule):
+class DeviceDtype(DeviceMoves, Rule):
     """A float64 / complex128 / bfloat16 dtype sent to the device goes through `porter_runtime.supported_dtype`.
 
     What:
@@ -112,14 +112,6 @@ class DeviceDtype(Rule):
         ),
     ]
 
-    def __init__(self, ctx) -> None:
-        super().__init__(ctx)
-        self._moved: set[int] = set()  # calls whose result a device move receives
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if is_device_move(self, node):
-            self._moved.add(id(node.func.value))  # type: ignore[attr-defined]
-
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         arg = self._hazard(original)
         if arg is None:
@@ -137,19 +129,19 @@ class DeviceDtype(Rule):
         if name is not None and name.startswith("torch."):
             arg = _dtype_arg(self, call, method=False)
             device = keyword(call, "device")
-            on_device = id(call) in self._moved or (device is not None and is_device_expr(self, device.value))
+            on_device = self.beside_device_move(call) or (device is not None and is_device_expr(self, device.value))
             return arg if on_device else None
         if not isinstance(func, cst.Attribute) or func.attr.value != "to" or name is not None:
             return None
         if self.qualname(func.value) is not None:
             return None
-        on_device = id(call) in self._moved or is_device_move(self, call) or is_device_move(self, func.value)
+        on_device = self.beside_device_move(call) or is_device_move(self, call)
         return _dtype_arg(self, call, method=True) if on_device else None
 
 
 
 
-class DoubleOnDevice(Rule):
+class DoubleOnDevice(DeviceMoves, Rule):
     """`.double()` next to a move to the device becomes `porter_runtime.double(...)`.
 
     What:
@@ -233,12 +225,10 @@ class DoubleOnDevice(Rule):
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self._moved: set[int] = set()
         self._own = bool(_DEFINES_DOUBLE.search(ctx.source))
 
     def visit_Call(self, node: cst.Call) -> None:
-        if is_device_move(self, node):
-            self._moved.add(id(node.func.value))  # type: ignore[attr-defined]
+        super().visit_Call(node)
         state = _module_state(self, node)
         if state is not None:
             self._moved.add(id(state))
@@ -249,7 +239,7 @@ class DoubleOnDevice(Rule):
             return updated
         if self.qualname(func.value) is not None:
             return updated  # ``np.double(...)``: a module's function
-        if id(original) not in self._moved and not is_device_move(self, func.value):
+        if not self.beside_device_move(original):
             return updated
         if self._own:
             self.flag(original, "`.double()` may call this file's own `double` method; not rewritten",

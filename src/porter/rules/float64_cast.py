@@ -8,7 +8,7 @@ import libcst as cst
 
 from porter.rulebase.evidence import CallsMethod
 from porter.rulebase.rule import Example, Needs, Rule, Safety
-from porter.rulebase.syntax import is_device_move
+from porter.rulebase.syntax import DeviceMoves
 
 #: What MPS has no kernel for at all (bfloat16 it has from macOS 14: PT604's).
 _FLOAT64 = frozenset({"torch.float64", "torch.double", "torch.complex128", "torch.cdouble"})
@@ -16,7 +16,7 @@ _FLOAT64 = frozenset({"torch.float64", "torch.double", "torch.complex128", "torc
 _HOST = frozenset({"cpu", "numpy", "from_numpy", "as_tensor", "tensor"})
 
 
-class Float64Cast(Rule):
+class Float64Cast(DeviceMoves, Rule):
     """`x.to(torch.float64)` goes through `porter_runtime.to_dtype(x, torch.float64)`.
 
     What:
@@ -90,14 +90,6 @@ class Float64Cast(Rule):
         ),
     ]
 
-    def __init__(self, ctx) -> None:
-        super().__init__(ctx)
-        self._moved: set[int] = set()  # calls whose result a device move receives
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if is_device_move(self, node):
-            self._moved.add(id(node.func.value))  # type: ignore[attr-defined]
-
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         func = original.func
         if not (isinstance(func, cst.Attribute) and func.attr.value == "to") or len(original.args) != 1:
@@ -107,7 +99,7 @@ class Float64Cast(Rule):
             return updated
         if self.qualname(arg.value) not in _FLOAT64 or self.qualname(func.value) is not None:
             return updated  # not a float64 dtype, or a module's `to(...)` function
-        if id(original) in self._moved or is_device_move(self, func.value) or _on_host(func.value):
+        if self.beside_device_move(original) or _on_host(func.value):
             return updated  # next to a move: PT604's `supported_dtype`; or on the host, where float64 is fine
         assert isinstance(updated.func, cst.Attribute)
         new = self.runtime_call("to_dtype", updated.func.value, updated.args[0].value)

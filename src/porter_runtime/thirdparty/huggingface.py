@@ -37,11 +37,10 @@ def quantized_load(value: T, option: str = "load_in_8bit") -> Any:
     (4-bit) times the memory."""
     if _device.is_cuda() or not value:
         return value
-    bits = "4" if "4bit" in option else "8"
+    bits = 4 if "4bit" in option else 8
     _log.warn_once(f"quantized_load.{option}", f"from_pretrained({option}={value!r}): bitsandbytes' {bits}-bit "
                    f"quantisation runs CUDA kernels only; loading the weights unquantised on "
-                   f"{_device.device_type()} (about {16 // int(bits)}x the memory of the {bits}-bit load in "
-                   "float16)")
+                   f"{_device.device_type()} (about {16 // bits}x the memory of the {bits}-bit load in float16)")
     return False
 
 
