@@ -198,6 +198,32 @@ def test_an_import_list_with_porter_ignore_on_one_line_is_not_edited():
     assert "from torch import (\n    ones,\n)\n" in plain
 
 
+def test_a_removed_import_leaves_its_comments_where_it_was():
+    """The fuzz test's find: ``import torch  # the framework`` lost its comment with the
+    import. Each comment of a removed line stays, on a line of its own; one on a name
+    removed from a list goes above the import. The port still runs."""
+    code = "# -*- coding: utf-8 -*-\nimport torch  # the framework\n\na = torch.device(\"cuda\")\n"
+    new = migrate(code, "setup_device.py").new.decode()
+    assert new == ("# -*- coding: utf-8 -*-\nimport porter_runtime\n# the framework\n\n"
+                   "a = porter_runtime.device()\n")
+    namespace: dict = {}
+    exec(compile(new, "setup_device.py", "exec"), namespace)
+    assert namespace["a"].type == "cpu"
+    assert migrate(new, "setup_device.py").new.decode() == new  # a second run changes nothing
+
+    listed = ("import os\n# kernels, for GPUs\nimport flash_attn  # 2.x\nfrom flash_attn import (\n"
+              "    flash_attn_func,  # fast\n    flash_attn_varlen_func,\n)\n\n"
+              "out = flash_attn_func(q, k, v)\nvarlen = flash_attn_varlen_func\nv = flash_attn.__version__\n")
+    new = migrate(listed, "attention.py").new.decode()
+    assert "# kernels, for GPUs\nimport flash_attn  # 2.x\n" in new  # still used: untouched
+    assert "# fast\nfrom flash_attn import (\n    flash_attn_varlen_func,\n)\n" in new
+
+    last = "import torch\nx = torch.zeros(2).cuda()\nimport flash_attn  # at the end\n"
+    new = migrate(last.replace("import flash_attn", "from flash_attn import flash_attn_func")
+                  + "y = flash_attn_func(x, x, x)\n", "tail.py").new.decode()
+    assert new.count("# at the end") == 1
+
+
 def _every_source():
     """Every rule example's code, and every Python file of the fixture repositories."""
     from porter.rulebase.rule import Rule

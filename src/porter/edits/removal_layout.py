@@ -1,8 +1,10 @@
 """The layout LibCST's ``RemoveImportsVisitor`` loses, put back: no blank line left at
 the top of the file, the blank line that separated a removed import's group kept for
-the next import, and an edited import list's trailing comma kept."""
+the next import, an edited import list's trailing comma kept, and no comment lost."""
 
 from __future__ import annotations
+
+from collections import Counter
 
 import libcst as cst
 
@@ -13,7 +15,12 @@ from porter.rulebase.matching import dotted_name
 def keep_layout(before: cst.Module, after: cst.Module) -> cst.Module:
     """``after`` (``before`` less some imports) with the layout LibCST's removal loses:
     no blank line left at the top of the file, the blank line that separated a removed
-    import's group kept for the next import, and an edited list's trailing comma kept."""
+    import's group kept for the next import, and an edited list's trailing comma kept.
+
+    No comment is lost: the lines of a removed import (``import torch  # the
+    framework``, with the comment lines above it) leave their comments where the import
+    was, each on a line of its own; a comment on a name removed from an import list
+    (``flash_attn_func,  # fast``) goes on a line above the import."""
     old, new = list(before.body), list(after.body)
     out: list = []
     i = 0
@@ -23,12 +30,68 @@ def keep_layout(before: cst.Module, after: cst.Module) -> cst.Module:
             removed.append(old[i])
             i += 1
         if i < len(old):
-            stmt = _keep_trailing_comma(old[i], stmt)
+            stmt = _keep_comments(old[i], _keep_trailing_comma(old[i], stmt))
             i += 1
         if removed or not out:
             stmt = _after_removal(stmt, removed[0] if removed else None, at_start=not out)
-        out.append(stmt)
+        out.append(_before_comments_of(removed, stmt))
+    if i < len(old):  # imports removed at the end of the file: their comments stay there
+        return after.with_changes(body=out, footer=[*_comment_lines(old[i:]), *after.footer])
     return after.with_changes(body=out)
+
+
+def _comments(node: cst.CSTNode) -> list[str]:
+    """The text of every comment in ``node``, in source order."""
+    found: list[str] = []
+
+    class Collect(cst.CSTVisitor):
+        def visit_Comment(self, comment: cst.Comment) -> None:
+            found.append(comment.value)
+
+    node.visit(Collect())
+    return found
+
+
+def _comment_lines(removed: list) -> list[cst.EmptyLine]:
+    """The comments of removed statements, as lines: the lines above each statement as
+    they were (blank ones too, when it had a comment), then its other comments."""
+    lines: list[cst.EmptyLine] = []
+    for stmt in removed:
+        own = [line.comment.value for line in stmt.leading_lines if line.comment is not None]
+        rest = _comments(stmt)[len(own):]
+        if own or rest:
+            lines += [*stmt.leading_lines, *(_line(text) for text in rest)]
+    return lines
+
+
+def _line(text: str) -> cst.EmptyLine:
+    return cst.EmptyLine(comment=cst.Comment(text))
+
+
+def _before_comments_of(removed: list, stmt: cst.BaseStatement) -> cst.BaseStatement:
+    """``stmt`` with the comment lines of the statements removed just before it above
+    its own leading lines."""
+    lines = _comment_lines(removed)
+    if not lines:
+        return stmt
+    return stmt.with_changes(leading_lines=[*lines, *stmt.leading_lines])
+
+
+def _keep_comments(old: cst.BaseStatement, new: cst.BaseStatement) -> cst.BaseStatement:
+    """``new`` (``old`` with some imported names removed) with the comments those names
+    carried on lines above it."""
+    if old.deep_equals(new):
+        return new
+    left = Counter(_comments(new))
+    lost = []
+    for text in _comments(old):
+        if left[text]:
+            left[text] -= 1
+        else:
+            lost.append(text)
+    if not lost:
+        return new
+    return new.with_changes(leading_lines=[*new.leading_lines, *(_line(text) for text in lost)])
 
 
 def _same_statement(old: cst.BaseStatement, new: cst.BaseStatement) -> bool:
