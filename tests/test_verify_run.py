@@ -324,3 +324,22 @@ def test_a_scripts_setup_call_that_reads_its_settings_is_not_run(tmp_path):
         '''})
     code, data, _ = verify(tree)
     assert code == 0 and data["modules"][0]["imports_only"] is True
+
+
+def test_an_open_mpi_rank_s_stdout_line_inside_its_traceback_is_not_the_error():
+    """Open MPI forwards a rank's stdout and stderr apart: ``print("rank 1 ready")``,
+    written before the failure, can arrive between the lines of its traceback (CI saw the
+    real mpiexec do it). The error is the traceback's own last line."""
+    from porter.verify.tracebacks import find_failure
+
+    text = "\n".join([
+        "[1,0]<stdout>:rank 0 ready",
+        "[1,1]<stderr>:Traceback (most recent call last):",
+        '[1,1]<stderr>:  File "/repo/job.py", line 8, in <module>',
+        "[1,1]<stdout>:rank 1 ready",
+        "[1,1]<stderr>:    torch.zeros(2).cuda()  # porter: ignore",
+        "[1,1]<stderr>:AssertionError: Torch not compiled with CUDA enabled",
+    ])
+    failure = find_failure(text, lambda frames: [f for f in frames if f[0].startswith("/repo/")])
+    assert failure.traceback.rank == 1 and failure.traceback.frames == [("/repo/job.py", 8)]
+    assert failure.traceback.exception == "AssertionError: Torch not compiled with CUDA enabled"

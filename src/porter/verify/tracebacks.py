@@ -61,18 +61,23 @@ class Failure:
     missing: list[str] = field(default_factory=list)
 
 
-def streams(text: str) -> dict[Optional[int], list[str]]:
-    """The output's lines split by rank prefix (None: lines with no prefix)."""
-    out: dict[Optional[int], list[str]] = {}
+def streams(text: str) -> dict[tuple[Optional[int], str], list[str]]:
+    """The output's lines split into one stream per process, keyed by (rank, channel):
+    rank None for lines with no prefix, channel ``"stdout"`` for Open MPI's
+    ``<stdout>`` lines and ``""`` otherwise. Open MPI forwards a rank's stdout and
+    stderr apart, so a line it printed before its traceback may arrive inside it."""
+    out: dict[tuple[Optional[int], str], list[str]] = {}
     for line in text.splitlines():
         match = _PREFIX.match(line)
-        rank = None
+        rank, channel = None, ""
         if match:
             rank = int(match["rank"] or match["mpi"] or match["mpich"])
+            if match.group(0).endswith("<stdout>:"):
+                channel = "stdout"
             line = line[match.end():]
             if match["mpich"] is None and line.startswith(" "):
                 line = line[1:]  # "[rank1]: Traceback ...": torchrun puts one space after the colon
-        out.setdefault(rank, []).append(line)
+        out.setdefault((rank, channel), []).append(line)
     return out
 
 
@@ -130,10 +135,10 @@ def _table_traceback(lines: list[str], rank: Optional[int]) -> list[Traceback]:
 def find_failure(text: str, in_tree) -> Failure:
     """The failure in a command's output. ``in_tree(frames)`` gives a traceback's frames
     inside the tree (innermost first): a traceback with some is one of the code's."""
-    by_rank = streams(text)
-    plain = by_rank.get(None, [])
+    by_stream = streams(text)
+    plain = by_stream.get((None, ""), [])
     root = root_cause(plain)
-    every = [tb for rank, lines in by_rank.items() for tb in tracebacks(lines, rank)]
+    every = [tb for (rank, _), lines in by_stream.items() for tb in tracebacks(lines, rank)]
     every += _table_traceback(plain, root.rank if root else None)
     if root is not None and root.rank is not None:
         preferred = [tb for tb in every if tb.rank == root.rank and in_tree(tb.frames)]
