@@ -47,7 +47,7 @@ _EXPORTS = {
     "sdpa_kernel": "attn.sdpa",
     "double": "_cast", "to_dtype": "_cast",
     "compile": "_compile",
-    "dataloader_kwargs": "_data", "map_location": "_data", "pin_memory": "_data",
+    "dataloader_kwargs": "_data", "map_location": "_data", "mpi_workers": "_data", "pin_memory": "_data",
     "pin_memory_device": "_data", "pin_tensor": "_data", "to_device": "_data", "unguarded_workers": "_data",
     "device": "_device", "device_str": "_device", "device_type": "_device",
     "is_accelerator_available": "_device", "is_cuda": "_device",

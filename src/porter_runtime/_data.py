@@ -141,6 +141,35 @@ def unguarded_workers(num_workers: Any) -> Any:
     return 0
 
 
+#: What MPICH's mpiexec (Hydra) and Intel MPI give each rank: a PMI-1 connection to the
+#: launcher, inherited by a spawned worker, which cannot use it.
+_PMI_WIRE = ("PMI_FD", "PMI_PORT")
+
+
+def mpi_workers(num_workers: Any) -> Any:
+    """``num_workers`` of a DataLoader in a module that imports mpi4py (porter's PT405).
+
+    CUDA, wherever workers start with ``fork`` (Linux), and wherever a spawned worker
+    can initialise MPI: ``num_workers`` as given. Where they start with ``spawn``
+    (macOS's default) in a process that MPICH's ``mpiexec`` started (``PMI_FD`` or
+    ``PMI_PORT`` set) and that has imported mpi4py: 0, with one info line. A spawned
+    worker imports the dataset's module again, and so mpi4py, whose ``MPI_Init`` then
+    fails on the rank's PMI connection (``PMI_Init failed``, then "DataLoader worker
+    exited unexpectedly"); with 0 the batches are loaded in the rank's main process,
+    the same batches, more slowly.
+    """
+    import os
+    import sys
+
+    if (_device.is_cuda() or not num_workers or _start_method() != "spawn" or "mpi4py" not in sys.modules
+            or not any(os.environ.get(name) for name in _PMI_WIRE)):
+        return num_workers
+    _log.info_once("mpi_workers", f"DataLoader(num_workers={num_workers}) loads in the main process: workers "
+                   "start with spawn here, and each would import mpi4py and fail in MPI_Init on this MPICH "
+                   "rank's PMI connection")
+    return 0
+
+
 def dataloader_kwargs(**kwargs: Any) -> dict[str, Any]:
     """DataLoader keyword arguments made valid for this device and worker count.
 

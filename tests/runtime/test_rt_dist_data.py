@@ -161,3 +161,37 @@ def test_dataloader_kwargs_valid_for_zero_workers_on_this_cpu():
     assert kwargs == {"pin_memory": False, "shuffle": False}
     loader = torch.utils.data.DataLoader(torch.arange(4), batch_size=2, **kwargs)
     assert [b.tolist() for b in loader] == [[0, 1], [2, 3]]
+
+
+@pytest.mark.parametrize("machine", ["cuda", "mps", "cpu"])
+def test_mpi_workers_are_dropped_only_where_a_spawned_worker_cannot_init_mpi(simulate, machine, monkeypatch, capsys):
+    """What PT405 writes into a DataLoader in a module that imports mpi4py
+    (improved-diffusion's ``num_workers=1``). The launch is simulated the way devices
+    are: MPICH's Hydra gives each rank ``PMI_FD``, Open MPI does not; the process has
+    imported mpi4py (a module object stands for it in ``sys.modules``)."""
+    import sys
+    import types
+
+    from porter_runtime import _data
+
+    simulate(machine)
+    monkeypatch.delenv("PORTER_QUIET")  # the info line is checked
+    monkeypatch.setitem(sys.modules, "mpi4py", types.ModuleType("mpi4py"))
+    monkeypatch.setenv("PMI_FD", "11")
+    monkeypatch.setattr(_data, "_start_method", lambda: "spawn")
+    dropped = machine != "cuda"  # on CUDA the workers stay, whatever the platform does
+    assert porter_runtime.mpi_workers(1) == (0 if dropped else 1)
+    assert porter_runtime.mpi_workers(0) == 0
+    assert ("loads in the main process" in capsys.readouterr().err) is dropped
+    for kept in ("fork", "no PMI", "no mpi4py"):  # Linux; Open MPI; nothing imported MPI
+        with monkeypatch.context() as m:
+            if kept == "fork":
+                m.setattr(_data, "_start_method", lambda: "fork")
+            elif kept == "no PMI":
+                m.delenv("PMI_FD")
+            else:
+                m.delitem(sys.modules, "mpi4py")
+            assert porter_runtime.mpi_workers(4) == 4
+    monkeypatch.delenv("PMI_FD")
+    monkeypatch.setenv("PMI_PORT", "host:4242")  # Intel MPI / MPICH over a port
+    assert porter_runtime.mpi_workers("2") == ("2" if machine == "cuda" else 0)
