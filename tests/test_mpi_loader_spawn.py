@@ -142,3 +142,19 @@ def test_a_loader_in_an_mpi_module_runs_where_workers_spawn_once_ported(tmp_path
         assert "loads in the main process" not in kept.stderr
     check = run_porter("migrate", repo, "--check", "--fail-on", "changes")
     assert check.returncode == 0, check.stdout.decode()[-2000:]
+
+
+def test_an_unguarded_loader_in_an_mpi_module_is_ported_once():
+    """PT403 and PT405 both apply; PT403's ``unguarded_workers`` already gives 0 where
+    workers spawn, so the call is not wrapped twice, and a second run changes nothing."""
+    from porter.engine.process import Options, migrate_source
+    from porter.engine.registry import all_rules
+
+    code = ("from mpi4py import MPI\nfrom torch.utils.data import DataLoader\n\n"
+            "loader = DataLoader(ds, num_workers=4)\nfor batch in loader:\n    step(batch)\n")
+    options = Options(rules=all_rules())
+    result = migrate_source(code.encode(), options, path="train.py")
+    new = result.new.decode()
+    assert "loader = DataLoader(ds, num_workers=porter_runtime.unguarded_workers(4))\n" in new
+    assert [f.code for f in result.rewrites] == ["PT403"]
+    assert migrate_source(result.new, options, path="train.py").new == result.new

@@ -36,6 +36,13 @@ def _imports_mpi4py(module: cst.Module) -> bool:
     return False
 
 
+def _unguarded(value: cst.BaseExpression) -> bool:
+    """PT403's ``porter_runtime.unguarded_workers(n)``, written in this run."""
+    return (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value == "unguarded_workers" and isinstance(value.func.value, cst.Name)
+            and value.func.value.value == "porter_runtime")
+
+
 class DataLoaderMpiWorkers(Rule):
     """A DataLoader with workers in a module that imports mpi4py loads in the main process where workers spawn under MPICH.
 
@@ -159,14 +166,13 @@ class DataLoaderMpiWorkers(Rule):
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         if not getattr(self, "_mpi", False) or not self.matches(original.func) or workers(original) is None:
             return updated
-        given = workers_arg(original)
-        if given is None or is_runtime_call(self, given.value):
-            return updated  # ported (here, or by PT403)
+        given, arg = workers_arg(original), workers_arg(updated)
+        if given is None or is_runtime_call(self, given.value) or (arg is not None and _unguarded(arg.value)):
+            return updated  # ported: by an earlier run, or by PT403 in this one (0 where workers spawn too)
         problem = (f"DataLoader(num_workers={workers(original)}) in a module that imports mpi4py: where workers "
                    "spawn (macOS), each imports mpi4py again, and under MPICH's mpiexec its MPI_Init fails "
                    "(`PMI_Init failed`, then `DataLoader worker exited unexpectedly`)")
         blocked = [k for k in _NEED_WORKERS if keyword(original, k) is not None]
-        arg = workers_arg(updated)
         if arg is None or blocked or any(a.star for a in original.args):
             why = f" ({', '.join(blocked)} needs workers)" if blocked else ""
             self.flag(original, problem + why,
