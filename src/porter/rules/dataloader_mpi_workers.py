@@ -10,7 +10,7 @@ from porter.rulebase.evidence import Imports, InFile, Uses
 from porter.rulebase.families.dataloader import DATALOADER, workers, workers_arg
 from porter.rulebase.matching import dotted_name
 from porter.rulebase.rule import Example, Needs, Rule, Safety, keyword
-from porter.rulebase.syntax import is_runtime_call, replace_arg, small_statements
+from porter.rulebase.syntax import block_statements, is_runtime_call, replace_arg, small_statements
 
 #: DataLoader keywords it refuses without workers: the call is reported instead.
 _NEED_WORKERS = ("persistent_workers", "prefetch_factor", "multiprocessing_context")
@@ -22,7 +22,7 @@ def _imports_mpi4py(module: cst.Module) -> bool:
     statements = list(module.body)
     for stmt in module.body:
         if isinstance(stmt, cst.Try):
-            statements += list(stmt.body.body)
+            statements += list(block_statements(stmt.body))
     for stmt in statements:
         for small in small_statements(stmt):
             if isinstance(small, cst.Import):
