@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
+import sys
 from collections.abc import Mapping
 from typing import Any, Optional
 
@@ -122,6 +124,11 @@ def _start_method() -> str:
     return name if isinstance(name, str) else multiprocessing.get_all_start_methods()[0]
 
 
+def _spawns_off_cuda(num_workers: Any) -> bool:
+    """Whether a DataLoader with ``num_workers`` starts workers, with ``spawn``, off CUDA."""
+    return bool(num_workers) and not _device.is_cuda() and _start_method() == "spawn"
+
+
 def unguarded_workers(num_workers: Any) -> Any:
     """``num_workers`` of a DataLoader that a script starts when it is run, with no
     ``if __name__ == "__main__":`` guard around it (porter's PT403).
@@ -133,7 +140,7 @@ def unguarded_workers(num_workers: Any) -> Any:
     process has finished its bootstrapping phase"); with 0 the batches are loaded in the
     main process, the same batches, more slowly.
     """
-    if _device.is_cuda() or not num_workers or _start_method() != "spawn":
+    if not _spawns_off_cuda(num_workers):
         return num_workers
     _log.info_once("unguarded_workers", f"DataLoader(num_workers={num_workers}) loads in the main process: "
                    "workers start with spawn here and would re-run this unguarded script (put the code under "
@@ -158,10 +165,7 @@ def mpi_workers(num_workers: Any) -> Any:
     exited unexpectedly"); with 0 the batches are loaded in the rank's main process,
     the same batches, more slowly.
     """
-    import os
-    import sys
-
-    if (_device.is_cuda() or not num_workers or _start_method() != "spawn" or "mpi4py" not in sys.modules
+    if (not _spawns_off_cuda(num_workers) or "mpi4py" not in sys.modules
             or not any(os.environ.get(name) for name in _PMI_WIRE)):
         return num_workers
     _log.info_once("mpi_workers", f"DataLoader(num_workers={num_workers}) loads in the main process: workers "

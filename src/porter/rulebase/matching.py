@@ -22,7 +22,7 @@ from __future__ import annotations
 import ast
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable, Optional, Union
+from typing import Iterable, Iterator, Optional, Union
 
 import libcst as cst
 
@@ -487,8 +487,17 @@ class Resolver:
 
     def imports_of(self, qualname: str) -> bool:
         """Whether the module binds ``qualname`` (or a parent module) at top level."""
+        return any(t == qualname or qualname.startswith(t + ".") for t in self._module_targets())
+
+    def imports_under(self, package: str) -> bool:
+        """Whether a top-level import of the module (in its ``if`` and ``try`` blocks
+        too) imports ``package`` or something under it (``from mpi4py import MPI``)."""
+        return any(t == package or t.startswith(package + ".") for t in self._module_targets())
+
+    def _module_targets(self) -> Iterator[str]:
+        """What the module's top-level bindings stand for."""
         if self._facts is not None:
             bindings = self._facts.module_imports.values()
         else:
             bindings = self._full().module_scope.bindings.values()
-        return any(t == qualname or qualname.startswith(t + ".") for targets in bindings for t in targets)
+        return (t for targets in bindings for t in targets)

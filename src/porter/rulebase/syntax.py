@@ -77,6 +77,16 @@ def is_runtime_call(rule, node: cst.BaseExpression) -> bool:
     return name is not None and name.startswith("porter_runtime.")
 
 
+def runtime_call_of(node: cst.BaseExpression) -> Optional[str]:
+    """``X`` for ``porter_runtime.X(...)`` as the rules write it (a rewrite of this run,
+    which has no metadata to resolve), else None."""
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+        base = node.func.value
+        if isinstance(base, cst.Name) and base.value == RUNTIME:
+            return node.func.attr.value
+    return None
+
+
 def literal_is(node: cst.BaseExpression, *names: str) -> bool:
     """Whether ``node`` is one of the named constants (``True``, ``False``, ``None``)."""
     return isinstance(node, cst.Name) and node.value in names

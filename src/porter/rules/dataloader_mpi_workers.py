@@ -8,39 +8,11 @@ import libcst as cst
 
 from porter.rulebase.evidence import Imports, InFile, Uses
 from porter.rulebase.families.dataloader import DATALOADER, workers, workers_arg
-from porter.rulebase.matching import dotted_name
 from porter.rulebase.rule import Example, Needs, Rule, Safety, keyword
-from porter.rulebase.syntax import block_statements, is_runtime_call, replace_arg, small_statements
+from porter.rulebase.syntax import is_runtime_call, replace_arg, runtime_call_of
 
 #: DataLoader keywords it refuses without workers: the call is reported instead.
 _NEED_WORKERS = ("persistent_workers", "prefetch_factor", "multiprocessing_context")
-
-
-def _imports_mpi4py(module: cst.Module) -> bool:
-    """A module-level ``import mpi4py…`` / ``from mpi4py import …`` (also inside a
-    top-level ``try``): a spawned worker that imports this module imports MPI."""
-    statements = list(module.body)
-    for stmt in module.body:
-        if isinstance(stmt, cst.Try):
-            statements += list(block_statements(stmt.body))
-    for stmt in statements:
-        for small in small_statements(stmt):
-            if isinstance(small, cst.Import):
-                names = [dotted_name(alias.name) or "" for alias in small.names]
-            elif isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
-                names = [dotted_name(small.module) or ""]
-            else:
-                continue
-            if any(name == "mpi4py" or name.startswith("mpi4py.") for name in names):
-                return True
-    return False
-
-
-def _unguarded(value: cst.BaseExpression) -> bool:
-    """PT403's ``porter_runtime.unguarded_workers(n)``, written in this run."""
-    return (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
-            and value.func.attr.value == "unguarded_workers" and isinstance(value.func.value, cst.Name)
-            and value.func.value.value == "porter_runtime")
 
 
 class DataLoaderMpiWorkers(Rule):
@@ -86,6 +58,9 @@ class DataLoaderMpiWorkers(Rule):
         "from mpi4py import MPI\nfrom torch.utils.data import DataLoader\n\n"
         "def load(ds):\n    return DataLoader(ds, batch_size=8, num_workers=0)\n",
         "from mpi4py import MPI\n\ndef load(ds):\n    return DataLoader(ds, num_workers=4)\n",  # not torch's
+        # a parameter shadows the imported DataLoader
+        "from mpi4py import MPI\nfrom torch.utils.data import DataLoader\n\n"
+        "def load(ds, DataLoader=make_loader):\n    return DataLoader(ds, num_workers=4)\n",
     ]
     invalid = [
         Example(  # improved-diffusion's image_datasets.py
@@ -143,6 +118,13 @@ class DataLoaderMpiWorkers(Rule):
                         yield from loader
                 """),
         ),
+        Example(  # an aliased module, and mpi4py imported in a one-line try
+            "import torch.utils.data as tud\ntry: from mpi4py import MPI\nexcept ImportError: MPI = None\n\n"
+            "def loader(ds, args):\n    return tud.DataLoader(ds, batch_size=args.batch_size, num_workers=args.workers)\n",
+            "import porter_runtime\nimport torch.utils.data as tud\ntry: from mpi4py import MPI\nexcept ImportError: MPI = None\n\n"
+            "def loader(ds, args):\n    return tud.DataLoader(ds, batch_size=args.batch_size, "
+            "num_workers=porter_runtime.mpi_workers(args.workers))\n",
+        ),
         Example(  # persistent workers: DataLoader refuses them without workers, so it is reported
             dedent("""\
                 import torch
@@ -161,13 +143,14 @@ class DataLoaderMpiWorkers(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
-        self._mpi = _imports_mpi4py(node)
+        # a top-level import (in an `if` or `try` too): a spawned worker that imports this module imports MPI
+        self._mpi = self.ctx.resolver.imports_under("mpi4py")
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         if not getattr(self, "_mpi", False) or not self.matches(original.func) or workers(original) is None:
             return updated
         given, arg = workers_arg(original), workers_arg(updated)
-        if given is None or is_runtime_call(self, given.value) or (arg is not None and _unguarded(arg.value)):
+        if given is None or is_runtime_call(self, given.value) or (arg is not None and runtime_call_of(arg.value) == "unguarded_workers"):
             return updated  # ported: by an earlier run, or by PT403 in this one (0 where workers spawn too)
         problem = (f"DataLoader(num_workers={workers(original)}) in a module that imports mpi4py: where workers "
                    "spawn (macOS), each imports mpi4py again, and under MPICH's mpiexec its MPI_Init fails "

@@ -12,8 +12,8 @@ import libcst as cst
 from porter.rulebase.conditions.availability_checks import availability_test
 from porter.rulebase.cuda_packages import is_cuda_only_module
 from porter.rulebase.families.availability_choices import is_fallback, mps_statement_choice, names_mps, ternary
-from porter.rulebase.rule import RUNTIME, Rule, string_value
-from porter.rulebase.syntax import block_statements, small_statements
+from porter.rulebase.rule import Rule, string_value
+from porter.rulebase.syntax import block_statements, runtime_call_of, small_statements
 
 
 class _Residue(cst.CSTVisitor):
@@ -29,9 +29,7 @@ class _Residue(cst.CSTVisitor):
     def visit_Call(self, node: cst.Call) -> Optional[bool]:
         # porter's own rewrite (`porter_runtime.device(f"cuda:{r}")`) runs everywhere:
         # its CUDA arguments are requests the runtime maps, not a tie to CUDA.
-        func = node.func
-        ours = isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == RUNTIME
-        return False if ours else None
+        return False if runtime_call_of(node) is not None else None
 
     def visit_Name(self, node: cst.Name) -> Optional[bool]:
         return self._hit(node.value) if "cuda" in node.value.lower() or "nccl" in node.value.lower() else None
