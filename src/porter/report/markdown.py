@@ -1,7 +1,8 @@
 """The migration report in Markdown: a pull-request description a reviewer can trust.
 
 What changed and why (per rule: counts and files, not the diff again line by line),
-what porter_runtime is, why CUDA behaves as before, how to try it on a Mac, and what
+what porter_runtime is, why CUDA behaves as before, how to try it on a Mac (with the
+repository's own command: porter.report.entry_point), and what
 needs a human, the items that need one first. Every path is relative to the root: the
 report never shows where the tree sat on the machine that ported it.
 """
@@ -10,9 +11,11 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 from porter.engine.registry import by_code
+from porter.report import entry_point
 from porter.report.output_formats import PENDING_MODES, severity
 
 #: A note that a copy of the runtime got one more module: the PR tells the copy once.
@@ -38,13 +41,7 @@ CUDA_SAME = (
     "`porter explain CODE` shows each rule's reasoning and examples."
 )
 
-MAC = """\
-```sh
-porter verify .        # imports every module with CUDA hidden; each failure is tied to a finding
-porter verify . --run "python train.py --max_steps 2"   # a short run of your entry point
-PYTORCH_ENABLE_MPS_FALLBACK=1 python train.py           # the real thing on Apple Silicon
-```
-
+MPS_FALLBACK = """\
 `PYTORCH_ENABLE_MPS_FALLBACK=1` lets an operator MPS does not implement run on the CPU
 instead of stopping with `NotImplementedError` (slower, and torch warns once per operator).
 `porter_runtime` sets it on macOS when it is imported before torch; set it yourself when
@@ -52,12 +49,13 @@ torch comes first."""
 
 
 def to_markdown(report: dict[str, Any]) -> str:
+    mac = entry_point.mac_commands(entry_point.find(Path(report["root"])))
     report = _relative(report, report["root"])
     lines = _title(report)
     lines += _changes(report)
     lines += ["## What `porter_runtime` is", "", RUNTIME, ""] if _uses_runtime(report) else []
     lines += ["## How CUDA stays the same", "", CUDA_SAME.format(unsafe=_unsafe(report)), ""]
-    lines += ["## How to test on a Mac", "", MAC, ""]
+    lines += ["## How to test on a Mac", "", mac, "", MPS_FALLBACK, ""]
     lines += _needs_a_human(report)
     lines += _not_processed(report)
     lines += _ledger(report.get("ledger"))
@@ -127,15 +125,15 @@ def _needs_a_human(report: dict[str, Any]) -> list[str]:
     info = [i for i in items if severity(i[1], "review") == "info"]
     lines = [f"## Needs a human ({len(real)})", ""]
     lines += [line for path, x in real for line in _item(path, x)] or ["Nothing."]
-    if info:
+    if info:  # no checkbox: nothing to tick off
         lines += ["", f"For information ({len(info)}; nothing to do unless it matters here):", ""]
-        lines += [line for path, x in info for line in _item(path, x)]
+        lines += [line for path, x in info for line in _item(path, x, bullet="-")]
     return lines + [""]
 
 
-def _item(path: str, x: dict[str, Any]) -> list[str]:
+def _item(path: str, x: dict[str, Any], bullet: str = "- [ ]") -> list[str]:
     where = _code(f"{path}:{x['line']}")
-    lines = [f"- [ ] {where} **{x['code']}** {_cell(x['message'])}"]
+    lines = [f"{bullet} {where} **{x['code']}** {_cell(x['message'])}"]
     if x["suggestion"]:
         lines.append(f"  - suggestion: `{_cell(x['suggestion'])}`")
     return lines
