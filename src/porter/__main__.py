@@ -7,6 +7,6 @@ import sys
 _cwd = os.getcwd()
 sys.path[:] = [p for p in sys.path if p not in ("", ".", _cwd)]
 
-from porter.cli.app import main  # noqa: E402
+from porter.cli.entry import main  # noqa: E402
 
 main()

@@ -16,6 +16,7 @@ import click
 
 from porter.cli import migrate_inputs as inputs
 from porter.cli.command_inputs import InputError, check_layout, load_settings, make_run_config, or_input_error
+from porter.cli.entry import STOPS, exit_code, output_failed, stop_output
 from porter.cli.migrate_output import emit
 from porter.cli.migrate_run import review_and_write, stream_changes
 from porter.cli.terminal_text import shown, stderr_console
@@ -125,10 +126,16 @@ def migrate(**given) -> None:
     console = stderr_console()
     try:
         code = _migrate(console, flags)
-    except KeyboardInterrupt:
+    except STOPS as exc:  # Ctrl-C, SIGTERM, SIGHUP (porter.cli.entry)
         # Writes are atomic: every file is as it was or fully ported, no temporary file left.
         console.print("porter: interrupted; every file is either untouched or fully written", markup=False)
-        sys.exit(130)
+        sys.exit(exit_code(exc))
+    except OSError as exc:
+        if not output_failed(exc):
+            raise
+        stop_output()  # the workers are shut down; what was written is whole
+        console.print(f"porter: error: can't write the output: {exc.strerror or exc}", markup=False)
+        sys.exit(2)
     sys.exit(0 if code == 1 and flags.exit_zero else code)
 
 
@@ -171,6 +178,13 @@ def _paths_exist(console, paths) -> bool:
     """Whether every path names a file or folder (never a link), each bad one said."""
     bad = False
     for p in paths:
+        try:
+            p.lstat()
+        except OSError as exc:  # no such file, a name too long (a part over 255 bytes), no permission
+            reason = "no such file or folder" if isinstance(exc, FileNotFoundError) else exc.strerror or str(exc)
+            console.print(f"porter: error: {shown(str(p))}: {reason}", markup=False, soft_wrap=True)
+            bad = True
+            continue
         if p.is_symlink():
             console.print(f"porter: error: {shown(str(p))}: a symbolic link; porter never follows links: name the "
                           f"folder or file it points to ({shown(str(p.resolve()))})", markup=False, soft_wrap=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from porter.cli.command_inputs import load_settings, make_run_config
+from porter.cli.entry import STOPS, exit_code
 from porter.cli.terminal_text import stderr_console
 from porter.engine.discover import find_root
 from porter.engine.run import default_jobs
@@ -91,8 +92,11 @@ def verify(path, command, timeout, run_timeout, jobs, include_tests, exclude, al
     from porter.verify.output import render, to_data
 
     console = stderr_console()
-    if not path.exists():
-        console.print(f"porter: error: {path}: no such file or folder", markup=False, soft_wrap=True)
+    try:
+        path.lstat()
+    except OSError as exc:  # no such file, a name too long (a part over 255 bytes), no permission
+        reason = "no such file or folder" if isinstance(exc, FileNotFoundError) else exc.strerror or str(exc)
+        console.print(f"porter: error: {path}: {reason}", markup=False, soft_wrap=True)
         sys.exit(2)
     root = (root or find_root([path])).absolute()
     python = python or sys.executable
@@ -118,9 +122,9 @@ def verify(path, command, timeout, run_timeout, jobs, include_tests, exclude, al
     except OSError as exc:
         console.print(f"porter: error: {exc}", markup=False, soft_wrap=True)
         sys.exit(2)
-    except KeyboardInterrupt:  # the children are stopped with it; nothing was written
+    except STOPS as exc:  # Ctrl-C, SIGTERM, SIGHUP: the children are stopped with it
         console.print("porter: interrupted", markup=False)
-        sys.exit(130)
+        sys.exit(exit_code(exc))
     if output_format == "json":
         import json
 

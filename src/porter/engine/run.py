@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -74,14 +76,29 @@ class RunResult:
 
 Task = tuple[Path, str, Layout]  # the file, its path in the report, the repository's layout
 _worker_options: Optional[Options] = None
+#: Seconds between a worker's checks that its parent is alive.
+PARENT_CHECK = 1.0
 
 
 def _init_worker(options: Options) -> None:
     global _worker_options
     _worker_options = options
     # Ctrl-C is the parent's to handle (it stops the run and exits 130); a worker that
-    # took it too would print a traceback of its own.
+    # took it too would print a traceback of its own. SIGTERM and SIGHUP end a worker at
+    # once (the parent's handler, inherited by fork, would raise in it).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for name in ("SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
+
+
+def _exit_with_parent(parent: int) -> None:
+    """End this worker once its parent is gone (killed with SIGKILL, say): the pool's
+    queue never reports it, since every worker holds the queue's other end."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_CHECK)
+    os._exit(1)
 
 
 def _work(task: Task) -> FileResult:

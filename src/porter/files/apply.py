@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 import importlib.util
 import os
@@ -14,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
 
+from porter.files.linediff import unified_lines
 from porter.files.runtime_layout import FLAT, is_flat, stale
 from porter.files.runtime_shake import held, shake
 from porter.files.safe_io import Refused, read_bounded, write_in_root
@@ -38,25 +38,36 @@ class Change:
 
 # -- interrupts -----------------------------------------------------------------
 
+#: The signals that stop a run, held while a write is in progress (SIGTERM and SIGHUP
+#: raise in porter's main thread: porter.cli.entry).
+_STOPPING = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
 @contextmanager
 def _interrupts_deferred() -> Iterator[None]:
-    """Hold SIGINT until the block ends, then act on it as the handler before would
-    (only the main thread may set a handler; elsewhere the block runs as is). A Ctrl-C
-    during a write takes effect once it is done: an interrupt between creating the
+    """Hold Ctrl-C, SIGTERM and SIGHUP until the block ends, then act on the first as the
+    handler before would (only the main thread may set a handler; elsewhere the block runs
+    as is). A signal during a write takes effect once it is done: one between creating the
     temporary file and the ``try`` that removes it would leave it in the user's tree."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     caught: list = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(frame))
+    previous = {signum: signal.signal(signum, lambda n, frame: caught.append((n, frame))) for signum in _STOPPING}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
-        if caught and callable(previous):
-            previous(signal.SIGINT, caught[0])  # Python's default raises KeyboardInterrupt
-        elif caught and previous == signal.SIG_DFL:
-            raise KeyboardInterrupt
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if caught:
+            signum, frame = caught[0]
+            handler = previous[signum]
+            if callable(handler):
+                handler(signum, frame)  # Python's default for SIGINT raises KeyboardInterrupt
+            elif handler == signal.SIG_DFL and signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(signum)
 
 
 # -- vendoring -----------------------------------------------------------------
@@ -234,7 +245,7 @@ def unified_diff(change: Change) -> bytes:
     Lines are split where git splits them, at b"\\n" only: a form feed, U+2028, a lone
     CR or a BOM stays inside its line (``str.splitlines`` cut lines there, and a BOM
     decoded away came back at the top of the diff body), so the diff applies to the
-    file as it is on disk. Bytes map one to one to latin-1 characters for difflib.
+    file as it is on disk. Bytes map one to one to latin-1 characters for the line matcher.
     """
     old_text = change.old.decode("latin-1") if change.old is not None else ""
     new_text = change.new.decode("latin-1")
@@ -245,8 +256,7 @@ def unified_diff(change: Change) -> bytes:
         header += "new file mode 100644\n"
     header += f"--- {old_name}\n+++ {b}\n"
     body = []
-    lines = difflib.unified_diff(_lines(old_text), _lines(new_text), lineterm="", n=3)
-    for line in list(lines)[2:]:  # difflib's own ---/+++ lines are replaced by ours
+    for line in unified_lines(_lines(old_text), _lines(new_text), n=3):  # linear in practice (porter.files.linediff)
         if line.startswith("@@"):
             body.append(line + "\n")
         elif line.endswith("\n"):

@@ -44,8 +44,8 @@ from porter.project.vendoring.runtime_modules import supply
 from porter.rulebase.cuda_packages import verify_hidden
 from porter.verify.mapping import FindingIndex, analyse, map_failure
 from porter.verify.modules import ModuleSpec, plan, search_path
-from porter.verify.processes import (GRACE, _fault_frames, _kill, _kill_group, _last_line, _read, _reap, _size,
-                                     _tree_frames)
+from porter.verify.processes import (GRACE, RUN_MARK, _fault_frames, _kill, _kill_group, _last_line, _read, _reap,
+                                     _size, _tree_frames, lines_of, sweep)
 from porter.verify.records import ModuleResult, VerifyOptions, VerifyReport
 from porter.verify.run_command import run_command
 
@@ -75,6 +75,7 @@ def child_environment(root: Path, guard_dir: Path, allow: Sequence[str], python:
         "PYTHONDONTWRITEBYTECODE": "1",  # leave no __pycache__ in the user's tree
         "MPLBACKEND": "Agg",  # a plot at import time opens no window
         "PORTER_VERIFY_GUARD": json.dumps({"roots": roots, "allow": list(allow), **verify_hidden()}),
+        RUN_MARK: guard_dir.name,  # unique to the run: what processes.sweep looks for
     })
     env["PYTHONPATH"] = os.pathsep.join([str(guard_dir), *filter(None, [os.environ.get("PYTHONPATH")])])
     # `python` in a --run command is the interpreter that imports the modules
@@ -164,7 +165,7 @@ class _Batch:
             started = 0.0
             mark = 0
             timer = arm(max(self.options.timeout, WARM_UP) + GRACE)  # the interpreter's start, the warm-up
-            for raw in proc.stdout:
+            for raw in lines_of(proc):
                 try:
                     message = json.loads(raw)
                 except ValueError:
@@ -281,14 +282,15 @@ def verify(options: VerifyOptions, files: Sequence[Path], analysis_config) -> Ve
     root = options.root.absolute()
     modules, skipped = plan(root, files, options.include_tests)
     guard = _guard_folder()
-    env = child_environment(root, guard, options.allow, options.python, options.emulate)
     with ThreadPoolExecutor(1) as pool:
         analysis = pool.submit(analyse, analysis_config) if analysis_config is not None else None
         try:
+            env = child_environment(root, guard, options.allow, options.python, options.emulate)
             results, cuda, workers = import_all(modules, options, env, guard)
             command = run_command(options.run, options, env) if options.run else None
             started, fallbacks = emulation_results(guard / "emulate") if options.emulate else (None, [])
         finally:
+            sweep(guard.name)  # what left its process group: a double-forked daemon
             shutil.rmtree(guard, ignore_errors=True)
         analysis_error = ""
         findings: list[dict] = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import selectors
 import signal
 import subprocess
 import threading
@@ -70,6 +71,55 @@ def _kill_group(proc: subprocess.Popen) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
         except (OSError, ProcessLookupError):
             pass
+
+
+def lines_of(proc: subprocess.Popen, poll: float = 0.5):
+    """The worker's output, line by line, until it closes its end of the pipe, or until
+    the worker has exited and the pipe is drained: a process it started in a session of
+    its own (``setsid()`` after a double fork) may hold the pipe open for ever."""
+    fd = proc.stdout.fileno()
+    pending = b""
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while True:
+            if selector.select(poll):
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                *lines, pending = (pending + chunk).split(b"\n")
+                yield from lines
+            elif proc.poll() is not None:
+                break
+    if pending:
+        yield pending
+
+
+#: The variable that marks every process a verify run started, whatever session it moved to.
+RUN_MARK = "PORTER_VERIFY_RUN"
+
+
+def sweep(token: str) -> int:
+    """Kill every process that carries this run's mark in its environment: those that left
+    their worker's process group (a daemon a module double-forked). Linux reads the mark
+    in /proc; elsewhere the process groups are all there is. Returns how many it killed."""
+    mark = f"{RUN_MARK}={token}".encode()
+    killed = 0
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return 0
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as handle:
+                if mark not in handle.read().split(b"\0"):
+                    continue
+            os.kill(int(entry), signal.SIGKILL)
+            killed += 1
+        except (OSError, ValueError):
+            continue
+    return killed
 
 
 def _in_tree(filename: str, root: Path) -> Optional[str]:

@@ -45,6 +45,10 @@ class RunCommandResult:
     rank: Optional[int] = None  # the launcher's child (torchrun, mpiexec rank) that failed
 
 
+#: The longest limit a timer is set to (about four months).
+MAX_SECONDS = 1e7
+
+
 @dataclass
 class VerifyOptions:
     path: Path
@@ -61,6 +65,13 @@ class VerifyOptions:
     echo: Optional[BinaryIO] = None
     #: "mps": the children run under porter_runtime's emulation of MPS (PORTER_EMULATE)
     emulate: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        # Longer than any run, and short enough for every timer below it (threading's,
+        # faulthandler's): `--timeout 1e10` means "no limit", not an OverflowError.
+        self.timeout = min(self.timeout, MAX_SECONDS)
+        if self.run_timeout is not None:
+            self.run_timeout = min(self.run_timeout, MAX_SECONDS)
 
 
 @dataclass
