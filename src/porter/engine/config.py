@@ -92,6 +92,9 @@ def _read(path: Path) -> dict[str, Any]:
                           "(TOML files are UTF-8)") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path.name}: not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses once per level of nesting
+        raise ConfigError(f"{path.name}: arrays or tables nested too deep to read (Python's recursion limit, "
+                          f"{sys.getrecursionlimit()})") from None
 
 
 def _porter_table(path: Path, data: dict[str, Any]) -> Optional[dict[str, Any]]:

@@ -158,7 +158,7 @@ def write_at(folder: int, name: str, data: bytes, expected: Optional[bytes], lab
     current = _lstat(folder, name)
     if expected is not None:
         _check_current(folder, name, current, expected, label)
-    tmp = f".{name}.{secrets.token_hex(4)}.porter-tmp"
+    tmp = temp_name(name)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=folder)
     try:
         try:
@@ -183,6 +183,21 @@ def write_at(folder: int, name: str, data: bytes, expected: Optional[bytes], lab
         except FileNotFoundError:
             pass
         raise
+
+
+#: The longest file name most file systems take, in bytes (NAME_MAX).
+NAME_MAX = 255
+
+
+def temp_name(name: str) -> str:
+    """``.NAME.<random>.porter-tmp``, with NAME shortened (whole characters) where the
+    whole would pass NAME_MAX: a file whose own name is 250 bytes long is written too."""
+    suffix = f".{secrets.token_hex(4)}.porter-tmp"
+    room = NAME_MAX - len(suffix) - 1
+    encoded = os.fsencode(name)
+    if len(encoded) > room:
+        name = os.fsdecode(encoded[:room].decode("utf-8", "ignore").encode("utf-8"))
+    return f".{name}{suffix}"
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -59,6 +59,9 @@ class NotebookError(Exception):
 
 # -- JSON, byte for byte ---------------------------------------------------------
 
+_JSON_TYPES = {type(None): "null", bool: "boolean", int: "number", float: "number", str: "string", list: "array"}
+
+
 def load(data: bytes) -> tuple[dict[str, Any], str]:
     """The notebook and its text."""
     try:
@@ -66,8 +69,17 @@ def load(data: bytes) -> tuple[dict[str, Any], str]:
         notebook = json.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise NotebookError(f"not a valid notebook (JSON): {exc}") from None
+    except RecursionError:
+        raise NotebookError("not a valid notebook (JSON): nested too deep to read") from None
     if not isinstance(notebook, dict) or not isinstance(notebook.get("cells"), list):
         raise NotebookError("not a notebook: no list of cells")
+    for number, cell in enumerate(notebook["cells"], 1):  # nbformat's shape, as far as porter reads it
+        if not isinstance(cell, dict):
+            raise NotebookError(f"not a notebook: cell {number} is a JSON {_JSON_TYPES.get(type(cell), 'value')}, "
+                                "not an object")
+        source = cell.get("source", "")
+        if not (isinstance(source, str) or isinstance(source, list) and all(isinstance(x, str) for x in source)):
+            raise NotebookError(f"not a notebook: cell {number}'s source is neither a string nor a list of strings")
     return notebook, text
 
 
