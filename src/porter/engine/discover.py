@@ -162,7 +162,7 @@ def discover(
     """The files under ``paths`` whose names match ``patterns`` (files named directly
     are taken as given)."""
     found = Discovery()
-    skip_resolved = {p.resolve() for p in skip}
+    skip_resolved = _identities(skip)
     seen: set[Path] = set()
     for path in paths:
         if path.is_symlink():
@@ -224,13 +224,35 @@ def _walk_dir(top: Path, root, excludes, skip_resolved, found, ignores, patterns
                     found.skipped.append(Skipped(rel, f"skipped: a folder named {entry.name}/ is taken for build "
                                                       "output; name it on the command line to port it"))
                 continue
-            if path.resolve() in skip_resolved or _porters(path):
+            if (skip_resolved and _identity(entry) in skip_resolved) or _porters(path):
                 continue  # porter's own runtime (or a stopped run's half copy), wherever it was vendored: never ported
             stack.append(_listing(path, root, found, ignores))
         elif entry.is_file(follow_symlinks=False) and any(fnmatch.fnmatch(entry.name, p) for p in patterns):
             if entry.name == "porter_runtime.py" and is_pointer(path):
                 continue  # porter's pointer to the root copy: never ported
             yield path
+
+
+def _identities(folders: Sequence[Path]) -> set[tuple[int, int]]:
+    """(device, inode) of each folder that exists: what a folder met in the walk is
+    compared with. A ``resolve()`` per folder met cost a ``lstat`` per part of its path:
+    quadratic in a tree's depth."""
+    out = set()
+    for folder in folders:
+        try:
+            info = folder.stat()
+        except OSError:
+            continue
+        out.add((info.st_dev, info.st_ino))
+    return out
+
+
+def _identity(entry: os.DirEntry) -> tuple[int, int]:
+    try:
+        info = entry.stat(follow_symlinks=False)
+    except OSError:
+        return (-1, -1)
+    return (info.st_dev, info.st_ino)
 
 
 def _listing(folder: Path, root, found, ignores):
