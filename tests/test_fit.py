@@ -275,11 +275,11 @@ def test_search_stops_at_the_trial_limit_with_the_best_so_far():
     assert len(outcome.trials) == 5 and outcome.best.value == 96 and "max-trials 5" in outcome.stopped
 
 
-def test_readme_documents_every_option():
+def test_the_docs_document_every_option():
     from porter.fit.command import fit as command
     from porter_test_utils import ROOT
 
-    section = (ROOT / "README.md").read_text().split("## Fit the batch size")[1].split("\n## ")[0]
+    section = (ROOT / "docs" / "commands.md").read_text().split("## Fit the batch size")[1].split("\n## ")[0]
     for option in command.params:
         for name in option.opts:
             if name.startswith("--") and name != "--help":

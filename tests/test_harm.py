@@ -439,11 +439,11 @@ def test_cuda_only_packages_named_by_url_in_requirements(tmp_path):
     assert any(f["line"] == 2 and "editable install of flash-attn" in f["message"] for f in reviews)
 
 
-# -- README: the exit codes and error examples are what the CLI prints ---------------------------
+# -- README and docs: the exit codes and error examples are what the CLI prints -------------------
 
 def _readme_examples() -> list[str]:
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("### Exit codes"):text.index("## Review, settings, CI")]
+    text = (ROOT / "docs" / "commands.md").read_text()
+    section = text[text.index("## Errors"):text.index("\n## ", text.index("## Errors"))]
     blocks = section.split("```text\n")[1:]
     return [line for block in blocks for line in block.split("```")[0].splitlines() if line.strip()]
 
@@ -483,7 +483,9 @@ def test_readme_exit_codes_and_error_examples_match_the_cli(tmp_path):
     })
     assert porter(files, "--write", cwd=files).returncode == 2
     everything = "\n".join(outputs)
-    for line in _readme_examples():
+    examples = _readme_examples()
+    assert len(examples) >= 14, examples  # the section was found: 9 run-wide errors, 5 per file
+    for line in examples:
         if line.startswith("secret:"):  # needs an unreadable folder: test_unreadable_subfolder_...
             continue
         assert line in everything, f"README example not printed by the CLI: {line}\n---\n{everything}"

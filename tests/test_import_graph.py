@@ -160,7 +160,7 @@ def test_the_graph_sees_every_kind_of_import():
     known = modules("porter")
     edges = graph(known)
     assert "porter.rulebase.syntax" in edges["porter.rules.cuda_available_device"]  # from porter.rulebase.syntax import ...
-    assert "porter.rulebase.conditions.dist_guard" in edges["porter.rulebase.families.availability_roles"]  # from porter import dist_guard
+    assert "porter.rulebase.conditions.dist_guard" in edges["porter.rulebase.families.availability.roles"]  # from porter import dist_guard
     assert "porter.rules" in edges["porter.engine.registry"]  # import porter.rules as package
     assert "porter.rulebase.rule" in edges["porter.engine.registry"]
     assert "porter.report.summary" in edges["porter.cli.migrate_command"]  # from porter import report as reporting

@@ -104,10 +104,11 @@ def test_sarif_levels_and_fixes_that_make_what_write_makes(tmp_path):
     jsonschema.validate(sarif, SCHEMA, cls=jsonschema.Draft4Validator)
     [run] = sarif["runs"]
     levels = {(r["ruleId"], r["level"]) for r in run["results"]}
-    assert ("PT404", "warning") in levels and ("PT001", "note") in levels  # a human's item / a fix
+    assert ("PT404", "warning") in levels and ("PT001", "warning") in levels  # a human's item / a fix
     rules = {r["id"]: r for r in run["tool"]["driver"]["rules"]}
     assert rules["PT404"]["defaultConfiguration"]["level"] == "warning"
-    assert rules["PT001"]["defaultConfiguration"]["level"] == "note"
+    assert rules["PT001"]["defaultConfiguration"]["level"] == "warning"
+    assert rules["PT801"]["defaultConfiguration"]["level"] == "note"  # its findings are notes
     fixed = {}
     for result in run["results"]:
         uri = result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
@@ -126,18 +127,81 @@ def test_sarif_levels_and_fixes_that_make_what_write_makes(tmp_path):
         assert _apply(before[uri], replacements) == (root / uri).read_text(), uri
 
 
-def test_sarif_help_uri_per_rule_from_the_documentation_url(tmp_path):
-    from porter.report import sarif
+def test_sarif_help_uri_per_rule_is_its_page_on_the_documentation_site(tmp_path):
+    from porter.engine.registry import all_rules
+    from porter.report.sarif import DOCS_URL
 
     root = make_tree(tmp_path / "repo", SAMPLE)
-    report = tmp_path / "r.json"
-    run_porter("migrate", root, "--report", report)
-    data = sarif.to_sarif(json.loads(report.read_text()), docs="https://docs.example/porter/")
-    rules = data["runs"][0]["tool"]["driver"]["rules"]
-    assert all(r["helpUri"] == f"https://docs.example/porter/rules/{r['id']}" for r in rules)
+    proc = run_porter("migrate", root, "--output-format", "sarif")
+    data = json.loads(proc.stdout)
     jsonschema.validate(data, SCHEMA, cls=jsonschema.Draft4Validator)
-    assert all("helpUri" not in r for r in sarif.to_sarif(json.loads(report.read_text()), docs="")["runs"][0]
-               ["tool"]["driver"]["rules"])
+    rules = data["runs"][0]["tool"]["driver"]["rules"]
+    assert [r["id"] for r in rules] == [r.code for r in all_rules()]
+    assert all(r["helpUri"] == f"{DOCS_URL}rules/{r['id']}/" for r in rules)  # tests/test_docs.py: the pages
+
+
+INFO_AND_FAILURE = {
+    **SAMPLE,
+    "loader.py": FILES["loader.py"],
+    "eigh.py": "import torch\nw = torch.linalg.eigh(torch.ones(2, 2))\n",  # PT801: a note (severity info)
+    "broken.py": FILES["broken.py"],
+}
+
+
+def _github_levels(out: str) -> dict:
+    levels = {}
+    for line in out.splitlines():
+        kind, _, rest = line[2:].partition(" ")
+        props = dict(p.split("=", 1) for p in rest.split("::")[0].split(","))
+        key = (props["file"], int(props.get("line", 0)), int(props.get("col", 0)), props["title"])
+        levels.setdefault(key, set()).add(kind)
+    return levels
+
+
+def test_sarif_levels_are_the_github_annotations_levels(tmp_path):
+    """One mapping for both formats: a rewrite and a finding for a human are warnings, an
+    informational finding a note (GitHub's ``notice``), a failed file an error."""
+    root = make_tree(tmp_path / "repo", INFO_AND_FAILURE)
+    github = run_porter("migrate", root, "--output-format", "github").stdout.decode()
+    sarif = json.loads(run_porter("migrate", root, "--output-format", "sarif").stdout)
+    [run] = sarif["runs"]
+    spelled = {"note": "notice", "warning": "warning", "error": "error"}
+    from_sarif = {}
+    for result in run["results"]:
+        location = result["locations"][0]["physicalLocation"]
+        key = (location["artifactLocation"]["uri"], location["region"]["startLine"],
+               location["region"]["startColumn"], result["ruleId"])
+        from_sarif.setdefault(key, set()).add(spelled[result["level"]])
+    from_github = _github_levels(github)
+    failed = {key: kinds for key, kinds in from_github.items() if key[3] == "porter"}
+    assert failed == {("broken.py", 0, 0, "porter"): {"error"}}
+    [notification] = run["invocations"][0]["toolExecutionNotifications"]
+    assert notification["level"] == "error"
+    del from_github[("broken.py", 0, 0, "porter")]
+    assert from_sarif == from_github
+    kinds = {kind for values in from_sarif.values() for kind in values}
+    assert kinds == {"warning", "notice"}, from_sarif
+    assert {key[3] for key, values in from_sarif.items() if "notice" in values} == {"PT801"}
+
+
+def test_sarif_fix_uris_are_escaped_relative_uri_references(tmp_path):
+    """A fix names its file as the result's location does: a relative URI reference with
+    spaces, '#', '%' and non-ASCII characters percent-encoded."""
+    from urllib.parse import unquote
+
+    name = "my dir/a b#1%2é.py"
+    root = make_tree(tmp_path / "repo", {"requirements.txt": "torch\n", name: SAMPLE["train.py"]})
+    proc = run_porter("migrate", root, "--output-format", "sarif")
+    sarif = json.loads(proc.stdout)
+    jsonschema.validate(sarif, SCHEMA, cls=jsonschema.Draft4Validator)
+    results = sarif["runs"][0]["results"]
+    fixes = [change for r in results for fix in r.get("fixes", []) for change in fix["artifactChanges"]]
+    assert fixes, results
+    expected = "my%20dir/a%20b%231%252%C3%A9.py"
+    for change in fixes:
+        assert change["artifactLocation"] == {"uri": expected, "uriBaseId": "SRCROOT"}
+    assert unquote(expected) == name
+    assert {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in results} == {expected}
 
 
 GOLDEN = Path(__file__).parent / "data" / "report_golden.md"

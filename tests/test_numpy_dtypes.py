@@ -1,4 +1,4 @@
-"""PT605 knows an array's dtype from the code around it (porter.rulebase.families.numpy_dtypes):
+"""PT605 knows an array's dtype from the code around it (porter.rulebase.families.dtypes.numpy_dtypes):
 a PIL image's pixels are never float64, and a name reassigned from itself
 (``img = img.transpose(2, 0, 1)``) keeps what its other assignments make."""
 

@@ -1,8 +1,8 @@
 """``porter.edits.positions.locate`` gives the ranges LibCST's ``PositionProvider`` gives.
 
-``locate`` subclasses LibCST's codegen state (not public API) to find a few nodes at the
-price of one code generation; this holds it to the public provider on real files, so a
-LibCST upgrade that changes the codegen hooks fails here rather than moving findings."""
+``locate`` answers from LibCST's public ``PositionProvider`` (no private module of LibCST
+is imported: tests/test_house_limits.py); this holds its answers, for every node and for a
+handful, to the provider's on real files."""
 
 from pathlib import Path
 

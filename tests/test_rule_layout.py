@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RULE_FILES = sorted((ROOT / "src" / "porter" / "rules").glob("*.py"))
 #: The rule base layer: the modules rules import their shared helpers from.
 BASE_LAYER = [ROOT / "src" / "porter" / name for name in (
-    "rulebase/rule.py", "rulebase/matching.py", "rulebase/syntax.py", "rulebase/families/thirdparty.py",
+    "rulebase/rule.py", "rulebase/matching.py", "rulebase/syntax.py", "rulebase/families/thirdparty/uses.py", "rulebase/scopes.py",
     "rulebase/conditions/availability_checks.py", "rulebase/conditions/dist_guard.py", "project/requirements.py",
     "rulebase/cuda_packages.py")]
 

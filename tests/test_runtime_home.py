@@ -1,4 +1,4 @@
-"""How the ported code finds the runtime, and where its import goes (README, "How the
+"""How the ported code finds the runtime, and where its import goes (docs/runtime.md, "How the
 ported code finds the runtime"): no sys.path code, the file's own import style, a src/
 layout package that works after a normal ``pip install .``, ruff finding nothing new."""
 

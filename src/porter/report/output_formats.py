@@ -27,6 +27,17 @@ def severity(item: dict[str, Any], action: str) -> str:
     return item.get("severity") or "warning"
 
 
+#: A severity's level, in SARIF's words; ``--output-format github`` spells "note" "notice".
+#: A rewrite is a warning: it is pending work that ``--check`` fails on.
+_LEVELS = {"fix": "warning", "warning": "warning", "info": "note", "error": "error"}
+
+
+def level(item: dict[str, Any], action: str) -> str:
+    """The level of a rewrite or finding ("note", "warning" or "error"): one mapping for
+    the SARIF report and the GitHub annotations, so both say the same."""
+    return _LEVELS.get(severity(item, action), "warning")
+
+
 def file_lines(report: dict[str, Any]) -> Iterator[str]:
     """One line per file the run changed or would change, and per file that failed."""
     verb = "Would port" if report["mode"] in PENDING_MODES else "Ported"
@@ -64,9 +75,6 @@ def full(report: dict[str, Any]) -> Iterator[str]:
                 yield f"    = suggestion: {item['suggestion']}"
 
 
-_GITHUB_LEVEL = {"fix": "warning", "warning": "warning", "info": "notice", "error": "error"}
-
-
 def github(report: dict[str, Any]) -> Iterator[str]:
     """GitHub Actions workflow commands: one annotation per rewrite, finding and failure."""
     for entry in report["files"]:
@@ -75,11 +83,11 @@ def github(report: dict[str, Any]) -> Iterator[str]:
             yield f"::error file={_prop(path)},title=porter::{_data(entry['error'])}"
         for action, key in (("rewrite", "rewrites"), ("review", "findings")):
             for item in entry[key]:
-                level = _GITHUB_LEVEL.get(severity(item, action), "warning")
+                kind = {"note": "notice"}.get(level(item, action), level(item, action))
                 text = item["message"]
                 if action == "rewrite" and item["after"]:
                     text += f" (porter rewrites it: {item['before']} -> {item['after']})"
-                yield (f"::{level} file={_prop(path)},line={item['line']},col={item['column']},"
+                yield (f"::{kind} file={_prop(path)},line={item['line']},col={item['column']},"
                        f"title={_prop(item['code'])}::{_data(text)}")
 
 

@@ -6,7 +6,7 @@ import libcst as cst
 
 from porter.rulebase.matching import Ambiguous, dotted_name
 from porter.rulebase.rule import Example, Needs, Rule, Safety
-from porter.rulebase.families.thirdparty import arguments_fit
+from porter.rulebase.families.thirdparty.uses import arguments_fit
 
 _TARGETS = frozenset({"adam_atan2.AdamATan2", "adam_atan2.adam_atan2.AdamATan2"})
 _KEYWORDS = frozenset({"params", "lr", "betas", "weight_decay"})

@@ -8,7 +8,7 @@ import libcst as cst
 
 from porter.rulebase.matching import Ambiguous
 from porter.rulebase.rule import Example, Needs, Rule, Safety
-from porter.rulebase.families.thirdparty import UseFinder, arguments_fit
+from porter.rulebase.families.thirdparty.uses import UseFinder, arguments_fit
 
 #: apex class → (positional arguments accepted, keywords accepted). Positions past the
 #: ones shared by every apex release are refused: FusedAdam's sixth parameter was

@@ -8,7 +8,7 @@ import libcst as cst
 
 from porter.rulebase.matching import Ambiguous
 from porter.rulebase.rule import Example, Needs, Rule, Safety
-from porter.rulebase.families.thirdparty import UseFinder
+from porter.rulebase.families.thirdparty.uses import UseFinder
 from porter.rulebase.families.type_checks import TypeCheckUses
 
 # The twins in porter_runtime.bnb_optim (porter_runtime/thirdparty/bnb.py), by family.

@@ -8,7 +8,7 @@ from typing import Union
 import libcst as cst
 
 from porter.rulebase.conditions.availability_checks import IS_AVAILABLE
-from porter.rulebase.families.availability_choices import (
+from porter.rulebase.families.availability.choices import (
     Choice,
     accelerator_test,
     gated_choice,

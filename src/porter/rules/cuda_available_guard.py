@@ -7,36 +7,15 @@ from typing import Union
 
 import libcst as cst
 
-from porter.rulebase.conditions.availability_checks import (
-    IS_AVAILABLE,
-    availability_test,
-    else_requirement,
-    requirement,
-)
-from porter.rulebase.families.availability_choices import (
-    accelerator_test,
-    gated_choice,
-    statement_choice,
-    ternary_choice,
-)
-from porter.rulebase.families.availability_roles import AvailabilityRoles
-from porter.rulebase.families.availability_sides import (
-    availability_calls,
-    cuda_residue,
-    falls_back_to_cpu,
-    guard_calls,
-    right_everywhere,
-)
+from porter.rulebase.conditions.availability_checks import IS_AVAILABLE, availability_test, else_requirement
+from porter.rulebase.families.availability.choices import gated_choice, statement_choice, ternary_choice
+from porter.rulebase.families.availability.guard import NOTE, SUGGESTION, GuardDecisions
+from porter.rulebase.families.availability.roles import AvailabilityRoles
+from porter.rulebase.families.availability.sides import cuda_residue
 from porter.rulebase.evidence import ReadsFlag, Uses
 from porter.rulebase.rule import Example, Needs, Rule, Safety
 
-_SUGGESTION = "porter_runtime.is_accelerator_available()"
-_NOTE = ("`torch.cuda.is_available()` is False without CUDA, so on a Mac this takes the "
-         "CPU path even though MPS is there")
-
-
-
-class CudaAvailableGuard(AvailabilityRoles, Rule):
+class CudaAvailableGuard(GuardDecisions, AvailabilityRoles, Rule):
     """`if torch.cuda.is_available():` around device-neutral code tests `is_accelerator_available()`.
 
     What:
@@ -439,17 +418,6 @@ class CudaAvailableGuard(AvailabilityRoles, Rule):
             return self._required(original, updated, found[0])
         return self._guard(original, updated, original.body, updated.body)
 
-    def _required(self, original: cst.If, updated: cst.If, message) -> Union[cst.If, cst.Else]:
-        """``elif torch.cuda.is_available(): <setup> else: <report and stop>`` becomes
-        ``else: porter_runtime.require_device(message); <setup>``: the setup ran wherever
-        CUDA was, and now runs on the device the runtime resolves."""
-        call = self.runtime_call("require_device", *([message] if message is not None else []))
-        body = updated.body.with_changes(body=[cst.SimpleStatementLine([cst.Expr(call)]), *updated.body.body])
-        new = cst.Else(body=body, leading_lines=original.leading_lines)
-        return self.rewrite(original, new, "the CUDA requirement of its `else` is now met by the device the "
-                                           "runtime resolves (MPS, XPU or CPU off CUDA), where the setup it "
-                                           "guarded runs")
-
     def leave_IfExp(self, original: cst.IfExp, updated: cst.IfExp) -> cst.IfExp:
         if ternary_choice(self, original) is not None or gated_choice(self, original) is not None:
             return updated  # PT201's
@@ -460,55 +428,8 @@ class CudaAvailableGuard(AvailabilityRoles, Rule):
             return updated
         role = self.availability_role(original)
         if role is not None:
-            self.note(original, f"{_NOTE}; {role}: for information", suggestion=_SUGGESTION)
+            self.note(original, f"{NOTE}; {role}: for information", suggestion=SUGGESTION)
             return updated
-        self._report(original, _NOTE + "; if it means \"is there an accelerator\", use "
-                  f"`{_SUGGESTION}` (and `porter_runtime.device()` for the device)", suggestion=_SUGGESTION)
+        self._report(original, NOTE + "; if it means \"is there an accelerator\", use "
+                  f"`{SUGGESTION}` (and `porter_runtime.device()` for the device)", suggestion=SUGGESTION)
         return updated
-
-    def _guard(self, original, updated, body, new_body):
-        test = original.test
-        if isinstance(original, cst.If) and requirement(self, original) is not None:
-            return updated  # PT903
-        if isinstance(original, cst.If) and self._skips_distributed(original):
-            return updated  # PT304
-        if right_everywhere(self, original, guard_calls(self, test)):
-            return updated
-        role = next(filter(None, map(self.availability_role, availability_calls(self, test))), None)
-        if role is not None:  # an early exit that shields a CUDA query (availability_roles)
-            self.note(test, f"{_NOTE}; {role}: for information", suggestion=_SUGGESTION)
-            return updated
-        if availability_test(self, test) is False:
-            self._report(test, _NOTE + "; code it guards now runs on a Mac",
-                      suggestion=f"if not {_SUGGESTION}:")
-            return updated
-        if not guard_calls(self, test):
-            return updated
-        if isinstance(original, cst.IfExp) and self._selects_cuda_type(original):
-            self.flag(test, f"{_NOTE}; the flag it sets chooses a legacy CUDA tensor type (`torch.cuda.FloatTensor "
-                      "if cuda else torch.FloatTensor`), which exists only with CUDA, so it is not rewritten and "
-                      "the code runs on the CPU off CUDA, as before",
-                      suggestion="build tensors with torch.tensor(..., device=porter_runtime.device()) instead of "
-                                 "the legacy types, then test porter_runtime.is_accelerator_available()")
-            return updated
-        residue = cuda_residue(self, body, new_body)
-        if residue is not None and falls_back_to_cpu(self, original):
-            self.note(test, f"{_NOTE}; the CUDA choice (`{residue}`) is not rewritten, and without CUDA it picks "
-                      "the CPU, which runs: for information", suggestion="porter_runtime.device()")
-            return updated
-        if residue is not None:
-            self._report(test, f"{_NOTE}; the code it guards still needs CUDA (`{residue}`), so it is not "
-                      "rewritten; port the guarded code, then test the runtime", suggestion=f"if {_SUGGESTION}:")
-            return updated
-        new_test = accelerator_test(self, original.test, updated.test)
-        if self.rewrite(original.test, new_test, "the guard now also admits MPS and XPU") is original.test:
-            return updated  # suppressed by a `# porter: ignore` comment
-        return updated.with_changes(test=new_test)
-
-    def _report(self, node: cst.CSTNode, message: str, *, suggestion: str) -> None:
-        """A finding, or a note where the function (or module) asks for MPS itself."""
-        if self._asks_for_mps():
-            self.note(node, message + "; this code also asks `torch.backends.mps.is_available()`, so it picks "
-                      "MPS on a Mac as written: for information", suggestion=suggestion)
-        else:
-            self.flag(node, message, suggestion=suggestion)

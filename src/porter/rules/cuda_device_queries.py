@@ -1,11 +1,11 @@
 """``torch.cuda`` queries: device properties and counts, memory statistics, bf16 support
-(rewritten to their porter_runtime twins; porter.rulebase.families.twin_calls).
+(rewritten to their porter_runtime twins; porter.rulebase.families.devices.twin_calls).
 """
 
 from __future__ import annotations
 
 from porter.rulebase.rule import Example, Needs, Rule, Safety
-from porter.rulebase.families.twin_calls import TwinCall, twin_table
+from porter.rulebase.families.devices.twin_calls import TwinCall, twin_table
 
 
 class CudaDeviceQuery(TwinCall, Rule):

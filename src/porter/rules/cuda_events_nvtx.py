@@ -1,11 +1,11 @@
 """``torch.cuda`` events and NVTX ranges (rewritten to their porter_runtime twins;
-porter.rulebase.families.twin_calls).
+porter.rulebase.families.devices.twin_calls).
 """
 
 from __future__ import annotations
 
 from porter.rulebase.rule import Example, Needs, Rule, Safety
-from porter.rulebase.families.twin_calls import TwinCall, twin_table
+from porter.rulebase.families.devices.twin_calls import TwinCall, twin_table
 
 
 class CudaEvent(TwinCall, Rule):

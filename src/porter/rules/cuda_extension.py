@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from porter.rulebase.families.kernel_builds import cuda_sources, optional_builds
-from porter.rulebase.families.thirdparty import example_code
+from porter.rulebase.families.thirdparty.kernel_builds import cuda_sources, optional_builds
+from porter.rulebase.families.thirdparty.uses import example_code
 from porter.rulebase.rule import Example, Needs, Rule, Safety, keyword, positional, string_value
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from porter.rulebase.families.kernel_builds import (
+from porter.rulebase.families.thirdparty.kernel_builds import (
     BUILDERS,
     COMPILED_MODULES,
     imports_of,
@@ -12,7 +12,7 @@ from porter.rulebase.families.kernel_builds import (
     optional_import,
     torch_alias,
 )
-from porter.rulebase.families.thirdparty import example_code
+from porter.rulebase.families.thirdparty.uses import example_code
 from porter.rulebase.needs import literal_patterns
 from porter.rulebase.rule import Example, Needs, Rule, Safety
 

@@ -8,8 +8,8 @@ import libcst as cst
 
 from porter.rulebase.cuda_packages import IMPORT_ROOTS, advice_for
 from porter.rulebase.evidence import Imports
-from porter.rulebase.families.kernel_builds import COMPILED_MODULES, imports_of, lone_import, optional_import
-from porter.rulebase.families.thirdparty import GuardTracker, under, uses
+from porter.rulebase.families.thirdparty.kernel_builds import COMPILED_MODULES, imports_of, lone_import, optional_import
+from porter.rulebase.families.thirdparty.uses import GuardTracker, under, uses
 from porter.rulebase.matching import dotted_name
 from porter.rulebase.rule import Example, Needs, Rule, Safety
 from porter.rulebase.syntax import bound_names

@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from porter.rulebase.rule import Example, Needs, Rule, Safety
-from porter.rulebase.families.twin_calls import twin_table
+from porter.rulebase.families.devices.twin_calls import twin_table
 
 
 _STREAM_SUGGESTION = 's = torch.cuda.Stream() if porter_runtime.device_type() == "cuda" else None'

@@ -9,7 +9,7 @@ import libcst as cst
 
 from porter.project.query import receiver_overrides
 from porter.rulebase.evidence import Passes
-from porter.rulebase.families.device_specs import DEVICE_METHODS, replace_device_keyword
+from porter.rulebase.families.devices.specs import DEVICE_METHODS, replace_device_keyword
 from porter.rulebase.rule import (
     CUDA_SPEC,
     Example,

@@ -7,7 +7,7 @@ from textwrap import dedent
 
 import libcst as cst
 
-from porter.rulebase.families.device_specs import (
+from porter.rulebase.families.devices.specs import (
     DEVICE_METHODS,
     replace_device_keyword,
     runtime_device,

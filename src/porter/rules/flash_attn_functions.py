@@ -7,7 +7,7 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rulebase.families.flash_attn_calls import (
+from porter.rulebase.families.thirdparty.flash_attn_calls import (
     FA3,
     FUNCTIONS,
     ROOTS,
@@ -19,7 +19,7 @@ from porter.rulebase.families.flash_attn_calls import (
     unpacked_call,
 )
 from porter.rulebase.rule import Example, Needs, Rule, Safety
-from porter.rulebase.families.thirdparty import (
+from porter.rulebase.families.thirdparty.uses import (
     chain_alternatives,
     drop_dead_chains,
     example_code,

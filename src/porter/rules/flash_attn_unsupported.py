@@ -6,9 +6,9 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rulebase.families.flash_attn_calls import FA3, FUNCTIONS, TARGETS, V1_CLASS
+from porter.rulebase.families.thirdparty.flash_attn_calls import FA3, FUNCTIONS, TARGETS, V1_CLASS
 from porter.rulebase.rule import Example, Needs, Rule, Safety
-from porter.rulebase.families.thirdparty import (
+from porter.rulebase.families.thirdparty.uses import (
     UseFinder,
     under,
 )

@@ -10,8 +10,8 @@ from textwrap import dedent
 import libcst as cst
 
 from porter.rulebase.evidence import MovesResultOf
-from porter.rulebase.families.numpy_dtypes import known_not_float64
-from porter.rulebase.families.numpy_float64 import Float64, ModuleIndex
+from porter.rulebase.families.dtypes.numpy_dtypes import known_not_float64
+from porter.rulebase.families.dtypes.numpy_float64 import Float64, ModuleIndex
 from porter.rulebase.rule import (
     BYTES_GAP,
     Example,
@@ -52,7 +52,7 @@ class FromNumpyToDevice(Rule):
     Fix safety:
     Review only. A finding needs a human only where the code shows the array is
     float64 (`np.random.randn`, `np.zeros(n)` with no dtype, `dtype=np.float64`, what
-    NumPy keeps float64 from one of these; porter.rulebase.families.numpy_float64), and
+    NumPy keeps float64 from one of these; porter.rulebase.families.dtypes.numpy_float64), and
     its message names that maker. An array whose dtype nothing here shows (a dataset's
     item, a file's contents, a parameter no caller in the module gives a float64) is a
     note. The suggestion is exact on CUDA: `porter_runtime.to_device(t)` moves a tensor
@@ -263,7 +263,7 @@ class FromNumpyToDevice(Rule):
             self._moved.add(id(node.func.value))  # type: ignore[attr-defined]
 
     def _known_not_float64(self, call: cst.Call) -> bool:
-        """The array's dtype is in plain sight and is not float64 (porter.rulebase.families.numpy_dtypes)."""
+        """The array's dtype is in plain sight and is not float64 (porter.rulebase.families.dtypes.numpy_dtypes)."""
         if len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
             return False
         klass = self._classes[-1] if self._classes else None
@@ -273,7 +273,7 @@ class FromNumpyToDevice(Rule):
         return known_not_float64(call.args[0].value, self.qualname, function, klass)
 
     def _float64_source(self, call: cst.Call) -> Optional[str]:
-        """What makes the array float64, where the code shows it (porter.rulebase.families.numpy_float64)."""
+        """What makes the array float64, where the code shows it (porter.rulebase.families.dtypes.numpy_float64)."""
         if len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
             return None
         if self._search is None:

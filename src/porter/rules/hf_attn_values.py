@@ -8,8 +8,8 @@ from typing import Optional
 import libcst as cst
 
 from porter.rulebase.evidence import String
-from porter.rulebase.families.hf_names import FLASH as _FLASH
-from porter.rulebase.families.hf_names import LOADERS as _LOADERS  # TP701's, keyword and all
+from porter.rulebase.families.thirdparty.hf_names import FLASH as _FLASH
+from porter.rulebase.families.thirdparty.hf_names import LOADERS as _LOADERS  # TP701's, keyword and all
 from porter.rulebase.rule import Example, Needs, Rule, Safety, string_value
 
 _SLOT = "attn_implementation"

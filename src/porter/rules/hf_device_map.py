@@ -10,7 +10,7 @@ import libcst as cst
 
 from porter.project.query import Scoped, is_cuda_index
 from porter.rulebase.evidence import Calls, CallsMethod, Keyword, String
-from porter.rulebase.families.device_indices import index_source
+from porter.rulebase.families.devices.indices import index_source
 from porter.rulebase.rule import Example, Needs, Rule, Safety, cuda_spec, keyword, string_value
 from porter.rulebase.walk import code_children
 

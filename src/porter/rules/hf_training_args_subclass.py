@@ -8,7 +8,7 @@ from textwrap import dedent
 import libcst as cst
 
 from porter.rulebase.evidence import Uses
-from porter.rulebase.families.hf_names import TRAINING_ARGS as _ARGUMENTS
+from porter.rulebase.families.thirdparty.hf_names import TRAINING_ARGS as _ARGUMENTS
 from porter.rulebase.rule import Example, Needs, Rule, Safety
 
 _HOOK = "training_arguments"

@@ -17,8 +17,8 @@ from porter.rulebase.rule import (
     string_value,
 )
 from porter.rulebase.syntax import is_true
-from porter.rulebase.families.hf_names import FLASH, LOADERS, TRAINING_ARGS
-from porter.rulebase.families.thirdparty import example_code
+from porter.rulebase.families.thirdparty.hf_names import FLASH, LOADERS, TRAINING_ARGS
+from porter.rulebase.families.thirdparty.uses import example_code
 
 #: TP701: a loader call with `use_flash_attention_2=` or `attn_implementation=` and a
 #: flash attention string (the keyword and the string anywhere in the file or unit).

@@ -17,10 +17,10 @@ from typing import Optional
 import libcst as cst
 
 from porter.rulebase.evidence import ANY_NAME, AnyOf, Calls, InFile, Keyword, Passes, String, Uses
-from porter.rulebase.families.device_indices import COUNT as _COUNT
-from porter.rulebase.families.device_indices import CURRENT as _CURRENT
-from porter.rulebase.families.device_indices import LOCAL_RANK as _LOCAL_RANK
-from porter.rulebase.families.device_indices import index_source
+from porter.rulebase.families.devices.indices import COUNT as _COUNT
+from porter.rulebase.families.devices.indices import CURRENT as _CURRENT
+from porter.rulebase.families.devices.indices import LOCAL_RANK as _LOCAL_RANK
+from porter.rulebase.families.devices.indices import index_source
 from porter.rulebase.matching import dotted_name
 from porter.rulebase.needs import literal_patterns
 from porter.rulebase.rule import BYTES_GAP, Example, Needs, Rule, Safety, string_value

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from porter.rulebase.families.thirdparty import GuardTracker, example_code
+from porter.rulebase.families.thirdparty.uses import GuardTracker, example_code
 from porter.rulebase.rule import Example, Needs, Rule, Safety
 
 _NVML_INIT = frozenset({"pynvml.nvmlInit", "pynvml.smi.nvidia_smi.getInstance", "nvidia_smi.nvmlInit"})

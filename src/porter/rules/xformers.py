@@ -10,7 +10,7 @@ import libcst as cst
 from porter.rulebase.matching import Ambiguous
 from porter.rulebase.families.type_checks import TypeCheckUses
 from porter.rulebase.rule import Example, Needs, Rule, Safety
-from porter.rulebase.families.thirdparty import (
+from porter.rulebase.families.thirdparty.uses import (
     UseFinder,
     arguments_fit,
     drop_dead_chains,

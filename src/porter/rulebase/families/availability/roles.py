@@ -25,7 +25,7 @@ from porter.rulebase.conditions.availability_checks import (
 )
 from porter.rulebase.conditions.cuda_query_guard import early_exit_shield, shielded_check
 from porter.rulebase.conditions.name_choice import only_picks_names
-from porter.rulebase.families.availability_sides import (
+from porter.rulebase.families.availability.sides import (
     MpsCheck,
     TypeFlags,
     and_chain,

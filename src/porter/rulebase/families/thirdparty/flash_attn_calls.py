@@ -10,7 +10,7 @@ import libcst as cst
 
 from porter.rulebase.rule import Rule, keyword
 from porter.rulebase.syntax import literal_is
-from porter.rulebase.families.thirdparty import (
+from porter.rulebase.families.thirdparty.uses import (
     UseFinder,
     arguments_fit,
 )

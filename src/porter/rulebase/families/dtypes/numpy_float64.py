@@ -30,7 +30,7 @@ from typing import Callable, Optional, Union
 
 import libcst as cst
 
-from porter.rulebase.families.numpy_dtypes import _ASSIGNS, Qualname, _assignments, _kept, _pil_pixels, _spelled
+from porter.rulebase.families.dtypes.numpy_dtypes import _ASSIGNS, Qualname, _assignments, _kept, _pil_pixels, _spelled
 from porter.rulebase.rule import string_value
 from porter.rulebase.syntax import argument
 from porter.rulebase.walk import code_children, nodes_of

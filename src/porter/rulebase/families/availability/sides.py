@@ -11,7 +11,7 @@ import libcst as cst
 
 from porter.rulebase.conditions.availability_checks import availability_test
 from porter.rulebase.cuda_packages import is_cuda_only_module
-from porter.rulebase.families.availability_choices import is_fallback, mps_statement_choice, names_mps, ternary
+from porter.rulebase.families.availability.choices import is_fallback, mps_statement_choice, names_mps, ternary
 from porter.rulebase.rule import Rule, string_value
 from porter.rulebase.syntax import block_statements, runtime_call_of, small_statements
 

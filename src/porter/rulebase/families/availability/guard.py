@@ -1,0 +1,87 @@
+"""What PT202 (porter.rules.cuda_available_guard) does with one ``torch.cuda.is_available()``
+test of an ``if`` or a ternary: leave it (another rule's, or right on every device), note
+it, report it, or rewrite it to ``porter_runtime.is_accelerator_available()``; and the
+required ``elif`` that becomes its ``else``. The rule's visitor finds the tests; this
+mixin decides, with the facts of porter.rulebase.families.availability.sides."""
+
+from __future__ import annotations
+
+from typing import Union
+
+import libcst as cst
+
+from porter.rulebase.conditions.availability_checks import availability_test, requirement
+from porter.rulebase.families.availability.choices import accelerator_test
+from porter.rulebase.families.availability.sides import (
+    availability_calls,
+    cuda_residue,
+    falls_back_to_cpu,
+    guard_calls,
+    right_everywhere,
+)
+
+SUGGESTION = "porter_runtime.is_accelerator_available()"
+NOTE = ("`torch.cuda.is_available()` is False without CUDA, so on a Mac this takes the "
+        "CPU path even though MPS is there")
+
+
+class GuardDecisions:
+    """The decisions of PT202, mixed into the rule (with AvailabilityRoles and Rule)."""
+
+    def _required(self, original: cst.If, updated: cst.If, message) -> Union[cst.If, cst.Else]:
+        """``elif torch.cuda.is_available(): <setup> else: <report and stop>`` becomes
+        ``else: porter_runtime.require_device(message); <setup>``: the setup ran wherever
+        CUDA was, and now runs on the device the runtime resolves."""
+        call = self.runtime_call("require_device", *([message] if message is not None else []))
+        body = updated.body.with_changes(body=[cst.SimpleStatementLine([cst.Expr(call)]), *updated.body.body])
+        new = cst.Else(body=body, leading_lines=original.leading_lines)
+        return self.rewrite(original, new, "the CUDA requirement of its `else` is now met by the device the "
+                                           "runtime resolves (MPS, XPU or CPU off CUDA), where the setup it "
+                                           "guarded runs")
+
+    def _guard(self, original, updated, body, new_body):
+        test = original.test
+        if isinstance(original, cst.If) and requirement(self, original) is not None:
+            return updated  # PT903
+        if isinstance(original, cst.If) and self._skips_distributed(original):
+            return updated  # PT304
+        if right_everywhere(self, original, guard_calls(self, test)):
+            return updated
+        role = next(filter(None, map(self.availability_role, availability_calls(self, test))), None)
+        if role is not None:  # an early exit that shields a CUDA query (availability_roles)
+            self.note(test, f"{NOTE}; {role}: for information", suggestion=SUGGESTION)
+            return updated
+        if availability_test(self, test) is False:
+            self._report(test, NOTE + "; code it guards now runs on a Mac",
+                      suggestion=f"if not {SUGGESTION}:")
+            return updated
+        if not guard_calls(self, test):
+            return updated
+        if isinstance(original, cst.IfExp) and self._selects_cuda_type(original):
+            self.flag(test, f"{NOTE}; the flag it sets chooses a legacy CUDA tensor type (`torch.cuda.FloatTensor "
+                      "if cuda else torch.FloatTensor`), which exists only with CUDA, so it is not rewritten and "
+                      "the code runs on the CPU off CUDA, as before",
+                      suggestion="build tensors with torch.tensor(..., device=porter_runtime.device()) instead of "
+                                 "the legacy types, then test porter_runtime.is_accelerator_available()")
+            return updated
+        residue = cuda_residue(self, body, new_body)
+        if residue is not None and falls_back_to_cpu(self, original):
+            self.note(test, f"{NOTE}; the CUDA choice (`{residue}`) is not rewritten, and without CUDA it picks "
+                      "the CPU, which runs: for information", suggestion="porter_runtime.device()")
+            return updated
+        if residue is not None:
+            self._report(test, f"{NOTE}; the code it guards still needs CUDA (`{residue}`), so it is not "
+                      "rewritten; port the guarded code, then test the runtime", suggestion=f"if {SUGGESTION}:")
+            return updated
+        new_test = accelerator_test(self, original.test, updated.test)
+        if self.rewrite(original.test, new_test, "the guard now also admits MPS and XPU") is original.test:
+            return updated  # suppressed by a `# porter: ignore` comment
+        return updated.with_changes(test=new_test)
+
+    def _report(self, node: cst.CSTNode, message: str, *, suggestion: str) -> None:
+        """A finding, or a note where the function (or module) asks for MPS itself."""
+        if self._asks_for_mps():
+            self.note(node, message + "; this code also asks `torch.backends.mps.is_available()`, so it picks "
+                      "MPS on a Mac as written: for information", suggestion=suggestion)
+        else:
+            self.flag(node, message, suggestion=suggestion)
