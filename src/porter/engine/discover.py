@@ -50,11 +50,23 @@ class Discovery:
 
 
 class GitIgnore:
-    """The subset of gitignore semantics that matters for source trees."""
+    """The subset of gitignore semantics that matters for source trees.
+
+    The last rule that matches a path decides. A path is checked against every rule only
+    where it must be: rules that are a plain name (``build_12/``), a plain path
+    (``/docs/out``) or ``*`` and a plain ending (``*.tmp``) are looked up by the path's
+    name, the path itself or the name's endings; only the other rules are tried one by
+    one (a 100,000-line ``.gitignore`` made every file cost 100,000 regex matches)."""
+
+    _WILD = re.compile(r"[*?\[\\]")
 
     def __init__(self, base: Path, lines: Sequence[str]) -> None:
         self.base = base
         self.rules: list[tuple[re.Pattern[str], bool, bool]] = []
+        self._names: dict[str, list[int]] = {}
+        self._paths: dict[str, list[int]] = {}
+        self._endings: dict[str, list[int]] = {}
+        self._others: list[int] = []
         for raw in lines:
             line = raw.rstrip("\n").rstrip()
             if not line or line.startswith("#"):
@@ -64,7 +76,17 @@ class GitIgnore:
             dir_only = line.endswith("/")
             line = line.strip("/") if dir_only else line
             anchored = "/" in line.rstrip("/")
-            self.rules.append((_glob_regex(line.lstrip("/"), anchored), negate, dir_only))
+            line = line.lstrip("/")
+            index = len(self.rules)
+            self.rules.append((_glob_regex(line, anchored), negate, dir_only))
+            if not line:
+                self._others.append(index)
+            elif not self._WILD.search(line):
+                (self._paths if anchored else self._names).setdefault(line, []).append(index)
+            elif not anchored and line.startswith("*") and not self._WILD.search(line[1:]) and line[1:]:
+                self._endings.setdefault(line[1:], []).append(index)
+            else:
+                self._others.append(index)
 
     @classmethod
     def load(cls, folder: Path) -> Optional["GitIgnore"]:
@@ -76,13 +98,18 @@ class GitIgnore:
 
     def ignored(self, path: Path, is_dir: bool) -> Optional[bool]:
         rel = path.relative_to(self.base).as_posix()
-        verdict: Optional[bool] = None
-        for pattern, negate, dir_only in self.rules:
-            if dir_only and not is_dir:
-                continue
-            if pattern.match(rel):
-                verdict = not negate
-        return verdict
+        name = rel.rsplit("/", 1)[-1]
+        candidates = [*self._names.get(name, ()), *self._paths.get(rel, ()),
+                      *(i for k in range(len(name)) for i in self._endings.get(name[k:], ()))]
+        last = max((i for i in candidates if is_dir or not self.rules[i][2]), default=-1)
+        for index in reversed(self._others):
+            if index < last:
+                break
+            pattern, _, dir_only = self.rules[index]
+            if (is_dir or not dir_only) and pattern.match(rel):
+                last = index
+                break
+        return None if last < 0 else not self.rules[last][1]
 
 
 def _glob_regex(pattern: str, anchored: bool) -> re.Pattern[str]:
