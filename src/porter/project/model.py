@@ -61,6 +61,15 @@ class ProjectModel:
         """Whether another module of the tree reads ``name`` from the module ``rel``."""
         return name in self.exported.get(rel, ())
 
+    def provides(self, module: str) -> bool:
+        """Whether an absolute import of ``module`` (dotted) reaches the tree's own code: its
+        first name is a package of the tree (a folder with ``__init__.py``) or a module file
+        at the root, or under ``src/`` or ``python/`` (the layouts a build installs from).
+        A repository that holds kernels is not a CUDA-only package to itself."""
+        top = module.split(".")[0]
+        return any(f"{base}{top}{tail}" in self.modules
+                   for base in ("", "src/", "python/") for tail in ("/__init__.py", ".py"))
+
     def overrides_method(self, class_name: str, method: str) -> bool:
         return method in self.overrides.get(class_name, ())
 

@@ -60,8 +60,14 @@ class CudaOnlyPackage(GuardTracker, Rule):
     Fix safety:
     Review only: choosing the PyTorch path and wiring it in is a human decision.
 
+    An import of the repository's own code is never reported, whatever its name: in
+    mamba itself, ``from mamba_ssm.models.config_mamba import MambaConfig`` (and the
+    ``from mamba_ssm import porter_runtime`` a port adds) is the code being ported, not a
+    package to install (porter.project.model.ProjectModel.provides).
+
     Known limits:
-    One finding per import statement; uses of the package are not listed.
+    One finding per import statement; uses of the package are not listed. A file ported
+    alone, without its repository, can't tell its own package from the one on PyPI.
     """
 
     code = "TP603"
@@ -151,6 +157,8 @@ class CudaOnlyPackage(GuardTracker, Rule):
             self._optional = node.body[0]  # TP604 makes it optional
 
     def _report(self, node: cst.CSTNode, module: str) -> bool:
+        if self.ctx.project is not None and self.ctx.project.provides(module):
+            return False  # the repository's own package, which holds kernels (mamba_ssm in mamba itself)
         root = next((p for p in _PACKAGES if under(module, [p])), None)
         if root is None or self.guarded():
             return self._unused(node, module)
