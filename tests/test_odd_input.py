@@ -3,6 +3,7 @@
 recursion limit, names at the file system's limit, paths longer than it allows."""
 
 import json
+import sys
 
 import pytest
 
@@ -79,3 +80,20 @@ def test_a_path_part_over_the_limit_is_a_one_line_error(tmp_path, command):
     assert proc.returncode == 2
     [line] = [x for x in proc.stderr.splitlines() if x.strip()]
     assert line.startswith("porter: error: xxx") and line.endswith("File name too long")
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="this Python reads 3.12 syntax: the file is ported")
+@pytest.mark.parametrize("line, feature", [
+    ('print(f"{songs["a"]} on {"cuda"}")\n', "PEP 701"),
+    ("type Vec = list[float]\n", "PEP 695"),
+    ("def first[T](xs: list[T]) -> T:\n    return xs[0]\n", "PEP 695"),
+])
+def test_newer_syntax_says_which_python_it_needs(tmp_path, line, feature):
+    """Python 3.12 syntax that LibCST reads but this Python does not: the error names the
+    Python the file needs and the feature, not a bare "syntax error"."""
+    root = _root(tmp_path)
+    (root / "new.py").write_text("import torch\nsongs = {'a': 1}\n" + line + "x = torch.ones(1).cuda()\n")
+    proc = _porter("migrate", root, "--check", "--no-progress", "-j", "1")
+    assert proc.returncode == 2
+    [error] = [x for x in proc.stderr.splitlines() if x.startswith("new.py: error:")]
+    assert "needs Python 3.12 or newer" in error and feature in error

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import io
 import re
+import sys
 import tokenize
 import warnings
 from typing import Optional
@@ -94,7 +95,51 @@ def python_syntax_error(data: bytes) -> Optional[str]:
     text = f"syntax error at line {line}: {message}"
     if hint:
         text += f"; this looks like Python 2 code ({hint}): porter ports Python 3 code only"
+    else:
+        newer = newer_python(data)
+        if newer:
+            version, feature = newer
+            text = (f"Python {sys.version_info.major}.{sys.version_info.minor} can't read line {line} ({message}): "
+                    f"this file needs Python {version} or newer ({feature}); run porter with that Python to port it")
     return text
+
+
+def newer_python(data: bytes) -> Optional[tuple[str, str]]:
+    """(the Python version, the feature) where the file uses syntax newer than this
+    Python reads and LibCST parses it: type parameters and ``type`` statements (PEP 695),
+    or an f-string that reuses its own quote inside a replacement field (PEP 701)."""
+    if sys.version_info >= (3, 12):
+        return None
+    try:
+        module = cst.parse_module(data)
+    except Exception:  # LibCST can't read it either: the syntax error is the file's
+        return None
+    finder = _NewerSyntax()
+    module.visit(finder)
+    return finder.found
+
+
+class _NewerSyntax(cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: Optional[tuple[str, str]] = None
+
+    def visit_TypeAlias(self, node: cst.TypeAlias) -> bool:
+        self.found = self.found or ("3.12", "a `type` statement, PEP 695")
+        return False
+
+    def visit_TypeParameters(self, node: cst.TypeParameters) -> bool:
+        self.found = self.found or ("3.12", "type parameters, PEP 695")
+        return False
+
+    def visit_FormattedString(self, node: cst.FormattedString) -> bool:
+        for part in node.parts:
+            if isinstance(part, cst.FormattedStringExpression):
+                inner = cst.Module([]).code_for_node(part.expression)
+                if node.end in inner or "\\" in inner:
+                    self.found = self.found or ("3.12", "an f-string that reuses its quotes or a backslash "
+                                                        "inside `{}`, PEP 701")
+        return True
 
 
 def _python_syntax_error(data: bytes) -> tuple[Optional[str], int]:
