@@ -13,6 +13,7 @@ what calls into torch's device modules use. The index marks the emulated device:
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from typing import Optional, Union
 
@@ -139,9 +140,10 @@ def _overridden(resolution: Resolution) -> bool:
 
 
 def resolve(announce: bool = True) -> Resolution:
-    """The cached resolution. The first announcing call prints one info line
-    (PORTER_QUIET=1 mutes); ``announce=False`` resolves without a word, for values
-    computed while a module is imported (see :func:`device_str`)."""
+    """The cached resolution. The first announcing call prints one info line where the
+    device is not CUDA (PORTER_QUIET=1 mutes; on CUDA the ported code does what the
+    original did, and says nothing more); ``announce=False``, and any call made while a
+    module is imported (a default argument), resolves without a word (see :func:`device_str`)."""
     global _resolution
     if _resolution is None:
         override = os.environ.get("PORTER_DEVICE", "").strip()
@@ -150,8 +152,11 @@ def resolve(announce: bool = True) -> Resolution:
                 EMULATED, f"PORTER_EMULATE=mps; {EMULATION_LABEL}", "mps")
         else:
             _resolution = _from_env(override) if override else _probe()
+    if announce and _importing():
+        announce = False  # a default argument or module constant: the line waits for a call at run time
     if announce:
-        _log.info_once("device", f"using {_resolution.device} ({_resolution.reason})")
+        if _resolution.kind != "cuda" or _overridden(_resolution):  # on CUDA the code does what it did: nothing to say
+            _log.info_once("device", f"using {_resolution.device} ({_resolution.reason})")
         if _resolution.policy and os.environ.get("PORTER_DEVICE", "").strip():
             _log.info_once("device:emulated", "PORTER_DEVICE is ignored while PORTER_EMULATE is set")
         if _resolution.kind == "mps" and not _compat.at_least(2, 5):
@@ -163,6 +168,17 @@ def resolve(announce: bool = True) -> Resolution:
             _log.info_once("mps-fallback", "PYTORCH_ENABLE_MPS_FALLBACK is not set, so ops MPS lacks raise "
                            "NotImplementedError; export PYTORCH_ENABLE_MPS_FALLBACK=1 to run them on the CPU")
     return _resolution
+
+
+def _importing() -> bool:
+    """Whether a module other than ``__main__`` is running its body (being imported) in
+    this call's stack: ``def f(device=porter_runtime.device())`` must not print at import."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") not in ("__main__", None):
+            return "porter_runtime" not in frame.f_globals["__name__"].split(".")
+        frame = frame.f_back
+    return False
 
 
 def _reset() -> None:

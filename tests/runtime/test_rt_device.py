@@ -203,3 +203,30 @@ def test_on_mps_without_the_fallback_variable_the_runtime_says_how_to_set_it(sim
     simulate("cpu")
     porter_runtime.device()
     assert "PYTORCH_ENABLE_MPS_FALLBACK" not in capsys.readouterr().err
+
+
+def test_on_cuda_the_port_says_nothing(simulate, monkeypatch, capsys):
+    """The original code printed nothing about its device: nor does the port on CUDA."""
+    monkeypatch.delenv("PORTER_QUIET")
+    simulate("cuda")
+    assert porter_runtime.device().type == "cuda"
+    assert capsys.readouterr().err == ""
+
+
+def test_a_default_argument_prints_nothing_at_import(simulate, monkeypatch, capsys, tmp_path):
+    """``def f(device=porter_runtime.device())`` resolves while its module is imported:
+    the line waits for the first call at run time."""
+    import importlib.util
+
+    monkeypatch.delenv("PORTER_QUIET")
+    simulate("mps")
+    path = tmp_path / "shared_memory.py"
+    path.write_text("import porter_runtime\n\n\nclass SharedMemory:\n"
+                    "    def __init__(self, device=porter_runtime.device()):\n        self.device = device\n")
+    spec = importlib.util.spec_from_file_location("shared_memory", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.SharedMemory().device.type == "mps"
+    assert capsys.readouterr().err == ""
+    porter_runtime.device()
+    assert capsys.readouterr().err.count("porter_runtime: using mps (") == 1
