@@ -54,6 +54,14 @@ PACKAGES: tuple[CudaPackage, ...] = (
                 ("adam_atan2_backend",)),
     CudaPackage(("triton",), ("triton",),
                 "guard `import triton` with try/except ImportError and use a PyTorch path off CUDA"),
+    CudaPackage(("tilelang",), ("tilelang",),
+                "guard `import tilelang` with try/except ImportError and call the PyTorch reference off CUDA "
+                "(tilelang JIT-compiles its @tilelang.jit kernels for NVIDIA and AMD GPUs only)"),
+    CudaPackage(("cutlass",), ("nvidia-cutlass-dsl", "nvidia-cutlass"),
+                "guard the CuTe DSL import (`import cutlass`, `cutlass.cute`) and call the PyTorch reference "
+                "off CUDA: @cute.kernel compiles for NVIDIA GPUs only"),
+    CudaPackage(("quack",), ("quack-kernels",),
+                "the PyTorch op the kernel fuses (quack's kernels are CuTe DSL, NVIDIA Hopper/Blackwell only)"),
     CudaPackage(("deepspeed",), ("deepspeed",),
                 "run the plain PyTorch loop off CUDA (torch.optim optimizer, loss.backward(), "
                 "optimizer.step()) instead of deepspeed.initialize / the engine"),
