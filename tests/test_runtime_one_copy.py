@@ -102,3 +102,27 @@ def test_a_namespace_package_a_build_may_ship_keeps_its_copy(tmp_path):
     })
     assert run_porter("migrate", repo, "--write", "-q").returncode == 0
     assert _copies(repo) == ["ldm/models/diffusion/porter_runtime"]
+
+
+def test_a_pointer_and_the_root_copy_are_one_module_in_one_process(tmp_path):
+    """stable-diffusion: a script imports porter_runtime (the root copy), then a sampler
+    of a namespace package imports it through its folder's pointer. The pointer once
+    loaded the copy a second time under its own name: two runtimes in one process (the
+    MPS emulation's loader hook registered twice). Now it is the same module, in either order."""
+    repo = _tree(tmp_path / "repo", {
+        "setup.py": "from setuptools import setup, find_packages\n\nsetup(name='ld', packages=find_packages())\n",
+        "ldm/models/diffusion/__init__.py": "",
+        "ldm/models/diffusion/ddim.py": SAMPLER,
+        "main.py": "import torch\n\nfrom ldm.models.diffusion.ddim import noise\n\n"
+                   "print(noise(3).shape, torch.zeros(1).cuda().device.type)\n",
+    })
+    assert run_porter("migrate", repo, "--write", "-q").returncode == 0
+    assert is_pointer(repo / "ldm/models/diffusion/porter_runtime.py")
+    for first, second in (("porter_runtime", "ldm.models.diffusion.porter_runtime"),
+                          ("ldm.models.diffusion.porter_runtime", "porter_runtime")):
+        code = (f"import importlib, sys\na = importlib.import_module({first!r})\nb = importlib.import_module({second!r})\n"
+                "print(a is b, len({id(m) for name, m in list(sys.modules.items())"
+                " if name.split('.')[-1] == 'porter_runtime'}))\n")
+        proc = _runs(repo, "-c", code, path=str(repo))
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.split() == ["True", "1"], (first, proc.stdout)

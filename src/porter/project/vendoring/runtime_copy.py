@@ -88,17 +88,22 @@ def pointer_source(home: Home) -> bytes:
             '"""porter_runtime for the code in this folder, vendored by porter.\n\n'
             "The code here can't import the repository's copy by name (`python folder/script.py`\n"
             "puts only the script's folder on sys.path), so this module loads that copy by its\n"
-            "path and becomes it.\n"
+            "path and becomes it: the one module of the process, under the name porter_runtime too,\n"
+            "so a script that imported porter_runtime first and this folder's code share it.\n"
             '"""\n'
             "import importlib.util as _util\n"
             "import os as _os\n"
             "import sys as _sys\n\n"
             f"_folder = _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), {parts})\n"
-            '_spec = _util.spec_from_file_location(__name__, _os.path.join(_folder, "__init__.py"),\n'
-            "                                      submodule_search_locations=[_folder])\n"
-            "_module = _util.module_from_spec(_spec)\n"
-            "_sys.modules[__name__] = _module\n"
-            "_spec.loader.exec_module(_module)\n").encode()
+            '_init = _os.path.join(_folder, "__init__.py")\n'
+            '_module = _sys.modules.get("porter_runtime")\n'
+            'if _module is None or _os.path.realpath(getattr(_module, "__file__", None) or "") != _os.path.realpath(_init):\n'
+            '    _name = "porter_runtime" if _module is None else __name__  # another copy holds the name: keep apart\n'
+            "    _spec = _util.spec_from_file_location(_name, _init, submodule_search_locations=[_folder])\n"
+            "    _module = _util.module_from_spec(_spec)\n"
+            "    _sys.modules[_name] = _module\n"
+            "    _spec.loader.exec_module(_module)\n"
+            "_sys.modules[__name__] = _module\n").encode()
 
 
 def refuse_pointer(home: Home, root: Path) -> str:
