@@ -197,7 +197,7 @@ def _suggestion(touchpoint: Touchpoint) -> str:
     return {
         "torch.cuda": "guard it with `if torch.cuda.is_available():` or use the porter_runtime equivalent",
         "cuda-method": "`.to(porter_runtime.device())`",
-        "string": "porter_runtime.device() for a device, porter_runtime.distributed_backend() for a backend",
+        "string": "porter_runtime.device() for a device, porter_runtime.dist_backend('nccl') for a backend",
         "env": "os.environ.get(...) with a default",
         "cpp-extension": "build the extension only where CUDA is present and keep a PyTorch path",
         "ddp-device": "device_ids only where the device is CUDA (None elsewhere)",
