@@ -284,3 +284,20 @@ def test_a_backend_handed_to_the_repositorys_method_that_only_compares_it_is_ine
     strings = [(t.line, t.state, t.detail) for t in found["shampoo/tests/parallelism_test.py"] if t.kind == "string"]
     assert [(line, state) for line, state, _ in strings] == [(7, "inert"), (8, "inert"), (12, "unaccounted")]
     assert "only compares it or leaves it unused (each of its 2 definitions)" in strings[0][2]
+
+
+def test_a_parameter_named_torch_is_the_callers_object_not_a_touchpoint(tmp_path):
+    """``def f(torch): torch.cuda.synchronize()`` (the rules leave it: a shadowed name) was
+    PT999 for the ledger; the module's own ``torch.cuda.synchronize()`` still is one."""
+    import json
+
+    from porter_test_utils import run_porter
+
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "m.py").write_text("import torch\n\n\ndef f(torch):\n    torch.cuda.synchronize()\n\n\n"
+                                   "g = lambda torch: torch.cuda.synchronize()\n")
+    (tmp_path / "n.py").write_text("import torch\n\n\ndef f(x):\n    torch.cuda.ipc_collect()\n")
+    proc = run_porter("migrate", tmp_path, "--output-format", "json", "--select", "PT999")
+    data = {f["path"]: f for f in json.loads(proc.stdout)["files"]}
+    assert not data.get("m.py", {}).get("findings")
+    assert [x["line"] for x in data["n.py"]["findings"]] == [5]

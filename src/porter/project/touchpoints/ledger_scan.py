@@ -199,7 +199,7 @@ class Scanner:
         if isinstance(parent, ast.Attribute) and parent.value is node:
             return  # not the end of the chain
         name = self.names.qualname(node)
-        if name is None:
+        if name is None or self._parameter_root(node):
             return
         if name.startswith("torch.cuda.") or name == "torch.cuda":
             self._torch_cuda(node, name[len("torch.cuda."):], parent)
@@ -295,6 +295,22 @@ class Scanner:
         elif _DEVICE_SPEC.match(value) and not isinstance(self.parents.get(node), ast.JoinedStr):
             self._add(node, "string", repr(value), "names a CUDA device or the NCCL backend: CUDA-only where "
                       "it is used", self._string_use(node, value))
+
+    def _parameter_root(self, node: ast.AST) -> bool:
+        """Whether the chain's first name is a parameter of a function around it
+        (``def f(torch): torch.cuda.synchronize()``): the caller's object, not the module."""
+        root = node
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        if not isinstance(root, ast.Name):
+            return False
+        for ancestor in self._ancestors(node):
+            if isinstance(ancestor, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                a = ancestor.args
+                params = [*a.posonlyargs, *a.args, *a.kwonlyargs, *(p for p in (a.vararg, a.kwarg) if p)]
+                if any(p.arg == root.id for p in params):
+                    return True
+        return False
 
     def _ancestors(self, node: ast.AST) -> Iterator[ast.AST]:
         parent = self.parents.get(node)
