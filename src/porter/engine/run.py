@@ -177,7 +177,8 @@ def run(
                        f"{relative_posix(home.folder, root)}/" if what else ""
             emitted.setdefault(home.folder, {}).update({c.path: c.new for c in changes})
             notes += [note] if note else []
-            if home.package and home.folder not in homes:
+            root_copy = home.primary is None and home.folder.parent == root  # shipped beside py-modules
+            if (home.package or root_copy) and home.folder not in homes:
                 shipped.append(home)  # the build config is edited at the end (porter.project.vendoring.runtime_home)
             if sink is not None and changes and config.write:
                 problem = sink(changes) or ""
