@@ -37,7 +37,6 @@ def test_a_folder_that_only_looks_like_porters_leftover_is_kept(tmp_path):
     port(tmp_path)  # re-vendors the copy: the old one is moved aside and removed
     assert (mine / "notes.txt").read_text() == "keep me\n"
     assert (tracked / "data.txt").read_text() == "tracked\n"
-    assert [p.name for p in tmp_path.glob(".porter_runtime.*")] != []
     assert sorted(p.name for p in tmp_path.glob(".porter_runtime.*")) == sorted([mine.name, tracked.name])
 
 
