@@ -58,7 +58,12 @@ def add_runtime_import(module: cst.Module, bootstrap: Any = None) -> cst.Module:
     :class:`porter.project.vendoring.runtime_home.LazyBootstrap`) knows the repository, else right after the
     docstring and ``__future__`` imports (the rule examples' form)."""
     if bootstrap is None:
-        return _insert_at(module, _header_end(list(module.body)), runtime_import())
+        body = list(module.body)
+        star = _last_star_import(body)
+        index = _header_end(body)
+        if star is not None and star >= index and not any(map(_uses_runtime_at_import, body[index:star + 1])):
+            index = star + 1  # a star import could bind porter_runtime: the import comes after it
+        return _insert_at(module, index, runtime_import())
     home = bootstrap(_imported_names(module), before_path_edit=_used_before_path_edit(module))
     return place_import(module, home.statement, home.package, bootstrap.first_party)
 
@@ -167,7 +172,47 @@ def _blocks(body: list, start: int) -> list[tuple[int, int]]:
 def place_import(module: cst.Module, statement: str, package: str, first_party: frozenset) -> cst.Module:
     """Insert ``statement`` where isort would put it in the file's import block, and
     always before the first top-level statement that uses the runtime as the module is
-    imported (a script's ``torch.empty(1, device=...)`` between its imports)."""
+    imported (a script's ``torch.empty(1, device=...)`` between its imports), and after
+    the last ``from m import *``, which could bind the name ``porter_runtime`` (a star
+    import is where isort stops sorting, too)."""
+    placed = _sorted_place(module, statement, package, first_party)
+    body = list(module.body)
+    star = _last_star_import(body)
+    if star is None or any(map(_uses_runtime_at_import, body[:star + 1])):
+        return placed
+    at = next((k for k, (old, new) in enumerate(zip(body, placed.body)) if old is not new), len(body))
+    if at > star:
+        return placed
+    return _insert_before(module, body, star + 1, runtime_import(statement), first_of_section=False)
+
+
+class _StarImport(cst.CSTVisitor):
+    """Finds a ``from m import *`` that runs at import (not in a function or class)."""
+
+    def __init__(self) -> None:
+        self.found = False
+
+    def visit_ImportStar(self, node: cst.ImportStar) -> None:
+        self.found = True
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+
+def _last_star_import(body: list) -> Optional[int]:
+    """The index of the last top-level statement holding a star import, or None."""
+    for k in range(len(body) - 1, -1, -1):
+        finder = _StarImport()
+        body[k].visit(finder)
+        if finder.found:
+            return k
+    return None
+
+
+def _sorted_place(module: cst.Module, statement: str, package: str, first_party: frozenset) -> cst.Module:
     body = list(module.body)
     start = _header_end(body)
     blocks = _blocks(body, start)

@@ -16,6 +16,7 @@ from porter.engine.options import Options
 from porter.engine.process import process_file
 from porter.engine.results import FileResult
 from porter.files.apply import Change, gained, read_or_none, runtime_source, vendor_changes
+from porter.files.vendor_write import remove_leftovers, unvendor
 from porter.project import known_modules
 from porter.project import model as project
 from porter.project.touchpoints.ledger import TreeContext
@@ -164,6 +165,9 @@ def run(
     #: a dry run's changes to each copy, handed to the sink at the end: a copy that grows
     #: during the run is shown once, as it ends up (the diff applies as --write writes)
     shown: dict[Path, list[Change]] = {}
+    #: copies this run made where there was none, and how many files it wrote need each:
+    #: a new copy no written file needs is taken away again (porter.files.vendor_write.unvendor)
+    fresh: dict[Path, int] = {}
     shipped: list[Home] = []  # copies inside packages, which the build must ship
     pyproject: list[bytes] = []  # pyproject.toml as a rule of this run left it
 
@@ -180,6 +184,10 @@ def run(
         problem = refuse_home(home, root)
         if problem and not needed:
             return problem  # a file already imports a folder porter does not own: the user's
+        if config.write and sink is not None and not problem and home.folder not in homes:
+            remove_leftovers(root, relative_posix(home.folder, root))  # a killed run's, even with nothing to vendor
+            if needed and not os.path.lexists(home.folder):
+                fresh[home.folder] = 0
         changes: list[Change] = []
         notes: list[str] = []
         if not problem:
@@ -194,7 +202,8 @@ def run(
                        f"{relative_posix(home.folder, root)}/" if what else ""
             emitted.setdefault(home.folder, {}).update({c.path: c.new for c in changes})
             notes += [note] if note else []
-            if home.package and home.folder not in homes:
+            root_copy = home.primary is None and home.folder.parent == root  # shipped beside py-modules
+            if (home.package or root_copy) and home.folder not in homes:
                 shipped.append(home)  # the build config is edited at the end (porter.project.vendoring.runtime_home)
             if sink is not None and changes and config.write:
                 problem = sink(changes) or ""
@@ -252,18 +261,46 @@ def run(
                 item.old = item.new = None
                 if error:
                     item.status, item.error = "error", error
+            if item.uses_runtime and item.status == "changed":
+                _count_user(fresh, home_of(item, path))
         elif item.uses_runtime and item.status == "unchanged":
             vendor(home_of(item, path), read_or_none(path), needed=False)  # the code already imports the runtime: make sure it is there and current
+            _count_user(fresh, home_of(item, path))
         result.files.append(item)
         if progress is not None:
             progress(done, len(tasks))
     for changes in shown.values():
         if sink is not None and changes:
             sink(changes)  # a dry run's sink shows, it does not fail
+    for folder in [f for f, users in fresh.items() if not users and homes.get(f) == ""]:
+        _take_back(config, result, folder)
+        homes.pop(folder)
+        shipped = [home for home in shipped if home.folder != folder]
     edited = _ship(config, result, shipped, pyproject[-1] if pyproject else None, sink, emitted)
     if any(problem == "" for problem in homes.values()):
         _exempt(config, result, edited, sink)
     return result
+
+
+def _count_user(fresh: dict[Path, int], home: Home) -> None:
+    folder = (home.primary or home).folder
+    if folder in fresh:
+        fresh[folder] += 1
+
+
+def _take_back(config: RunConfig, result: RunResult, folder: Path) -> None:
+    """Remove a copy this run made for files it then did not write (their owner saved
+    them during the run, or the write failed): no runtime is left that nothing imports."""
+    rel = relative_posix(folder, config.root)
+    try:
+        unvendor(config.root, rel)
+    except OSError as exc:
+        result.notes.append(f"porter_runtime at {rel}/ is not needed (no file that imports it was written) "
+                            f"but could not be removed: {exc}")
+        return
+    result.runtime_changes = [c for c in result.runtime_changes if not c.path.startswith(f"{rel}/")]
+    result.notes = [n for n in result.notes if f"porter_runtime at {rel}/" not in n]
+    result.notes.append(f"porter_runtime not vendored at {rel}/: no file that needs it was written")
 
 
 def _exempt(config: RunConfig, result: RunResult, pyproject: Optional[bytes], sink) -> None:

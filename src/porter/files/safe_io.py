@@ -158,6 +158,8 @@ def write_at(folder: int, name: str, data: bytes, expected: Optional[bytes], lab
     current = _lstat(folder, name)
     if expected is not None:
         _check_current(folder, name, current, expected, label)
+    if expected is not None and current is not None and current.st_nlink > 1:
+        return _write_in_place(folder, name, data, expected, current, label)
     tmp = temp_name(name)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=folder)
     try:
@@ -167,6 +169,7 @@ def write_at(folder: int, name: str, data: bytes, expected: Optional[bytes], lab
             os.fchmod(fd, stat.S_IMODE(current.st_mode) if current else 0o666 & ~_umask())
             if current is not None:
                 _keep_owner(fd, current)
+                _keep_xattrs(folder, name, fd)
         finally:
             os.close(fd)
         before_replace(label)
@@ -198,6 +201,47 @@ def temp_name(name: str) -> str:
     if len(encoded) > room:
         name = os.fsdecode(encoded[:room].decode("utf-8", "ignore").encode("utf-8"))
     return f".{name}{suffix}"
+
+
+def _write_in_place(folder: int, name: str, data: bytes, expected: Optional[bytes], current: os.stat_result,
+                    label: str) -> None:
+    """A file with several hard links is rewritten in place, as black does: a rename
+    would give this name a new file and leave the other names holding the old bytes.
+    Not atomic; the last check comes just before the write."""
+    fd = os.open(name, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
+    try:
+        info = os.fstat(fd)
+        before_replace(label)
+        if (info.st_dev, info.st_ino) != (current.st_dev, current.st_ino):
+            raise Refused("not written: the file changed on disk during the run")
+        if expected is not None:
+            _check_current(folder, name, _lstat(folder, name), expected, label)
+        os.ftruncate(fd, 0)
+        _write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _keep_xattrs(folder: int, name: str, target: int) -> None:
+    """Copy the replaced file's extended attributes (user.*, a Mac's quarantine and tags)
+    to the new file, where the system has them and lets porter set them."""
+    if not hasattr(os, "listxattr"):
+        return
+    try:
+        source = os.open(name, _READ_FLAGS, dir_fd=folder)
+    except OSError:
+        return
+    try:
+        for attr in os.listxattr(source):
+            try:
+                os.setxattr(target, attr, os.getxattr(source, attr))
+            except OSError:
+                pass  # security.* and the like: not porter's to set
+    except OSError:
+        pass  # no extended attributes on this file system
+    finally:
+        os.close(source)
 
 
 def _write_all(fd: int, data: bytes) -> None:

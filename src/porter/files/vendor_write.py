@@ -14,6 +14,8 @@ import os
 import secrets
 import shutil
 import stat
+import subprocess
+import time
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -22,6 +24,9 @@ from porter.files.safe_io import Refused, open_folder, parts_of, write_at
 
 #: Inside a copy being built; a folder holding it is an interrupted vendoring.
 PARTIAL_MARKER = "PORTER-PARTIAL.txt"
+#: Inside an old copy moved aside to be removed: only a folder holding it is porter's to
+#: delete (a user's folder that merely has the name is never removed).
+OLD_MARKER = "PORTER-OLD.txt"
 _PARTIAL = ".porter-partial"
 _OLD = ".porter-old"
 
@@ -75,11 +80,30 @@ def vendor_folder(root: Path, folder_rel: str, files: Sequence[tuple[str, Option
         os.mkdir(build, 0o777, dir_fd=parent)
         try:
             _fill(parent, build, name if existing else None, files)
+            _give_to_owner(parent, build)
             _swap(parent, build, name, existing)
         except BaseException:
             _rmtree(parent, build)
             raise
         _unmark(parent, name)
+    finally:
+        os.close(parent)
+
+
+def unvendor(root: Path, folder_rel: str) -> None:
+    """Remove the copy at ``root/folder_rel`` that this run vendored (porter's: it holds
+    VENDORED.txt), moved aside and marked first, so that a stop half-way leaves a
+    sibling the next run removes, never half a copy at the name."""
+    parts = parts_of(folder_rel)
+    parent = open_folder(root, parts[:-1])
+    try:
+        name = parts[-1]
+        if not _is_file(_path_of(parent) / name / "VENDORED.txt"):
+            raise Refused(f"not removed: {folder_rel} holds no VENDORED.txt")
+        old = f".{name}.{secrets.token_hex(4)}{_OLD}"
+        os.rename(name, old, src_dir_fd=parent, dst_dir_fd=parent)
+        _mark(parent, old, OLD_MARKER, b"an unneeded porter_runtime moved aside; a later run removes it\n")
+        _rmtree(parent, old)
     finally:
         os.close(parent)
 
@@ -104,7 +128,8 @@ def _fill(parent: int, build: str, existing: Optional[str], files) -> None:
         os.close(folder)
     base = _path_of(parent)
     if existing is not None and _is_file(base / existing / "VENDORED.txt") and not is_partial(base / existing):
-        _copy_regular(base / existing, base / build)  # a whole copy: its other modules stay
+        ours = frozenset(rel for rel, _, _ in files)
+        _copy_regular(base / existing, base / build, ours)  # a whole copy: its other modules and links stay
         if is_flat(base / existing) and any(rel == "__init__.py" for rel, _, _ in files):
             for name in stale(base / build):  # an older porter's flat layout, replaced (porter.files.runtime_layout)
                 os.unlink(base / build / name)
@@ -142,17 +167,24 @@ def _read_or_none(folder: int, name: str) -> Optional[bytes]:
         return handle.read()
 
 
-def _copy_regular(source: Path, target: Path) -> None:
-    """The regular files and folders of an existing copy (links are not copied)."""
+def _copy_regular(source: Path, target: Path, ours: frozenset = frozenset()) -> None:
+    """The regular files, folders and symbolic links (as links, never followed) of an
+    existing copy; a link where porter writes one of its files (``ours``) gives way."""
     for dirpath, dirnames, filenames in os.walk(source):
         here = Path(dirpath)
         rel = here.relative_to(source)
-        dirnames[:] = [d for d in dirnames if d != "__pycache__" and not (here / d).is_symlink()]
+        links = [d for d in dirnames if (here / d).is_symlink()]
+        dirnames[:] = [d for d in dirnames if d != "__pycache__" and d not in links]
         (target / rel).mkdir(exist_ok=True)
-        for filename in filenames:
+        for filename in [*filenames, *links]:
             path = here / filename
-            if filename != PARTIAL_MARKER and stat.S_ISREG(os.lstat(path).st_mode):
+            mode = os.lstat(path).st_mode
+            if filename in (PARTIAL_MARKER, OLD_MARKER):
+                continue
+            if stat.S_ISREG(mode):
                 shutil.copy2(path, target / rel / filename, follow_symlinks=False)
+            elif stat.S_ISLNK(mode) and (rel / filename).as_posix() not in ours:
+                os.symlink(os.readlink(path), target / rel / filename)
 
 
 def _swap(parent: int, build: str, name: str, existing: bool) -> None:
@@ -167,7 +199,16 @@ def _swap(parent: int, build: str, name: str, existing: bool) -> None:
     except BaseException:
         os.rename(old, name, src_dir_fd=parent, dst_dir_fd=parent)
         raise
+    _mark(parent, old, OLD_MARKER, b"an old porter_runtime moved aside; a later run removes it\n")
     _rmtree(parent, old)
+
+
+def _mark(parent: int, name: str, marker: str, text: bytes) -> None:
+    folder = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
+    try:
+        write_at(folder, marker, text, None, marker)
+    finally:
+        os.close(folder)
 
 
 def _unmark(parent: int, name: str) -> None:
@@ -178,14 +219,64 @@ def _unmark(parent: int, name: str) -> None:
         os.close(folder)
 
 
-def _remove_leftovers(parent: int, name: str) -> None:
-    """Hidden siblings a stopped run left, each holding the marker (or moved aside)."""
+#: A run's sweep leaves a sibling younger than this: another run may be building it.
+STALE_AFTER = 300.0
+
+
+def remove_leftovers(root: Path, folder_rel: str) -> None:
+    """Remove what a stopped vendoring of ``root/folder_rel`` left beside it (porter's
+    own, by name and marker, untouched for STALE_AFTER seconds), even when this run
+    vendors nothing there; nothing when the folder's parent is not there."""
+    parts = parts_of(folder_rel)
+    try:
+        parent = open_folder(root, parts[:-1])
+    except OSError:
+        return
+    try:
+        _remove_leftovers(parent, parts[-1], min_age=STALE_AFTER)
+    finally:
+        os.close(parent)
+
+
+def _remove_leftovers(parent: int, name: str, min_age: float = 0.0) -> None:
+    """Hidden siblings a stopped run left: porter's by name and by the marker inside
+    (a copy being built, or an old one moved aside), and not tracked by git."""
     base = _path_of(parent)
     for entry in os.listdir(parent):
         if not (entry.startswith(f".{name}.") and is_leftover_name(entry)):
             continue
-        if entry.endswith(_OLD) or is_partial(base / entry):
+        marker = base / entry / (OLD_MARKER if entry.endswith(_OLD) else PARTIAL_MARKER)
+        try:
+            info = os.stat(marker, follow_symlinks=False)
+        except OSError:
+            continue  # no marker: not porter's, whatever its name
+        if stat.S_ISREG(info.st_mode) and time.time() - info.st_mtime >= min_age and not _tracked(base / entry):
             _rmtree(parent, entry)
+
+
+def _tracked(folder: Path) -> bool:
+    """Whether git tracks a file under ``folder`` (then it is the user's, whatever its
+    name and content); False where git is not there to ask."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z", "--", "."], cwd=folder, capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return listed.returncode == 0 and bool(listed.stdout)
+
+
+def _give_to_owner(parent: int, build: str) -> None:
+    """Run as root in a user's repository, the copy goes to the owner of the folder that
+    holds it, as the user's own files are (else ``porter_runtime/`` is root's, and the
+    user can't change or remove it)."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return
+    owner = os.fstat(parent)
+    if (owner.st_uid, owner.st_gid) == (0, 0):
+        return
+    top = _path_of(parent) / build
+    for dirpath, dirnames, filenames in os.walk(top):
+        for entry in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
+            os.lchown(entry, owner.st_uid, owner.st_gid)
 
 
 def _rmtree(parent: int, name: str) -> None:

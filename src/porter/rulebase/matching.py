@@ -155,6 +155,13 @@ class Resolver:
         """Whether the module binds ``qualname`` (or a parent module) at top level."""
         return any(t == qualname or qualname.startswith(t + ".") for t in self._module_targets())
 
+    def binds_name_to(self, name: str, module: str) -> bool:
+        """Whether the module's top level binds ``name`` itself to ``module`` (or to a
+        copy of it inside a package): ``import porter_runtime`` or ``from pkg import
+        porter_runtime``, not ``import porter_runtime as pr``, which binds ``pr``."""
+        bindings = self._facts.module_imports if self._facts is not None else self._full().module_scope.bindings
+        return any(t == module or t.endswith("." + module) for t in bindings.get(name, ()))
+
     def imports_under(self, package: str) -> bool:
         """Whether a top-level import of the module (in its ``if`` and ``try`` blocks
         too) imports ``package`` or something under it (``from mpi4py import MPI``)."""

@@ -31,6 +31,7 @@ from libcst.metadata import CodeRange
 
 from porter.rulebase.matching import Resolver
 from porter.rulebase.needs import Needs
+from porter.rulebase.trivia import comments_in, keep_comments
 
 RUNTIME = "porter_runtime"
 
@@ -235,12 +236,14 @@ class Rule(BaseRule):
         *,
         suggestion: str = "",
     ) -> cst.CSTNode:
-        """Record a rewrite of ``original`` and return ``replacement``."""
+        """Record a rewrite of ``original`` and return ``replacement``, with every
+        comment of ``original`` the replacement dropped put back in (porter.rulebase.trivia)."""
         if self.ctx.suppressed(original, self.code) or self.ctx.keeps(original):
             return original
         if self.safety is Safety.UNSAFE and not self.ctx.unsafe_fixes:
             self.flag(original, message, suggestion=suggestion or self.ctx.code_for(replacement))
             return original
+        replacement = keep_comments(original, replacement)
         self.ctx.record(self, original, "rewrite", message, after=replacement, suggestion=suggestion)
         return replacement
 
@@ -314,11 +317,14 @@ class TextRule(BaseRule):
 
 
 def _clean_args(args: list[cst.Arg]) -> list[cst.Arg]:
-    """Arguments separated by ", " with no trailing comma."""
+    """Arguments separated by ", " with no trailing comma; a comma followed by a comment
+    stays as written (its line break and comment with it)."""
     out = []
     for i, arg in enumerate(args):
         last = i == len(args) - 1
         comma = cst.MaybeSentinel.DEFAULT if last else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        if isinstance(arg.comma, cst.Comma) and comments_in(arg.comma):
+            comma = arg.comma
         out.append(arg.with_changes(comma=comma))
     return out
 

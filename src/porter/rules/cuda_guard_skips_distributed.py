@@ -98,8 +98,9 @@ class CudaGuardSkipsDistributed(Rule):
         new_test = self._port(original.test, updated.test, top=True)
         if new_test is updated.test:
             return updated
-        if self.rewrite(original.test, new_test, "a multi-process launch off CUDA now sets up its process "
-                        "group; CUDA and single-process runs take the same branch as before") is original.test:
+        new_test = self.rewrite(original.test, new_test, "a multi-process launch off CUDA now sets up its "
+                                "process group; CUDA and single-process runs take the same branch as before")
+        if new_test is original.test:
             return updated
         return updated.with_changes(test=new_test)
 

@@ -48,6 +48,9 @@ from porter.rulebase.rule import Finding
 _MAGIC = re.compile(r"^\s*(?:[%!]|[\w.,\[\] ]+=\s*[%!]|\?{1,2}[\w.]+\s*$|[\w.\[\]()]+\?{1,2}\s*$)")
 _TORCH_IMPORT = re.compile(r"^\s*(?:import\s+torch\b|from\s+torch\b)", re.M)
 _RUNTIME_IMPORT = re.compile(r"^\s*(?:import\s+porter_runtime\b|from\s+([\w.]+)\s+import\s*(?:\([^)]*|[^#\n]*)\bporter_runtime\b)", re.M)
+#: An import that binds the name ``porter_runtime`` itself (not ``import porter_runtime as pr``).
+_RUNTIME_BOUND = re.compile(r"^\s*(?:import\s+porter_runtime\b(?!\s+as\b)|from\s+[\w.]+\s+import\s*(?:\([^)]*|[^#\n]*)"
+                            r"\bporter_runtime\b(?!\s+as\b))", re.M)
 _MARK = "pass  # porter: the cell starts below"
 #: A name as another cell may read it (code, a magic's arguments, an f-string): any word.
 _WORD = re.compile(r"[A-Za-z_]\w*")
@@ -263,7 +266,7 @@ def migrate_notebook(data: bytes, options: Options, *, path: str, bootstrap=None
     line = binds_runtime_name("\n".join(mask(cell_text(c))[0] for _, c in cells).encode()) if needs_runtime else 0
     if line:  # a cell's own porter_runtime would shadow the import: report, don't rewrite
         return data, not_rewritten(findings, line)
-    if needs_runtime and not any(_RUNTIME_IMPORT.search(cell_text(c)) for _, c in cells):
+    if needs_runtime and not any(_RUNTIME_BOUND.search(cell_text(c)) for _, c in cells):
         _import_runtime(cells, changed[0], bootstrap, [name for line in context[1:] for name in _top_names(line)])
     return (dump(notebook, json_text, before) if changed else data), findings
 

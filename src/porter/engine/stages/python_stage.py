@@ -41,7 +41,7 @@ from porter.files.sources import (
 )
 from porter.project.touchpoints import ledger
 from porter.project.vendoring.runtime_home import LazyBootstrap, runtime_home_fields
-from porter.rulebase.rule import Finding, Rule, WholeFile
+from porter.rulebase.rule import RUNTIME, Finding, Rule, WholeFile
 
 #: Set to "0" to parse every file whole (porter.engine.stages.segments); the output is the same.
 SEGMENTS_ENV = "PORTER_SEGMENTS"
@@ -115,7 +115,9 @@ def _migrate(
     new_module, ctx = run_rules(module, data, path, options, rules, facts, reduced)
     if not ctx.rewrites():
         return SourceResult(code, ctx.findings())  # rules change code only through rewrite()
-    if ctx.needs_runtime and not ctx.resolver.imports_of("porter_runtime"):
+    # the rewrites call ``porter_runtime.X``: the name itself must be bound (an
+    # ``import porter_runtime as pr`` of the file's own binds only ``pr``)
+    if ctx.needs_runtime and not ctx.resolver.binds_name_to(RUNTIME, RUNTIME):
         new_module = add_runtime_import(new_module, runtime_bootstrap)
     new_module = remove_unused(new_module, ctx)
     new_module = probes.remove_dead(new_module, ctx, options.ledger)

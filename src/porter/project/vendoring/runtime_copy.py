@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from porter.files.apply import Change, runtime_files
+from porter.project.vendoring.pyproject_packages import add_packages, missing_packages
 from porter.files.safe_io import read_bounded, text_bounded
 from porter.files.vendor_write import is_partial, older_partial
 
@@ -159,9 +160,7 @@ def manifest_change(root: Path, home: Home, write: bool = True, base: Optional[b
     (``[tool.setuptools] packages = ["mypkg"]``): the change that ships it too, with the
     sub-packages it holds (``twins``: ``mypkg.porter_runtime.twins``), and a note; a list
     in setup.py or setup.cfg gets a note only. None when nothing is needed."""
-    if not home.package:
-        return None
-    wanted = f"{home.package}.{RUNTIME}"
+    wanted = f"{home.package}.{RUNTIME}" if home.package else RUNTIME
     names = [wanted] + [f"{wanted}.{s}" for s in sorted(subpackages)]
     pyproject = root / "pyproject.toml"
     try:
@@ -169,6 +168,8 @@ def manifest_change(root: Path, home: Home, write: bool = True, base: Optional[b
     except OSError:
         data = b""
     text = data.decode("utf-8", errors="surrogateescape")
+    if not home.package:  # a copy at the root: shipped only beside root modules listed by name
+        return _listed_change(data, text, names, "", write)
     match = _SETUPTOOLS_PACKAGES.search(text)
     missing = [n for n in names if not re.search(r"""(["'])%s\1""" % re.escape(n), match.group("list"))] if match else []
     if missing:
@@ -190,6 +191,10 @@ def manifest_change(root: Path, home: Home, write: bool = True, base: Optional[b
             verb = "added" if write else "would add"
             return (Change("pyproject.toml", data, new.encode("utf-8", errors="surrogateescape"), runtime=True),
                     f"pyproject.toml: {verb} {', '.join(missing)} to [tool.setuptools] packages, so that the build ships it")
+    if not match:  # a quoted key, an inline table, a dotted key: the same list, spelt otherwise
+        change = _listed_change(data, text, names, home.package, write)
+        if change is not None:
+            return change
     for name in ("setup.py", "setup.cfg"):
         try:
             other = text_bounded(root / name)
@@ -206,3 +211,19 @@ def manifest_change(root: Path, home: Home, write: bool = True, base: Optional[b
 #: tables) come before it in the table: the table ends at the next line starting with "[".
 _SETUPTOOLS_PACKAGES = re.compile(
     r"^\[tool\.setuptools\][^\n]*\n(?:(?!\[)(?!packages\s*=).*\n)*?^packages\s*=\s*\[(?P<list>[^\]]*)\]", re.M)
+
+
+def _listed_change(data: bytes, text: str, names: list[str], package: str, write: bool):
+    """The change (or, when no exact edit exists, the note) that adds ``names`` to the
+    setuptools package list pyproject.toml spells in any TOML form; None when the build
+    needs nothing (porter.project.vendoring.pyproject_packages)."""
+    missing = missing_packages(text, names, package)
+    if not missing:
+        return None
+    new = add_packages(text, missing)
+    if new is None:
+        listed = "', '".join(missing)
+        return None, f"pyproject.toml lists what the build ships by hand: add '{listed}' to [tool.setuptools] packages"
+    verb = "added" if write else "would add"
+    return (Change("pyproject.toml", data, new.encode("utf-8", errors="surrogateescape"), runtime=True),
+            f"pyproject.toml: {verb} {', '.join(missing)} to [tool.setuptools] packages, so that the build ships it")

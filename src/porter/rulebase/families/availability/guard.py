@@ -73,8 +73,9 @@ class GuardDecisions:
             self._report(test, f"{NOTE}; the code it guards still needs CUDA (`{residue}`), so it is not "
                       "rewritten; port the guarded code, then test the runtime", suggestion=f"if {SUGGESTION}:")
             return updated
-        new_test = accelerator_test(self, original.test, updated.test)
-        if self.rewrite(original.test, new_test, "the guard now also admits MPS and XPU") is original.test:
+        new_test = self.rewrite(original.test, accelerator_test(self, original.test, updated.test),
+                                "the guard now also admits MPS and XPU")
+        if new_test is original.test:
             return updated  # suppressed by a `# porter: ignore` comment
         return updated.with_changes(test=new_test)
 
