@@ -14,6 +14,7 @@ from typing import Optional, Sequence
 import click
 
 from porter.cli.migrate_output import print_notebook_views
+from porter.cli.terminal_text import colour_wanted, is_terminal
 from porter.engine.run import RunConfig, run
 from porter.files.apply import Change, apply_changes, colourise, unified_diff
 
@@ -23,7 +24,7 @@ def stream_changes(config: RunConfig, console, show_diff: bool, write: bool, sho
     """Run, each file's changes shown as a diff on stdout and written as they come; the
     result and the runtime writes that failed."""
     write_failed: list[tuple[str, str]] = []
-    colour = show_diff and sys.stdout.isatty()
+    colour = show_diff and colour_wanted(sys.stdout)  # NO_COLOR / FORCE_COLOR, else a terminal
 
     runtime_diffs: list[bytes] = []  # the user's own files first, the runtime's last
     notebooks: list[bytes] = []  # then the notebooks, whole-file JSON diffs under one split line
@@ -106,8 +107,10 @@ def review_and_write(config: RunConfig, console, show: bool):
 
 
 def run_with_progress(config: RunConfig, console, sink, show: bool):
-    """The run, with a progress bar on a terminal when ``show``."""
-    if not (show and console.is_terminal):
+    """The run, with a progress bar when ``show`` and stderr is a terminal (FORCE_COLOR
+    colours a pipe, it does not make one a terminal). The bar appears once the number
+    of files is known: never a bare ``0/?``."""
+    if not (show and is_terminal(sys.stderr)):
         return run(config, sink)
     from rich.progress import (
         BarColumn,
@@ -119,10 +122,11 @@ def run_with_progress(config: RunConfig, console, sink, show: bool):
 
     with Progress(TextColumn("porter"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as bar:
-        task = bar.add_task("files", total=None)
+        tasks: list = []
 
         def tick(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
+            if not tasks:  # the first tick brings the count: the bar starts there
+                tasks.append(bar.add_task("files", total=total))
+            bar.update(tasks[0], completed=done, total=total)
 
         return run(config, sink, progress=tick)
-

@@ -39,7 +39,8 @@ def _close(out: list[str]) -> None:
 
 
 def show_markdown(text: str) -> None:
-    from rich.console import Console
     from rich.markdown import Markdown
 
-    Console(highlight=False).print(Markdown(fenced(text), code_theme="ansi_dark"))
+    from porter.cli.terminal_text import console
+
+    console(stderr=False).print(Markdown(fenced(text), code_theme="ansi_dark"))

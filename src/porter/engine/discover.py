@@ -278,12 +278,12 @@ def relative_posix(path: Path, root: Path) -> str:
 
 
 #: Files that mark the top of a Python project.
-PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", "requirements.txt")
+PROJECT_MARKERS = ("pyproject.toml", "porter.toml", "setup.py", "setup.cfg", "requirements.txt")
 
 
 def find_root(paths: Sequence[Path]) -> Path:
     """The project holding the first path: the nearest folder at or above it with a
-    project file (pyproject.toml, setup.py, setup.cfg, requirements.txt) or a ``.git``,
+    project file (pyproject.toml, porter.toml, setup.py, setup.cfg, requirements.txt) or a ``.git``,
     else the path's own folder. A project inside another repository (a vendored
     package, an example folder) is its own root."""
     first = paths[0].absolute()

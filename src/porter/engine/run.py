@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -11,7 +12,7 @@ from typing import Callable, Iterator, Optional, Sequence
 
 from porter.engine.discover import Skipped, discover, relative_posix
 from porter.engine.options import Options
-from porter.engine.process import process_file
+from porter.engine.process import process_file, stage_for
 from porter.engine.results import FileResult
 from porter.files.apply import Change, gained, read_or_none, runtime_source, vendor_changes
 from porter.project import known_modules
@@ -137,6 +138,8 @@ def run(
     files = sorted(found.files, key=lambda p: relative_posix(p, root))
     config = with_tree_context(config, [relative_posix(p, root) for p in files])
     tasks = [(path, relative_posix(path, root), layout) for path in files]
+    if progress is not None:  # the count, before the first file: a bar never shows "0/?"
+        progress(0, len(tasks))
     #: each copy's folder -> why it could not be vendored ("" once it is)
     homes: dict[Path, str] = {}
     #: each copy's folder -> the parts of the runtime vendored there so far (None: all of it)
@@ -148,6 +151,9 @@ def run(
     #: during the run is shown once, as it ends up (the diff applies as --write writes)
     shown: dict[Path, list[Change]] = {}
     shipped: list[Home] = []  # copies inside packages, which the build must ship
+    #: each copy's folder -> its one note's place in result.notes, and all it gained this run
+    told: dict[Path, int] = {}
+    grown: dict[Path, list[Change]] = {}
     pyproject: list[bytes] = []  # pyproject.toml as a rule of this run left it
 
     def vendor(home: Home, code: Optional[bytes], needed: bool = True) -> str:
@@ -170,13 +176,18 @@ def run(
             if not config.write:
                 shown[home.folder] = changes
             before = emitted.get(home.folder)
-            if before is not None:  # a copy this run vendored: only what it gains
+            if before is not None:  # a copy this run vendored: only what it gains, told in its one note
                 changes = [c for c in changes if before.get(c.path) != c.new]
-                what = gained(changes, known=before)
+                what = "" if home.folder in told else gained(changes, known=before)
                 note = f"{'added' if config.write else 'would add'} {what} to porter_runtime at " \
                        f"{relative_posix(home.folder, root)}/" if what else ""
             emitted.setdefault(home.folder, {}).update({c.path: c.new for c in changes})
-            notes += [note] if note else []
+            _merge(grown.setdefault(home.folder, []), changes)
+            if note:
+                told[home.folder] = len(result.notes) + len(notes)
+                notes.append(note)
+            elif home.folder in told and changes:
+                _retell(result.notes, told[home.folder], grown[home.folder], config.write)
             if home.package and home.folder not in homes:
                 shipped.append(home)  # the build config is edited at the end (porter.project.vendoring.runtime_home)
             if sink is not None and changes and config.write:
@@ -249,6 +260,19 @@ def run(
     return result
 
 
+def run_source(config: RunConfig, path: Path, data: bytes) -> RunResult:
+    """One file's source given as bytes (``porter migrate -``, stdin), migrated as ``run``
+    would migrate it at ``path`` (its name picks the stage, the rules and the runtime's
+    import); ``path`` itself is never read nor written, and no runtime is vendored. A
+    path named ``-`` is Python."""
+    rel = relative_posix(path, config.root)
+    model = project.build_from({rel: data} if rel.endswith(".py") or path.name == "-" else {})
+    config = with_tree_context(replace(config, options=replace(config.options, project=model)), [rel])
+    stage = stage_for(f"{rel}.py" if path.name == "-" else rel)
+    item = stage(data, rel, config.options.for_path(rel), LazyBootstrap(path, config.layout()))
+    return RunResult(root=config.root, files=[item])
+
+
 def _exempt(config: RunConfig, result: RunResult, pyproject: Optional[bytes], sink) -> None:
     """Keep the repository's formatters and linters off the copies (porter.project.vendoring.lint_exempt)."""
     bases = {"pyproject.toml": pyproject} if pyproject is not None and not config.write else {}
@@ -257,6 +281,22 @@ def _exempt(config: RunConfig, result: RunResult, pyproject: Optional[bytes], si
         result.notes.append(f"{change.path}: not written: {error}" if error and change is not None else note)
         if change is not None and not error:
             result.runtime_changes.append(change)
+
+
+#: A note that a copy already there gains modules (porter.files.apply.vendor_changes).
+_ADDS = re.compile(r"^(?:(?:would add|added) .* to porter_runtime at (?P<to>.+/)|porter_runtime at (?P<at>.+/): added .*)$")
+
+
+def _retell(notes: list[str], at: int, changes: Sequence[Change], write: bool) -> None:
+    """A copy that grew during the run keeps one note: a copy vendored or updated this
+    run says so once; one that gains modules says all it gains (never one line per file
+    that needed more of it)."""
+    match = _ADDS.match(notes[at]) if at < len(notes) else None
+    what = gained(changes)
+    if match is None or not what:
+        return
+    notes[at] = (f"porter_runtime at {match.group('at')}: added {what}" if match.group("at") else
+                 f"{'added' if write else 'would add'} {what} to porter_runtime at {match.group('to')}")
 
 
 def _merge(kept: list[Change], changes: Sequence[Change]) -> None:
