@@ -21,7 +21,8 @@ SGR = re.compile(rb"\x1b\[[0-9;]*m")
 
 def env_with(**values) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE")}
-    env.update(COLUMNS="200", **values)
+    env["COLUMNS"] = "200"
+    env.update(values)
     return env
 
 
@@ -166,9 +167,9 @@ def test_the_precommit_hooks_are_quiet(tree):
     make_tree(tree, {"loader.py": "import torch\nfrom torch.utils.data import DataLoader\n"
                                   "loader = DataLoader([1, 2], num_workers=2, collate_fn=lambda b: b)\n"})
     subprocess.run(["git", "init", "-q"], cwd=tree, check=True)
-    for hook, entry in _hook_entries().items():
+    for hook, entry in ((name, item["entry"]) for name, item in _hook_entries().items()):
         assert entry[:2] == ["porter", "migrate"] and "-q" in entry, (hook, entry)
-        proc = porter(*entry[2:], "train.py", "loader.py", cwd=tree)
+        proc = porter(*entry[1:], "train.py", "loader.py", cwd=tree)
         err = proc.stderr.decode()
         assert err and all(FINDING_OR_FILE.match(line) for line in err.splitlines()), (hook, err)
         assert "┃" not in err and "ledger:" not in err and "porter_runtime at" not in err
