@@ -171,5 +171,10 @@ def test_porter_toml_marks_the_project_root(tmp_path):
     assert proc.returncode == 0
     assert proc.stdout.startswith(b"diff --git a/sub/x.py b/sub/x.py\n"), proc.stdout[:200]
     assert b"+import porter_runtime\n" in proc.stdout and b" torch.cuda.synchronize()" in proc.stdout
+    # a nested porter.toml governs its folder's files; the outermost one marks the root
+    make_tree(root, {"sub/porter.toml": 'ignore = ["PT001"]\n'})
+    nested = porter("migrate", "sub/x.py", "--diff", cwd=root)
+    assert nested.stdout.startswith(b"diff --git a/sub/x.py b/sub/x.py\n"), nested.stdout[:200]
+    assert b" x = torch.zeros(2).cuda()\n" in nested.stdout  # sub's settings: PT001 off, PT101 on
     readme = (ROOT / "README.md").read_text()
     assert re.search(r"`--root DIR` \|[^\n]*`porter\.toml`", readme)

@@ -17,8 +17,7 @@ import click
 from porter.cli import migrate_inputs as inputs
 from porter.cli.command_inputs import InputError, check_layout, load_settings, make_run_config, or_input_error
 from porter.cli.migrate_output import emit, write_reports
-from porter.cli.migrate_run import review_and_write, stream_changes
-from porter.cli.migrate_stdin import STDIN, migrate_stdin
+from porter.cli.migrate_run import STDIN, migrate_stdin, review_and_write, stream_changes
 from porter.cli.terminal_text import shown, stderr_console
 from porter.engine.run import RunConfig
 from porter.report import output_formats
@@ -108,8 +107,8 @@ class MigrateFlags:
                    "runtime\").")
 @click.option("--root", type=click.Path(path_type=Path, file_okay=False, exists=True),
               help="Project root: diff paths are relative to it and the runtime goes in it "
-                   "(default: the nearest folder with pyproject.toml, porter.toml, setup.py, setup.cfg, "
-                   "requirements.txt or .git).")
+                   "(default: the nearest folder with pyproject.toml, setup.py, setup.cfg, "
+                   "requirements.txt or .git; in a tree with none, the outermost with porter.toml).")
 @click.option("--config", "config_file", type=click.Path(path_type=Path, dir_okay=False, exists=True),
               help="Settings file (default: porter.toml, else pyproject.toml's [tool.porter], at the root).")
 @click.option("--unsafe-fixes", is_flag=True, default=None, help="Also apply fixes that may change behaviour on CUDA.")
