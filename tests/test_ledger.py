@@ -223,7 +223,8 @@ def test_reports_show_the_ledger(tmp_path):
     assert report["schema_version"] == 1
     assert report["ledger"]["counts"] == {"rewritten": 1, "reported": 0, "guarded": 0, "inert": 0, "unaccounted": 1}
     assert "| `m.py` | 1 | 0 | 0 | 0 | 1 |" in to_markdown(report)
-    assert ledger_line(report) == "ledger: 2 CUDA touchpoints: 1 rewritten, 0 reported, 0 guarded, 0 inert, 1 unaccounted"
+    assert ledger_line(report) == ("ledger: 2 CUDA touchpoints in the code: 1 rewritten, 0 under a finding or note, "
+                                  "0 guarded, 0 inert, 1 unaccounted")
 
 
 def test_one_table_of_cuda_only_packages():

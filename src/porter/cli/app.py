@@ -1,5 +1,6 @@
 """The ``porter`` command line: the command group, and the entry point that keeps porter's
-exit codes (2 for a failure, never the 1 that means "changes pending").
+exit codes (2 for a failure, never the 1 that means "changes pending") and its one error
+style: click's usage errors print as porter's own, ``porter: error: ...``.
 
 Each command has its own module: ``migrate_command``, ``verify_command``, ``rule_docs``
 (``rules``, ``explain``), ``doctor``; ``fit`` lives in porter.fit.command.
@@ -22,7 +23,39 @@ from porter.cli.verify_command import verify
 from porter.fit.command import fit
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class PorterGroup(click.Group):
+    """The command group; every error, click's usage errors included, is one
+    ``porter: error: ...`` line (and a hint) on stderr, exit 2, as ruff prints them."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as exc:  # `porter` alone: the help, as before
+            exc.show()
+            sys.exit(2)
+        except click.ClickException as exc:
+            show_error(exc)
+            sys.exit(2)  # never click's 1, which would read as "changes pending"
+        except click.Abort:  # Ctrl-C or end of input at a prompt
+            click.echo("porter: interrupted", err=True)
+            sys.exit(130)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def show_error(exc: click.ClickException) -> None:
+    """``porter: error: MESSAGE``, then for a usage error the command's usage and where
+    its help is."""
+    from porter.cli.terminal_text import shown
+
+    click.echo(f"porter: error: {shown(exc.format_message())}", err=True)
+    ctx = getattr(exc, "ctx", None)
+    if isinstance(exc, click.UsageError) and ctx is not None:
+        click.echo(f"{ctx.get_usage()}\nTry '{ctx.command_path} --help' for help.", err=True)
+
+
+@click.group(cls=PorterGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(porter.__version__, prog_name="porter")
 def cli() -> None:
     """Port CUDA-only PyTorch code to Apple Silicon (MPS) and CPU, unchanged on CUDA."""

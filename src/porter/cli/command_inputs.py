@@ -15,7 +15,8 @@ from porter.engine.run import RunConfig, default_jobs
 
 
 class InputError(click.ClickException):
-    """An input porter can't use (flag, settings file, target folder): one line, exit 2."""
+    """An input porter can't use (flag, settings file, target folder): one line, exit 2
+    (printed by porter.cli.app, as every error is)."""
 
     exit_code = 2
 

@@ -20,12 +20,15 @@ def _table(title: str, columns: list[str], rows: list[list[Any]]) -> Any:
     for column in columns:
         table.add_column(column)
     for row in rows:
-        table.add_row(*(str(cell) for cell in row))
+        table.add_row(*(cell if not isinstance(cell, (str, int, float)) else str(cell) for cell in row))
     return table
 
 
-def _mark(ok: bool) -> str:
-    return "[green]ok[/green]" if ok else "[red]FAIL[/red]"
+def _mark(ok: bool) -> Any:
+    """A check's mark, styled (the console reads no markup: errors print as written)."""
+    from rich.text import Text
+
+    return Text("ok", style="green") if ok else Text("FAIL", style="red")
 
 
 def _compile_line(comp: dict[str, Any]) -> str:
@@ -83,14 +86,14 @@ def doctor(as_json: bool, no_bench: bool) -> None:
 
         report = collect(bench=not no_bench)
     except Exception as exc:  # the doctor must say why it could not run
-        click.echo(f"porter doctor failed: {type(exc).__name__}: {exc}", err=True)
+        click.echo(f"porter: error: the doctor failed: {type(exc).__name__}: {exc}", err=True)
         raise SystemExit(2) from exc
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:
-        from rich.console import Console
+        from porter.cli.terminal_text import stderr_console
 
-        console = Console(stderr=True, highlight=False)
+        console = stderr_console()
         for table in _summary(report) + _details(report):
             console.print(table)
     raise SystemExit(0 if report["ok"] else 1)

@@ -24,6 +24,7 @@ from typing import Callable, Optional
 import click
 import libcst as cst
 
+from porter.cli.terminal_text import paint
 from porter.edits.runtime_import import add_runtime_import
 from porter.files.apply import Change, unified_diff
 from porter.files.sources import python_syntax_error, source_encoding
@@ -229,22 +230,22 @@ def review(plans: list[FilePlan], echo=click.echo, ask=None) -> list[set[int]]:
 def _ask(ask, text: str, echo) -> str:
     while True:
         try:
-            answer = ask(click.style(text, fg="blue", bold=True)).strip().lower()[:1]
+            answer = ask(paint(text, fg="blue", bold=True)).strip().lower()[:1]
         except (click.Abort, EOFError):  # input ran out: stop like q
             echo("")
             return "q"
         if answer in ("y", "n", "a", "q"):
             return answer
-        echo(click.style(_HELP, fg="red", bold=True))
+        echo(paint(_HELP, fg="red", bold=True))
 
 
 def _display(hunk: Hunk, echo) -> None:
     for finding in hunk.findings:
-        echo(click.style(f"{finding.code} ", bold=True) + click.style(finding.rule, fg="yellow")
+        echo(paint(f"{finding.code} ", bold=True) + paint(finding.rule, fg="yellow")
              + f": {finding.message}")
     colours = {"+": "green", "-": "red", "@": "cyan"}
     for line in hunk.display.splitlines():
-        echo(click.style(line, fg=colours.get(line[:1])) if line[:1] in colours else line)
+        echo(paint(line, fg=colours.get(line[:1])) if line[:1] in colours else line)
 
 
 def written(result, sources: list[Change], accepted: list[Change], answers: list[set[int]],

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
@@ -17,8 +17,8 @@ import click
 from porter.cli import migrate_inputs as inputs
 from porter.cli.command_inputs import InputError, check_layout, load_settings, make_run_config, or_input_error
 from porter.cli.entry import STOPS, exit_code, output_failed, stop_output
-from porter.cli.migrate_output import emit
-from porter.cli.migrate_run import review_and_write, stream_changes
+from porter.cli.migrate_output import emit, write_reports
+from porter.cli.migrate_run import STDIN, migrate_stdin, review_and_write, stream_changes
 from porter.cli.terminal_text import shown, stderr_console
 from porter.engine.run import RunConfig
 from porter.report import output_formats
@@ -61,6 +61,7 @@ class MigrateFlags:
     unsafe_fixes: Optional[bool]
     full_runtime: Optional[bool]
     jobs: Optional[int]
+    stdin_filename: Optional[str]
     no_progress: bool
     quiet: bool
 
@@ -76,7 +77,7 @@ class MigrateFlags:
 
 
 @click.command(epilog=EXIT_CODES)
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--diff", "show_diff", is_flag=True, help="Print a unified diff (git apply-able) on stdout.")
 @click.option("--write", is_flag=True, help="Apply the changes in place and vendor the runtime.")
 @click.option("--check", is_flag=True, help="Exit 1 when any file would change or needs review.")
@@ -91,7 +92,7 @@ class MigrateFlags:
 @click.option("--output-format", "output_format", type=click.Choice(output_formats.FORMATS), default=None,
               help="concise (default): a line per file that changes and per finding; full: with the code and "
                    "suggestions; json / sarif: the report on stdout; github: workflow annotations on stdout.")
-@click.option("--format", "old_format", type=click.Choice(["text", "json"]), default=None,
+@click.option("--format", "old_format", type=click.Choice(["text", "json"]), default=None, hidden=True,
               help="The old spelling: text is --output-format concise, json is --output-format json.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when --check finds something (2 still means a failure).")
 @click.option("--select", multiple=True, help="Only rules whose code starts with these (comma-separated).")
@@ -102,11 +103,13 @@ class MigrateFlags:
 @click.option("--force-exclude/--no-force-exclude", default=None,
               help="Apply the excludes to files named on the command line too (for pre-commit).")
 @click.option("--runtime-dir", type=click.Path(path_type=Path),
-              help="Where --write vendors porter_runtime (default: <root>/porter_runtime).")
+              help="One folder for the vendored porter_runtime, inside the root (default: per file: the copy "
+                   "Python finds from where the file runs, see the README's \"How the ported code finds the "
+                   "runtime\").")
 @click.option("--root", type=click.Path(path_type=Path, file_okay=False, exists=True),
               help="Project root: diff paths are relative to it and the runtime goes in it "
                    "(default: the nearest folder with pyproject.toml, setup.py, setup.cfg, "
-                   "requirements.txt or .git).")
+                   "requirements.txt or .git; in a tree with none, the outermost with porter.toml).")
 @click.option("--config", "config_file", type=click.Path(path_type=Path, dir_okay=False, exists=True),
               help="Settings file (default: porter.toml, else pyproject.toml's [tool.porter], at the root).")
 @click.option("--unsafe-fixes", is_flag=True, default=None, help="Also apply fixes that may change behaviour on CUDA.")
@@ -114,15 +117,21 @@ class MigrateFlags:
               help="Vendor every module of porter_runtime, not only those the ported code uses.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
               help="Worker processes (default: all cores). Output is the same for any number.")
+@click.option("--stdin-filename", metavar="NAME",
+              help="With '-': the name of the source on stdin, for messages, settings and rules.")
 @click.option("--no-progress", is_flag=True, help="Never show a progress bar.")
 @click.option("-q", "--quiet", is_flag=True,
               help="Only the lines per file and per finding, no summary (errors still go to stderr).")
 def migrate(**given) -> None:
-    """Migrate PATHS (files or folders). Without --diff/--write/--check: a dry run.
+    """Migrate PATHS (files or folders; default: the current folder). Without
+    --diff/--write/--check: a dry run. '-' reads one file's source from stdin and
+    prints the result on stdout (the diff with --diff, nothing with --check).
 
     Settings come from the nearest porter.toml or [tool.porter] in pyproject.toml
     (a nested one governs the files below it); flags win over them."""
     flags = MigrateFlags(**given)
+    if not flags.paths:  # as ruff: the current folder, or stdin when a name for it is given
+        flags = replace(flags, paths=(STDIN,) if flags.stdin_filename else (Path("."),))
     console = stderr_console()
     try:
         code = _migrate(console, flags)
@@ -142,9 +151,15 @@ def migrate(**given) -> None:
 def _migrate(console, flags: MigrateFlags) -> int:
     """The run; its exit code (0 clean, 1 --check found something, 2 a failure)."""
     # Every input is checked before anything is written: a bad one stops the run whole.
+    output_format = flags.format
+    if STDIN in flags.paths:
+        _check_combinations(flags, output_format)
+        return migrate_stdin(console, flags)
+    if flags.stdin_filename:
+        raise click.UsageError("--stdin-filename names the source read from '-' (stdin); "
+                               "pass '-' instead of the paths")
     if not _paths_exist(console, flags.paths):
         return 2
-    output_format = flags.format
     _check_combinations(flags, output_format)
     config, write = _configure(flags)
     machine = output_format in output_formats.MACHINE
@@ -160,7 +175,7 @@ def _migrate(console, flags: MigrateFlags) -> int:
                                               views=not flags.quiet and not machine, edits=edits)
         mode = "write" if write else "check" if flags.check else "diff" if flags.show_diff else "dry-run"
     data = reporting.build(result, mode)
-    _write_reports(data, flags.reports, edits)
+    write_reports(data, flags.reports, edits)
     emit(data, output_format, flags.quiet, console, edits)
     for path, error in write_failed:
         console.print(f"porter: error: {shown(path)}: {shown(error)}", markup=False, soft_wrap=True)
@@ -275,16 +290,3 @@ def _prepare_copy(paths, root: Path, out_dir: Path, runtime_dir: Optional[Path])
         raise InputError(str(exc)) from None
     return mapped, out, runtime_dir
 
-
-def _write_reports(data: dict, reports, edits: Optional[dict] = None) -> None:
-    """Each ``--report`` file, in the format its suffix names."""
-    for report_path in reports:
-        if report_path.suffix == ".sarif":
-            from porter.report import sarif
-
-            text = sarif.dumps(data, edits)
-        elif report_path.suffix == ".json":
-            text = reporting.to_json(data)
-        else:
-            text = reporting.to_markdown(data)
-        report_path.write_bytes(text.encode("utf-8", errors="backslashreplace"))

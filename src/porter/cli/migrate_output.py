@@ -9,11 +9,11 @@ stderr carries what is for people: the per-file and per-finding lines (kept by
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, Optional
 
 from porter.cli.terminal_text import for_terminal, shown
 from porter.report import output_formats, sarif
-from porter.report.summary import render_summary, to_json
+from porter.report.summary import render_summary, to_json, to_markdown
 
 
 def emit(data: dict[str, Any], output_format: str, quiet: bool, console, edits=None) -> None:
@@ -53,3 +53,15 @@ def print_notebook_views(views: list[str], console) -> None:
     for view in views:
         text = "\n".join(shown(line) for line in view.splitlines())
         console.print(text, markup=False, soft_wrap=True, highlight=False)
+
+
+def write_reports(data: dict, reports, edits: Optional[dict] = None) -> None:
+    """Each ``--report`` file, in the format its suffix names."""
+    for report_path in reports:
+        if report_path.suffix == ".sarif":
+            text = sarif.dumps(data, edits)
+        elif report_path.suffix == ".json":
+            text = to_json(data)
+        else:
+            text = to_markdown(data)
+        report_path.write_bytes(text.encode("utf-8", errors="backslashreplace"))

@@ -27,15 +27,21 @@ def list_rules(prefixes: tuple[str, ...], as_json: bool) -> None:
         click.echo(json.dumps([{"code": r.code, "name": r.name, "safety": r.safety.value,
                                 "summary": r.summary()} for r in rules], indent=2))
         return
-    from rich.console import Console
+    if not sys.stdout.isatty():  # piped: one line per rule, never wrapped (grep, cut, a pager)
+        width = max(len(r.name) for r in rules)
+        for rule in rules:
+            click.echo(f"{rule.code:<6} {rule.name:<{width}} {rule.safety.value:<6} {' '.join(rule.summary().split())}")
+        return
     from rich.table import Table
+
+    from porter.cli.terminal_text import console
 
     table = Table(show_header=True, header_style="bold")
     for column in ("code", "name", "safety", "summary"):
         table.add_column(column)
     for rule in rules:
         table.add_row(rule.code, rule.name, rule.safety.value, rule.summary())
-    Console(highlight=False).print(table)
+    console(stderr=False).print(table)
 
 
 @click.command()

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 
 def show_markdown(text: str) -> None:
-    from rich.console import Console
     from rich.markdown import Markdown
 
-    Console(highlight=False).print(Markdown(text, code_theme="ansi_dark"))
+    from porter.cli.terminal_text import console
+
+    console(stderr=False).print(Markdown(text, code_theme="ansi_dark"))

@@ -1,7 +1,10 @@
-"""What goes to the terminal: names from the repository made safe to print, and the
-console on stderr that carries everything for people."""
+"""What goes to the terminal: names from the repository made safe to print, whether to
+colour (ruff's rule), and the consoles that carry everything for people."""
 
 from __future__ import annotations
+
+import os
+import sys
 
 
 def shown(text: str) -> str:
@@ -30,8 +33,44 @@ def for_terminal(value):
     return value
 
 
-def stderr_console():
-    """A rich console on stderr (rich loads only when a command prints)."""
+def is_terminal(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+def colour_wanted(stream) -> bool:
+    """Whether to colour what goes to ``stream``, as ruff decides: ``NO_COLOR`` (any
+    non-empty value) never, ``FORCE_COLOR`` (non-empty) always, even piped; otherwise
+    only on a terminal."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    return is_terminal(stream)
+
+
+def console(stderr: bool = True, markup: bool = False):
+    """A rich console on stderr (or stdout) that colours by ``colour_wanted`` and never
+    reads file text as markup or emoji codes (``path:100:3`` stays as written).
+    ``markup``: porter's own markup in the strings printed (each value from the
+    repository escaped by the caller). rich loads only when a command prints."""
     from rich.console import Console
 
-    return Console(stderr=True, no_color=False, highlight=False)
+    stream = sys.stderr if stderr else sys.stdout
+    colour = colour_wanted(stream)
+    return Console(stderr=stderr, force_terminal=colour or is_terminal(stream), no_color=not colour,
+                   color_system="auto" if colour else None, highlight=False, emoji=False, markup=markup)
+
+
+def stderr_console():
+    """The console on stderr that carries everything for people."""
+    return console(stderr=True)
+
+
+def paint(text: str, stream=None, **style) -> str:
+    """``text`` styled (click.style) when ``stream`` (stdout by default) gets colour."""
+    import click
+
+    return click.style(text, **style) if colour_wanted(stream or sys.stdout) else text

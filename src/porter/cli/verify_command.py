@@ -12,7 +12,7 @@ import click
 
 from porter.cli.command_inputs import load_settings, make_run_config
 from porter.cli.entry import STOPS, exit_code
-from porter.cli.terminal_text import stderr_console
+from porter.cli.terminal_text import console, stderr_console
 from porter.engine.discover import find_root
 from porter.engine.run import default_jobs
 
@@ -52,15 +52,17 @@ def _finite(ctx, param, value):
               help="Project root (default: as for migrate).")
 @click.option("--config", "config_file", type=click.Path(path_type=Path, dir_okay=False, exists=True),
               help="Settings file used for porter's analysis of the tree (default: as for migrate).")
-@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="json: print the results as JSON on stdout.")
+@click.option("--output-format", "output_format", type=click.Choice(["text", "json"]), default=None,
+              help="text (default): a line per module; json: the results as JSON on stdout.")
+@click.option("--format", "old_format", type=click.Choice(["text", "json"]), default=None, hidden=True,
+              help="The old spelling of --output-format.")
 @click.option("-q", "--quiet", is_flag=True, help="List only the modules that failed.")
 @click.option("--emulate", type=click.Choice(["mps"]), default=None,
               help="Run the code on this CPU under MPS's rules (PORTER_EMULATE=mps for porter_runtime): "
                    "float64 on the device, operators MPS lacks, Gloo collectives of device tensors and the "
                    "spawn start method fail as on a Mac. Checks MPS's rules, not its numerics or speed.")
 def verify(path, command, timeout, run_timeout, jobs, include_tests, exclude, allow, python, root, config_file,
-           output_format, quiet, emulate) -> None:
+           output_format, old_format, quiet, emulate) -> None:
     """Import every module of PATH (a ported tree) with CUDA hidden; map failures to the report.
 
     \b
@@ -91,6 +93,7 @@ def verify(path, command, timeout, run_timeout, jobs, include_tests, exclude, al
     from porter.verify.command import verify as run_verify
     from porter.verify.output import render, to_data
 
+    output_format = output_format or old_format or "text"
     console = stderr_console()
     try:
         path.lstat()
@@ -130,9 +133,7 @@ def verify(path, command, timeout, run_timeout, jobs, include_tests, exclude, al
 
         click.echo(json.dumps(to_data(report), indent=2))
     else:
-        from rich.console import Console
-
-        render(report, Console(highlight=False), quiet=quiet)
+        render(report, console(stderr=False, markup=True), quiet=quiet)  # its markup escapes the tree's text
     sys.exit(0 if report.ok else 1)
 
 

@@ -332,12 +332,17 @@ PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", "requirements.txt"
 
 def find_root(paths: Sequence[Path]) -> Path:
     """The project holding the first path: the nearest folder at or above it with a
-    project file (pyproject.toml, setup.py, setup.cfg, requirements.txt) or a ``.git``,
-    else the path's own folder. A project inside another repository (a vendored
-    package, an example folder) is its own root."""
+    project file (pyproject.toml, setup.py, setup.cfg, requirements.txt) or a ``.git``;
+    in a tree with none of them, the outermost folder with a ``porter.toml`` (a nested
+    one governs its folder's files, as a nested settings file does); else the path's
+    own folder. A project inside another repository (a vendored package, an example
+    folder) is its own root."""
     first = paths[0].absolute()
     start = first if first.is_dir() else first.parent
+    settings = None
     for folder in [start, *start.parents]:
         if (folder / ".git").exists() or any((folder / m).is_file() for m in PROJECT_MARKERS):
             return folder
-    return start
+        if (folder / "porter.toml").is_file():
+            settings = folder
+    return settings or start

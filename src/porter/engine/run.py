@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -13,7 +14,7 @@ from typing import Callable, Iterator, Optional, Sequence
 
 from porter.engine.discover import Skipped, discover, relative_posix
 from porter.engine.options import Options
-from porter.engine.process import process_file
+from porter.engine.process import process_file, stage_for
 from porter.engine.results import FileResult
 from porter.files.apply import Change, gained, read_or_none, runtime_source, vendor_changes
 from porter.files.vendor_write import remove_leftovers, unvendor
@@ -155,6 +156,8 @@ def run(
     files = sorted(found.files, key=lambda p: relative_posix(p, root))
     config = with_tree_context(config, [relative_posix(p, root) for p in files])
     tasks = [(path, relative_posix(path, root), layout) for path in files]
+    if progress is not None:  # the count, before the first file: a bar never shows "0/?"
+        progress(0, len(tasks))
     #: each copy's folder -> why it could not be vendored ("" once it is)
     homes: dict[Path, str] = {}
     #: each copy's folder -> the parts of the runtime vendored there so far (None: all of it)
@@ -169,6 +172,9 @@ def run(
     #: a new copy no written file needs is taken away again (porter.files.vendor_write.unvendor)
     fresh: dict[Path, int] = {}
     shipped: list[Home] = []  # copies inside packages, which the build must ship
+    #: each copy's folder -> its one note's place in result.notes, and all it gained this run
+    told: dict[Path, int] = {}
+    grown: dict[Path, list[Change]] = {}
     pyproject: list[bytes] = []  # pyproject.toml as a rule of this run left it
 
     def vendor(home: Home, code: Optional[bytes], needed: bool = True) -> str:
@@ -195,13 +201,18 @@ def run(
             if not config.write:
                 shown[home.folder] = changes
             before = emitted.get(home.folder)
-            if before is not None:  # a copy this run vendored: only what it gains
+            if before is not None:  # a copy this run vendored: only what it gains, told in its one note
                 changes = [c for c in changes if before.get(c.path) != c.new]
-                what = gained(changes, known=before)
+                what = "" if home.folder in told else gained(changes, known=before)
                 note = f"{'added' if config.write else 'would add'} {what} to porter_runtime at " \
                        f"{relative_posix(home.folder, root)}/" if what else ""
             emitted.setdefault(home.folder, {}).update({c.path: c.new for c in changes})
-            notes += [note] if note else []
+            _merge(grown.setdefault(home.folder, []), changes)
+            if note:
+                told[home.folder] = len(result.notes) + len(notes)
+                notes.append(note)
+            elif home.folder in told and changes:
+                _retell(result.notes, told[home.folder], grown[home.folder], config.write)
             root_copy = home.primary is None and home.folder.parent == root  # shipped beside py-modules
             if (home.package or root_copy) and home.folder not in homes:
                 shipped.append(home)  # the build config is edited at the end (porter.project.vendoring.runtime_home)
@@ -303,6 +314,19 @@ def _take_back(config: RunConfig, result: RunResult, folder: Path) -> None:
     result.notes.append(f"porter_runtime not vendored at {rel}/: no file that needs it was written")
 
 
+def run_source(config: RunConfig, path: Path, data: bytes) -> RunResult:
+    """One file's source given as bytes (``porter migrate -``, stdin), migrated as ``run``
+    would migrate it at ``path`` (its name picks the stage, the rules and the runtime's
+    import); ``path`` itself is never read nor written, and no runtime is vendored. A
+    path named ``-`` is Python."""
+    rel = relative_posix(path, config.root)
+    model = project.build_from({rel: data} if rel.endswith(".py") or path.name == "-" else {})
+    config = with_tree_context(replace(config, options=replace(config.options, project=model)), [rel])
+    stage = stage_for(f"{rel}.py" if path.name == "-" else rel)
+    item = stage(data, rel, config.options.for_path(rel), LazyBootstrap(path, config.layout()))
+    return RunResult(root=config.root, files=[item])
+
+
 def _exempt(config: RunConfig, result: RunResult, pyproject: Optional[bytes], sink) -> None:
     """Keep the repository's formatters and linters off the copies (porter.project.vendoring.lint_exempt)."""
     bases = {"pyproject.toml": pyproject} if pyproject is not None and not config.write else {}
@@ -311,6 +335,22 @@ def _exempt(config: RunConfig, result: RunResult, pyproject: Optional[bytes], si
         result.notes.append(f"{change.path}: not written: {error}" if error and change is not None else note)
         if change is not None and not error:
             result.runtime_changes.append(change)
+
+
+#: A note that a copy already there gains modules (porter.files.apply.vendor_changes).
+_ADDS = re.compile(r"^(?:(?:would add|added) .* to porter_runtime at (?P<to>.+/)|porter_runtime at (?P<at>.+/): added .*)$")
+
+
+def _retell(notes: list[str], at: int, changes: Sequence[Change], write: bool) -> None:
+    """A copy that grew during the run keeps one note: a copy vendored or updated this
+    run says so once; one that gains modules says all it gains (never one line per file
+    that needed more of it)."""
+    match = _ADDS.match(notes[at]) if at < len(notes) else None
+    what = gained(changes)
+    if match is None or not what:
+        return
+    notes[at] = (f"porter_runtime at {match.group('at')}: added {what}" if match.group("at") else
+                 f"{'added' if write else 'would add'} {what} to porter_runtime at {match.group('to')}")
 
 
 def _merge(kept: list[Change], changes: Sequence[Change]) -> None:

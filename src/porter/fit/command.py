@@ -70,11 +70,13 @@ class FitError(click.ClickException):
 @click.option("--processes", "processes_n", metavar="N", type=click.IntRange(min=1), default=None,
               help="Processes the command starts, for the global batch "
                    "(default: torchrun's --nproc_per_node or accelerate's --num_processes, else 1).")
-@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
-              show_default=True, help="json: print one object on stdout for scripts.")
+@click.option("--output-format", "output_format", type=click.Choice(["text", "json"]), default=None,
+              help="text (default); json: print one object on stdout for scripts.")
+@click.option("--format", "old_format", type=click.Choice(["text", "json"]), default=None, hidden=True,
+              help="The old spelling of --output-format.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def fit(param_name, via, accum_name, budget_text, timeout, multiple_of, max_trials, processes_n,
-        output_format, command) -> None:
+        output_format, old_format, command) -> None:
     """Find the largest batch size whose run of COMMAND fits in memory.
 
     This runs COMMAND, your code, several times (porter migrate never runs it): give
@@ -91,7 +93,7 @@ def fit(param_name, via, accum_name, budget_text, timeout, multiple_of, max_tria
     """
     from rich.console import Console
 
-    console = Console(stderr=True, highlight=False)
+    console = Console(stderr=True, highlight=False, emoji=False)  # a command line's `:100:` stays as written
     argv = list(command)
     try:
         budget = Budget.parse(budget_text)
@@ -114,7 +116,7 @@ def fit(param_name, via, accum_name, budget_text, timeout, multiple_of, max_tria
         return apply(argv, allocator, values)
 
     runner = Runner(make_command, budget, timeout)
-    json_out = output_format == "json"
+    json_out = (output_format or old_format) == "json"
     if not json_out:
         _announce(console, argv, param, accum, nproc)
     outcome = _search(console, space, runner, max_trials, param, quiet=json_out)

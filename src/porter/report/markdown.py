@@ -154,9 +154,11 @@ def _ledger(data) -> list[str]:
     unaccounted touchpoints are PT999 findings, listed under "Needs a human"."""
     if not data or not data["files"]:
         return []
+    from porter.report.summary import state_label
+
     states = data["states"]
     lines = ["<details><summary>Every CUDA touchpoint porter found, and how the port accounts for it</summary>",
-             "", "| file | " + " | ".join(states) + " |", "|---|" + "---:|" * len(states)]
+             "", "| file | " + " | ".join(state_label(s) for s in states) + " |", "|---|" + "---:|" * len(states)]
     lines.append("| **all files** | " + " | ".join(f"**{data['counts'][s]}**" for s in states) + " |")
     lines += [f"| {_code(f['path'])} | " + " | ".join(str(f["counts"][s]) for s in states) + " |"
               for f in data["files"]]

@@ -49,16 +49,19 @@ def file_lines(report: dict[str, Any]) -> Iterator[str]:
 
 
 def concise(report: dict[str, Any]) -> Iterator[str]:
-    """The file lines, then one line per finding for a human: ``path:line:col CODE message``."""
+    """The file lines, then one line per finding for a human: ``path:line:col CODE message``.
+    Notes (severity "info") are not findings: they are in ``full`` and the report's notes,
+    so every line here is one that ``--check`` fails on."""
     yield from file_lines(report)
     for entry in report["files"]:
         for item in entry["findings"]:
-            yield f"{entry['path']}:{item['line']}:{item['column']} {item['code']} {item['message']}"
+            if severity(item, "review") != "info":
+                yield f"{entry['path']}:{item['line']}:{item['column']} {item['code']} {item['message']}"
 
 
 def full(report: dict[str, Any]) -> Iterator[str]:
     """Each file that changes with its rewrites (``[*]``: porter fixes it), each finding
-    with the code it is on and the suggestion."""
+    with the code it is on and the suggestion, and each note (``note:``, nothing to do)."""
     yield from file_lines(report)
     for entry in report["files"]:
         where = entry["path"]
@@ -68,7 +71,8 @@ def full(report: dict[str, Any]) -> Iterator[str]:
                 yield f"    - {item['before']}"
                 yield f"    + {item['after']}"
         for item in entry["findings"]:
-            yield f"{where}:{item['line']}:{item['column']} {item['code']} {item['message']}"
+            note = "note: " if severity(item, "review") == "info" else ""
+            yield f"{where}:{item['line']}:{item['column']} {item['code']} {note}{item['message']}"
             if item["before"]:
                 yield f"    | {item['before']}"
             if item["suggestion"]:

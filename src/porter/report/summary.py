@@ -94,33 +94,49 @@ def to_markdown(report: dict[str, Any]) -> str:
     return markdown(report)
 
 
+#: The ledger's states as the terminal and the Markdown name them: "reported" counts
+#: touchpoints a finding or a note covers, not findings, so it must not read as the
+#: summary's "needs a human" (the JSON keeps the state's own name).
+STATE_LABELS = {"reported": "under a finding or note"}
+
+
+def state_label(state: str) -> str:
+    return STATE_LABELS.get(state, state)
+
+
 def ledger_line(report: dict[str, Any]) -> str:
     """The ledger in one line, for the terminal."""
     data = report.get("ledger") or {}
     counts = data.get("counts") or {}
     total = sum(counts.values())
-    parts = ", ".join(f"{counts[s]} {s}" for s in data.get("states", ()))
-    return f"ledger: {total} CUDA touchpoint{'s' if total != 1 else ''}" + (f": {parts}" if total else "")
+    parts = ", ".join(f"{counts[s]} {state_label(s)}" for s in data.get("states", ()))
+    return (f"ledger: {total} CUDA touchpoint{'s' if total != 1 else ''} in the code"
+            + (f": {parts}" if total else ""))
 
 
 def render_summary(report: dict[str, Any], console) -> None:
-    """The terminal summary (rich, on stderr): what ``-q`` drops."""
+    """The terminal summary (rich, on stderr): what ``-q`` drops. The by-rule table adds
+    up to the totals above it (PT999 included); notes, when there are any, have their
+    own column in both, never counted as needing a human."""
     from rich.table import Table
 
     s = report["summary"]
+    notes = bool(s.get("notes"))
     table = Table(title="porter migrate", show_header=True, header_style="bold")
-    for column in ("files scanned", "would change" if report["mode"] in ("dry-run", "check", "diff") else "changed",
-                   "rewrites", "needs a human", "failed"):
+    columns = ["files scanned", "would change" if report["mode"] in ("dry-run", "check", "diff") else "changed",
+               "rewrites", "needs a human"] + (["notes"] if notes else []) + ["failed"]
+    for column in columns:
         table.add_column(column, justify="right")
-    table.add_row(str(s["files_scanned"]), str(s["files_changed"]), str(s["rewrites"]),
-                  str(s["findings"]), str(s["files_failed"]))
+    table.add_row(str(s["files_scanned"]), str(s["files_changed"]), str(s["rewrites"]), str(s["findings"]),
+                  *([str(s["notes"])] if notes else []), str(s["files_failed"]))
     console.print(table)
     if report["rules"]:
         rules = Table(show_header=True, header_style="bold", title="by rule")
-        for column in ("code", "rule", "safety", "rewrites", "needs a human"):
+        for column in ["code", "rule", "safety", "rewrites", "needs a human"] + (["notes"] if notes else []):
             rules.add_column(column)
         for r in report["rules"]:
-            rules.add_row(r["code"], r["name"], r["safety"], str(r["rewrites"]), str(r["findings"]))
+            rules.add_row(r["code"], r["name"], r["safety"], str(r["rewrites"]), str(r["findings"]),
+                          *([str(r.get("notes", 0))] if notes else []))
         console.print(rules)
     from rich.text import Text
 
