@@ -3,7 +3,8 @@
 Porter analyses the tree in dry-run mode (the engine, as ``porter migrate`` without
 ``--write``). A failure is *named* when a finding sits on the statement of one of its
 traceback lines inside the tree (innermost first; the import statements that only chain
-one tree module to the next are passed over), or at an import of the module a
+one tree module to the next are passed over), or on an earlier statement of the same
+function that sets a name the innermost failing statement reads, or at an import of the module a
 ``ModuleNotFoundError`` names (in the failing files first, then anywhere), or, when that
 import carries none, on every use of the names the import binds (the rewrite of
 ``flash_attn_func(...)`` also drops ``from flash_attn import flash_attn_func``).
@@ -92,6 +93,39 @@ class FindingIndex:
         first, last = self.span(rel, line)
         return [f for f in self.by_path.get(rel, []) if first <= f["line"] <= last]
 
+    def feeding(self, rel: str, line: int) -> list[dict]:
+        """Findings on the statements that bind a name the statement at ``line`` reads,
+        earlier in the same function (or at module level): ``device = "cuda"`` found three
+        lines above the ``x.to(device)`` that fails names that failure."""
+        statements = self._statements(rel) or []
+        first, last = self.span(rel, line)
+        failing = next((node for a, b, node in statements if (a, b) == (first, last)), None)
+        if failing is None:
+            return []
+        read = {n.id for n in ast.walk(failing) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        scope = self._scope(statements, failing)
+        found = []
+        for a, b, node in statements:
+            if b >= first or self._scope(statements, node) is not scope:
+                continue
+            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                bound = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+                if bound & read:
+                    found += [f for f in self.by_path.get(rel, []) if a <= f["line"] <= b]
+        return found
+
+    @staticmethod
+    def _scope(statements, node: ast.stmt) -> Optional[ast.AST]:
+        """The innermost function around ``node`` (None: the module)."""
+        best: Optional[ast.AST] = None
+        for _, _, candidate in statements:
+            if isinstance(candidate, (ast.FunctionDef, ast.AsyncFunctionDef)) and candidate is not node and \
+                    candidate.lineno < node.lineno <= (candidate.end_lineno or candidate.lineno):
+                if best is None or candidate.lineno > best.lineno:
+                    best = candidate
+        return best
+
     def silenced(self, rel: str, line: int) -> bool:
         """Whether a ``# porter: ignore`` comment sits on the statement at ``line``."""
         try:
@@ -163,6 +197,10 @@ def map_failure(frames: Sequence[tuple[str, int]], missing: Sequence[str], index
         found = index.at(rel, line)
         if found:
             break
+    if not found:  # the innermost frame's statement reads a name a finding's statement set
+        inner = next(((rel, line) for n, (rel, line) in enumerate(frames) if not (n and index.is_import(rel, line))),
+                     None)
+        found = index.feeding(*inner) if inner else []
     if not found:
         files = list(dict.fromkeys(rel for rel, _ in frames))
         for name in missing:
