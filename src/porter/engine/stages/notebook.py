@@ -326,7 +326,35 @@ def _import_runtime(cells: list[tuple[int, dict[str, Any]]], first_changed: int,
     else:
         home = bootstrap(imported)
         module = place_import(module, home.statement, home.package, bootstrap.first_party)
-    _set_text(target, unmask(module.code, saved))
+    _set_text(target, _after_shell_lines(unmask(module.code, saved), cell_text(target)))
+
+
+def _after_shell_lines(text: str, before: str) -> str:
+    """``text`` with the runtime import it gained moved below the cell's shell and magic
+    lines that come before the runtime's first use: a Colab cell that runs ``!pip
+    install`` or ``!git clone`` and ``%cd repo`` before ``import torch`` must reach the
+    repository (and its vendored runtime) before it imports it."""
+    lines = text.splitlines(keepends=True)
+    old = set(before.splitlines())
+    added = [i for i, line in enumerate(lines) if "porter_runtime" in line and line.rstrip("\r\n") not in old
+             and line.lstrip().startswith(("import ", "from "))]
+    if len(added) != 1:
+        return text
+    at = added[0]
+    first_use = next((i for i, line in enumerate(lines) if i != at and "porter_runtime." in line), len(lines))
+    shell = [i for i, line in enumerate(lines[:first_use]) if i > at and _MAGIC.search(line.rstrip("\r\n"))]
+    if not shell:
+        return text
+    line = lines.pop(at).rstrip("\r\n") + "\n"
+    blank = [i for i in (at - 1, at) if 0 <= i < len(lines) and not lines[i].strip()]
+    if blank and sum(not x.strip() for x in lines) > sum(not x.strip() for x in before.splitlines(True)):
+        lines.pop(blank[0])  # the blank line the import brought with it
+        shell = [i - 1 if i > blank[0] else i for i in shell]
+    if shell[-1] == len(lines) and not lines[-1].endswith("\n"):  # the import becomes the last line
+        lines[-1] += "\n"
+        line = line.rstrip("\n")
+    lines.insert(shell[-1], line)  # shell[-1] moved up by the pop: the import goes right after it
+    return "".join(lines)
 
 
 def _check_size(data: bytes) -> None:
