@@ -468,6 +468,7 @@ def test_readme_exit_codes_and_error_examples_match_the_cli(tmp_path):
     assert porter(repo, "--runtime-dir", "../x/porter_runtime", cwd=repo).returncode == 2
     assert porter(repo, "--runtime-dir", "third_party", cwd=repo).returncode == 2
     assert porter(repo, "--select", "XYZ").returncode == 2
+    assert porter(repo, "--bogus").returncode == 2  # click's own errors print as porter's
     assert porter(make(home / "t", {"pyproject.toml": "tool = 3\n"})).returncode == 2
     assert porter(make(home / "u", {"pyproject.toml": "[tool.porter]\n".encode("utf-16")})).returncode == 2
     assert porter(repo, "--report", "no/such/r.json").returncode == 2

@@ -171,14 +171,16 @@ def resolve(announce: bool = True) -> Resolution:
 
 
 def _importing() -> bool:
-    """Whether a module other than ``__main__`` is running its body (being imported) in
-    this call's stack: ``def f(device=porter_runtime.device())`` must not print at import."""
+    """Whether this call comes from a module body that the import system is running (a
+    default argument, ``def f(device=porter_runtime.device())``, evaluated at import):
+    the nearest module body up the stack, and the frame that runs it is importlib's."""
     frame = sys._getframe(2)
-    while frame is not None:
-        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") not in ("__main__", None):
-            return "porter_runtime" not in frame.f_globals["__name__"].split(".")
+    while frame is not None and frame.f_code.co_name != "<module>":
         frame = frame.f_back
-    return False
+    if frame is None or "porter_runtime" in str(frame.f_globals.get("__name__", "")).split("."):
+        return False
+    caller = frame.f_back
+    return caller is not None and "importlib" in caller.f_code.co_filename
 
 
 def _reset() -> None:

@@ -16,11 +16,11 @@ import click
 
 from porter.cli import migrate_inputs as inputs
 from porter.cli.command_inputs import InputError, check_layout, load_settings, make_run_config, or_input_error
-from porter.cli.entry import STOPS, exit_code, output_failed, stop_output
 from porter.cli.migrate_output import emit, write_reports
 from porter.cli.migrate_run import STDIN, migrate_stdin, review_and_write, stream_changes
 from porter.cli.terminal_text import shown, stderr_console
 from porter.engine.run import RunConfig
+from porter.engine.stops import STOPS, exit_code, output_failed, stop_output
 from porter.report import output_formats
 from porter.report import summary as reporting
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import click
 
 from porter.cli.command_inputs import load_settings, make_run_config
-from porter.cli.entry import STOPS, exit_code
-from porter.cli.terminal_text import console, stderr_console
+from porter.cli.terminal_text import console as make_console, stderr_console
 from porter.engine.discover import find_root
 from porter.engine.run import default_jobs
+from porter.engine.stops import STOPS, exit_code
 
 VERIFY_EXIT_CODES = """\b
 Exit codes:
@@ -133,7 +133,7 @@ def verify(path, command, timeout, run_timeout, jobs, include_tests, exclude, al
 
         click.echo(json.dumps(to_data(report), indent=2))
     else:
-        render(report, console(stderr=False, markup=True), quiet=quiet)  # its markup escapes the tree's text
+        render(report, make_console(stderr=False, markup=True), quiet=quiet)  # its markup escapes the tree's text
     sys.exit(0 if report.ok else 1)
 
 

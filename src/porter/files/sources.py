@@ -112,10 +112,10 @@ def newer_python(data: bytes) -> Optional[tuple[str, str]]:
         return None
     try:
         module = cst.parse_module(data)
-    except Exception:  # LibCST can't read it either: the syntax error is the file's
+        finder = _NewerSyntax()
+        module.visit(finder)
+    except Exception:  # LibCST can't read it either (or nests past the recursion limit): the error is the file's
         return None
-    finder = _NewerSyntax()
-    module.visit(finder)
     return finder.found
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from porter.engine.registry import by_code
 from porter.report import entry_point
-from porter.report.output_formats import PENDING_MODES, severity
+from porter.report.output_formats import PENDING_MODES, severity, state_label
 
 #: A note that a copy of the runtime got one more module: the PR tells the copy once.
 _ADDED = re.compile(r"(added|would add) .* to porter_runtime at ")
@@ -154,8 +154,6 @@ def _ledger(data) -> list[str]:
     unaccounted touchpoints are PT999 findings, listed under "Needs a human"."""
     if not data or not data["files"]:
         return []
-    from porter.report.summary import state_label
-
     states = data["states"]
     lines = ["<details><summary>Every CUDA touchpoint porter found, and how the port accounts for it</summary>",
              "", "| file | " + " | ".join(state_label(s) for s in states) + " |", "|---|" + "---:|" * len(states)]

@@ -112,3 +112,13 @@ def lines(report: dict[str, Any], output_format: str) -> Iterator[str]:
     if output_format == "github":
         return github(report)
     return concise(report)
+
+
+#: The ledger's states as the terminal and the Markdown name them: "reported" counts
+#: touchpoints a finding or a note covers, not findings, so it must not read as the
+#: summary's "needs a human" (the JSON keeps the state's own name).
+STATE_LABELS = {"reported": "under a finding or note"}
+
+
+def state_label(state: str) -> str:
+    return STATE_LABELS.get(state, state)

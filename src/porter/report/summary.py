@@ -10,6 +10,7 @@ import porter
 from porter.engine.registry import by_code
 from porter.engine.run import RunResult
 from porter.project.touchpoints import ledger
+from porter.report.output_formats import state_label
 
 SCHEMA_VERSION = 1
 
@@ -92,16 +93,6 @@ def to_markdown(report: dict[str, Any]) -> str:
     from porter.report.markdown import to_markdown as markdown
 
     return markdown(report)
-
-
-#: The ledger's states as the terminal and the Markdown name them: "reported" counts
-#: touchpoints a finding or a note covers, not findings, so it must not read as the
-#: summary's "needs a human" (the JSON keeps the state's own name).
-STATE_LABELS = {"reported": "under a finding or note"}
-
-
-def state_label(state: str) -> str:
-    return STATE_LABELS.get(state, state)
 
 
 def ledger_line(report: dict[str, Any]) -> str:

@@ -329,9 +329,14 @@ def _import_runtime(cells: list[tuple[int, dict[str, Any]]], first_changed: int,
     _set_text(target, _after_shell_lines(unmask(module.code, saved), cell_text(target)))
 
 
+#: Shell and magic lines that change what a later import finds: an install, a clone, a
+#: change of folder (``!echo`` or ``%matplotlib`` change nothing of the kind).
+_SETS_UP = re.compile(r"\s*(?:[!%]\s*(?:pip|conda|mamba|uv|git\s+clone|cd)\b|%(?:pip|conda|cd)\b)")
+
+
 def _after_shell_lines(text: str, before: str) -> str:
-    """``text`` with the runtime import it gained moved below the cell's shell and magic
-    lines that come before the runtime's first use: a Colab cell that runs ``!pip
+    """``text`` with the runtime import it gained moved below the cell's set-up lines
+    (installs, clones, ``%cd``) that come before the runtime's first use: a Colab cell that runs ``!pip
     install`` or ``!git clone`` and ``%cd repo`` before ``import torch`` must reach the
     repository (and its vendored runtime) before it imports it."""
     lines = text.splitlines(keepends=True)
@@ -342,7 +347,7 @@ def _after_shell_lines(text: str, before: str) -> str:
         return text
     at = added[0]
     first_use = next((i for i, line in enumerate(lines) if i != at and "porter_runtime." in line), len(lines))
-    shell = [i for i, line in enumerate(lines[:first_use]) if i > at and _MAGIC.search(line.rstrip("\r\n"))]
+    shell = [i for i, line in enumerate(lines[:first_use]) if i > at and _SETS_UP.match(line)]
     if not shell:
         return text
     line = lines.pop(at).rstrip("\r\n") + "\n"
