@@ -13,6 +13,14 @@ from porter.project.vendoring.runtime_copy import is_pointer, is_vendored
 from porter_test_utils import run_porter
 
 SAMPLER = "import torch\n\n\ndef noise(n):\n    return torch.randn(n).cuda()\n"
+#: latent-diffusion's shape: setup.py's find_packages() skips ldm/ (no __init__.py at its top)
+LATENT_DIFFUSION = {
+    "setup.py": "from setuptools import setup, find_packages\n\nsetup(name='ld', packages=find_packages())\n",
+    "ldm/models/diffusion/__init__.py": "",
+    "ldm/models/diffusion/ddim.py": SAMPLER,
+    "main.py": "import torch\n\nfrom ldm.models.diffusion.ddim import noise\n\n"
+               "print(noise(3).shape, torch.zeros(1).cuda().device.type)\n",
+}
 
 
 def _tree(root: Path, files: dict) -> Path:
@@ -76,13 +84,7 @@ def test_a_namespace_package_the_build_skips_uses_the_root_copy(tmp_path):
     """latent-diffusion: setup.py's ``find_packages()`` skips ``ldm/`` (no ``__init__.py``),
     so ``ldm.models.diffusion`` runs from the tree with the root on sys.path. It once got a
     copy of its own, next to the root copy main.py uses; now a pointer to the root copy."""
-    repo = _tree(tmp_path / "repo", {
-        "setup.py": "from setuptools import setup, find_packages\n\nsetup(name='ld', packages=find_packages())\n",
-        "ldm/models/diffusion/__init__.py": "",
-        "ldm/models/diffusion/ddim.py": SAMPLER,
-        "main.py": "import torch\n\nfrom ldm.models.diffusion.ddim import noise\n\n"
-                   "print(noise(3).shape, torch.zeros(1).cuda().device.type)\n",
-    })
+    repo = _tree(tmp_path / "repo", LATENT_DIFFUSION)
     assert run_porter("migrate", repo, "--write", "-q").returncode == 0
     assert _copies(repo) == ["porter_runtime"]
     assert is_pointer(repo / "ldm/models/diffusion/porter_runtime.py")
@@ -109,13 +111,7 @@ def test_a_pointer_and_the_root_copy_are_one_module_in_one_process(tmp_path):
     of a namespace package imports it through its folder's pointer. The pointer once
     loaded the copy a second time under its own name: two runtimes in one process (the
     MPS emulation's loader hook registered twice). Now it is the same module, in either order."""
-    repo = _tree(tmp_path / "repo", {
-        "setup.py": "from setuptools import setup, find_packages\n\nsetup(name='ld', packages=find_packages())\n",
-        "ldm/models/diffusion/__init__.py": "",
-        "ldm/models/diffusion/ddim.py": SAMPLER,
-        "main.py": "import torch\n\nfrom ldm.models.diffusion.ddim import noise\n\n"
-                   "print(noise(3).shape, torch.zeros(1).cuda().device.type)\n",
-    })
+    repo = _tree(tmp_path / "repo", LATENT_DIFFUSION)
     assert run_porter("migrate", repo, "--write", "-q").returncode == 0
     assert is_pointer(repo / "ldm/models/diffusion/porter_runtime.py")
     for first, second in (("porter_runtime", "ldm.models.diffusion.porter_runtime"),
