@@ -186,30 +186,20 @@ def place_import(module: cst.Module, statement: str, package: str, first_party: 
     return _insert_before(module, body, star + 1, runtime_import(statement), first_of_section=False)
 
 
-class _StarImport(cst.CSTVisitor):
-    """Finds a ``from m import *`` that runs at import (not in a function or class)."""
-
-    def __init__(self) -> None:
-        self.found = False
-
-    def visit_ImportStar(self, node: cst.ImportStar) -> None:
-        self.found = True
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+def _holds_star(node: cst.CSTNode) -> bool:
+    """Whether ``node`` runs a ``from m import *`` at import: in its own statements or
+    those of its blocks (``if``, ``try``, ``with``), not in a function or class, and
+    never looked for inside an expression."""
+    if isinstance(node, cst.SimpleStatementLine):
+        return any(isinstance(s, cst.ImportFrom) and isinstance(s.names, cst.ImportStar) for s in node.body)
+    if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.BaseExpression)):
         return False
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        return False
+    return any(_holds_star(child) for child in node.children)
 
 
 def _last_star_import(body: list) -> Optional[int]:
     """The index of the last top-level statement holding a star import, or None."""
-    for k in range(len(body) - 1, -1, -1):
-        finder = _StarImport()
-        body[k].visit(finder)
-        if finder.found:
-            return k
-    return None
+    return next((k for k in range(len(body) - 1, -1, -1) if _holds_star(body[k])), None)
 
 
 def _sorted_place(module: cst.Module, statement: str, package: str, first_party: frozenset) -> cst.Module:
