@@ -105,14 +105,17 @@ class FindingIndex:
         read = {n.id for n in ast.walk(failing) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
         scope = self._scope(statements, failing)
         found = []
+        findings = self.by_path.get(rel, [])
         for a, b, node in statements:
-            if b >= first or self._scope(statements, node) is not scope:
+            if b >= first or not isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
                 continue
-            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                bound = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-                if bound & read:
-                    found += [f for f in self.by_path.get(rel, []) if a <= f["line"] <= b]
+            here = [f for f in findings if a <= f["line"] <= b]
+            if not here:
+                continue
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            bound = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            if bound & read and self._scope(statements, node) is scope:
+                found += here
         return found
 
     @staticmethod
