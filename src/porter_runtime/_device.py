@@ -44,6 +44,8 @@ class Resolution:
 
 
 _resolution: Optional[Resolution] = None
+#: Whether a call at run time has made the announcing pass (said what it had to, or nothing on CUDA).
+_announced = False
 
 
 def _from_env(value: str) -> Resolution:
@@ -152,9 +154,13 @@ def resolve(announce: bool = True) -> Resolution:
                 EMULATED, f"PORTER_EMULATE=mps; {EMULATION_LABEL}", "mps")
         else:
             _resolution = _from_env(override) if override else _probe()
+    global _announced
+    if announce and _announced:
+        return _resolution  # every later call is the cached answer: no stack walk in a training loop
     if announce and _importing():
         announce = False  # a default argument or module constant: the line waits for a call at run time
     if announce:
+        _announced = True
         if _resolution.kind != "cuda" or _overridden(_resolution):  # on CUDA the code does what it did: nothing to say
             _log.info_once("device", f"using {_resolution.device} ({_resolution.reason})")
         if _resolution.policy and os.environ.get("PORTER_DEVICE", "").strip():
@@ -185,9 +191,10 @@ def _importing() -> bool:
 
 def _reset() -> None:
     """Forget the cached resolution and one-time messages (for tests)."""
-    global _resolution, _group_started
+    global _resolution, _group_started, _announced
     _resolution = None
     _group_started = False
+    _announced = False
     _log.reset()
 
 
