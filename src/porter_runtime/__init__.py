@@ -72,6 +72,7 @@ _EXPORTS = {
     "memory_efficient_attention": "thirdparty.xformers",
     "bnb_optim": "thirdparty.bnb",
     "xformers_bias": "thirdparty.xformers_bias",
+    "triton_stand_in": "thirdparty.triton_stand_in",
     "Event": "twins.timing", "WallClockEvent": "twins.timing", "nvtx_range": "twins.timing",
     "nvtx_range_pop": "twins.timing", "nvtx_range_push": "twins.timing",
     "DeviceProperties": "twins.device_calls", "current_device": "twins.device_calls",

@@ -22,6 +22,7 @@ from porter.rulebase.cuda_packages import IMPORT_ROOTS
 from porter.rulebase.conditions.guards import parse
 from porter.rulebase.matching import Resolver, dotted_name
 from porter.rulebase.rule import RUNTIME, WholeFile
+from porter.rulebase.syntax import bound_names
 
 if TYPE_CHECKING:  # pragma: no cover
     from porter.engine.stages.segments import Reduced
@@ -129,10 +130,11 @@ def _may_lose_a_use(ctx: RulePass) -> bool:
     if RUNTIME in bound:
         return True
     taken = _Names()
+    rebound = _replaced_import_names(ctx.replaced)
     for original, replacement in ctx.replaced:
         original.visit(taken)
         for node in getattr(replacement, "nodes", (replacement,)):  # a FlattenSentinel holds several
-            if isinstance(node, cst.CSTNode) and _binds(node):
+            if isinstance(node, cst.CSTNode) and _binds(node) and not _rebinds_only(node, rebound):
                 return True
     at_risk = [name for name in taken.counts if name in bound]
     if not at_risk:
@@ -173,6 +175,53 @@ class _BinderFinder(cst.CSTVisitor):
         if isinstance(node, _BINDERS):
             self.found = True
         return not self.found
+
+
+class _ImportBindings(cst.CSTVisitor):
+    """The names a statement binds, when it binds only by imports and plain ``name = ...``
+    assignments (``known`` is False once anything else binds)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+        self.known = True
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, (cst.Import, cst.ImportFrom)):
+            self.names.update(bound_names(node))
+            self.known &= not isinstance(node.names, cst.ImportStar)
+            return False
+        if isinstance(node, cst.Assign):
+            targets = [t.target for t in node.targets]
+            self.known &= all(isinstance(t, cst.Name) for t in targets)
+            self.names.update(t.value for t in targets if isinstance(t, cst.Name))
+            return True
+        if isinstance(node, _BINDERS) and not (isinstance(node, cst.ExceptHandler) and node.name is None):
+            self.known = False
+        return self.known
+
+
+def _bindings(node: cst.CSTNode) -> Optional[set[str]]:
+    found = _ImportBindings()
+    node.visit(found)
+    return found.names if found.known else None
+
+
+def _replaced_import_names(replaced) -> set[str]:
+    """The names the replaced import lines bound (a run of them can become one ``try``)."""
+    names: set[str] = set()
+    for original, _ in replaced:
+        if is_import_line(original):
+            names |= _bindings(original) or set()
+    return names
+
+
+def _rebinds_only(replacement: cst.CSTNode, rebound: set[str]) -> bool:
+    """Import lines wrapped in ``try`` / ``except ImportError`` that bind the same names in
+    the handler (TP604's ``= None``, TP605's stand-ins): no name the replaced import lines
+    did not bind is bound, so no use moves off an import."""
+    after = _bindings(replacement)
+    return bool(rebound) and after is not None and after <= rebound
 
 
 def _binds(node: cst.CSTNode) -> bool:

@@ -31,6 +31,7 @@ from typing import Iterable, Mapping, Optional
 from porter.files.apply import read_or_none
 from porter.project.cuda_gated import cuda_gated_modules
 from porter.project.flags import unread_flags
+from porter.project.import_fallbacks import caught_triton_modules
 from porter.project.loaders import mapped_wrappers
 from porter.project.value_flow import FlowFacts, Kind, Scope
 from porter.project.value_flow import build as build_flow
@@ -56,6 +57,8 @@ class ProjectModel:
     mapped_wrappers: frozenset[tuple[str, str]] = frozenset()
     #: files only code run where CUDA is imports (porter.project.cuda_gated)
     cuda_gated: frozenset[str] = frozenset()
+    #: files importing Triton whose import failure another module catches (porter.project.import_fallbacks)
+    caught_triton: frozenset[str] = frozenset()
 
     def read_elsewhere(self, rel: str, name: str) -> bool:
         """Whether another module of the tree reads ``name`` from the module ``rel``."""
@@ -104,7 +107,8 @@ def build_from(sources: Mapping[str, bytes]) -> ProjectModel:
     return ProjectModel(modules=modules, exported=_exports(sources, modules),
                         overrides=_overrides(sources), flow=build_flow(sources), roots=roots,
                         unread_flags=unread_flags(sources), mapped_wrappers=mapped_wrappers(sources, modules),
-                        cuda_gated=cuda_gated_modules(sources, modules))
+                        cuda_gated=cuda_gated_modules(sources, modules),
+                        caught_triton=caught_triton_modules(sources, modules))
 
 
 # -- which names other modules read ----------------------------------------------

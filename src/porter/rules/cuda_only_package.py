@@ -9,6 +9,7 @@ import libcst as cst
 from porter.rulebase.cuda_packages import IMPORT_ROOTS, advice_for
 from porter.rulebase.evidence import Imports
 from porter.rulebase.families.thirdparty.kernel_builds import COMPILED_MODULES, imports_of, lone_import, optional_import
+from porter.rulebase.families.thirdparty.triton_imports import made_importable
 from porter.rulebase.families.thirdparty.uses import GuardTracker, under, uses
 from porter.rulebase.matching import dotted_name
 from porter.rulebase.rule import Example, Needs, Rule, Safety
@@ -98,7 +99,8 @@ class CudaOnlyPackage(GuardTracker, Rule):
         Example("import deepspeed\nengine, opt, _, _ = deepspeed.initialize(model=model, config=cfg)\n"),
         Example("from mamba_ssm import Mamba\nlayer = Mamba(d_model=256)\n"),
         Example("if args.fast:\n    from causal_conv1d import causal_conv1d_fn\n"),
-        Example("import triton.language as tl\n"),
+        # Triton at a module's top is TP605's (made importable); inside a function it stays here
+        Example("def benchmark(fn):\n    from triton.testing import do_bench\n    return do_bench(fn)\n", line=2),
         # a "guard" that re-raises is no guard (line 2)
         Example("try:\n    import deepspeed\nexcept ImportError as e:\n"
                 "    raise ImportError('DeepSpeed is required: pip install deepspeed') from e\n"),
@@ -148,13 +150,14 @@ class CudaOnlyPackage(GuardTracker, Rule):
         super().__init__(ctx)
         self._seen: set[cst.CSTNode] = set()
         self._functions: list[str] = []
+        self._optional: set[cst.CSTNode] = set()
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
         found = lone_import(node)
         if found is not None and found[0] in COMPILED_MODULES:
             self.ctx.see_all_uses_of([found[1]])
-        if optional_import(self.ctx.module, node) is not None:
-            self._optional = node.body[0]  # TP604 makes it optional
+        if optional_import(self.ctx.module, node) is not None or made_importable(self.ctx, node):
+            self._optional.add(node.body[0])  # TP604 / TP605 make it optional
 
     def _report(self, node: cst.CSTNode, module: str) -> bool:
         if self.ctx.project is not None and self.ctx.project.provides(module):
@@ -162,12 +165,16 @@ class CudaOnlyPackage(GuardTracker, Rule):
         root = next((p for p in _PACKAGES if under(module, [p])), None)
         if root is None or self.guarded():
             return self._unused(node, module)
-        if node is getattr(self, "_optional", None):
+        if node in self._optional:
             return False
         if root in _DEPLOYMENT and self._functions:
             self.note(node, f"`{module}` (TensorRT) is imported only when `{self._functions[-1]}` runs: an NVIDIA "
                       "deployment target, which stays CUDA-only; the module and its other paths run without it "
                       "(for information)", suggestion=_PACKAGES[root])
+            return True
+        if root == "triton" and self.ctx.project is not None and self.ctx.path in self.ctx.project.caught_triton:
+            self.note(node, f"`{module}` is CUDA-only, but every import of this module in the repository catches "
+                      "its ImportError and falls back (for information)", suggestion=_PACKAGES[root])
             return True
         flag = self.flag_test()
         behind = f" (behind `if {self.ctx.code_for(flag.test).strip()}:`; keep it false off CUDA)" \
