@@ -241,3 +241,28 @@ def test_in_a_process_that_runs_on_the_cpu_cpu0_is_the_cpu(monkeypatch):
         x = torch.ones(2).to(torch.device("cpu", 0))
         assert x.double().dtype == torch.float64 and x.device.type == "cpu"
     porter_runtime._reset()
+
+
+def test_two_copies_of_the_runtime_in_one_process_emulate_once(tmp_path):
+    """A script that imports the root copy and a package whose modules import the package's
+    own copy (attention-gym, FastChat): the second copy joins the first copy's emulation."""
+    import shutil
+
+    shutil.copytree(Path(SRC) / "porter_runtime", tmp_path / "porter_runtime")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("from pkg import porter_runtime\n")
+    shutil.copytree(Path(SRC) / "porter_runtime", tmp_path / "pkg" / "porter_runtime")
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nimport porter_runtime\nimport pkg\n"
+        "assert pkg.porter_runtime is not porter_runtime\n"
+        "x = torch.ones(2, device=porter_runtime.device())\n"
+        "y = torch.ones(2, device=pkg.porter_runtime.device())\n"
+        "torch.save({'x': x}, 'ck.pt')\n"
+        "state = torch.load('ck.pt', map_location=pkg.porter_runtime.device())\n"
+        "print((x + y).sum().item(), state['x'].sum().item())\n")
+    env = {**os.environ, "PORTER_EMULATE": "mps", "PORTER_QUIET": "1", "PYTHONPATH": ""}
+    out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["4.0", "2.0"]

@@ -314,12 +314,23 @@ def spawn_by_default() -> None:
 _mode: Optional[MpsContract] = None
 
 
+#: Where the process's emulation is kept, whichever copy of the runtime started it: a
+#: repository can hold two copies (the root one and one in its package) and a script can
+#: load both; a second emulation stacked on the first would mark, patch and register
+#: everything twice (torch refuses a second checkpoint loader of the same priority).
+_PROCESS_KEY = "_porter_runtime_emulation"
+
+
 def install() -> Optional[MpsContract]:
-    """Start the emulation when PORTER_EMULATE=mps (once per process; else nothing)."""
+    """Start the emulation when PORTER_EMULATE=mps (once per process, across copies of
+    the runtime; else nothing)."""
     global _mode
+    if _mode is None:
+        _mode = getattr(sys, _PROCESS_KEY, None)
     if _mode is not None or not _compat.emulated():
         return _mode
     _mode = MpsContract(_compat.torch_version(), fallback_enabled())
+    setattr(sys, _PROCESS_KEY, _mode)
     _mode.__enter__()  # stays on for the life of the thread that imported the runtime
     patch_host_moves()
     load_to_the_device()
