@@ -121,6 +121,19 @@ def test_notebook_findings_name_their_cell(tmp_path):
     assert ("PT001", 1, "cell 3") in lines and ("PT101", 1, "cell 6") in lines and ("PT003", 2, "cell 6") in lines
 
 
+def test_an_import_is_reported_in_its_own_cell_only(tmp_path):
+    """Each cell is ported below the earlier cells' imports; what is found there belongs to
+    the cell that holds it (attention-gym's notebook had one import reported 16 times)."""
+    cells = [("code", "import torch\nimport deepspeed"),
+             *[("code", f"x{i} = torch.ones({i + 1})\nprint(x{i}.sum())") for i in range(4)]]
+    path = make_notebook(tmp_path / "repo" / "bench.ipynb", cells)
+    report = tmp_path / "r.json"
+    run_porter("migrate", path, "--report", report)
+    [entry] = json.loads(report.read_text())["files"]
+    found = [(x["code"], x["line"], x["message"].split(":")[0]) for x in entry["findings"]]
+    assert found == [("TP603", 2, "cell 1")], found
+
+
 @pytest.mark.parametrize("indent,ensure_ascii", [(2, True), (4, False), ("\t", False), (None, True)])
 def test_other_json_layouts_are_kept(tmp_path, indent, ensure_ascii):
     path = make_notebook(tmp_path / "nb.ipynb")

@@ -251,7 +251,8 @@ def migrate_notebook(data: bytes, options: Options, *, path: str, bootstrap=None
             reason = describe_syntax_error(exc, masked.encode()).replace(" at line ", " at cell line ")
             raise NotebookError(f"cell {number}: {reason}") from None
         offset = prefix.count("\n")
-        findings += [_in_cell(f, number, offset) for f in result.findings]
+        # a finding on the earlier cells' imports above this one was reported in its own cell
+        findings += [_in_cell(f, number, offset) for f in result.findings if f.line > offset]
         ported = result.new.decode("utf-8").split(_MARK + "\n", 1)[1]
         if ported != masked:  # as for a .py file: Python 3 before, compiling after
             problem = _compile_problem(ported, masked)
