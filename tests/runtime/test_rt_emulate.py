@@ -266,3 +266,34 @@ def test_two_copies_of_the_runtime_in_one_process_emulate_once(tmp_path):
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["4.0", "2.0"]
+
+
+FLEX = r"""
+import torch, porter_runtime
+from torch.nn.attention.flex_attention import flex_attention, create_block_mask
+dev = porter_runtime.device()
+q, k, v = (torch.randn(1, 2, 16, 8, device=dev) for _ in range(3))
+mask = create_block_mask(lambda b, h, qi, ki: qi >= ki, 1, 1, 16, 16)  # device: the accelerator's
+out = flex_attention(q, k, v, block_mask=mask)
+ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+print(mask.kv_num_blocks.device == dev, out.device == dev, torch.allclose(out, ref, atol=1e-5))
+try:
+    flex_attention(q.clone().requires_grad_(), k, v, block_mask=mask)
+except NotImplementedError as error:
+    print("no backward" if "does not support backward" in str(error) else error)
+keep = torch.tensor([0, 2], device=dev)
+host = torch.zeros(4, dtype=torch.float64)
+print(host[torch.as_tensor(keep, device=host.device)].tolist())
+"""
+
+
+def test_flex_attention_the_accelerator_and_host_copies_behave_as_on_a_mac(tmp_path):
+    """attention-gym and lingua (round 2): FlexAttention's forward runs on MPS and its
+    backward is refused; a block mask made without a device lands on the accelerator; an
+    ``as_tensor`` of a device tensor to the host is a host tensor (segment-anything)."""
+    script = tmp_path / "flex.py"
+    script.write_text(FLEX)
+    env = {**os.environ, "PORTER_EMULATE": "mps", "PORTER_QUIET": "1", "PYTHONPATH": SRC}
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["True True True", "no backward", "[0.0, 0.0]"]

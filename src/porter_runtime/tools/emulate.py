@@ -8,7 +8,9 @@ Tensors stay on the CPU; the device resolver answers "mps" to every policy
   MPS's NotImplementedError, or with PYTORCH_ENABLE_MPS_FALLBACK=1 runs and is
   counted, with its first call site, for the summary printed at exit;
 * a collective (Gloo: the only backend on macOS) of a device tensor raises as Gloo does;
-* multiprocessing starts processes with spawn, as on macOS.
+* multiprocessing starts processes with spawn, as on macOS;
+* FlexAttention's forward runs (its backward is refused, as torch refuses it on MPS), and
+  ``torch.accelerator.current_accelerator()`` is the emulated device, as MPS is on a Mac.
 
 Which tensors are "on the device": those made by a factory given the resolved device
 (``porter_runtime.device()``, the marked ``cpu:0``), those moved there with
@@ -17,7 +19,8 @@ without a device, or moved with ``.to("cpu")`` / ``.cpu()``, is a host tensor, a
 a Mac (those two copy a device tensor, as they do there). The mark sits on the
 tensor's storage, so views, ``param.data = ...`` and in-place ops keep it, and a
 marked tensor's ``.device`` is the emulated device, so ``device=x.device`` and
-``.to(x.device)`` stay on it. Known gaps: threads other than the one that imported the
+``.to(x.device)`` stay on it; ``torch.as_tensor(x, device="cpu")`` is a host copy too.
+Known gaps: threads other than the one that imported the
 runtime are not checked (the mode is per thread); numerics and speed are the CPU's,
 not MPS's.
 """
@@ -282,6 +285,57 @@ def patch_host_moves() -> None:
 
     torch.Tensor.cpu, torch.Tensor.to = to_cpu, move
     torch.Tensor.device = property(device, doc=torch._C.TensorBase.device.__doc__)
+    as_tensor = torch.as_tensor
+
+    def as_tensor_to_host(data: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """``torch.as_tensor(device_tensor, device="cpu")`` copies to the host on a Mac
+        (segment-anything's ``v[torch.as_tensor(keep, device=v.device)]``)."""
+        out = as_tensor(data, *args, **kwargs)
+        wanted = kwargs.get("device", args[1] if len(args) > 1 else None)
+        if isinstance(data, torch.Tensor) and wanted is not None and _names_host((wanted,), {}):
+            return _to_host(data, out)
+        return out
+
+    torch.as_tensor = as_tensor_to_host
+
+
+def accelerator_is_the_device() -> None:
+    """``torch.accelerator.current_accelerator()`` is ``mps`` on a Mac: torch APIs that
+    default their device to it (``create_block_mask(..., device=None)``) must land on the
+    emulated device, not the host (attention-gym's paged attention)."""
+    accelerator = getattr(torch, "accelerator", None)
+    real = getattr(accelerator, "current_accelerator", None)
+    if real is None:
+        return
+
+    def current_accelerator(check_available: bool = False) -> Optional[torch.device]:
+        return _device.EMULATED if _is_emulated(_device.EMULATED) else real(check_available)
+
+    accelerator.current_accelerator = current_accelerator
+
+
+def flex_attention_rule() -> None:
+    """FlexAttention's forward runs on MPS (torch >= 2.8; its backward does not, and torch
+    says so before dispatch): give the ``flex_attention`` operator, which the dispatch mode
+    otherwise refuses, the dense implementation torch runs outside compiled code, with
+    MPS's dtype checks and the device mark on what it returns. torch's eager wrapper
+    (``torch.compile(backend="eager")``) can't trace under the mode, so it is skipped, as
+    torch's own debug switch does."""
+    try:
+        from torch._higher_order_ops.flex_attention import flex_attention, sdpa_dense
+        import torch.nn.attention.flex_attention as api
+    except ImportError:  # a torch without FlexAttention
+        return
+    api._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = True
+
+    @flex_attention.py_impl(MpsContract)
+    def _under_contract(mode: MpsContract, *args: Any, **kwargs: Any) -> Any:
+        out = sdpa_dense(*args, **kwargs)
+        for t in pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                _check_dtype(t.dtype)
+                _mark(t)
+        return out
 
 
 def _restore(storage: Any, location: str) -> Any:
@@ -333,6 +387,8 @@ def install() -> Optional[MpsContract]:
     setattr(sys, _PROCESS_KEY, _mode)
     _mode.__enter__()  # stays on for the life of the thread that imported the runtime
     patch_host_moves()
+    accelerator_is_the_device()
+    flex_attention_rule()
     load_to_the_device()
     spawn_by_default()
     fallback = "on" if _mode.fallback else "off"
