@@ -9,7 +9,8 @@ import libcst as cst
 
 from porter.project.query import receiver_overrides
 from porter.rulebase.evidence import Passes
-from porter.rulebase.families.devices.specs import DEVICE_METHODS, replace_device_keyword
+from porter.rulebase.families.devices.specs import DEVICE_METHODS, replace_device_keyword, runtime_device
+from porter.rulebase.families.thirdparty.uses import example_code
 from porter.rulebase.rule import (
     CUDA_SPEC,
     Example,
@@ -190,6 +191,23 @@ def _formats_a_string(node: cst.BaseExpression) -> bool:
 #: a `device="cuda"` keyword
 _CUDA_DEVICE_KEYWORD = Passes(keyword="device", string=CUDA_SPEC)
 
+#: torch callables whose device comes first or late by position, with its keyword name and
+#: whether it is a device type (`"cuda"`: `porter_runtime.device_type()`) or a device.
+_POSITIONAL_DEVICE = {
+    "torch.distributed.device_mesh.init_device_mesh": (0, "device_type", True),
+    "torch.distributed.init_device_mesh": (0, "device_type", True),
+    "torch.distributed.device_mesh.DeviceMesh": (0, "device_type", True),
+    "torch.distributed.DeviceMesh": (0, "device_type", True),
+    "torch.nn.attention.flex_attention.create_block_mask": (5, "device", False),
+    "torch.nn.attention.flex_attention.create_mask": (5, "device", False),
+}
+_CUDA_DEVICE_ARGUMENT = _CUDA_DEVICE_KEYWORD
+for _name, (_at, _keyword, _) in _POSITIONAL_DEVICE.items():
+    _last = _name.rsplit(".", 1)[-1]
+    _CUDA_DEVICE_ARGUMENT = _CUDA_DEVICE_ARGUMENT | Passes(call=_last, position=_at, string=CUDA_SPEC)
+    if _keyword != "device":
+        _CUDA_DEVICE_ARGUMENT = _CUDA_DEVICE_ARGUMENT | Passes(call=_last, keyword=_keyword, string=CUDA_SPEC)
+
 
 class TorchDeviceKeyword(Rule):
     """`device="cuda"` in a torch call becomes `device=porter_runtime.device()`.
@@ -197,7 +215,10 @@ class TorchDeviceKeyword(Rule):
     What:
     Rewrites a literal `"cuda"` / `"cuda:N"` passed as `device=` to any torch
     function or class (`torch.zeros`, `torch.randn`, `torch.arange`, `nn.Linear`,
-    `torch.Generator`, ...).
+    `torch.Generator`, ...), and passed by position to the torch callables that take
+    their device that way: `init_device_mesh("cuda", ...)` / `DeviceMesh("cuda", ...)`
+    (a device type: `porter_runtime.device_type()`, also as `device_type="cuda"`) and
+    FlexAttention's `create_block_mask(mask_mod, B, H, Q, KV, "cuda")` / `create_mask`.
 
     Why:
     Without CUDA these calls raise `Torch not compiled with CUDA enabled`.
@@ -214,7 +235,7 @@ class TorchDeviceKeyword(Rule):
     name = "device-keyword-cuda"
     safety = Safety.SAFE
     needs = Needs(calls_only=True, targets=frozenset({"torch"}), words=frozenset({"cuda"}), strings=CUDA_SPEC,
-                  evidence=_CUDA_DEVICE_KEYWORD, unit=_CUDA_DEVICE_KEYWORD)
+                  evidence=_CUDA_DEVICE_ARGUMENT, unit=_CUDA_DEVICE_ARGUMENT)
 
     valid = [
         "import torch\nx = torch.zeros(2, device='cpu')\n",
@@ -238,13 +259,76 @@ class TorchDeviceKeyword(Rule):
             "from torch import randn\nx = randn(3, device = 'cuda')\n",
             "import porter_runtime\nfrom torch import randn\nx = randn(3, device = porter_runtime.device())\n",
         ),
+        # an FSDP2 trainer's mesh (lingua) and a FlexAttention benchmark's block mask (attention-gym)
+        Example(
+            example_code("""
+                from torch.distributed.device_mesh import init_device_mesh
+
+
+                def get_device_mesh(dp_replicate, dp_shard):
+                    return init_device_mesh("cuda", mesh_shape=(dp_replicate, dp_shard),
+                                            mesh_dim_names=("dp_replicate", "dp_shard"))
+                """),
+            example_code("""
+                import porter_runtime
+                from torch.distributed.device_mesh import init_device_mesh
+
+
+                def get_device_mesh(dp_replicate, dp_shard):
+                    return init_device_mesh(porter_runtime.device_type(), mesh_shape=(dp_replicate, dp_shard),
+                                            mesh_dim_names=("dp_replicate", "dp_shard"))
+                """),
+        ),
+        Example(
+            example_code("""
+                from torch.nn.attention.flex_attention import create_block_mask
+
+
+                def causal(b, h, q_idx, kv_idx):
+                    return q_idx >= kv_idx
+
+
+                block_mask = create_block_mask(causal, 1, 1, seq_len, seq_len, "cuda", BLOCK_SIZE=128)
+                """),
+            example_code("""
+                import porter_runtime
+                from torch.nn.attention.flex_attention import create_block_mask
+
+
+                def causal(b, h, q_idx, kv_idx):
+                    return q_idx >= kv_idx
+
+
+                block_mask = create_block_mask(causal, 1, 1, seq_len, seq_len, porter_runtime.device(), BLOCK_SIZE=128)
+                """),
+        ),
     ]
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         name = self.qualname(original.func)
         if name is None or not (name == "torch" or name.startswith("torch.")):
             return updated
+        slot = _POSITIONAL_DEVICE.get(name)
+        if slot is not None:
+            return self._positional(original, updated, *slot)
         return replace_device_keyword(self, original, updated, as_string=False)
+
+    def _positional(self, original: cst.Call, updated: cst.Call, at: int, keyword: str,
+                    device_type: bool) -> cst.BaseExpression:
+        args = list(updated.args)
+        if any(a.star for a in args[: at + 1]):
+            return updated
+        found = next((i for i, a in enumerate(args) if a.keyword is not None and a.keyword.value == keyword), None)
+        if found is None and len(args) > at and all(a.keyword is None for a in args[: at + 1]):
+            found = at
+        if found is None:
+            return updated
+        spec = cuda_spec(args[found].value)
+        if spec is None or (device_type and spec[0] is not None):
+            return updated  # a device type has no index ("cuda:1" is refused as it is)
+        value = self.runtime_call("device_type") if device_type else runtime_device(self, spec[0], as_string=False)
+        args[found] = args[found].with_changes(value=value)
+        return self.rewrite(original, updated.with_changes(args=args), "a literal CUDA device now resolves at run time")
 
 
 #: `.to("cuda")`, or `device="cuda"` passed by keyword

@@ -14,7 +14,7 @@ from porter.engine.prefilter.facts import Arg, IntArg, NameArg, Slot, StrArg, Sy
 from porter.rulebase.matching import ast_dotted_name, runtime_alias
 
 #: The positions recorded: rules look at no later positional argument.
-_POSITIONS = 2
+_POSITIONS = 6  # create_block_mask(mask_mod, B, H, Q, KV, device): position 5
 
 
 _BINDERS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
