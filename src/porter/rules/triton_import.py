@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Union
+from typing import Optional, Union
 
 import libcst as cst
 
@@ -83,7 +83,8 @@ class TritonImport(Rule):
     with `except ImportError` (the fallback there must keep running; a note,
     porter.project.import_fallbacks), imports inside functions or under an `if`
     (reported), and modules only code run where CUDA is imports (notes). In a module
-    with no `import torch` at its top, the handler imports torch for its CUDA test.
+    with no `import torch` above the Triton import, the handler imports torch for its
+    CUDA test.
     Module-level code that computes with Triton objects (not just defines kernels)
     fails with the stand-in's error at import.
     """
@@ -140,6 +141,14 @@ class TritonImport(Rule):
                 from .ops import gelu_kernel
                 """),
         ),
+        # torch imported below Triton: not bound yet when the handler runs, so it imports it
+        Example(
+            "import triton\nimport torch\n",
+            "import porter_runtime\ntry:\n    import triton\n"
+            "except ImportError:  # Triton is CUDA-only: off CUDA the kernels are defined, never launched\n"
+            "    import torch\n\n    if torch.cuda.is_available():\n        raise\n"
+            "    triton = porter_runtime.triton_stand_in(\"triton\")\nimport torch\n",
+        ),
         # a kernel-only module with no torch import: the handler imports torch for its test
         Example(
             "import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef softplus(dt):\n"
@@ -167,6 +176,13 @@ class TritonImport(Rule):
                 self._grouped.update(run[1:])
             run = [stmt] if stmt is not None and made_importable(ctx, stmt) else []
 
+    def _torch_before(self, stmt: cst.CSTNode) -> Optional[str]:
+        """The name a module-level ``import torch`` above ``stmt`` binds (the handler runs
+        while the module is importing: a later import has not bound it yet)."""
+        body = list(self.ctx.module.body)
+        above = cst.Module(body=body[: body.index(stmt)]) if stmt in body else None
+        return torch_alias(above) if above is not None else None
+
     def leave_SimpleStatementLine(self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
                                   ) -> Union[cst.BaseStatement, cst.RemovalSentinel]:
         if original in self._grouped and not self.ctx.suppressed(original, self.code):
@@ -180,7 +196,7 @@ class TritonImport(Rule):
         bindings = [b for line in run for b in (triton_bindings(line) or [])]
         stand_ins = "\n".join(f'    {name} = {self.ctx.code_for(self.runtime("triton_stand_in"))}("{path}")'
                               for name, path in dict(bindings).items())
-        torch = torch_alias(self.ctx.module)
+        torch = self._torch_before(original)
         code = _GUARD.format(imports=imports, torch=torch or "torch", stand_ins=stand_ins,
                              import_torch="" if torch else "    import torch\n\n")
         new = cst.parse_statement(code).with_changes(leading_lines=original.leading_lines)
