@@ -117,10 +117,11 @@ def test_the_summary_adds_up_and_the_ledger_does_not_read_as_needs_a_human(tmp_p
 
 def test_notes_are_not_printed_as_findings_and_check_agrees_with_its_lines(tmp_path):
     root = make_tree(tmp_path / "repo", {"tests/hsdp_test.py": GPU_TEST, "soap.py": SOAP})
+    assert porter("migrate", ".", "--write", "-q", cwd=root).returncode == 0  # the mesh's device type (PT004)
     check = porter("migrate", ".", "--check", "-q", cwd=root)
     assert check.returncode == 0 and check.stderr == b"", check.stderr  # exit 0: no line printed
     full = porter("migrate", ".", "--check", "-q", "--output-format", "full", cwd=root)
-    assert b"tests/hsdp_test.py:8:" in full.stderr and b"PT202 note: " in full.stderr, full.stderr
+    assert b"tests/hsdp_test.py:10:" in full.stderr and b"PT202 note: " in full.stderr, full.stderr
     assert b"PT801 note: " in full.stderr
     # with a finding for a human beside the notes: exit 1, and only that finding is printed
     make_tree(root, {"smi.py": "import subprocess\nsubprocess.run(['nvidia-smi'])\n"})
