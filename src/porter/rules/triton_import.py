@@ -166,15 +166,17 @@ class TritonImport(Rule):
         super().__init__(ctx)
         self._runs: dict[cst.CSTNode, list[cst.SimpleStatementLine]] = {}
         self._grouped: set[cst.CSTNode] = set()
+        # consecutive lines (no blank line or comment between them) become one `try`
         run: list[cst.SimpleStatementLine] = []
         for stmt in [*ctx.module.body, None]:
-            if stmt is not None and made_importable(ctx, stmt) and (not run or not stmt.leading_lines):
+            wrapped = stmt is not None and made_importable(ctx, stmt)
+            if wrapped and run and not stmt.leading_lines:
                 run.append(stmt)
                 continue
             if run:
                 self._runs[run[0]] = run
                 self._grouped.update(run[1:])
-            run = [stmt] if stmt is not None and made_importable(ctx, stmt) else []
+            run = [stmt] if wrapped else []
 
     def _torch_before(self, stmt: cst.CSTNode) -> Optional[str]:
         """The name a module-level ``import torch`` above ``stmt`` binds (the handler runs

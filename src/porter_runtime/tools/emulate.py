@@ -166,12 +166,7 @@ class MpsContract(TorchDispatchMode):
         if func.namespace in ("c10d", "_c10d_functional"):  # Gloo is the only backend on macOS
             raise RuntimeError(_gloo_error(func, tensors))
         self._check_kernel(op_key(func))
-        out = func(*args, **kwargs)
-        for t in pytree.tree_leaves(out):
-            if isinstance(t, torch.Tensor):
-                _check_dtype(t.dtype)
-                _mark(t)
-        return out
+        return _on_the_device(func(*args, **kwargs))
 
     def _check_kernel(self, op: str) -> None:
         if op in ALWAYS_CPU:
@@ -186,6 +181,16 @@ class MpsContract(TorchDispatchMode):
                            "supported on the MPS backend and will fall back to run on the CPU. This may have "
                            "performance implications.")
         self.fallbacks.add(op)
+
+
+def _on_the_device(out: Any) -> Any:
+    """What an operator computed on the device: MPS's dtype checks, then the device mark
+    on every tensor of it."""
+    for t in pytree.tree_leaves(out):
+        if isinstance(t, torch.Tensor):
+            _check_dtype(t.dtype)
+            _mark(t)
+    return out
 
 
 def missing_kernel_message(op: str) -> str:
@@ -330,12 +335,7 @@ def flex_attention_rule() -> None:
 
     @flex_attention.py_impl(MpsContract)
     def _under_contract(mode: MpsContract, *args: Any, **kwargs: Any) -> Any:
-        out = sdpa_dense(*args, **kwargs)
-        for t in pytree.tree_leaves(out):
-            if isinstance(t, torch.Tensor):
-                _check_dtype(t.dtype)
-                _mark(t)
-        return out
+        return _on_the_device(sdpa_dense(*args, **kwargs))
 
 
 def _restore(storage: Any, location: str) -> Any:
