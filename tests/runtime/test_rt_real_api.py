@@ -337,3 +337,13 @@ def test_apex_fused_adam_step_takes_apex_deprecated_arguments():
     opt.step(None, grad_scaler=None)
     with pytest.raises(RuntimeError, match="FusedAdam has been updated"):
         opt.step(grads=[torch.ones(2)])
+
+
+@pytest.mark.parametrize("name,path", [("unbind", "xformers/ops/unbind.py"),
+                                       ("scaled_index_add", "xformers/ops/indexing.py"),
+                                       ("index_select_cat", "xformers/ops/indexing.py")])
+def test_xformers_helpers_have_the_real_signatures(name, path):
+    from porter_runtime import xformers_ops
+
+    real = _params(_function(_source("xformers", path), name), drop_first=False)
+    assert incompatibilities(real, _twin_params(getattr(xformers_ops, name))) == []

@@ -61,8 +61,12 @@ class RulePass(Protocol):
 
 
 def remove_unused(new_module: cst.Module, ctx: RulePass) -> cst.Module:
-    """Remove the top-level imports whose every use a rule rewrote."""
-    if not ctx.recorded() or not _may_lose_a_use(ctx):
+    """Remove the top-level imports whose every use a rule rewrote, and the imports of a
+    CUDA-only package inside a function whose every use there a rule rewrote."""
+    if not ctx.recorded():
+        return new_module
+    new_module = _remove_dead_local_imports(new_module, ctx)
+    if not _may_lose_a_use(ctx):
         return new_module
     # libcst.codemod is slow to import; only files that lost an import's last use need it.
     from libcst.codemod import CodemodContext
@@ -313,3 +317,140 @@ def _remove_dead_module_imports(stmt: cst.Import, before, after, context, ctx) -
             RemoveImportsVisitor.remove_unused_import(context, full, asname=asname)
             scheduled = True
     return scheduled
+
+
+# -- imports inside functions -----------------------------------------------------------
+
+def _local_cuda_imports(tree: ast.AST) -> bool:
+    """Whether a function's own statements import a CUDA-only package (cheap: ``ast``)."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for stmt in node.body:
+                if isinstance(stmt, ast.Import) and any(a.name.split(".")[0] in CUDA_ONLY_PACKAGES
+                                                        for a in stmt.names):
+                    return True
+                if isinstance(stmt, ast.ImportFrom) and not stmt.level and stmt.module \
+                        and stmt.module.split(".")[0] in CUDA_ONLY_PACKAGES:
+                    return True
+    return False
+
+
+class _Functions(cst.CSTVisitor):
+    """Each function by its path (``Block.forward``); a path defined twice maps to None."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack: list[str] = []
+        self.found: dict[str, Optional[cst.FunctionDef]] = {}
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.stack.append(node.name.value)
+
+    def leave_ClassDef(self, node: cst.ClassDef) -> None:
+        self.stack.pop()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.stack.append(node.name.value)
+        path = ".".join(self.stack)
+        self.found[path] = None if path in self.found else node
+
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.stack.pop()
+
+
+def _loads(node: cst.CSTNode, name: str) -> int:
+    """How often ``node`` reads ``name`` outside imports and attribute/keyword names
+    (a field walk)."""
+    from porter.rulebase.families.thirdparty.uses import uses
+
+    return uses(node, [name], skip=cst.Pass())
+
+
+def _local_import_names(line: cst.SimpleStatementLine) -> list[tuple[str, cst.ImportAlias]]:
+    found = []
+    for small in line.body:
+        if isinstance(small, cst.Import):
+            for alias in small.names:
+                full = dotted_name(alias.name) or ""
+                if full.split(".")[0] in CUDA_ONLY_PACKAGES:
+                    found.append((alias_asname(alias) or full.split(".")[0], alias))
+        elif isinstance(small, cst.ImportFrom) and not small.relative and small.module is not None \
+                and not isinstance(small.names, cst.ImportStar) \
+                and (dotted_name(small.module) or "").split(".")[0] in CUDA_ONLY_PACKAGES:
+            for alias in small.names:
+                found.append((alias_asname(alias) or dotted_name(alias.name) or "", alias))
+    return found
+
+
+def _remove_dead_local_imports(new_module: cst.Module, ctx: RulePass) -> cst.Module:
+    """``from xformers.ops import memory_efficient_attention`` at the top of a ``forward``
+    whose call a rule rewrote still fails off CUDA each time the function runs: an
+    import of a CUDA-only package among a function's own statements goes (one name of
+    it, or the line) when the function used the name before the rewrites and no longer
+    does. Functions are matched by their path (``Block.forward``); a line marked
+    ``# porter: ignore`` stays."""
+    tree = parse(ctx.source)
+    if tree is None or not _local_cuda_imports(tree):
+        return new_module
+    before, after = _Functions(), _Functions()
+    ctx.module.visit(before)
+    new_module.visit(after)
+    edits: dict[int, set[str]] = {}  # id of a new import line -> the names it loses
+    for path, function in after.found.items():
+        old = before.found.get(path)
+        if function is None or old is None or not isinstance(function.body, cst.IndentedBlock):
+            continue
+        old_lines = {i: line for i, line in enumerate(old.body.body)} if isinstance(old.body, cst.IndentedBlock) \
+            else {}
+        for line in function.body.body:
+            if not isinstance(line, cst.SimpleStatementLine) or not _local_import_names(line):
+                continue
+            twin = next((o for o in old_lines.values() if o.deep_equals(line)), None)
+            if twin is None or ctx.ignored(twin):
+                continue
+            dead = {name for name, _ in _local_import_names(line)
+                    if _loads(old, name) > 0 and _loads(function, name) == 0}
+            if dead:
+                edits[id(line)] = dead
+    if not edits:
+        return new_module
+    return new_module.visit(_DropLocalNames(edits))
+
+
+class _DropLocalNames(cst.CSTTransformer):
+    def __init__(self, edits: dict[int, set[str]]) -> None:
+        super().__init__()
+        self.edits = edits
+        self.removed: set[int] = set()
+
+    def leave_SimpleStatementLine(self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine):
+        dead = self.edits.get(id(original))
+        if dead is None:
+            return updated
+        kept_smalls = []
+        for small in updated.body:
+            if isinstance(small, (cst.Import, cst.ImportFrom)) and not isinstance(small.names, cst.ImportStar):
+                names = [a for a in small.names
+                         if (alias_asname(a) or ((dotted_name(a.name) or "").split(".")[0]
+                                                 if isinstance(small, cst.Import) else dotted_name(a.name)))
+                         not in dead]
+                if not names:
+                    continue
+                if len(names) != len(small.names):
+                    names[-1] = names[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                    small = small.with_changes(names=names)
+            kept_smalls.append(small)
+        if not kept_smalls:
+            self.removed.add(id(original))
+            return cst.RemoveFromParent()
+        return updated.with_changes(body=kept_smalls)
+
+    def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
+        """A function that now starts below a removed import line starts without the
+        blank line that followed it."""
+        if not original.body or id(original.body[0]) not in self.removed or not updated.body:
+            return updated
+        first = updated.body[0]
+        if all(line.comment is None for line in first.leading_lines):
+            first = first.with_changes(leading_lines=[])
+        return updated.with_changes(body=[first, *updated.body[1:]])

@@ -8,7 +8,7 @@ import libcst as cst
 
 from porter.rulebase.matching import Ambiguous
 from porter.rulebase.rule import Example, Needs, Rule, Safety
-from porter.rulebase.families.thirdparty.uses import UseFinder
+from porter.rulebase.families.thirdparty.uses import GuardTracker, UseFinder
 from porter.rulebase.families.type_checks import TypeCheckUses
 
 # The twins in porter_runtime.bnb_optim (porter_runtime/thirdparty/bnb.py), by family.
@@ -114,7 +114,7 @@ _ADVICE = [
 ]
 
 
-class BitsandbytesUnsupported(TypeCheckUses, UseFinder, Rule):
+class BitsandbytesUnsupported(GuardTracker, TypeCheckUses, UseFinder, Rule):
     """Quantised layers and other bitsandbytes APIs are reported with what to use instead.
 
     What:
@@ -167,6 +167,8 @@ class BitsandbytesUnsupported(TypeCheckUses, UseFinder, Rule):
     ]
 
     def on_use(self, node: cst.BaseExpression, name: str, call: Optional[cst.Call]) -> None:
+        if self.guarded():
+            return  # the try's body runs only where the import worked; its handler falls back
         if call is not None and name in _OPTIMIZERS:
             return  # TP501
         if call is None:

@@ -22,6 +22,7 @@ from porter.rulebase.rule import Example, Needs, Rule, Safety
 from porter.rulebase.families.thirdparty.uses import (
     chain_alternatives,
     drop_dead_chains,
+    flags_for_twins,
     example_code,
     module_chains,
     package_units,
@@ -319,7 +320,8 @@ class FlashAttnFunc(Rule):
     def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
         flags, ported = self._scan()
         body = without_stops(self, original.body, updated.body, flags, ported, "flash_attn")
-        return drop_dead_chains(self, original, updated.with_changes(body=body), ROOTS, _CHAIN_ADVICE)
+        updated = flags_for_twins(self, original, updated.with_changes(body=body), ROOTS, flags, ported, "flash_attn")
+        return drop_dead_chains(self, original, updated, ROOTS, _CHAIN_ADVICE)
 
     def rewrite(self, original, replacement, message, **kwargs):  # type: ignore[override]
         result = super().rewrite(original, replacement, message, **kwargs)

@@ -9,6 +9,7 @@ import libcst as cst
 from porter.rulebase.families.thirdparty.flash_attn_calls import FA3, FUNCTIONS, TARGETS, V1_CLASS
 from porter.rulebase.rule import Example, Needs, Rule, Safety
 from porter.rulebase.families.thirdparty.uses import (
+    GuardTracker,
     UseFinder,
     under,
 )
@@ -56,7 +57,7 @@ def _advice(name: str) -> str:
     return "guard the import (try/except ImportError) and give the code a PyTorch path off CUDA"
 
 
-class FlashAttnUnsupported(UseFinder, Rule):
+class FlashAttnUnsupported(GuardTracker, UseFinder, Rule):
     """flash-attn APIs with no exact runtime twin are reported with what to use instead.
 
     What:
@@ -101,6 +102,8 @@ class FlashAttnUnsupported(UseFinder, Rule):
     ]
 
     def on_use(self, node: cst.BaseExpression, name: str, call: Optional[cst.Call]) -> None:
+        if self.guarded():
+            return  # the try's body runs only where the import worked; its handler falls back
         if call is not None and name in _PORTED_CALLS:
             return  # TP101 rewrites or reports it
         what = f"`{name}`" + (" (called)" if call is not None else "")

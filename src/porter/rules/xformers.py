@@ -11,10 +11,12 @@ from porter.rulebase.matching import Ambiguous
 from porter.rulebase.families.type_checks import TypeCheckUses
 from porter.rulebase.rule import Example, Needs, Rule, Safety
 from porter.rulebase.families.thirdparty.uses import (
+    GuardTracker,
     UseFinder,
     arguments_fit,
     drop_dead_chains,
     example_code,
+    flags_for_twins,
     package_units,
     stop_evidence,
     without_stops,
@@ -27,6 +29,13 @@ _BIAS_NAMES = ("LowerTriangularMask", "LowerTriangularMaskWithTensorBias",
                "BlockDiagonalCausalMask", "BlockDiagonalCausalFromBottomRightMask")
 _BIASES = {f"{m}.{n}": n for m in (*_MODULES, "xformers.ops.fmha.attn_bias") for n in _BIAS_NAMES}
 _CONSTRUCTORS = frozenset({"from_seqlens", "from_tensor_list"})
+#: xformers' tensor helpers with a twin in porter_runtime.xformers_ops: how many
+#: positional arguments each takes, and its keywords (xformers 0.0.35).
+_HELPERS = {"unbind": (2, frozenset({"x", "dim"})),
+            "scaled_index_add": (5, frozenset({"input", "index", "source", "scaling", "alpha"})),
+            "index_select_cat": (2, frozenset({"sources", "indices"}))}
+_HELPER_NAMES = {f"{m}.{n}": n for m in ("xformers.ops", "xformers.ops.indexing", "xformers.ops.unbind")
+                 for n in _HELPERS}
 _KEYWORDS = frozenset({"query", "key", "value", "attn_bias", "p", "scale", "op", "output_dtype"})
 _CHAIN_ADVICE = ("give `except ImportError:` a fallback (a flag and a PyTorch path), or call "
                  "porter_runtime.memory_efficient_attention")
@@ -35,6 +44,15 @@ _CHAIN_ADVICE = ("give `except ImportError:` a fallback (a flag and a PyTorch pa
 def _resolved(rule: Rule, node: cst.BaseExpression) -> Optional[str]:
     name = rule.qualname(node)
     return None if name is None or isinstance(name, Ambiguous) else name
+
+
+def _helper(rule: Rule, call: cst.Call) -> Optional[str]:
+    """The helper's name when ``call`` is one of xformers' twinned tensor helpers with
+    arguments the twin takes (``xops.unbind(qkv, 2)``)."""
+    found = _HELPER_NAMES.get(_resolved(rule, call.func) or "")
+    if found is None or not arguments_fit(call, *_HELPERS[found]):
+        return None
+    return found
 
 
 def _bias_callee(rule: Rule, call: cst.Call) -> Optional[tuple[cst.BaseExpression, str]]:
@@ -70,7 +88,8 @@ class _Uses(UseFinder, cst.CSTVisitor):
 
     def on_use(self, node: cst.BaseExpression, name: str, call: Optional[cst.Call]) -> None:
         ported = call is not None and (
-            (name in _ATTENTION and arguments_fit(call, 6, _KEYWORDS)) or _bias_callee(self.rule, call))
+            (name in _ATTENTION and arguments_fit(call, 6, _KEYWORDS)) or _bias_callee(self.rule, call)
+            or _helper(self.rule, call))
         self.all_ported = self.all_ported and bool(ported)
 
 
@@ -101,7 +120,12 @@ class XformersAttention(Rule):
     XFORMERS_AVAILABLE: raise ...`, `assert XFORMERS_AVAILABLE`) before the ported
     path, that stop is removed once every xformers use in the file is ported, and
     reported otherwise; the `try` that sets the flag goes too once nothing in the
-    tree reads its names (porter.edits.probes).
+    tree reads its names (porter.edits.probes). A flag that a branch still stops on
+    further in (`if not XFORMERS_AVAILABLE: if attn_bias is not None: raise ...`) is set
+    to `porter_runtime.twins_stand_in("xformers")` in its `except ImportError:` instead,
+    once every xformers use in the file is ported: False on CUDA, as before, and True
+    elsewhere, where the twins run. Uses inside the body of a `try` whose handler
+    falls back to PyTorch are guarded, and not reported (TP203).
 
     Known limits:
     `op=` (the choice of xformers kernel) has no meaning off CUDA and is ignored
@@ -114,8 +138,10 @@ class XformersAttention(Rule):
     name = "xformers-attention"
     safety = Safety.SAFE
     needs = Needs(
-        targets=_ATTENTION,
-        unit=package_units(["xformers"]),  # chains, flags and every xformers use decide
+        # the chains, flags and stops are decided wherever xformers is used, whichever
+        # twin (TP201, TP202, TP204) ports the uses
+        targets=frozenset({"xformers"}),
+        unit=package_units(["xformers"]),
     )
 
     valid = [
@@ -187,6 +213,42 @@ class XformersAttention(Rule):
                 "import porter_runtime\nimport torch\ntry:\n    import xformers.ops as xops\n    HAS_XFORMERS = True\n"
                 "except ImportError:\n    HAS_XFORMERS = False\nassert HAS_XFORMERS, 'install xformers'\n"
                 "mlp = xops.SwiGLU(8, 16)\nout = porter_runtime.memory_efficient_attention(q, k, v)\n"),
+        # a stop further in: the flag is True where the twins run, False on CUDA as before
+        Example(
+            example_code("""
+            try:
+                from xformers.ops import memory_efficient_attention
+                XFORMERS_AVAILABLE = True
+            except ImportError:
+                XFORMERS_AVAILABLE = False
+
+
+            class MemEffAttention(Attention):
+                def forward(self, q, k, v, attn_bias=None):
+                    if not XFORMERS_AVAILABLE:
+                        if attn_bias is not None:
+                            raise AssertionError("xFormers is required for using nested tensors")
+                        return super().forward(q, k, v)
+                    return memory_efficient_attention(q, k, v, attn_bias=attn_bias)
+            """),
+            example_code("""
+            import porter_runtime
+            try:
+                from xformers.ops import memory_efficient_attention
+                XFORMERS_AVAILABLE = True
+            except ImportError:
+                XFORMERS_AVAILABLE = porter_runtime.twins_stand_in("xformers")
+
+
+            class MemEffAttention(Attention):
+                def forward(self, q, k, v, attn_bias=None):
+                    if not XFORMERS_AVAILABLE:
+                        if attn_bias is not None:
+                            raise AssertionError("xFormers is required for using nested tensors")
+                        return super().forward(q, k, v)
+                    return porter_runtime.memory_efficient_attention(q, k, v, attn_bias=attn_bias)
+            """),
+        ),
     ]
 
     def _scan(self) -> tuple[set[str], bool]:
@@ -201,6 +263,8 @@ class XformersAttention(Rule):
 
     def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
         updated = updated.with_changes(body=self._without_stops(original.body, updated.body))
+        flags, ported = self._scan()
+        updated = flags_for_twins(self, original, updated, ["xformers"], flags, ported, "xformers")
         return drop_dead_chains(self, original, updated, ["xformers"], _CHAIN_ADVICE)
 
     def _without_stops(self, original, updated):
@@ -288,7 +352,109 @@ class XformersBias(Rule):
                             "elsewhere")
 
 
-class XformersUnsupported(TypeCheckUses, UseFinder, Rule):
+class XformersHelpers(Rule):
+    """xformers' tensor helpers become `porter_runtime.xformers_ops.*`.
+
+    What:
+    Rewrites calls of `unbind`, `scaled_index_add` and `index_select_cat` (from
+    `xformers.ops`, however imported) into the same call on
+    `porter_runtime.xformers_ops`.
+
+    Why:
+    They live in `xformers.ops`, which does not import without CUDA, yet each is a
+    few lines of PyTorch: ViT blocks (DINOv2's stochastic-depth residuals, packed
+    nested-tensor batches) call them beside `memory_efficient_attention`.
+
+    Fix safety:
+    Safe. On CUDA with xformers importable each twin calls xformers' own function
+    with the caller's arguments. Elsewhere it runs the PyTorch code xformers documents
+    as its equivalent: `torch.unbind(x, dim)`; `input.index_add_(0, index, source *
+    scaling, alpha=alpha)` in place, returning `input`, as xformers' forward does;
+    `torch.cat([s[i.long()].flatten() for s, i in zip(sources, indices)])`.
+
+    Known limits:
+    Calls with `*args`/`**kwargs` or unknown keywords are left to TP203. Other helpers
+    (`stack_or_none`, `get_stack_strides`) are reported by TP203.
+    """
+
+    code = "TP204"
+    name = "xformers-helpers"
+    safety = Safety.SAFE
+    needs = Needs(targets=frozenset(_HELPER_NAMES), calls_only=True)
+
+    valid = [
+        "def f(xops, qkv):\n    return xops.unbind(qkv, 2)\n",
+        "import torch\nq, k, v = torch.unbind(qkv, 2)\n",
+        "from mylib import index_select_cat\nout = index_select_cat(xs, idx)\n",
+    ]
+    invalid = [
+        Example(
+            example_code("""
+            import torch.nn.functional as F
+            from xformers.ops import unbind
+
+
+            def attend(self, x):
+                B, N, C = x.shape
+                qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, C // self.num_heads).transpose(1, 3)
+                q, k, v = unbind(qkv, 2)
+                return F.scaled_dot_product_attention(q, k, v)
+            """),
+            example_code("""
+            import porter_runtime
+            import torch.nn.functional as F
+
+
+            def attend(self, x):
+                B, N, C = x.shape
+                qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, C // self.num_heads).transpose(1, 3)
+                q, k, v = porter_runtime.xformers_ops.unbind(qkv, 2)
+                return F.scaled_dot_product_attention(q, k, v)
+            """),
+        ),
+        Example(
+            example_code("""
+            from xformers.ops import index_select_cat, scaled_index_add
+
+
+            def add_residual(x, brange, residual, residual_scale_factor, scaling_vector):
+                return scaled_index_add(x, brange, residual.to(dtype=x.dtype), scaling=scaling_vector,
+                                        alpha=residual_scale_factor)
+
+
+            def cat_subsets(x_list, branges):
+                return index_select_cat([x.flatten(1) for x in x_list], branges)
+            """),
+            example_code("""
+            import porter_runtime
+
+
+            def add_residual(x, brange, residual, residual_scale_factor, scaling_vector):
+                return porter_runtime.xformers_ops.scaled_index_add(x, brange, residual.to(dtype=x.dtype), scaling=scaling_vector,
+                                        alpha=residual_scale_factor)
+
+
+            def cat_subsets(x_list, branges):
+                return porter_runtime.xformers_ops.index_select_cat([x.flatten(1) for x in x_list], branges)
+            """),
+        ),
+        Example("import xformers.ops as xops\nparts = xops.unbind(*args)\n"),
+    ]
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        name = _HELPER_NAMES.get(_resolved(self, original.func) or "")
+        if name is None:
+            return updated
+        if _helper(self, original) is None:
+            self.flag(original, f"`{name}` with unpacked or unknown arguments can't be checked",
+                      suggestion=f"porter_runtime.xformers_ops.{name}(...) with the arguments spelled out")
+            return updated
+        new = updated.with_changes(func=cst.Attribute(self.runtime("xformers_ops"), cst.Name(name)))
+        return self.rewrite(original, new, f"`{name}` is xformers' own on CUDA and its documented "
+                            "PyTorch equivalent elsewhere")
+
+
+class XformersUnsupported(GuardTracker, TypeCheckUses, UseFinder, Rule):
     """Other xformers APIs are reported with what to use instead.
 
     What:
@@ -357,8 +523,11 @@ class XformersUnsupported(TypeCheckUses, UseFinder, Rule):
     ]
 
     def on_use(self, node: cst.BaseExpression, name: str, call: Optional[cst.Call]) -> None:
-        if call is not None and (name in _ATTENTION or _bias_callee(self, call) is not None):
-            return  # TP201 / TP202
+        if self.guarded():
+            return  # the try's body runs only where the import worked; its handler falls back
+        if call is not None and (name in _ATTENTION or _bias_callee(self, call) is not None
+                                 or name in _HELPER_NAMES):
+            return  # TP201 / TP202 / TP204
         if name in _BIASES and self._is_constructor_base(node):
             return
         if call is None and name not in _BIASES:

@@ -52,3 +52,11 @@ def departed(name: str, why: str) -> None:
 def _reset() -> None:
     _modules.clear()
     _errors.clear()
+
+
+def twins_stand_in(library: str) -> bool:
+    """Whether porter_runtime's twins of ``library`` stand in for it: True off CUDA, where
+    the original could not use the library and the ported calls run the twins; False on
+    CUDA, where the original's own answer stands (a module's availability flag that
+    porter sets to this in its ``except ImportError:`` keeps False there)."""
+    return not _device.is_cuda()

@@ -336,7 +336,7 @@ class GuardFinder:
                 for key, value in _constant_assignments(stmt):
                     handler_values[key] = value
         where = self.span(node)
-        for stmt in node.body + node.orelse:
+        for stmt in _flat(node.body + node.orelse):
             for key, value in _constant_assignments(stmt):
                 if value is True and handler_values.get(key) is False:
                     self.flags[key] = (True, "import", where)
@@ -409,8 +409,18 @@ def _exits(body: Sequence[ast.stmt], names: Names, loops: bool = True) -> bool:
     return False
 
 
-def _imported_modules(stmts: Sequence[ast.stmt]) -> Iterator[str]:
+def _flat(stmts: Sequence[ast.stmt]) -> Iterator[ast.stmt]:
+    """``stmts`` and the statements of the ``if`` blocks among them (``try: if ENABLED:
+    from xformers.ops import ...`` is still the ``try``'s import)."""
     for stmt in stmts:
+        yield stmt
+        if isinstance(stmt, ast.If):
+            yield from _flat(stmt.body)
+            yield from _flat(stmt.orelse)
+
+
+def _imported_modules(stmts: Sequence[ast.stmt]) -> Iterator[str]:
+    for stmt in _flat(stmts):
         if isinstance(stmt, ast.Import):
             yield from (alias.name for alias in stmt.names)
         elif isinstance(stmt, ast.ImportFrom) and stmt.module and not stmt.level:
