@@ -65,24 +65,27 @@ _EXPORTS = {
     "set_default_tensor_type": "_idioms",
     "max_memory_allocated": "twins.memory", "max_memory_reserved": "twins.memory",
     "mem_get_info": "twins.memory", "memory_allocated": "twins.memory", "memory_reserved": "twins.memory",
-    "reset_peak_memory_stats": "twins.memory",
+    "reset_peak_memory_stats": "twins.memory", "memory_stats": "twins.memory",
+    "reset_accumulated_memory_stats": "twins.memory", "memory_summary": "twins.memory",
+    "power_draw": "twins.memory", "utilization": "twins.memory", "temperature": "twins.memory",
+    "clock_rate": "twins.memory",
     "AdamATan2": "thirdparty.adam_atan2",
     "FusedAdam": "thirdparty.apex", "FusedLAMB": "thirdparty.apex",
     "FusedLayerNorm": "thirdparty.apex", "FusedRMSNorm": "thirdparty.apex",
     "memory_efficient_attention": "thirdparty.xformers",
     "bnb_optim": "thirdparty.bnb",
-    "xformers_bias": "thirdparty.xformers_bias",
-    "triton_stand_in": "thirdparty.triton_stand_in",
-    "Event": "twins.timing", "WallClockEvent": "twins.timing", "nvtx_range": "twins.timing",
+    "xformers_bias": "thirdparty.xformers_bias", "xformers_ops": "thirdparty.xformers_ops",
+    "triton_stand_in": "thirdparty.triton_stand_in", "twins_stand_in": "thirdparty.libs",
+    "Event": "twins.timing", "WallClockEvent": "twins.timing", "current_stream": "twins.timing", "nvtx_range": "twins.timing",
     "nvtx_range_pop": "twins.timing", "nvtx_range_push": "twins.timing",
     "DeviceProperties": "twins.device_calls", "current_device": "twins.device_calls",
     "device_count": "twins.device_calls", "device_name": "twins.device_calls",
     "empty_cache": "twins.device_calls", "get_device_properties": "twins.device_calls",
-    "manual_seed": "twins.device_calls", "manual_seed_all": "twins.device_calls",
+    "manual_seed": "twins.device_calls", "manual_seed_all": "twins.device_calls", "fork_rng": "twins.device_calls",
     "set_device": "twins.device_calls", "synchronize": "twins.device_calls",
 }
 #: Names that are the module itself.
-_MODULES = {"bnb_optim", "xformers_bias"}
+_MODULES = {"bnb_optim", "xformers_bias", "xformers_ops"}
 
 
 def __getattr__(name: str):

@@ -171,7 +171,9 @@ def disabled_by_runtime(options: dict[str, Any]) -> bool:
 def GradScaler(*args: Any, **kwargs: Any) -> torch.amp.GradScaler:
     """Twin of torch.cuda.amp.GradScaler(...) and torch.amp.GradScaler("cuda", ...).
 
-    CUDA: ``torch.amp.GradScaler("cuda", ...)`` with the same arguments. A scaler
+    CUDA: ``torch.amp.GradScaler("cuda", ...)`` with the same arguments
+    (``torch.cuda.amp.GradScaler(...)`` under a torch older than 2.3, which has no
+    ``torch.amp.GradScaler``: what the original built there). A scaler
     for another named device (``GradScaler("cpu")``) is that device's on every machine.
     MPS / CPU: the device's real scaler where autocast uses fp16 there (CPU; MPS
     from torch 2.8). Where autocast uses bf16 instead, a disabled
@@ -185,6 +187,8 @@ def GradScaler(*args: Any, **kwargs: Any) -> torch.amp.GradScaler:
     if named is not None:  # GradScaler("cpu"): a CPU scaler on every machine
         return torch.amp.GradScaler(named, **options)
     if kind == "cuda":
+        if not hasattr(torch.amp, "GradScaler"):  # torch < 2.3, as a repository may pin on CUDA
+            return torch.cuda.amp.GradScaler(**options)
         return torch.amp.GradScaler("cuda", **options)
     if disabled_by_runtime(options):
         return kept_state(torch.amp.GradScaler)(kind, **options).keep_state(options)

@@ -122,6 +122,14 @@ def test_cuda_grad_scaler_is_the_real_cuda_scaler(simulate, args, kwargs, expect
     assert recorder.calls == [(("cuda",), expected)]
 
 
+def test_cuda_grad_scaler_under_a_torch_without_torch_amp_grad_scaler_is_the_cuda_one(simulate, monkeypatch):
+    machine = simulate("cuda")
+    monkeypatch.delattr(torch.amp, "GradScaler")  # torch < 2.3, as llama2.c pins (2.0.1)
+    recorder = machine.record(torch.cuda.amp, "GradScaler", "scaler")
+    assert porter_runtime.GradScaler(enabled=False, init_scale=4.0) == "scaler"
+    assert recorder.calls == [((), {"enabled": False, "init_scale": 4.0})]
+
+
 def test_grad_scaler_function_form(simulate):
     machine = simulate("cuda")
     recorder = machine.record(torch.amp, "GradScaler", "scaler")

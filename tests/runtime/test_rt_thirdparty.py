@@ -476,13 +476,15 @@ def test_training_arguments_leave_cuda_as_given_and_drop_cuda_only_options_elsew
         fsdp_config: Optional[dict] = field(default=None)
         optim: str = field(default="paged_adamw_32bit")  # QLoRA's class default
         use_cpu: bool = False
+        deepspeed: Optional[str] = None
 
         def __post_init__(self):
             porter_runtime.training_arguments(self)
 
     simulate("cuda")
-    kept = Args(tf32=True, fsdp="full_shard auto_wrap", fsdp_config={"min_num_params": 0})
+    kept = Args(tf32=True, fsdp="full_shard auto_wrap", fsdp_config={"min_num_params": 0}, deepspeed="zero3.json")
     assert (kept.tf32, kept.fsdp_config, kept.optim) == (True, {"min_num_params": 0}, "paged_adamw_32bit")
+    assert kept.deepspeed == "zero3.json"
     assert kept.use_cpu is False
     simulate("mps")
     assert Args().use_cpu is False  # Trainer picks MPS itself, where the runtime resolved
@@ -493,6 +495,8 @@ def test_training_arguments_leave_cuda_as_given_and_drop_cuda_only_options_elsew
     assert off.optim == "adamw_torch"
     assert off.use_cpu is True  # the runtime resolved to the CPU: Trainer must not pick MPS
     assert Args(optim=OptimizerNames.PAGED_ADAMW).optim == "adamw_torch"
+    with pytest.warns(UserWarning, match="deepspeed='./scripts/zero2.json' is for CUDA GPUs"):
+        assert Args(deepspeed="./scripts/zero2.json").deepspeed is None  # LLaVA's pretrain.sh
     plain = Args(tf32=False, optim="adafactor")
     assert plain.tf32 is False and plain.fsdp_config is None and plain.optim == "adafactor"
 

@@ -26,10 +26,19 @@ FORWARDED = [
     ("max_memory_reserved", "max_memory_reserved", (0,)),
     ("reset_peak_memory_stats", "reset_peak_memory_stats", (0,)),
     ("mem_get_info", "mem_get_info", (0,)),
+    ("memory_stats", "memory_stats", ("cuda:0",)),
+    ("reset_accumulated_memory_stats", "reset_accumulated_memory_stats", (None,)),
+    ("memory_summary", "memory_summary", (0, True)),
+    ("power_draw", "power_draw", (None,)),
+    ("utilization", "utilization", (1,)),
+    ("temperature", "temperature", (None,)),
+    ("clock_rate", "clock_rate", (None,)),
 ]
 RESULTS = {"device_count": 2, "current_device": 1, "get_device_name": "NVIDIA H100",
            "memory_allocated": 11, "max_memory_allocated": 12, "memory_reserved": 13,
-           "max_memory_reserved": 14, "mem_get_info": (5, 10), "get_device_properties": "P"}
+           "max_memory_reserved": 14, "mem_get_info": (5, 10), "get_device_properties": "P",
+           "memory_stats": {"num_ooms": 3}, "memory_summary": "|===|", "power_draw": 61000,
+           "utilization": 97, "temperature": 70, "clock_rate": 1980}
 
 
 @pytest.mark.parametrize("ours,theirs,args", FORWARDED)
@@ -121,6 +130,30 @@ def test_cpu_neutral_results_on_this_machine():
     assert props.name == porter_runtime.device_name() and props.multi_processor_count >= 1
 
 
+def test_cpu_memory_stats_answers_a_memory_monitors_keys():
+    """torchtitan's and lingua's monitors index these keys; torch.cuda.memory_stats()
+    is {} without CUDA, so each would raise KeyError."""
+    assert torch.cuda.memory_stats() == {}
+    stats = porter_runtime.memory_stats("cuda:0")
+    for key in ("active_bytes.all.peak", "reserved_bytes.all.peak", "allocated_bytes.all.current",
+                "num_alloc_retries", "num_ooms", "requested_bytes.all.peak", "oversize_allocations.current"):
+        assert stats[key] == 0
+    assert porter_runtime.reset_accumulated_memory_stats() is None
+    assert [porter_runtime.power_draw(), porter_runtime.utilization(), porter_runtime.temperature(),
+            porter_runtime.clock_rate()] == [0, 0, 0, 0]
+    assert "no CUDA caching allocator" in porter_runtime.memory_summary()
+
+
+def test_mps_memory_stats_are_the_mps_counters(simulate, monkeypatch):
+    machine = simulate("mps")
+    machine.record(torch.mps, "current_allocated_memory", 300)
+    machine.record(torch.mps, "driver_allocated_memory", 900)
+    stats = porter_runtime.memory_stats()
+    assert stats["allocated_bytes.all.current"] == stats["active_bytes.all.current"] == 300
+    assert stats["reserved_bytes.all.current"] == 900 and stats["reserved_bytes.all.peak"] >= 900
+    assert stats["active_bytes.all.peak"] >= 300 and stats["num_ooms"] == 0
+
+
 def test_cpu_manual_seed_seeds_the_cpu_generator():
     porter_runtime.manual_seed(5)
     a = torch.rand(3)
@@ -206,3 +239,41 @@ def test_nothing_raises_a_cuda_error_on_this_cpu():
     ]
     for call in calls:
         call()
+
+
+def test_fork_rng_on_cuda_is_torchs_with_the_callers_arguments(simulate):
+    machine = simulate("cuda")
+    recorder = machine.record(torch.random, "fork_rng", "forked")
+    assert porter_runtime.fork_rng(devices=[1], enabled=False) == "forked"
+    assert recorder.calls == [((), {"devices": [1], "enabled": False})]
+
+
+def test_fork_rng_on_the_cpu_forks_the_cpu_generator_where_torch_raises():
+    with pytest.raises(AssertionError, match="not compiled with CUDA"):
+        with torch.random.fork_rng(devices=[0]):
+            pass
+    torch.manual_seed(3)
+    with porter_runtime.fork_rng(devices=[porter_runtime.current_device()]):
+        inside = torch.rand(3)
+    torch.testing.assert_close(torch.rand(3), inside)  # the generator was restored
+
+
+def test_fork_rng_on_mps_forks_the_mps_generator(simulate):
+    machine = simulate("mps")
+    recorder = machine.record(torch.random, "fork_rng", "forked")
+    porter_runtime.fork_rng([0])
+    porter_runtime.fork_rng(devices=[0], device_type="cpu")  # a type the caller chose is kept
+    assert recorder.calls == [(([0],), {"device_type": "mps"}), ((), {"devices": [0], "device_type": "cpu"})]
+
+
+def test_current_stream_is_cudas_on_cuda_and_the_default_queue_elsewhere(simulate):
+    machine = simulate("cuda")
+    recorder = machine.record(torch.cuda, "current_stream", "stream-1")
+    assert porter_runtime.current_stream("cuda:1") == "stream-1"
+    assert recorder.calls == [(("cuda:1",), {})]
+    simulate("cpu")
+    start, end = porter_runtime.Event(enable_timing=True), porter_runtime.Event(enable_timing=True)
+    start.record(porter_runtime.current_stream(torch.device("cpu")))  # StyleGAN's training loop, ported
+    end.record(stream=porter_runtime.current_stream())
+    end.synchronize()
+    assert start.elapsed_time(end) >= 0.0

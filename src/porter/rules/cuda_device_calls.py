@@ -4,8 +4,11 @@ set_device (rewritten to their porter_runtime twins; porter.rulebase.families.de
 
 from __future__ import annotations
 
+import libcst as cst
+
 from porter.rulebase.rule import Example, Needs, Rule, Safety
 from porter.rulebase.families.devices.twin_calls import TwinCall, twin_table
+from porter.rulebase.families.thirdparty.uses import example_code
 
 
 class CudaSynchronize(TwinCall, Rule):
@@ -207,3 +210,84 @@ class CudaSetDevice(TwinCall, Rule):
             "import porter_runtime\n\ndef worker(rank):\n    porter_runtime.set_device(rank)\n",
         ),
     ]
+
+
+class ForkRngDevices(TwinCall, Rule):
+    """`torch.random.fork_rng(devices=[...])` becomes `porter_runtime.fork_rng(...)`.
+
+    What:
+    Rewrites calls of `torch.random.fork_rng` that name the devices to fork
+    (`devices=[torch.cuda.current_device()]`, or the first positional argument) and
+    leave the device type to torch, or name "cuda".
+
+    Why:
+    torch takes the device type from the current accelerator and falls back to "cuda"
+    where there is none, so on a CPU-only machine `fork_rng(devices=[0])` raises
+    `AssertionError: Torch not compiled with CUDA enabled` (LLM trainers fork the RNG
+    this way around their evaluation and generation steps).
+
+    Fix safety:
+    Safe. On CUDA the twin is torch's `fork_rng` called with the caller's arguments.
+    Elsewhere it forks the resolved device's generator (MPS's beside the CPU's; on the
+    CPU only the CPU's, which `fork_rng` always forks).
+
+    Known limits:
+    A call without `devices` is left alone: torch then forks every visible device of
+    the type, none on a CPU-only machine. A `device_type` other than "cuda" is kept.
+    """
+
+    code = "PT112"
+    name = "fork-rng-devices"
+    safety = Safety.SAFE
+    table = {"torch.random.fork_rng": "fork_rng"}
+    needs = Needs(calls_only=True, targets=frozenset(table))
+
+    valid = [
+        "import torch\nwith torch.random.fork_rng():\n    noise = torch.randn(4)\n",
+        "import torch\nwith torch.random.fork_rng(devices=[], device_type='mps'):\n    noise = torch.randn(4)\n",
+        "def f(torch):\n    return torch.random.fork_rng(devices=[0])\n",
+    ]
+    invalid = [
+        Example(
+            example_code("""
+            import torch
+
+
+            def generate(model, prompts):
+                with torch.random.fork_rng(devices=[torch.cuda.current_device()]):
+                    torch.manual_seed(42)
+                    return model.generate(prompts)
+            """),
+            example_code("""
+            import porter_runtime
+            import torch
+
+
+            def generate(model, prompts):
+                with porter_runtime.fork_rng(devices=[torch.cuda.current_device()]):
+                    torch.manual_seed(42)
+                    return model.generate(prompts)
+            """),
+        ),
+        Example(
+            "from torch.random import fork_rng\nwith fork_rng([local_rank], device_type='cuda'):\n    x = sample()\n",
+            "import porter_runtime\nwith porter_runtime.fork_rng([local_rank], device_type='cuda'):\n    x = sample()\n",
+        ),
+    ]
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        if self.matches(original.func) is None or not _forks_cuda_devices(original):
+            return updated
+        return super().leave_Call(original, updated)
+
+
+def _forks_cuda_devices(call: cst.Call) -> bool:
+    """Devices named (keyword or first positional), device type left out or "cuda"."""
+    if any(a.star for a in call.args):
+        return False
+    devices = any(a.keyword is None for a in call.args[:1]) or any(
+        a.keyword is not None and a.keyword.value == "devices" for a in call.args)
+    kind = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "device_type"), None)
+    if kind is None:
+        return devices
+    return devices and isinstance(kind, cst.SimpleString) and kind.evaluated_value == "cuda"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from porter.rulebase.rule import Example, Needs, Rule, Safety
 from porter.rulebase.families.devices.twin_calls import TwinCall, twin_table
+from porter.rulebase.families.thirdparty.uses import example_code
 
 
 class CudaDeviceQuery(TwinCall, Rule):
@@ -87,7 +88,8 @@ class CudaDeviceQuery(TwinCall, Rule):
 
 
 _MEMORY = ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
-           "reset_peak_memory_stats", "mem_get_info")
+           "reset_peak_memory_stats", "mem_get_info", "memory_stats", "reset_accumulated_memory_stats",
+           "memory_summary", "power_draw", "utilization", "temperature", "clock_rate")
 
 
 class CudaMemoryStats(TwinCall, Rule):
@@ -95,23 +97,32 @@ class CudaMemoryStats(TwinCall, Rule):
 
     What:
     Rewrites `torch.cuda.memory_allocated`, `max_memory_allocated`, `memory_reserved`,
-    `max_memory_reserved`, `reset_peak_memory_stats` and `mem_get_info` (also through
-    `torch.cuda.memory`) to the same-named `porter_runtime` functions, arguments kept.
+    `max_memory_reserved`, `reset_peak_memory_stats`, `mem_get_info`, `memory_stats`,
+    `reset_accumulated_memory_stats`, `memory_summary` (also through
+    `torch.cuda.memory`) and the NVML readings `power_draw`, `utilization`,
+    `temperature` and `clock_rate` to the same-named `porter_runtime` functions,
+    arguments kept.
 
     Why:
     Without CUDA, `memory_allocated` reports 0, `reset_peak_memory_stats` raises
     `AttributeError: module 'torch._C' has no attribute '_cuda_resetPeakMemoryStats'`
     and `mem_get_info` raises `AssertionError: Torch not compiled with CUDA enabled`.
+    `memory_stats()` returns `{}`, so the memory monitors of LLM trainers
+    (`stats["active_bytes.all.peak"]`, `stats["num_ooms"]`) raise KeyError; the NVML
+    readings (`power_draw()`) and `reset_accumulated_memory_stats()` raise.
 
     Fix safety:
     Safe. On CUDA each twin calls the torch.cuda function with the same arguments and
     returns its result. On MPS they report `torch.mps` counters and the
     `torch.accelerator` peaks where this torch has them; on CPU the statistics are 0
     (torch keeps none for CPU) and `mem_get_info()` is (available RAM, physical RAM).
+    Off CUDA `memory_stats()` holds CUDA's keys for allocated, reserved and active
+    bytes (current and peak) from those counters and answers 0 for any other key (no
+    retries, no OOMs); the NVML readings are 0; `reset_accumulated_memory_stats()` does
+    nothing; `memory_summary()` is one line with the counters.
 
     Known limits:
-    `torch.cuda.memory_summary`, `memory_stats` and `max_memory_cached` have no twin and
-    are left alone. `except torch.cuda.OutOfMemoryError:` needs no change: it is an
+    `max_memory_cached` has no twin and is left alone. `except torch.cuda.OutOfMemoryError:` needs no change: it is an
     alias of `torch.OutOfMemoryError` and exists on every build.
     """
 
@@ -141,6 +152,38 @@ class CudaMemoryStats(TwinCall, Rule):
             "from torch.cuda import memory_allocated, memory_reserved\n"
             "stats = (memory_allocated(0), memory_reserved(0))\n",
             "import porter_runtime\nstats = (porter_runtime.memory_allocated(0), porter_runtime.memory_reserved(0))\n",
+        ),
+        Example(  # a trainer's memory monitor, as torchtitan and lingua write it
+            example_code("""
+            import torch
+
+
+            def get_peak_stats(device):
+                cuda_info = torch.cuda.memory_stats(device)
+                max_active = cuda_info["active_bytes.all.peak"]
+                num_ooms = cuda_info["num_ooms"]
+                return max_active, num_ooms, torch.cuda.power_draw()
+
+
+            def reset_peak_stats():
+                torch.cuda.reset_peak_memory_stats()
+                torch.cuda.reset_accumulated_memory_stats()
+            """),
+            example_code("""
+            import porter_runtime
+
+
+            def get_peak_stats(device):
+                cuda_info = porter_runtime.memory_stats(device)
+                max_active = cuda_info["active_bytes.all.peak"]
+                num_ooms = cuda_info["num_ooms"]
+                return max_active, num_ooms, porter_runtime.power_draw()
+
+
+            def reset_peak_stats():
+                porter_runtime.reset_peak_memory_stats()
+                porter_runtime.reset_accumulated_memory_stats()
+            """),
         ),
         Example(
             "import torch.cuda.memory as cm\nused = cm.max_memory_reserved()\n",

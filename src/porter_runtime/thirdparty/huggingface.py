@@ -65,7 +65,9 @@ def training_arguments(args: Any) -> None:
     ends in SIGABRT); ``tf32`` is unset (transformers raises "--tf32 requires
     Ampere or a newer GPU arch" without a CUDA GPU), and an FSDP run does not sync module
     states: accelerate's plugin looks for a CUDA, XPU or NPU device for that broadcast
-    ("no available devices found"), and every rank loads the same weights anyway."""
+    ("no available devices found"), and every rank loads the same weights anyway;
+    ``deepspeed`` (a ZeRO config) is unset with a warning: DeepSpeed has no MPS support and
+    accelerate's DeepSpeed path fails on the CPU, so Trainer trains without ZeRO."""
     if _device.is_cuda():
         return
     optim = getattr(args, "optim", None)
@@ -82,6 +84,11 @@ def training_arguments(args: Any) -> None:
     if getattr(args, "tf32", None):
         _log.info_once("training_arguments.tf32", f"TrainingArguments: tf32={args.tf32} is for CUDA GPUs; left unset")
         args.tf32 = None
+    if getattr(args, "deepspeed", None):
+        _log.warn_once("training_arguments.deepspeed", f"TrainingArguments: deepspeed={args.deepspeed!r} is for "
+                       "CUDA GPUs (DeepSpeed does not support MPS, and accelerate's DeepSpeed path fails on the "
+                       "CPU); left unset: Trainer trains without ZeRO (a launch of several processes is plain DDP)")
+        args.deepspeed = None
     if getattr(args, "fsdp", None):
         config = getattr(args, "fsdp_config", None)
         if config is None or isinstance(config, dict):

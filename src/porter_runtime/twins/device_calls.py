@@ -153,3 +153,30 @@ def get_device_properties(device: Dev = None) -> Any:
         return DeviceProperties(device_name(), "mps",
                                 int(torch.mps.recommended_max_memory()), int(cores))
     return DeviceProperties(_cpu_name(), "cpu", _physical_memory(), os.cpu_count() or 0)
+
+
+def fork_rng(*args: Any, **kwargs: Any) -> Any:
+    """Twin of ``torch.random.fork_rng(devices=[...])``, a context manager.
+
+    CUDA, or a ``device_type`` other than "cuda" named by the caller: torch's, called
+    with the caller's arguments. Elsewhere the device type is the resolved one: on MPS
+    the MPS generator is forked beside the CPU's; on the CPU only the CPU generator (which
+    ``fork_rng`` always forks). torch's own default there is "cuda" where no accelerator is
+    found, and ``devices=[torch.cuda.current_device()]`` then fails on the CPU build."""
+    import inspect
+
+    bound = inspect.signature(_fork_rng_parameters).bind(*args, **kwargs)
+    if _device.is_cuda() or bound.arguments.get("device_type") not in (None, "cuda"):
+        return torch.random.fork_rng(*args, **kwargs)
+    kind = _device.device_type()
+    bound.arguments["device_type"] = kind
+    if kind == "cpu":
+        bound.arguments["devices"] = []
+    elif bound.arguments.get("devices") is not None:
+        bound.arguments["devices"] = [0 for _ in bound.arguments["devices"]][:1]  # one device
+    return torch.random.fork_rng(*bound.args, **bound.kwargs)
+
+
+def _fork_rng_parameters(devices=None, enabled=True, _caller="fork_rng", _devices_kw="devices",
+                         device_type=None):  # torch.random.fork_rng's, torch 2.1 to 2.13
+    """The parameters of torch.random.fork_rng, to read a call's arguments by name."""

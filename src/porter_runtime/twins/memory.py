@@ -87,3 +87,77 @@ def mem_get_info(device: Dev = None) -> tuple[int, int]:
         free, total = mod.mem_get_info(device)
         return int(free), int(total)
     return _mps_mem_info() if _on_mps() else _cpu_mem_info()
+
+
+class MemoryStats(dict):
+    """What ``memory_stats()`` returns off CUDA: the keys torch.cuda.memory_stats names
+    for allocated, reserved and active bytes ("allocated_bytes.all.peak", ...) from the
+    counters above, and 0 for any other key ("num_ooms", "num_alloc_retries", a pool's
+    counters), as a CUDA allocator that saw no such event reports them."""
+
+    def __missing__(self, key: str) -> int:
+        return 0
+
+
+def memory_stats(device: Dev = None) -> dict:
+    """CUDA: torch.cuda.memory_stats(device). Elsewhere a MemoryStats: the CUDA keys
+    for allocated, reserved and active bytes (current and peak) from this device's
+    counters (0 on the CPU), and 0 for every other key; torch.cuda.memory_stats returns
+    {} there, so ``stats["active_bytes.all.peak"]`` would raise KeyError."""
+    mod = _forward()
+    if mod is not None:
+        return mod.memory_stats(device)
+    allocated, peak_allocated = memory_allocated(device), max_memory_allocated(device)
+    reserved, peak_reserved = memory_reserved(device), max_memory_reserved(device)
+    stats = MemoryStats()
+    for kind, current, peak in (("allocated_bytes", allocated, peak_allocated),
+                                ("active_bytes", allocated, peak_allocated),
+                                ("reserved_bytes", reserved, peak_reserved)):
+        for pool in ("all", "large_pool", "small_pool"):
+            stats[f"{kind}.{pool}.current"] = current if pool == "all" else 0
+            stats[f"{kind}.{pool}.peak"] = max(peak, current) if pool == "all" else 0
+    stats.update(num_alloc_retries=0, num_ooms=0)
+    return stats
+
+
+def reset_accumulated_memory_stats(device: Dev = None) -> None:
+    """CUDA: torch.cuda.reset_accumulated_memory_stats(device). Elsewhere nothing is
+    accumulated: no-op."""
+    mod = _forward()
+    if mod is not None:
+        mod.reset_accumulated_memory_stats(device)
+
+
+def memory_summary(device: Dev = None, abbreviated: bool = False) -> str:
+    """CUDA: torch.cuda.memory_summary(device, abbreviated). Elsewhere one line with
+    the counters this device has."""
+    mod = _forward()
+    if mod is not None:
+        return mod.memory_summary(device, abbreviated)
+    return (f"porter_runtime: no CUDA caching allocator here; allocated {memory_allocated(device)} bytes "
+            f"(peak {max_memory_allocated(device)}), reserved {memory_reserved(device)} bytes")
+
+
+def _nvml_reading(name: str, device: Dev) -> int:
+    mod = _forward()
+    return int(getattr(mod, name)(device)) if mod is not None else 0
+
+
+def power_draw(device: Dev = None) -> int:
+    """CUDA: torch.cuda.power_draw(device) (milliwatts, through pynvml). Elsewhere 0."""
+    return _nvml_reading("power_draw", device)
+
+
+def utilization(device: Dev = None) -> int:
+    """CUDA: torch.cuda.utilization(device) (percent). Elsewhere 0."""
+    return _nvml_reading("utilization", device)
+
+
+def temperature(device: Dev = None) -> int:
+    """CUDA: torch.cuda.temperature(device) (degrees C). Elsewhere 0."""
+    return _nvml_reading("temperature", device)
+
+
+def clock_rate(device: Dev = None) -> int:
+    """CUDA: torch.cuda.clock_rate(device) (MHz). Elsewhere 0."""
+    return _nvml_reading("clock_rate", device)

@@ -57,10 +57,28 @@ def Event(enable_timing: bool = False, blocking: bool = False,
         return torch.cuda.Event(enable_timing=enable_timing, blocking=blocking,
                                 interprocess=interprocess)
     if kind == "mps":
-        return torch.mps.Event(enable_timing=enable_timing)
+        return _mps_event()(enable_timing=enable_timing)
     if kind == "xpu":
         return torch.xpu.Event(enable_timing=enable_timing)
     return WallClockEvent(enable_timing, blocking, interprocess)
+
+
+_MPS_EVENT: list = []
+
+
+def _mps_event() -> type:
+    """torch.mps.Event whose ``record`` and ``wait`` take the stream argument CUDA code
+    passes (None, from ``current_stream``): MPS has one queue."""
+    if not _MPS_EVENT:
+        class MpsEvent(torch.mps.Event):
+            def record(self, stream: Any = None) -> None:
+                super().record()
+
+            def wait(self, stream: Any = None) -> None:
+                super().wait()
+
+        _MPS_EVENT.append(MpsEvent)
+    return _MPS_EVENT[0]
 
 
 # Off CUDA, push/pop map onto record_function ranges kept on a per-thread stack.
@@ -130,3 +148,14 @@ def nvtx_range(msg: str, *args: Any, **kwargs: Any) -> Iterator[None]:
             stack.enter_context(
                 torch.autograd.profiler.record_function(msg.format(*args, **kwargs)))
         yield
+
+
+def current_stream(device: Any = None) -> Any:
+    """Twin of ``torch.cuda.current_stream(device)`` where it is the stream an event is
+    recorded on or waits on (``start.record(torch.cuda.current_stream(device))``):
+    CUDA's current stream on CUDA; None elsewhere, which every ``Event`` twin's
+    ``record`` and ``wait`` take as "the device's default stream" (MPS and the CPU
+    have no user streams)."""
+    if _device.hardware_type() == "cuda":
+        return torch.cuda.current_stream(device)
+    return None
