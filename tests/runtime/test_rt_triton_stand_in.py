@@ -55,18 +55,44 @@ def test_a_launch_names_the_kernel_and_where_it_is():
 
 
 def test_computing_with_a_stand_in_says_why():
-    device = triton.runtime.driver.active.get_current_device()
-    with pytest.raises(TritonMissing, match=r"`triton\.runtime\.driver\.active\.get_current_device\(\.\.\.\)`"):
-        int(device)
+    stride = tl.cdiv_like(4)  # any other call gives a stand-in, which refuses to compute
+    with pytest.raises(TritonMissing, match=r"`triton\.language\.cdiv_like\(\.\.\.\)`"):
+        int(stride)
     with pytest.raises(TritonMissing):
         bool(tl.float32)
+
+
+def test_a_query_of_the_machine_raises_at_once_so_the_modules_own_fallback_runs():
+    def get_available_device():  # flash-linear-attention's fla/utils
+        try:
+            return triton.runtime.driver.active.get_current_target().backend
+        except Exception:
+            return "cpu"
+
+    assert get_available_device() == "cpu"
+    with pytest.raises(TritonMissing, match=r"`triton\.runtime\.driver\.active\.get_current_device\(\.\.\.\)`"):
+        triton.runtime.driver.active.get_current_device()
+
+
+def test_an_autotuner_subclass_built_around_a_kernel_is_that_kernel():
+    class CachedAutotuner(triton.runtime.Autotuner):  # flash-linear-attention's fla/ops/utils/cache.py
+        def __init__(self, fn, arg_names, configs, key, reset_to_zero, restore_value, **kwargs):
+            super().__init__(fn, arg_names, configs, key, reset_to_zero, restore_value, **kwargs)
+
+    def decorator(fn):
+        return CachedAutotuner(fn, fn.arg_names, _configs(), ["N"], None, None, pre_hook=None)
+
+    tuned = decorator(_plain)
+    assert _plain.arg_names == ["X"] and tuned.__name__ == "_plain" and len(tuned.configs) == 4
+    with pytest.raises(TritonMissing, match="launching Triton kernel `_plain`"):
+        tuned[(1,)](1)
 
 
 def test_subclassing_and_introspection_work():
     class Hook(triton.runtime.KernelInterface):  # a module-level class over Triton's base
         pass
 
-    assert Hook.__mro__[-1] is object
+    assert Hook.__mro__[-1] is object and Hook().fn is None
     assert not hasattr(tl, "__code__") and hasattr(tl, "make_tensor_descriptor")
     assert "not installed" in repr(tl)
 

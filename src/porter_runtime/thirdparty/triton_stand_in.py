@@ -78,6 +78,12 @@ class Kernel:
         self.__doc__ = getattr(fn, "__doc__", None)
         self.__module__ = getattr(fn, "__module__", __name__)
         self.__wrapped__ = fn
+        try:  # what Triton's JITFunction exposes, read by autotuner subclasses at import
+            import inspect
+
+            self.arg_names = list(inspect.signature(fn).parameters)
+        except (TypeError, ValueError):
+            self.arg_names = []
 
     def _where(self) -> str:
         code = getattr(self.fn, "__code__", None)
@@ -99,6 +105,27 @@ class Kernel:
 
     def __repr__(self) -> str:
         return f"<{self._where()}, not launchable: Triton is not installed>"
+
+
+class TritonClass(Kernel):
+    """What a class the module derives from a Triton class (``class CachedAutotuner(
+    triton.runtime.Autotuner)``) derives from instead: built around a kernel function
+    (``Autotuner(fn, fn.arg_names, configs, key, ...)``), it is that :class:`Kernel`,
+    defined and never launched; built otherwise, it keeps what it was given."""
+
+    def __init__(self, fn: Any = None, *args: Any, **kwargs: Any) -> None:
+        if callable(fn) and (hasattr(fn, "__code__") or isinstance(fn, Kernel)):
+            configs = kwargs.get("configs", args[1] if len(args) > 1 and isinstance(args[1], list) else None)
+            Kernel.__init__(self, fn, configs)
+        else:
+            self.fn, self.configs, self.args, self.kwargs = fn, [], args, kwargs
+            self.__name__ = type(self).__name__
+
+
+#: Calls that ask Triton about the machine (``triton.runtime.driver.active.get_current_target()``):
+#: they raise at once, as they do where Triton finds no GPU, so the module's own
+#: ``except`` picks its CPU answer.
+_QUERIES = ("triton.runtime.driver",)
 
 
 class StandIn:
@@ -135,11 +162,15 @@ class StandIn:
         if len(args) == 1 and not kwargs and (callable(args[0]) and hasattr(args[0], "__code__")
                                               or isinstance(args[0], Kernel)):
             return Kernel(args[0], self._configs)  # @triton.jit / @triton.autotune(...)(fn)
+        if self._path.startswith(_QUERIES):
+            raise _missing(f"`{self._path}(...)`")
         configs = kwargs.get("configs", args[0] if args and isinstance(args[0], list) else None)
         return StandIn(f"{self._path}(...)", configs=configs)
 
     def __mro_entries__(self, bases: tuple) -> tuple:
-        return (object,)  # `class Hook(triton.runtime.KernelInterface):` still defines a class
+        # `class CachedAutotuner(triton.runtime.Autotuner):` still defines a class, whose
+        # instances built around a kernel are that kernel
+        return (TritonClass,)
 
     def __repr__(self) -> str:
         return f"<stand-in for {self._path}: Triton is not installed>"
@@ -170,4 +201,4 @@ def triton_stand_in(module: str = "triton") -> Any:
     return found
 
 
-__all__ = ["Config", "Kernel", "StandIn", "TritonMissing", "triton_stand_in"]
+__all__ = ["Config", "Kernel", "StandIn", "TritonClass", "TritonMissing", "triton_stand_in"]
