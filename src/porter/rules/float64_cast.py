@@ -6,7 +6,7 @@ from textwrap import dedent
 
 import libcst as cst
 
-from porter.rulebase.evidence import CallsMethod
+from porter.rulebase.evidence import CallsMethod, InFile, Uses
 from porter.rulebase.rule import Example, Needs, Rule, Safety
 from porter.rulebase.syntax import DeviceMoves
 
@@ -36,14 +36,20 @@ class Float64Cast(DeviceMoves, Rule):
     CPU tensor keeps float64 on a Mac too). Only an MPS tensor, where the original
     raises, is cast to float32 / complex64 instead, with one warning.
 
+    A module constant bound once to such a dtype (StyleGAN's and EG3D's training stats:
+    `_counter_dtype = torch.float64`, then `moments.to(_counter_dtype)`) is followed.
+
     Known limits:
-    `.double()` is PT606's (next to a move), a move and a cast in one call PT604's.
+    `.double()` is PT606's (next to a move), a move and a cast in one call PT604's. A
+    dtype reached through a function argument or an attribute is not followed.
     """
 
     code = "PT608"
     name = "float64-cast"
     safety = Safety.SAFE
-    needs = Needs(targets=_FLOAT64, evidence=CallsMethod("to"))
+    needs = Needs(targets=_FLOAT64, evidence=CallsMethod("to"),
+                  # a constant at the top of the file, cast to in a function that never names float64
+                  unit=Uses(_FLOAT64) | (InFile(Uses(_FLOAT64)) & CallsMethod("to")), whole_file=True)
 
     valid = [
         "import torch\ny = x.to(torch.float32)\n",
@@ -79,6 +85,33 @@ class Float64Cast(DeviceMoves, Rule):
                 """),
             line=5, message="MPS has no float64",
         ),
+        Example(  # StyleGAN3 / EG3D torch_utils/training_stats.py: the dtype is a module constant
+            dedent("""\
+                import torch
+
+                _counter_dtype = torch.float64
+
+
+                def report(name, value):
+                    elems = value.detach().flatten().to(torch.float32)
+                    moments = torch.stack([torch.ones_like(elems).sum(), elems.sum(), elems.square().sum()])
+                    moments = moments.to(_counter_dtype)
+                    return name, moments
+                """),
+            dedent("""\
+                import porter_runtime
+                import torch
+
+                _counter_dtype = torch.float64
+
+
+                def report(name, value):
+                    elems = value.detach().flatten().to(torch.float32)
+                    moments = torch.stack([torch.ones_like(elems).sum(), elems.sum(), elems.square().sum()])
+                    moments = porter_runtime.to_dtype(moments, _counter_dtype)
+                    return name, moments
+                """),
+        ),
         Example(
             "from torch import float64\nscores = attn.to(float64).softmax(-1)\n",
             "import porter_runtime\nfrom torch import float64\nscores = porter_runtime.to_dtype(attn, float64).softmax(-1)\n",
@@ -97,7 +130,7 @@ class Float64Cast(DeviceMoves, Rule):
         arg = original.args[0]
         if arg.star or (arg.keyword is not None and arg.keyword.value != "dtype"):
             return updated
-        if self.qualname(arg.value) not in _FLOAT64 or self.qualname(func.value) is not None:
+        if not self._float64(arg.value) or self.qualname(func.value) is not None:
             return updated  # not a float64 dtype, or a module's `to(...)` function
         if self.beside_device_move(original) or _on_host(func.value):
             return updated  # next to a move: PT604's `supported_dtype`; or on the host, where float64 is fine
@@ -105,6 +138,49 @@ class Float64Cast(DeviceMoves, Rule):
         new = self.runtime_call("to_dtype", updated.func.value, updated.args[0].value)
         return self.rewrite(original, new, "MPS has no float64: on an MPS tensor the runtime casts to float32 "
                             "(warned once); on CUDA and for other tensors this is `.to(dtype)` as before")
+
+
+    def _float64(self, node: cst.BaseExpression) -> bool:
+        if self.qualname(node) in _FLOAT64:
+            return True
+        return isinstance(node, cst.Name) and node.value in self._constants()
+
+    def _constants(self) -> frozenset[str]:
+        """Names the module binds once, at its top level, to a float64 dtype."""
+        if not hasattr(self, "_found"):
+            bound: dict[str, int] = {}
+            for target in _assigned_names(self.ctx.module):
+                bound[target] = bound.get(target, 0) + 1
+            found = set()
+            for stmt in self.ctx.module.body:
+                if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 \
+                        and isinstance(stmt.body[0], cst.Assign) and len(stmt.body[0].targets) == 1:
+                    target = stmt.body[0].targets[0].target
+                    if isinstance(target, cst.Name) and bound.get(target.value) == 1 \
+                            and self.qualname(stmt.body[0].value) in _FLOAT64:
+                        found.add(target.value)
+            self._found = frozenset(found)
+        return self._found
+
+
+def _assigned_names(module: cst.Module) -> list[str]:
+    """Every name an assignment, augmented assignment, ``for``, ``with`` or ``global``
+    statement in the module binds (a field walk)."""
+    from porter.rulebase.walk import code_children
+
+    names, stack = [], [module]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.AssignTarget) and isinstance(node.target, cst.Name):
+            names.append(node.target.value)
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign)) and isinstance(node.target, cst.Name):
+            names.append(node.target.value)
+        elif isinstance(node, cst.For) and isinstance(node.target, cst.Name):
+            names.append(node.target.value)
+        elif isinstance(node, cst.Global):
+            names.extend(n.name.value for n in node.names)
+        stack.extend(code_children(node))
+    return names
 
 
 def _on_host(node: cst.BaseExpression) -> bool:
