@@ -105,11 +105,26 @@ def test_mps_neutral_results(simulate, monkeypatch):
     assert porter_runtime.device_name() == "Apple M3 Max"
 
 
-def test_mps_event_is_torch_mps_event(simulate):
-    machine = simulate("mps")
-    recorder = machine.record(torch.mps, "Event", "mps-event")
-    assert porter_runtime.Event(enable_timing=True, blocking=True) == "mps-event"
-    assert recorder.calls == [((), {"enable_timing": True})]
+def test_mps_event_is_torch_mps_event(simulate, monkeypatch):
+    simulate("mps")
+    made, calls = [], []
+
+    class FakeMpsEvent:  # torch.mps.Event needs a Metal device
+        def __init__(self, **kwargs):
+            made.append(kwargs)
+
+        def record(self):
+            calls.append("record")
+
+        def wait(self):
+            calls.append("wait")
+
+    monkeypatch.setattr(torch.mps, "Event", FakeMpsEvent)
+    event = porter_runtime.Event(enable_timing=True, blocking=True)
+    assert isinstance(event, FakeMpsEvent) and made == [{"enable_timing": True}]
+    event.record(porter_runtime.current_stream())  # None off CUDA: MPS has one queue
+    event.wait(None)
+    assert calls == ["record", "wait"]
 
 
 def test_cpu_neutral_results_on_this_machine():

@@ -19,10 +19,10 @@ from porter.rulebase.families.thirdparty.flash_attn_calls import (
     unpacked_call,
 )
 from porter.rulebase.rule import Example, Needs, Rule, Safety
+from porter.rulebase.families.thirdparty.twin_flags import flags_for_twins
 from porter.rulebase.families.thirdparty.uses import (
     chain_alternatives,
     drop_dead_chains,
-    flags_for_twins,
     example_code,
     module_chains,
     package_units,

@@ -7,66 +7,33 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rulebase.matching import Ambiguous
 from porter.rulebase.families.type_checks import TypeCheckUses
 from porter.rulebase.rule import Example, Needs, Rule, Safety
+from porter.rulebase.families.thirdparty.twin_flags import flags_for_twins
+from porter.rulebase.families.thirdparty.xformers_names import (
+    ATTENTION,
+    BIAS_NAMES,
+    BIASES,
+    CONSTRUCTORS,
+    HELPER_NAMES,
+    KEYWORDS,
+    bias_callee,
+    helper_call,
+    resolved,
+)
 from porter.rulebase.families.thirdparty.uses import (
     GuardTracker,
     UseFinder,
     arguments_fit,
     drop_dead_chains,
     example_code,
-    flags_for_twins,
     package_units,
     stop_evidence,
     without_stops,
 )
 
-_MODULES = ("xformers.ops", "xformers.ops.fmha")
-_ATTENTION = frozenset(f"{m}.memory_efficient_attention" for m in _MODULES)
-_BIAS_NAMES = ("LowerTriangularMask", "LowerTriangularMaskWithTensorBias",
-               "LowerTriangularFromBottomRightMask", "BlockDiagonalMask",
-               "BlockDiagonalCausalMask", "BlockDiagonalCausalFromBottomRightMask")
-_BIASES = {f"{m}.{n}": n for m in (*_MODULES, "xformers.ops.fmha.attn_bias") for n in _BIAS_NAMES}
-_CONSTRUCTORS = frozenset({"from_seqlens", "from_tensor_list"})
-#: xformers' tensor helpers with a twin in porter_runtime.xformers_ops: how many
-#: positional arguments each takes, and its keywords (xformers 0.0.35).
-_HELPERS = {"unbind": (2, frozenset({"x", "dim"})),
-            "scaled_index_add": (5, frozenset({"input", "index", "source", "scaling", "alpha"})),
-            "index_select_cat": (2, frozenset({"sources", "indices"}))}
-_HELPER_NAMES = {f"{m}.{n}": n for m in ("xformers.ops", "xformers.ops.indexing", "xformers.ops.unbind")
-                 for n in _HELPERS}
-_KEYWORDS = frozenset({"query", "key", "value", "attn_bias", "p", "scale", "op", "output_dtype"})
 _CHAIN_ADVICE = ("give `except ImportError:` a fallback (a flag and a PyTorch path), or call "
                  "porter_runtime.memory_efficient_attention")
-
-
-def _resolved(rule: Rule, node: cst.BaseExpression) -> Optional[str]:
-    name = rule.qualname(node)
-    return None if name is None or isinstance(name, Ambiguous) else name
-
-
-def _helper(rule: Rule, call: cst.Call) -> Optional[str]:
-    """The helper's name when ``call`` is one of xformers' twinned tensor helpers with
-    arguments the twin takes (``xops.unbind(qkv, 2)``)."""
-    found = _HELPER_NAMES.get(_resolved(rule, call.func) or "")
-    if found is None or not arguments_fit(call, *_HELPERS[found]):
-        return None
-    return found
-
-
-def _bias_callee(rule: Rule, call: cst.Call) -> Optional[tuple[cst.BaseExpression, str]]:
-    """(the class expression, its name) when ``call`` builds an xformers bias:
-    ``LowerTriangularMask()`` or ``BlockDiagonalMask.from_seqlens(...)``."""
-    func = call.func
-    found = _BIASES.get(_resolved(rule, func) or "")
-    if found is not None:
-        return func, found
-    if isinstance(func, cst.Attribute) and func.attr.value in _CONSTRUCTORS:
-        found = _BIASES.get(_resolved(rule, func.value) or "")
-        if found is not None:
-            return func.value, found
-    return None
 
 
 class _Uses(UseFinder, cst.CSTVisitor):
@@ -88,8 +55,8 @@ class _Uses(UseFinder, cst.CSTVisitor):
 
     def on_use(self, node: cst.BaseExpression, name: str, call: Optional[cst.Call]) -> None:
         ported = call is not None and (
-            (name in _ATTENTION and arguments_fit(call, 6, _KEYWORDS)) or _bias_callee(self.rule, call)
-            or _helper(self.rule, call))
+            (name in ATTENTION and arguments_fit(call, 6, KEYWORDS)) or bias_callee(self.rule, call)
+            or helper_call(self.rule, call))
         self.all_ported = self.all_ported and bool(ported)
 
 
@@ -272,9 +239,9 @@ class XformersAttention(Rule):
         return without_stops(self, original, updated, flags, ported, "xformers")
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        if _resolved(self, original.func) not in _ATTENTION:
+        if resolved(self, original.func) not in ATTENTION:
             return updated
-        if not arguments_fit(original, 6, _KEYWORDS):
+        if not arguments_fit(original, 6, KEYWORDS):
             self.flag(original, "`memory_efficient_attention` with unpacked or unknown arguments "
                       "can't be checked", suggestion="porter_runtime.memory_efficient_attention("
                       "q, k, v, attn_bias=..., p=..., scale=...)")
@@ -313,7 +280,7 @@ class XformersBias(Rule):
     code = "TP202"
     name = "xformers-bias"
     safety = Safety.SAFE
-    needs = Needs(targets=frozenset(_BIASES))
+    needs = Needs(targets=frozenset(BIASES))
 
     valid = [
         "def f(xops):\n    return xops.LowerTriangularMask()\n",
@@ -339,7 +306,7 @@ class XformersBias(Rule):
     ]
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        found = _bias_callee(self, original)
+        found = bias_callee(self, original)
         if found is None:
             return updated
         target, name = found
@@ -350,108 +317,6 @@ class XformersBias(Rule):
             new = updated.with_changes(func=updated.func.with_changes(value=stand_in))  # type: ignore[attr-defined]
         return self.rewrite(original, new, f"`{name}` is xformers' own on CUDA and a stand-in "
                             "elsewhere")
-
-
-class XformersHelpers(Rule):
-    """xformers' tensor helpers become `porter_runtime.xformers_ops.*`.
-
-    What:
-    Rewrites calls of `unbind`, `scaled_index_add` and `index_select_cat` (from
-    `xformers.ops`, however imported) into the same call on
-    `porter_runtime.xformers_ops`.
-
-    Why:
-    They live in `xformers.ops`, which does not import without CUDA, yet each is a
-    few lines of PyTorch: ViT blocks (DINOv2's stochastic-depth residuals, packed
-    nested-tensor batches) call them beside `memory_efficient_attention`.
-
-    Fix safety:
-    Safe. On CUDA with xformers importable each twin calls xformers' own function
-    with the caller's arguments. Elsewhere it runs the PyTorch code xformers documents
-    as its equivalent: `torch.unbind(x, dim)`; `input.index_add_(0, index, source *
-    scaling, alpha=alpha)` in place, returning `input`, as xformers' forward does;
-    `torch.cat([s[i.long()].flatten() for s, i in zip(sources, indices)])`.
-
-    Known limits:
-    Calls with `*args`/`**kwargs` or unknown keywords are left to TP203. Other helpers
-    (`stack_or_none`, `get_stack_strides`) are reported by TP203.
-    """
-
-    code = "TP204"
-    name = "xformers-helpers"
-    safety = Safety.SAFE
-    needs = Needs(targets=frozenset(_HELPER_NAMES), calls_only=True)
-
-    valid = [
-        "def f(xops, qkv):\n    return xops.unbind(qkv, 2)\n",
-        "import torch\nq, k, v = torch.unbind(qkv, 2)\n",
-        "from mylib import index_select_cat\nout = index_select_cat(xs, idx)\n",
-    ]
-    invalid = [
-        Example(
-            example_code("""
-            import torch.nn.functional as F
-            from xformers.ops import unbind
-
-
-            def attend(self, x):
-                B, N, C = x.shape
-                qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, C // self.num_heads).transpose(1, 3)
-                q, k, v = unbind(qkv, 2)
-                return F.scaled_dot_product_attention(q, k, v)
-            """),
-            example_code("""
-            import porter_runtime
-            import torch.nn.functional as F
-
-
-            def attend(self, x):
-                B, N, C = x.shape
-                qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, C // self.num_heads).transpose(1, 3)
-                q, k, v = porter_runtime.xformers_ops.unbind(qkv, 2)
-                return F.scaled_dot_product_attention(q, k, v)
-            """),
-        ),
-        Example(
-            example_code("""
-            from xformers.ops import index_select_cat, scaled_index_add
-
-
-            def add_residual(x, brange, residual, residual_scale_factor, scaling_vector):
-                return scaled_index_add(x, brange, residual.to(dtype=x.dtype), scaling=scaling_vector,
-                                        alpha=residual_scale_factor)
-
-
-            def cat_subsets(x_list, branges):
-                return index_select_cat([x.flatten(1) for x in x_list], branges)
-            """),
-            example_code("""
-            import porter_runtime
-
-
-            def add_residual(x, brange, residual, residual_scale_factor, scaling_vector):
-                return porter_runtime.xformers_ops.scaled_index_add(x, brange, residual.to(dtype=x.dtype), scaling=scaling_vector,
-                                        alpha=residual_scale_factor)
-
-
-            def cat_subsets(x_list, branges):
-                return porter_runtime.xformers_ops.index_select_cat([x.flatten(1) for x in x_list], branges)
-            """),
-        ),
-        Example("import xformers.ops as xops\nparts = xops.unbind(*args)\n"),
-    ]
-
-    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        name = _HELPER_NAMES.get(_resolved(self, original.func) or "")
-        if name is None:
-            return updated
-        if _helper(self, original) is None:
-            self.flag(original, f"`{name}` with unpacked or unknown arguments can't be checked",
-                      suggestion=f"porter_runtime.xformers_ops.{name}(...) with the arguments spelled out")
-            return updated
-        new = updated.with_changes(func=cst.Attribute(self.runtime("xformers_ops"), cst.Name(name)))
-        return self.rewrite(original, new, f"`{name}` is xformers' own on CUDA and its documented "
-                            "PyTorch equivalent elsewhere")
 
 
 class XformersUnsupported(GuardTracker, TypeCheckUses, UseFinder, Rule):
@@ -525,12 +390,12 @@ class XformersUnsupported(GuardTracker, TypeCheckUses, UseFinder, Rule):
     def on_use(self, node: cst.BaseExpression, name: str, call: Optional[cst.Call]) -> None:
         if self.guarded():
             return  # the try's body runs only where the import worked; its handler falls back
-        if call is not None and (name in _ATTENTION or _bias_callee(self, call) is not None
-                                 or name in _HELPER_NAMES):
+        if call is not None and (name in ATTENTION or bias_callee(self, call) is not None
+                                 or name in HELPER_NAMES):
             return  # TP201 / TP202 / TP204
-        if name in _BIASES and self._is_constructor_base(node):
+        if name in BIASES and self._is_constructor_base(node):
             return
-        if call is None and name not in _BIASES:
+        if call is None and name not in BIASES:
             self.defer_reference(node, name)  # a class only tested against is a note
             return
         self._report(node, name, call, False)
@@ -548,12 +413,12 @@ class XformersUnsupported(GuardTracker, TypeCheckUses, UseFinder, Rule):
 
     def _is_constructor_base(self, node: cst.BaseExpression) -> bool:
         return any(isinstance(c.func, cst.Attribute) and c.func.value is node
-                   and c.func.attr.value in _CONSTRUCTORS for c in self._callees.values())
+                   and c.func.attr.value in CONSTRUCTORS for c in self._callees.values())
 
 
 def _advice(name: str) -> str:
     last = name.rsplit(".", 1)[-1]
-    if last in _BIAS_NAMES:
+    if last in BIAS_NAMES:
         return ("compare with porter_runtime.xformers_bias." + last +
                 " off CUDA, or test the attribute you need instead of the class")
     if last == "SwiGLU":

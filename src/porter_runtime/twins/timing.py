@@ -63,22 +63,24 @@ def Event(enable_timing: bool = False, blocking: bool = False,
     return WallClockEvent(enable_timing, blocking, interprocess)
 
 
-_MPS_EVENT: list = []
+_MPS_EVENTS: dict = {}
 
 
 def _mps_event() -> type:
     """torch.mps.Event whose ``record`` and ``wait`` take the stream argument CUDA code
     passes (None, from ``current_stream``): MPS has one queue."""
-    if not _MPS_EVENT:
-        class MpsEvent(torch.mps.Event):
+    base = torch.mps.Event
+    made = _MPS_EVENTS.get(base)
+    if made is None:
+        class MpsEvent(base):  # type: ignore[misc, valid-type]
             def record(self, stream: Any = None) -> None:
                 super().record()
 
             def wait(self, stream: Any = None) -> None:
                 super().wait()
 
-        _MPS_EVENT.append(MpsEvent)
-    return _MPS_EVENT[0]
+        made = _MPS_EVENTS[base] = MpsEvent
+    return made
 
 
 # Off CUDA, push/pop map onto record_function ranges kept on a per-thread stack.
