@@ -59,6 +59,9 @@ class ProjectModel:
     cuda_gated: frozenset[str] = frozenset()
     #: files importing Triton whose import failure another module catches (porter.project.import_fallbacks)
     caught_triton: frozenset[str] = frozenset()
+    #: a class of the tree derives from Trainer's arguments (``TrainingArguments``, TRL's
+    #: ``SFTConfig``...): TP708 makes its ``__post_init__`` call porter_runtime.training_arguments
+    trainer_arguments_class: bool = False
 
     def read_elsewhere(self, rel: str, name: str) -> bool:
         """Whether another module of the tree reads ``name`` from the module ``rel``."""
@@ -108,7 +111,14 @@ def build_from(sources: Mapping[str, bytes]) -> ProjectModel:
                         overrides=_overrides(sources), flow=build_flow(sources), roots=roots,
                         unread_flags=unread_flags(sources), mapped_wrappers=mapped_wrappers(sources, modules),
                         cuda_gated=cuda_gated_modules(sources, modules),
-                        caught_triton=caught_triton_modules(sources, modules))
+                        caught_triton=caught_triton_modules(sources, modules),
+                        trainer_arguments_class=any(_TRAINER_ARGUMENTS.search(data) for data in sources.values()))
+
+
+#: ``class Args(transformers.TrainingArguments):``, ``class TrainingArguments(
+#: transformers.TrainingArguments)``, ``class ScriptArguments(SFTConfig):``: the classes TP708 hooks.
+_TRAINER_ARGUMENTS = re.compile(
+    rb"class[ \t]+\w+[ \t]*\([^)]*\b(?:Seq2Seq)?(?:TrainingArguments|SFTConfig|DPOConfig|RewardConfig|GRPOConfig)\b")
 
 
 # -- which names other modules read ----------------------------------------------

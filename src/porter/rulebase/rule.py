@@ -298,6 +298,8 @@ class TextRule(BaseRule):
     #: Where CUDA-only dependencies go ("marker" or "extra"); the engine sets it from
     #: the settings (``[tool.porter] dependencies``) for every run.
     dependencies: str = "marker"
+    #: The repository-wide model (porter.project), or None for one file alone.
+    project: Optional[Any] = None
 
     def __init__(self, path: str) -> None:
         self.path = path

@@ -247,8 +247,15 @@ class ShellHfCudaOptions(TextRule):
     Not rewritten: the script is also how the code runs on the cluster. Keep a launch
     line for a Mac without these options (`--optim adamw_torch` for a paged AdamW).
 
+    Where the repository derives its own class from `TrainingArguments` (or TRL's
+    `SFTConfig`...), TP708 makes that class call `porter_runtime.training_arguments`,
+    which unsets `tf32` and `deepspeed` and swaps a bitsandbytes optimizer for
+    `adamw_torch` off CUDA: those options are then notes (for information). The
+    `deepspeed` launcher stays a finding.
+
     Known limits:
-    Options built in variables (`$DS_ARGS`) are not seen.
+    Options built in variables (`$DS_ARGS`) are not seen. Whether the script's Python
+    entry point uses the repository's class is not checked.
     """
 
     code = "TP706"
@@ -268,10 +275,16 @@ class ShellHfCudaOptions(TextRule):
     ]
 
     def check(self, text: str) -> str:
+        hooked = bool(getattr(self.project, "trainer_arguments_class", False))
         for number, line in _lines(text):
             for match in _HF_FLAGS.finditer(_uncommented(line)):
                 kind = next(k for k in ("flag", "ds", "optim", "launcher") if match.group(k))
                 message, suggestion = _HF_ADVICE[kind]
+                if hooked and kind != "launcher":
+                    self.flag(number, f"{message} (for information: the repository's TrainingArguments class calls "
+                              "porter_runtime.training_arguments, which drops it off CUDA)",
+                              column=match.start(kind) + 1, before=line, suggestion=suggestion, severity=INFO)
+                    continue
                 self.flag(number, message, column=match.start(kind) + 1, before=line, suggestion=suggestion)
         return text
 

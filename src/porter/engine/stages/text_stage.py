@@ -20,6 +20,7 @@ def migrate_text(data: bytes, options: Options, *, path: str) -> SourceResult:
     for rule_class in rules:
         rule = rule_class(path)
         rule.dependencies = options.dependencies
+        rule.project = options.project
         text = rule.check(text)
         findings += [
             Finding(rule.code, rule.name, path, f.line, f.column, "rewrite" if f.rewrite else "review",
