@@ -188,7 +188,11 @@ class TritonImport(Rule):
     def leave_SimpleStatementLine(self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
                                   ) -> Union[cst.BaseStatement, cst.RemovalSentinel]:
         if original in self._grouped and not self.ctx.suppressed(original, self.code):
-            return cst.RemoveFromParent()  # inside the `try` its run's first line became
+            # inside the `try` its run's first line became: a rewrite of this line too, so
+            # that what reads rewrites by line (the ledger, the notes) sees it ported
+            self.ctx.record(self, original, "rewrite", "this Triton import moves into the `try` above it, with "
+                            "the line before it")
+            return cst.RemoveFromParent()
         run = self._runs.get(original)
         if run is None:
             return updated
