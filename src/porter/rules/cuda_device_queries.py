@@ -89,7 +89,9 @@ class CudaDeviceQuery(TwinCall, Rule):
 
 _MEMORY = ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
            "reset_peak_memory_stats", "mem_get_info", "memory_stats", "reset_accumulated_memory_stats",
-           "memory_summary", "power_draw", "utilization", "temperature", "clock_rate")
+           "memory_summary")
+#: NVML readings: in torch.cuda, not in torch.cuda.memory.
+_NVML = ("power_draw", "utilization", "temperature", "clock_rate")
 
 
 class CudaMemoryStats(TwinCall, Rule):
@@ -129,7 +131,7 @@ class CudaMemoryStats(TwinCall, Rule):
     code = "PT106"
     name = "cuda-memory-stats"
     safety = Safety.SAFE
-    table = twin_table({name: name for name in _MEMORY}, "memory")
+    table = {**twin_table({name: name for name in _MEMORY}, "memory"), **twin_table({name: name for name in _NVML})}
     needs = Needs(calls_only=True, targets=frozenset(table))
 
     valid = [

@@ -19,7 +19,7 @@ from porter.rulebase.families.thirdparty.flash_attn_calls import (
     unpacked_call,
 )
 from porter.rulebase.rule import Example, Needs, Rule, Safety
-from porter.rulebase.families.thirdparty.twin_flags import flags_for_twins
+from porter.rulebase.families.thirdparty.twin_flags import flags_for_twins, mark_probe_imports
 from porter.rulebase.families.thirdparty.uses import (
     chain_alternatives,
     drop_dead_chains,
@@ -138,14 +138,15 @@ class FlashAttnFunc(Rule):
             "out2 = porter_runtime.attention_varlen_kvpacked(q, kv, cu_q, cu_k, mq, mk)\n"
             "out3 = porter_runtime.attention_varlen_qkvpacked(qkv, cu, m)\n",
         ),
-        # guarded by a flag only: the calls are rewritten, the guarded import stays
+        # guarded by a flag only: the calls are rewritten, the guarded import stays (it is
+        # the flag's test), marked as imported for it
         Example(
             "try:\n    from flash_attn import flash_attn_func\n    HAS_FLASH = True\n"
             "except ImportError:\n    HAS_FLASH = False\n\n"
             "def attend(q, k, v):\n    if HAS_FLASH:\n        return flash_attn_func(q, k, v)\n"
             "    return sdpa(q, k, v)\n",
             "import porter_runtime\n"
-            "try:\n    from flash_attn import flash_attn_func\n    HAS_FLASH = True\n"
+            "try:\n    from flash_attn import flash_attn_func  # noqa: F401\n    HAS_FLASH = True\n"
             "except ImportError:\n    HAS_FLASH = False\n\n"
             "def attend(q, k, v):\n    if HAS_FLASH:\n        return porter_runtime.attention(q, k, v)\n"
             "    return sdpa(q, k, v)\n",
@@ -321,7 +322,8 @@ class FlashAttnFunc(Rule):
         flags, ported = self._scan()
         body = without_stops(self, original.body, updated.body, flags, ported, "flash_attn")
         updated = flags_for_twins(self, original, updated.with_changes(body=body), ROOTS, flags, ported, "flash_attn")
-        return drop_dead_chains(self, original, updated, ROOTS, _CHAIN_ADVICE)
+        updated = drop_dead_chains(self, original, updated, ROOTS, _CHAIN_ADVICE)
+        return mark_probe_imports(original, updated, ROOTS)
 
     def rewrite(self, original, replacement, message, **kwargs):  # type: ignore[override]
         result = super().rewrite(original, replacement, message, **kwargs)

@@ -9,7 +9,7 @@ import libcst as cst
 
 from porter.rulebase.families.type_checks import TypeCheckUses
 from porter.rulebase.rule import Example, Needs, Rule, Safety
-from porter.rulebase.families.thirdparty.twin_flags import flags_for_twins
+from porter.rulebase.families.thirdparty.twin_flags import flags_for_twins, mark_probe_imports
 from porter.rulebase.families.thirdparty.xformers_names import (
     ATTENTION,
     BIAS_NAMES,
@@ -91,7 +91,9 @@ class XformersAttention(Rule):
     further in (`if not XFORMERS_AVAILABLE: if attn_bias is not None: raise ...`) is set
     to `porter_runtime.twins_stand_in("xformers")` in its `except ImportError:` instead,
     once every xformers use in the file is ported: False on CUDA, as before, and True
-    elsewhere, where the twins run. Uses inside the body of a `try` whose handler
+    elsewhere, where the twins run. The imports of such a `try` stay (they are the
+    flag's test) and are marked `# noqa: F401` once the port took their last use. Uses
+    inside the body of a `try` whose handler
     falls back to PyTorch are guarded, and not reported (TP203).
 
     Known limits:
@@ -201,7 +203,7 @@ class XformersAttention(Rule):
             example_code("""
             import porter_runtime
             try:
-                from xformers.ops import memory_efficient_attention
+                from xformers.ops import memory_efficient_attention  # noqa: F401
                 XFORMERS_AVAILABLE = True
             except ImportError:
                 XFORMERS_AVAILABLE = porter_runtime.twins_stand_in("xformers")
@@ -232,7 +234,8 @@ class XformersAttention(Rule):
         updated = updated.with_changes(body=self._without_stops(original.body, updated.body))
         flags, ported = self._scan()
         updated = flags_for_twins(self, original, updated, ["xformers"], flags, ported, "xformers")
-        return drop_dead_chains(self, original, updated, ["xformers"], _CHAIN_ADVICE)
+        updated = drop_dead_chains(self, original, updated, ["xformers"], _CHAIN_ADVICE)
+        return mark_probe_imports(original, updated, ["xformers"])
 
     def _without_stops(self, original, updated):
         flags, ported = self._scan()

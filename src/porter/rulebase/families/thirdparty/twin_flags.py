@@ -109,3 +109,70 @@ def flags_for_twins(rule, original: cst.Module, updated: cst.Module, roots: Iter
         body[index] = new
     return updated.with_changes(body=body)
 
+
+
+_NOQA = cst.TrailingWhitespace(whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment("# noqa: F401"))
+
+
+class _ProbeImports(cst.CSTTransformer):
+    """Marks the import lines of a ``try`` (also under an ``if`` inside it) whose names
+    are in ``dead`` with ``# noqa: F401``."""
+
+    def __init__(self, roots: tuple[str, ...], dead: set[str]) -> None:
+        super().__init__()
+        self.roots, self.dead, self.marked = roots, dead, 0
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> bool:
+        return False
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def leave_SimpleStatementLine(self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
+                                  ) -> cst.SimpleStatementLine:
+        found = _some_imports(cst.IndentedBlock(body=[original]))
+        if not found or not all(under(q, self.roots) for _, q in found) or updated.trailing_whitespace.comment:
+            return updated
+        if not all(bound.split(".")[0] in self.dead for bound, _ in found):
+            return updated
+        self.marked += 1
+        return updated.with_changes(trailing_whitespace=_NOQA)
+
+
+def mark_probe_imports(original: cst.Module, updated: cst.Module, roots: Iterable[str]) -> cst.Module:
+    """An availability probe that stays (its flag is still read) keeps its imports: they
+    are the test of whether the library imports, and removing them would make the flag
+    True on a CUDA machine without the library. Where the port took their last use, the
+    lines are marked ``# noqa: F401`` (imported for the probe), so that a linter finds
+    nothing the original did not."""
+    from porter.rulebase.families.thirdparty.uses import uses
+
+    roots = tuple(roots)
+    body = list(updated.body)
+    changed = False
+    for index, stmt in enumerate(body):
+        if not isinstance(stmt, cst.Try) or not (any(under(q, roots) for _, q in _some_imports(stmt.body))
+                                                 or _nested_imports(stmt.body, roots)):
+            continue
+        if any(_some_imports(h.body) for h in stmt.handlers):
+            continue  # an import chain (FlashAttention-3, else 2): no probe, and no guard
+        old = next((s for s in original.body if isinstance(s, cst.Try) and s.body.deep_equals(stmt.body)), None)
+        if old is None:  # its handler may have changed (flags_for_twins), its body not
+            continue
+        names = {bound.split(".")[0] for bound, _ in _probe_bindings(stmt.body)}
+        dead = {n for n in names if uses(updated, [n], stmt) == 0 and uses(original, [n], old) > 0}
+        if not dead:
+            continue
+        marker = _ProbeImports(roots, dead)
+        new = stmt.with_changes(body=stmt.body.visit(marker))
+        if marker.marked:
+            body[index], changed = new, True
+    return updated.with_changes(body=body) if changed else updated
+
+
+def _probe_bindings(body: cst.BaseSuite) -> list[tuple[str, str]]:
+    found = list(_some_imports(body))
+    for line in body.body if isinstance(body, cst.IndentedBlock) else []:
+        if isinstance(line, cst.If):
+            found += _probe_bindings(line.body)
+    return found
