@@ -118,7 +118,7 @@ def build_from(sources: Mapping[str, bytes]) -> ProjectModel:
 #: ``class Args(transformers.TrainingArguments):``, ``class TrainingArguments(
 #: transformers.TrainingArguments)``, ``class ScriptArguments(SFTConfig):``: the classes TP708 hooks.
 _TRAINER_ARGUMENTS = re.compile(
-    rb"class[ \t]+\w+[ \t]*\([^)]*\b(?:Seq2Seq)?(?:TrainingArguments|SFTConfig|DPOConfig|RewardConfig|GRPOConfig)\b")
+    rb"class[ \t]+\w+[ \t]*\([^)]*\b(?:Seq2Seq)?(?:TrainingArguments|SFTConfig|DPOConfig|GRPOConfig|RewardConfig|ORPOConfig|KTOConfig)\b")
 
 
 # -- which names other modules read ----------------------------------------------
