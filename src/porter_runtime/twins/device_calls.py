@@ -173,7 +173,7 @@ def fork_rng(*args: Any, **kwargs: Any) -> Any:
     if kind == "cpu":
         bound.arguments["devices"] = []
     elif bound.arguments.get("devices") is not None:
-        bound.arguments["devices"] = [0 for _ in bound.arguments["devices"]][:1]  # one device
+        bound.arguments["devices"] = [0] if bound.arguments["devices"] else []  # one device
     return torch.random.fork_rng(*bound.args, **bound.kwargs)
 
 

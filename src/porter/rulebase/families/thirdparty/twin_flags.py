@@ -14,7 +14,7 @@ from typing import Iterable
 
 import libcst as cst
 
-from porter.rulebase.families.thirdparty.uses import _catches_import_error, _nested_imports, _some_imports, under
+from porter.rulebase.families.thirdparty.uses import _catches_import_error, _some_imports, tries_import, under
 from porter.rulebase.walk import code_children
 def _reads(node: cst.CSTNode, names: set[str]) -> set[str]:
     """Which of ``names`` ``node`` reads (a field walk)."""
@@ -94,8 +94,7 @@ def flags_for_twins(rule, original: cst.Module, updated: cst.Module, roots: Iter
     value = cst.Call(rule.runtime("twins_stand_in"), args=[cst.Arg(cst.SimpleString(f'"{library}"'))])
     body = list(updated.body)
     for index, stmt in enumerate(body):
-        if not isinstance(stmt, cst.Try) or not (any(under(q, roots) for _, q in _some_imports(stmt.body))
-                                                 or _nested_imports(stmt.body, roots)):
+        if not tries_import(stmt, roots):
             continue
         flipper = _FlagValues(guarding, value)
         new = stmt.visit(flipper)
@@ -151,8 +150,7 @@ def mark_probe_imports(original: cst.Module, updated: cst.Module, roots: Iterabl
     body = list(updated.body)
     changed = False
     for index, stmt in enumerate(body):
-        if not isinstance(stmt, cst.Try) or not (any(under(q, roots) for _, q in _some_imports(stmt.body))
-                                                 or _nested_imports(stmt.body, roots)):
+        if not tries_import(stmt, roots):
             continue
         if any(_some_imports(h.body) for h in stmt.handlers):
             continue  # an import chain (FlashAttention-3, else 2): no probe, and no guard

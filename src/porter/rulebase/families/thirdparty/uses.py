@@ -122,8 +122,7 @@ def flags_set_false(module: cst.Module, roots: Iterable[str]) -> set[str]:
     found: set[str] = set()
     roots = tuple(roots)
     for stmt in module.body:
-        if not isinstance(stmt, cst.Try) or not (any(under(q, roots) for _, q in _some_imports(stmt.body))
-                                                 or _nested_imports(stmt.body, roots)):
+        if not tries_import(stmt, roots):
             continue
         for handler in stmt.handlers:
             if not _catches_import_error(handler) or not isinstance(handler.body, cst.IndentedBlock):
@@ -414,6 +413,13 @@ def without_stops(rule, original: Sequence[cst.CSTNode], updated: Sequence[cst.C
                             "call here now runs there (porter_runtime): the stop goes")
             dropped.append(new)
     return without(list(updated), dropped) if dropped else updated
+
+
+def tries_import(stmt: cst.CSTNode, roots: tuple[str, ...]) -> bool:
+    """Whether ``stmt`` is a ``try`` whose body imports under ``roots`` (directly, or under
+    an ``if`` inside it: ``if ENABLED: from xformers.ops import ...``)."""
+    return isinstance(stmt, cst.Try) and (any(under(q, roots) for _, q in _some_imports(stmt.body))
+                                          or _nested_imports(stmt.body, roots))
 
 
 def _nested_imports(body: cst.BaseSuite, roots: tuple[str, ...]) -> bool:
