@@ -4,7 +4,10 @@ smaller things (the progress bar, the runtime's notes, help that agrees with the
 ``porter.toml`` as a root marker)."""
 
 import json
+import os
 import re
+import subprocess
+import sys
 
 from porter_test_utils import FIXTURES, ROOT
 from test_cli import SAMPLE, make_tree
@@ -179,3 +182,26 @@ def test_porter_toml_marks_the_project_root(tmp_path):
     assert b" x = torch.zeros(2).cuda()\n" in nested.stdout  # sub's settings: PT001 off, PT101 on
     readme = (ROOT / "README.md").read_text()
     assert re.search(r"`--root DIR` \|[^\n]*`porter\.toml`", readme)
+
+
+def test_a_downloaded_repository_inside_another_project_is_its_own_root(tmp_path):
+    """GitHub's "Download ZIP" has no .git and many research repositories no project file:
+    unpacked inside another project, the runtime goes inside the folder named, never above
+    it, and the ported script runs from its own folder."""
+    outer = make_tree(tmp_path / "myproject", {"pyproject.toml": "[project]\nname = 'mine'\n"})
+    repo = make_tree(outer / "third_party" / "gptrepo", {
+        "README.md": "# a GPT\n",
+        "train.py": "import torch\nx = torch.zeros(2).cuda()\nprint('sum', float(x.sum()))\n",
+    })
+    proc = porter("migrate", "third_party/gptrepo", "--write", "-q", cwd=outer)
+    assert proc.returncode in (0, 1), proc.stderr
+    assert sorted(p.name for p in outer.iterdir()) == ["pyproject.toml", "third_party"]
+    assert (repo / "porter_runtime" / "VENDORED.txt").is_file()
+    assert not (repo / "porter_runtime.py").exists()  # no pointer to a copy above
+    run = subprocess.run([sys.executable, "train.py"], cwd=repo, capture_output=True, text=True,
+                         env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "PORTER_QUIET": "1"})
+    assert run.returncode == 0 and "sum 0.0" in run.stdout, run.stderr
+    # a folder without a README inside a project still belongs to that project
+    make_tree(outer, {"scripts/go.py": "import torch\ntorch.cuda.synchronize()\n"})
+    diff = porter("migrate", "scripts", "--diff", cwd=outer)
+    assert diff.stdout.startswith(b"diff --git a/scripts/go.py b/scripts/go.py\n"), diff.stdout[:200]

@@ -109,7 +109,8 @@ class MigrateFlags:
 @click.option("--root", type=click.Path(path_type=Path, file_okay=False, exists=True),
               help="Project root: diff paths are relative to it and the runtime goes in it "
                    "(default: the nearest folder with pyproject.toml, setup.py, setup.cfg, "
-                   "requirements.txt or .git; in a tree with none, the outermost with porter.toml).")
+                   "requirements.txt or .git; in a tree with none, the outermost with porter.toml; a named folder "
+                   "holding a README is its own root).")
 @click.option("--config", "config_file", type=click.Path(path_type=Path, dir_okay=False, exists=True),
               help="Settings file (default: porter.toml, else pyproject.toml's [tool.porter], at the root).")
 @click.option("--unsafe-fixes", is_flag=True, default=None, help="Also apply fixes that may change behaviour on CUDA.")

@@ -328,6 +328,8 @@ def relative_posix(path: Path, root: Path) -> str:
 
 #: Files that mark the top of a Python project.
 PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", "requirements.txt")
+#: A named folder holding one of these is a repository's top, even without project files.
+README_NAMES = ("README.md", "README.rst", "README.txt", "README", "readme.md", "Readme.md")
 
 
 def find_root(paths: Sequence[Path]) -> Path:
@@ -336,12 +338,17 @@ def find_root(paths: Sequence[Path]) -> Path:
     in a tree with none of them, the outermost folder with a ``porter.toml`` (a nested
     one governs its folder's files, as a nested settings file does); else the path's
     own folder. A project inside another repository (a vendored package, an example
-    folder) is its own root."""
+    folder) is its own root, and so is a folder named on the command line that holds a
+    README: a repository downloaded without ``.git`` or project files (GitHub's "Download
+    ZIP" of a research repository) inside another project must not have its runtime
+    written above it, where its scripts would not find it."""
     first = paths[0].absolute()
     start = first if first.is_dir() else first.parent
     settings = None
     for folder in [start, *start.parents]:
         if (folder / ".git").exists() or any((folder / m).is_file() for m in PROJECT_MARKERS):
+            return folder
+        if folder == first and any((folder / m).is_file() for m in README_NAMES):
             return folder
         if (folder / "porter.toml").is_file():
             settings = folder
