@@ -358,3 +358,37 @@ def test_a_package_below_the_root_of_a_repository_that_does_not_build_points_to_
     assert ran.returncode == 0 and ran.stdout.strip() == "2.0", ran.stderr
     again = run_porter("migrate", repo, "--diff", "-q")
     assert again.returncode == 0 and again.stdout == b""
+
+
+@pytest.mark.parametrize("folder", ["port", "xlstm-main"])
+def test_a_stray_init_at_the_root_does_not_make_the_checkout_folder_a_package(tmp_path, folder):
+    """NX-AI/xlstm has an ``__init__.py`` at its root. Its code imports itself as ``xlstm``
+    (the inner package) with the root on sys.path, whatever the checkout folder is called:
+    ``from port import porter_runtime`` (a gauntlet folder) broke the import on CUDA too,
+    and ``xlstm-main`` (GitHub's zip) is no Python name at all."""
+    repo = tmp_path / folder
+    files = {
+        "__init__.py": "",
+        "pyproject.toml": "[project]\nname = 'xlstm'\nversion = '0'\n[build-system]\nrequires = ['setuptools']\n"
+                          "build-backend = 'setuptools.build_meta'\n",
+        "xlstm/__init__.py": "from .blocks.cell import Cell\n",
+        "xlstm/blocks/__init__.py": "",
+        "xlstm/blocks/cell.py": "import torch\nfrom torch.cuda.amp import custom_fwd\n\n\nclass Cell:\n"
+                                "    @staticmethod\n    @custom_fwd\n    def run(x):\n"
+                                "        return (x.cuda() * 2).sum().item()\n",
+        "experiments/main.py": "import torch\nfrom xlstm import Cell\n\nprint(Cell.run(torch.ones(2)))\n"
+                               "torch.cuda.synchronize()\n",
+    }
+    for rel, text in files.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    assert run_porter("migrate", repo, "--write", "-q").returncode == 0
+    cell = (repo / "xlstm" / "blocks" / "cell.py").read_text()
+    assert "from xlstm import porter_runtime" in cell, cell
+    assert f"from {folder} import" not in cell and "from port import" not in (repo / "experiments" / "main.py").read_text()
+    ran = subprocess.run([sys.executable, "experiments/main.py"], cwd=repo, capture_output=True, text=True, timeout=300,
+                         env={"CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin", "PORTER_QUIET": "1",
+                              "PYTHONPATH": str(repo)})
+    assert ran.returncode == 0 and ran.stdout.strip() == "4.0", ran.stderr
+    again = run_porter("migrate", repo, "--diff", "-q")
+    assert again.returncode == 0 and again.stdout == b""

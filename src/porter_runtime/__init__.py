@@ -44,7 +44,7 @@ _EXPORTS = {
     "attention": "attn.attention", "attention_kvpacked": "attn.attention",
     "attention_qkvpacked": "attn.attention", "attention_varlen": "attn.attention",
     "attention_varlen_kvpacked": "attn.attention", "attention_varlen_qkvpacked": "attn.attention",
-    "sdpa_kernel": "attn.sdpa",
+    "sdpa_kernel": "attn.sdpa", "flex_attention_call": "attn.flex",
     "double": "_cast", "to_dtype": "_cast",
     "compile": "_compile",
     "dataloader_kwargs": "_data", "map_location": "_data", "mpi_workers": "_data", "pin_memory": "_data",

@@ -284,6 +284,13 @@ except NotImplementedError as error:
 keep = torch.tensor([0, 2], device=dev)
 host = torch.zeros(4, dtype=torch.float64)
 print(host[torch.as_tensor(keep, device=host.device)].tolist())
+
+
+def normalize(x: torch.Tensor) -> torch.Tensor:  # torchvision's Normalize calls as_tensor
+    return x - torch.as_tensor([0.5], dtype=x.dtype, device=x.device)
+
+
+print(torch.jit.script(normalize)(torch.ones(2, device=dev)).tolist())  # sam2's scripted transforms
 """
 
 
@@ -296,4 +303,4 @@ def test_flex_attention_the_accelerator_and_host_copies_behave_as_on_a_mac(tmp_p
     env = {**os.environ, "PORTER_EMULATE": "mps", "PORTER_QUIET": "1", "PYTHONPATH": SRC}
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == ["True True True", "no backward", "[0.0, 0.0]"]
+    assert out.stdout.splitlines() == ["True True True", "no backward", "[0.0, 0.0]", "[0.5, 0.5]"]

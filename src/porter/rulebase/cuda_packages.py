@@ -81,6 +81,22 @@ PACKAGES: tuple[CudaPackage, ...] = (
                 "torch.nn.Linear / LayerNorm in bfloat16 off CUDA (no FP8 there)",
                 ("transformer_engine_torch",)),
     CudaPackage(("vllm",), ("vllm",), "Hugging Face transformers' generate() off CUDA"),
+    # Mixture-of-experts and attention kernels (nanotron's grouped_gemm raised at import).
+    CudaPackage(("grouped_gemm",), ("grouped-gemm",),
+                "a loop of torch.matmul over the experts (or torch._grouped_mm where torch has it) off CUDA"),
+    CudaPackage(("megablocks",), ("megablocks",),
+                "a dense or per-expert-loop mixture of experts in PyTorch off CUDA"),
+    CudaPackage(("stk",), ("stanford-stk",), "dense torch matmuls with the block mask applied off CUDA"),
+    CudaPackage(("deep_gemm",), (), "torch.matmul in bfloat16 off CUDA (no FP8 GEMM there)"),
+    CudaPackage(("sageattention",), ("sageattention",),
+                "torch.nn.functional.scaled_dot_product_attention off CUDA"),
+    CudaPackage(("ring_flash_attn",), ("ring-flash-attn",),
+                "scaled_dot_product_attention on the whole sequence off CUDA (one process, no ring)"),
+    # Graphics and 3-D kernels.
+    CudaPackage(("tinycudann",), (), "a torch.nn MLP and a PyTorch hash-grid encoding off CUDA"),
+    CudaPackage(("nvdiffrast",), ("nvdiffrast",), "a PyTorch rasteriser (pytorch3d's) off CUDA"),
+    CudaPackage(("diff_gaussian_rasterization", "simple_knn"), (),
+                "a PyTorch Gaussian-splatting rasteriser (gsplat's torch path) off CUDA"),
     CudaPackage(("auto_gptq",), ("auto-gptq",), "load the unquantised model off CUDA"),
     CudaPackage(("exllamav2",), ("exllamav2",), "load the unquantised model off CUDA"),
     CudaPackage((), ("tensorflow-gpu",),  # imported as tensorflow, which installs anywhere

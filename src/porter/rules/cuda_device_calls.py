@@ -191,6 +191,20 @@ class CudaSetDevice(TwinCall, Rule):
     table = twin_table({"set_device": "set_device"})
     needs = Needs(calls_only=True, targets=frozenset(table))
 
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        """``set_device(torch.cuda.device(i))`` (nanotron) is ``set_device(i)``: torch takes the
+        context manager's index; the inner call would stay a CUDA call for the next run."""
+        new = super().leave_Call(original, updated)
+        args = original.args
+        if new is updated or len(args) != 1 or args[0].keyword is not None or args[0].star \
+                or not isinstance(args[0].value, cst.Call) or self.matches(args[0].value.func, "torch.cuda.device") \
+                is None:
+            return new
+        inner = args[0].value.args
+        if len(inner) != 1 or inner[0].keyword is not None or inner[0].star or not isinstance(new, cst.Call):
+            return new
+        return new.with_changes(args=[new.args[0].with_changes(value=inner[0].value)])
+
     valid = [
         "def setup(torch, rank):\n    torch.cuda.set_device(rank)\n",
         "import mylib as torch\ntorch.cuda.set_device(0)\n",
@@ -208,6 +222,10 @@ class CudaSetDevice(TwinCall, Rule):
         Example(
             "from torch.cuda import set_device\n\ndef worker(rank):\n    set_device(rank)\n",
             "import porter_runtime\n\ndef worker(rank):\n    porter_runtime.set_device(rank)\n",
+        ),
+        Example(
+            "import torch\n\n\ndef set_rank_device(device_id):\n    torch.cuda.set_device(torch.cuda.device(device_id))\n",
+            "import porter_runtime\n\n\ndef set_rank_device(device_id):\n    porter_runtime.set_device(device_id)\n",
         ),
     ]
 

@@ -6,7 +6,9 @@ from textwrap import dedent
 
 import libcst as cst
 
-from porter.rulebase.cuda_packages import IMPORT_ROOTS, advice_for
+from porter.rulebase.conditions.guards import GuardFinder
+from porter.rulebase.conditions.guards import parse as parse_ast
+from porter.rulebase.cuda_packages import IMPORT_ROOTS, advice_for, is_cuda_only_module
 from porter.rulebase.evidence import Imports
 from porter.rulebase.families.thirdparty.kernel_builds import COMPILED_MODULES, imports_of, lone_import, optional_import
 from porter.rulebase.families.thirdparty.triton_imports import made_importable
@@ -87,6 +89,12 @@ class CudaOnlyPackage(GuardTracker, Rule):
 
     valid = [
         "try:\n    import deepspeed\nexcept ImportError:\n    deepspeed = None\n",
+        # nanotron: a probe of this module that is False when the import fails guards it (its
+        # use was ported: the import is left unused, and never runs off CUDA)
+        "from packaging import version\n\n\ndef is_flash_attn_2_10():\n    try:\n        import flash_attn\n\n"
+        "        return version.parse(flash_attn.__version__) >= version.parse('2.1.0')\n"
+        "    except ImportError:\n        return False\n\n\nif is_flash_attn_2_10():\n"
+        "    from flash_attn.flash_attn_interface import flash_attn_func\n",
         # TP604's: the extension is only used for CUDA tensors
         "import torch\nimport rotary_emb\n\ndef rotate(x, c, s):\n    if x.is_cuda:\n        return rotary_emb.apply(x, c, s)\n"
         "    return torch_rotate(x, c, s)\n",
@@ -183,13 +191,28 @@ class CudaOnlyPackage(GuardTracker, Rule):
                   suggestion=_PACKAGES[root])
         return True
 
+    def _under_probe(self) -> bool:
+        """Inside ``if has_flash():``, where ``has_flash`` is a function of this module that
+        returns False when its ``try: import flash_attn`` fails (nanotron's
+        ``is_flash_attn_greater_or_equal_2_10()``): the import never runs off CUDA."""
+        tests = [i.test for i in self._stacks()[1]]
+        calls = {t.func.value for t in tests if isinstance(t, cst.Call) and not t.args and isinstance(t.func, cst.Name)}
+        if not calls:
+            return False
+        tree = parse_ast(self.ctx.module.code.encode())
+        if tree is None:
+            return False
+        finder = GuardFinder(tree, self.ctx.module.code.encode().splitlines(), is_cuda_only_module)
+        finder.find(expressions=False)
+        return any(finder.flags.get(f"{name}()", (False, ""))[:2] == (True, "import") for name in calls)
+
     def _unused(self, node: cst.CSTNode, module: str) -> bool:
         """flash_attn, xformers, apex, ... have rules of their own for every use; an import
         of one that nothing uses (imported for its side effects) fails all the same."""
         if module.split(".")[0] not in IMPORT_ROOTS or self.guarded() or node in self._seen:
             return False
         bound = bound_names(node)
-        if not bound or uses(self.ctx.module, bound, node) > 0:
+        if not bound or uses(self.ctx.module, bound, node) > 0 or self._under_probe():
             return False
         self.ctx.see_all_uses_of(bound)
         self._seen.add(node)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
+from porter.project.vendoring.runtime_probes import root_is_package
 from porter.verify.scripts import script_header
 
 RUNTIME = "porter_runtime"
@@ -122,8 +123,11 @@ class _Layout:
             return self.cache[folder]
         has_init = (folder / "__init__.py").is_file()
         if folder == self.top or not folder.name.isidentifier() or self.top not in folder.parents:
-            if folder == self.top and has_init and folder.name.isidentifier():
-                answer = (folder.parent, folder.name + ".")  # the tree's root is a package
+            if folder == self.top and has_init and folder.name.isidentifier() and \
+                    (self._namespace(folder, folder.name) or root_is_package(folder)):
+                # the tree's root is a package: its code imports itself relatively or by the
+                # root's name (a stray root __init__.py alone does not make it one: xlstm)
+                answer = (folder.parent, folder.name + ".")
             else:
                 answer = (folder, "")
         else:

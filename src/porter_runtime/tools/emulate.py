@@ -301,7 +301,23 @@ def patch_host_moves() -> None:
             return _to_host(data, out)
         return out
 
-    torch.as_tensor = as_tensor_to_host
+    torch.as_tensor = _scriptable(as_tensor, as_tensor_to_host)
+
+
+def _scriptable(original: Any, wrapper: Any) -> Any:
+    """``wrapper`` (a Python function standing in for a torch function) registered as the
+    same TorchScript operator as ``original``: scripted code (``torch.jit.script`` of
+    torchvision's ``Normalize``, which calls ``torch.as_tensor``) compiles as on a Mac,
+    where the function is torch's own, instead of failing on a function it cannot
+    compile."""
+    try:
+        from torch.jit import _builtins
+        op = _builtins._get_builtin_table().get(id(original))
+        if op is not None:
+            _builtins._register_builtin(wrapper, op)
+    except (ImportError, AttributeError):  # torch's private table moved: scripting is then as before
+        pass
+    return wrapper
 
 
 def accelerator_is_the_device() -> None:

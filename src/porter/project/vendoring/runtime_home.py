@@ -89,7 +89,7 @@ class Layout:
         parent = folder.parent
         if parent == self.root:
             return Home(folder)
-        package = _package_name(parent)
+        package = _package_name(parent, self.root)
         if package is None:
             raise LayoutError(f"{shown}: {parent.relative_to(self.root).as_posix()}/ is neither the root nor a "
                               "package (no __init__.py), so the ported code could not import the runtime there")
@@ -103,7 +103,7 @@ class Layout:
         if self.fixed is not None:
             return self.fixed, ""
         file = file.absolute()
-        top = _top_package(file)
+        top = _top_package(file, self.root)
         nested = _namespace_name(top, self.root) if top is not None else None
         imported = list(imported)
         if nested is not None:
@@ -177,7 +177,7 @@ def home_of_import(layout: "Layout", file: Path, package: str) -> Home:
         if beside.parent != layout.root and is_pointer(beside.with_name(f"{RUNTIME}.py")):
             return Home(beside, primary=layout.root_home)
         return layout.root_home
-    top = _top_package(file.absolute())
+    top = _top_package(file.absolute(), layout.root)
     bases = [layout.root, layout.root / "src"] + ([top.parent] if top is not None else [])
     for base in bases:
         folder = base.joinpath(*package.split("."))

@@ -32,11 +32,55 @@ def _installable(root: Path) -> bool:
     return "[project]" in text or "[build-system]" in text or "[tool.poetry]" in text
 
 
-def _top_package(file: Path) -> Optional[Path]:
-    """The topmost package folder holding ``file`` (None for a file outside packages)."""
+_RELATIVE_IMPORT = re.compile(rb"^[ \t]*from[ \t]+\.", re.M)
+
+
+def root_is_package(root: Path) -> bool:
+    """Whether the root folder is itself a package of its code: it has an ``__init__.py``,
+    its name is a Python name, and its own modules import each other relatively (``from
+    . import b``) or by the root's name (``from mypkg.b import x`` where ``b`` is beside
+    them): a tree imported from its parent. An ``__init__.py`` alone is not enough: some
+    research repositories have a stray one (NX-AI/xlstm) while their scripts run with the
+    root on ``sys.path``, and the folder's name is whatever the clone or the download
+    called it (``xlstm``, ``xlstm-main``)."""
+    if not _is_file(root / "__init__.py") or not root.name.isidentifier():
+        return False
+    try:
+        stamp = root.stat().st_mtime_ns  # a file added or removed at the root changes it
+    except OSError:
+        return False
+    return _root_imports_itself(root, stamp)
+
+
+@functools.lru_cache(maxsize=64)
+def _root_imports_itself(root: Path, stamp: int) -> bool:
+    own = re.compile(rb"^[ \t]*(?:from|import)[ \t]+" + re.escape(root.name.encode()) + rb"\.(\w+)", re.M)
+    try:
+        files = [p for p in root.iterdir() if p.suffix == ".py" and p.is_file()]
+    except OSError:
+        return False
+    for file in files:
+        try:
+            text = file.read_bytes()
+        except OSError:
+            continue
+        if _RELATIVE_IMPORT.search(text):
+            return True
+        for match in own.finditer(text):
+            child = match.group(1).decode()
+            if _is_file(root / f"{child}.py") or (root / child).is_dir():
+                return True
+    return False
+
+
+def _top_package(file: Path, root: Optional[Path] = None) -> Optional[Path]:
+    """The topmost package folder holding ``file`` (None for a file outside packages),
+    within ``root``: the root folder counts only where it is a package of its own code
+    (:func:`root_is_package`)."""
     top = None
     folder = file.parent
-    while _is_file(folder / "__init__.py"):
+    stop = None if root is None or root_is_package(root) else root
+    while folder != stop and _is_file(folder / "__init__.py"):
         top = folder
         folder = folder.parent
     return top
@@ -145,12 +189,13 @@ def _maps_packages(root: Path) -> bool:
     return False
 
 
-def _package_name(folder: Path) -> Optional[str]:
-    if not _is_file(folder / "__init__.py"):
+def _package_name(folder: Path, root: Optional[Path] = None) -> Optional[str]:
+    stop = None if root is None or root_is_package(root) else root
+    if folder == stop or not _is_file(folder / "__init__.py"):
         return None
     parts = [folder.name]
     here = folder.parent
-    while _is_file(here / "__init__.py"):
+    while here != stop and _is_file(here / "__init__.py"):
         parts.insert(0, here.name)
         here = here.parent
     return ".".join(parts)
