@@ -69,7 +69,7 @@ _EXPORTS = {
     "reset_accumulated_memory_stats": "twins.memory", "memory_summary": "twins.memory",
     "power_draw": "twins.memory", "utilization": "twins.memory", "temperature": "twins.memory",
     "clock_rate": "twins.memory",
-    "AdamATan2": "thirdparty.adam_atan2",
+    "AdamATan2": "thirdparty.adam_atan2", "timm_mixup": "thirdparty.timm",
     "FusedAdam": "thirdparty.apex", "FusedLAMB": "thirdparty.apex",
     "FusedLayerNorm": "thirdparty.apex", "FusedRMSNorm": "thirdparty.apex",
     "memory_efficient_attention": "thirdparty.xformers",
