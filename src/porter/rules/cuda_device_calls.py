@@ -194,16 +194,16 @@ class CudaSetDevice(TwinCall, Rule):
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         """``set_device(torch.cuda.device(i))`` (nanotron) is ``set_device(i)``: torch takes the
         context manager's index; the inner call would stay a CUDA call for the next run."""
-        new = super().leave_Call(original, updated)
         args = original.args
-        if new is updated or len(args) != 1 or args[0].keyword is not None or args[0].star \
-                or not isinstance(args[0].value, cst.Call) or self.matches(args[0].value.func, "torch.cuda.device") \
-                is None:
-            return new
-        inner = args[0].value.args
-        if len(inner) != 1 or inner[0].keyword is not None or inner[0].star or not isinstance(new, cst.Call):
-            return new
-        return new.with_changes(args=[new.args[0].with_changes(value=inner[0].value)])
+        if self.matches(original.func) is not None and len(args) == 1 and args[0].keyword is None \
+                and not args[0].star and isinstance(args[0].value, cst.Call) \
+                and self.matches(args[0].value.func, "torch.cuda.device") is not None:
+            inner = args[0].value.args
+            outer = updated.args[0].value
+            if len(inner) == 1 and inner[0].keyword is None and not inner[0].star and isinstance(outer, cst.Call):
+                # the rewrite puts back the comments the inner call held
+                updated = updated.with_changes(args=[updated.args[0].with_changes(value=outer.args[0].value)])
+        return super().leave_Call(original, updated)
 
     valid = [
         "def setup(torch, rank):\n    torch.cuda.set_device(rank)\n",

@@ -344,8 +344,7 @@ class GuardFinder:
             if value is None:
                 self.flags[name] = (True, "import", where)  # `flash_attn_func = None`: `is not None` holds with CUDA
         owner = _enclosing_function(self.tree, node)
-        # def has_flash(): try: import flash_attn; return True (or a version test) except ImportError: return False
-        if owner is not None and _may_return_true(node.body) and all(_returns(h.body, False) for h in node.handlers):
+        if owner is not None and _returns(node.body, None) and all(_returns(h.body, False) for h in node.handlers):
             self.flags[owner.name + "()"] = (True, "import", where)
 
     def _flags(self) -> None:
@@ -448,16 +447,13 @@ def _constant_assignments(stmt: ast.stmt) -> Iterator[tuple[str, object]]:
                 yield key, stmt.value.value
 
 
-def _returns(body: Sequence[ast.stmt], value: bool) -> bool:
+def _returns(body: Sequence[ast.stmt], value: Optional[bool]) -> bool:
+    """``value`` None: anything that can be true (``version.parse(...) >= ...`` once imported)."""
+    if value is None:
+        return any(isinstance(s, ast.Return) and s.value is not None
+                   and not (isinstance(s.value, ast.Constant) and not s.value.value) for s in body)
     return any(isinstance(s, ast.Return) and isinstance(s.value, ast.Constant) and s.value.value is value
                for s in body)
-
-
-def _may_return_true(body: Sequence[ast.stmt]) -> bool:
-    """The block returns something that can be true: ``True``, or a test computed once the
-    import succeeded (``version.parse(flash_attn.__version__) >= ...``)."""
-    return any(isinstance(s, ast.Return) and s.value is not None
-               and not (isinstance(s.value, ast.Constant) and not s.value.value) for s in body)
 
 
 def _enclosing_function(tree: ast.AST, target: ast.AST) -> Optional[ast.FunctionDef]:
