@@ -120,7 +120,11 @@ def test_killed_write_leaves_every_file_old_or_new(tmp_path):
     """SIGKILL a --write run part-way: each file is byte-identical to the original or to
     the fully migrated version, no temp file is left as a .py, and a second run
     finishes the job exactly as an uninterrupted run would have."""
-    count = 300
+    # 150 files: the kill comes once 10 are written (one -j 1 run writes each as it is done,
+    # about 70 ms of CPU apiece), so 140 files, some 10 s of porter's CPU, are the margin
+    # before "porter finished before it could be killed"; more files only lengthen the two
+    # whole runs (the reference and the second run).
+    count = 150
     originals = {f"m{i:03d}.py": _program(i) for i in range(count)}
     victim, reference = tmp_path / "victim", tmp_path / "reference"
     for folder in (victim, reference):
