@@ -120,6 +120,11 @@ def _leaves(value: Any, prefix: str = "") -> dict[str, Any]:
         for i, item in enumerate(value):
             out.update(_leaves(item, f"{prefix}[{i}]"))
         return out
+    if hasattr(value, "state_dict") and callable(value.state_dict) and not isinstance(value, torch.Tensor):
+        try:  # a pickled module or optimizer: compared by its state
+            return _leaves(value.state_dict(), prefix + ".state_dict()")
+        except Exception:
+            pass
     return {prefix: value}
 
 

@@ -228,24 +228,7 @@ def _timing_only(line: str) -> bool:
 
 # --------------------------------------------------------------------------- comparison
 
-def _leaves(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            out.update(_leaves(item, f"{prefix}/{key}"))
-        return out
-    if isinstance(value, (list, tuple)):
-        out = {}
-        for i, item in enumerate(value):
-            out.update(_leaves(item, f"{prefix}[{i}]"))
-        return out
-    if hasattr(value, "state_dict") and callable(value.state_dict) and not _is_tensor(value):
-        try:
-            return _leaves(value.state_dict(), prefix + ".state_dict()")
-        except Exception:
-            pass
-    return {prefix: value}
-
+from differential import _leaves  # noqa: E402  (bench/ is on sys.path above; one walk of nested outputs)
 
 def _is_tensor(value: Any) -> bool:
     import torch
