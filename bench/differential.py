@@ -38,13 +38,16 @@ from typing import Any
 
 import torch
 
+from porter.verify.emulate_cuda import write_site
+from porter.verify.emulate_cuda.compare import comparable as _comparable  # noqa: F401  (tests use it)
+from porter.verify.emulate_cuda.compare import compare_outputs
+from porter.verify.emulate_cuda.compare import difference as _difference
+from porter.verify.emulate_cuda.compare import leaves as _leaves  # noqa: F401  (recipe_differential's)
+
 ROOT = Path(__file__).resolve().parent.parent
 REPOS = ROOT / "fixtures" / "repos"
 WITHOUT_PORTER = ROOT / "tests" / "without_porter.py"
 TOLERANCE = 1e-4  # relative, where kernels are not deterministic (atomics in cuDNN/cuBLAS)
-#: Leaves that measure the machine, not the model (wall-clock times, throughput).
-_TIMING = re.compile(r"time|elapsed|sec\b|seconds?$|_s$|_ms$|throughput|speed|per_s|/s\b|duration|"
-                     r"peak_mem|mem_mb", re.IGNORECASE)
 #: A sitecustomize that seeds Python's, NumPy's and torch's global generators
 #: (torch.manual_seed seeds CUDA's too) in every interpreter of a run, worker
 #: processes (mp.spawn, DataLoader) included: code that draws from an unseeded
@@ -80,7 +83,7 @@ def _free_port() -> str:
         return str(s.getsockname()[1])
 
 
-def _run_all(repo: Path, out: Path) -> tuple[int, list[float], str]:
+def _run_all(repo: Path, out: Path, emulate: bool = False) -> tuple[int, list[float], str]:
     """Run the entry points in order, seeded, until one fails; (how many ran, loss
     numbers printed, the failing one's stderr).
 
@@ -91,7 +94,10 @@ def _run_all(repo: Path, out: Path) -> tuple[int, list[float], str]:
     wrapper.write_text(_WRAPPER.format(tests=str(WITHOUT_PORTER.parent)))
     site = out.parent / f"_site_{out.name}"
     site.mkdir(exist_ok=True)
-    (site / "sitecustomize.py").write_text(_SITE)
+    if emulate:  # --emulate cuda: every interpreter a CUDA machine, then seeded
+        write_site(site, then=_SITE)
+    else:
+        (site / "sitecustomize.py").write_text(_SITE)
     for ran, entry in enumerate(_entry_points(repo)):
         port = _free_port()
         args = [c.replace("{out}", str(out)).replace("{port}", port) for c in entry["cmd"]][1:]
@@ -108,85 +114,6 @@ def _run_all(repo: Path, out: Path) -> tuple[int, list[float], str]:
     return len(_entry_points(repo)), losses, ""
 
 
-def _leaves(value: Any, prefix: str = "") -> dict[str, Any]:
-    """Numbers and tensors inside nested dicts/lists, by path."""
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            out.update(_leaves(item, f"{prefix}/{key}"))
-        return out
-    if isinstance(value, (list, tuple)):
-        out = {}
-        for i, item in enumerate(value):
-            out.update(_leaves(item, f"{prefix}[{i}]"))
-        return out
-    if hasattr(value, "state_dict") and callable(value.state_dict) and not isinstance(value, torch.Tensor):
-        try:  # a pickled module or optimizer: compared by its state
-            return _leaves(value.state_dict(), prefix + ".state_dict()")
-        except Exception:
-            pass
-    return {prefix: value}
-
-
-def _difference(a: Any, b: Any) -> float:
-    """0 when equal, inf when incomparable, else the largest relative difference."""
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        if a.shape != b.shape or a.dtype != b.dtype:
-            return math.inf
-        if torch.equal(a, b):
-            return 0.0
-        if not a.is_floating_point():
-            return math.inf
-        a64, b64 = a.double(), b.double()
-        return float(((a64 - b64).abs() / b64.abs().clamp_min(1e-6)).max())
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and \
-            not isinstance(a, bool) and not isinstance(b, bool):
-        if a == b or (math.isnan(a) and math.isnan(b)):
-            return 0.0
-        return abs(a - b) / max(abs(b), 1e-6)
-    return 0.0 if a == b else math.inf
-
-
-def _load(path: Path) -> Any:
-    if path.suffix == ".json":
-        return json.loads(path.read_text())
-    data = path.read_bytes()
-    # torch.save writes a zip archive whatever the name (`checkpoint.pth.tar`); its
-    # bytes differ run to run (record order), its tensors are what to compare.
-    if path.suffix in (".pt", ".pth", ".ckpt", ".bin") or data.startswith(b"PK\x03\x04"):
-        try:
-            return torch.load(path, map_location="cpu", weights_only=False)
-        except Exception:
-            if path.suffix in (".pt", ".pth", ".ckpt"):
-                raise
-    return data
-
-
-def _comparable(leaves: dict[str, Any], out: Path) -> dict[str, Any]:
-    """Timing leaves dropped; the run's own output folder written as {out}."""
-    return {k: (v.replace(str(out), "{out}") if isinstance(v, str) else v)
-            for k, v in leaves.items() if not _TIMING.search(k.rsplit("/", 1)[-1])}
-
-
-def compare_outputs(a: Path, b: Path) -> list[tuple[str, float]]:
-    """(file, largest difference) for everything two runs wrote, largest first."""
-    rows = []
-    names = sorted({p.relative_to(a).as_posix() for p in a.rglob("*") if p.is_file()} |
-                   {p.relative_to(b).as_posix() for p in b.rglob("*") if p.is_file()})
-    for name in names:
-        if not (a / name).exists() or not (b / name).exists():
-            rows.append((name + " (written by one side only)", math.inf))
-            continue
-        left = _comparable(_leaves(_load(a / name)), a)
-        right = _comparable(_leaves(_load(b / name)), b)
-        if left.keys() != right.keys():
-            rows.append((name + " (different structure)", math.inf))
-            continue
-        worst = max((_difference(left[k], right[k]) for k in left), default=0.0)
-        rows.append((name, worst))
-    return sorted(rows, key=lambda r: -r[1])
-
-
 def _port(tree: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "porter", "migrate", str(tree), "--write"],
                           capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
@@ -196,16 +123,16 @@ def _port(tree: Path) -> None:
         raise RuntimeError(f"porter migrate failed on {tree}:\n{done.stderr[-1500:]}")
 
 
-def check_repo(name: str, work: Path, cuda: bool) -> dict[str, Any]:
+def check_repo(name: str, work: Path, cuda: bool, emulate: bool = False) -> dict[str, Any]:
     source = REPOS / name
     side_a, side_b = work / name / "a", work / name / "b"
     shutil.copytree(source, side_a)
     shutil.copytree(source, side_b)
     _port(side_b)
-    if not cuda:
+    if not (cuda or emulate):
         _port(side_a)  # no CUDA: the original cannot run here; the port against itself
-    ok_a, loss_a, err_a = _run_all(side_a, work / name / "out-a")
-    ok_b, loss_b, err_b = _run_all(side_b, work / name / "out-b")
+    ok_a, loss_a, err_a = _run_all(side_a, work / name / "out-a", emulate)
+    ok_b, loss_b, err_b = _run_all(side_b, work / name / "out-b", emulate)
     total = len(_entry_points(source))
     # Entry points that need inputs a test fabricates (a GPU checkpoint) stop both
     # sides alike: what ran before them is still compared.
@@ -218,8 +145,8 @@ def check_repo(name: str, work: Path, cuda: bool) -> dict[str, Any]:
     worst = max((r[1] for r in rows), default=0.0)
     result.update({"files": rows, "worst": worst, "bitwise": worst == 0.0,
                    "within_tolerance": worst <= TOLERANCE, "losses": len(loss_b)})
-    if cuda and worst > 0.0:
-        result.update(_noise_floor(source, work / name, loss_a, worst))
+    if (cuda or emulate) and worst > 0.0:
+        result.update(_noise_floor(source, work / name, loss_a, worst, emulate))
     return result
 
 
@@ -232,14 +159,15 @@ def _compared(work: Path, a: str, b: str, loss_a: list[float], loss_b: list[floa
     return rows
 
 
-def _noise_floor(source: Path, work: Path, loss_a: list[float], worst: float) -> dict[str, Any]:
+def _noise_floor(source: Path, work: Path, loss_a: list[float], worst: float,
+                 emulate: bool = False) -> dict[str, Any]:
     """The original run a second time: CUDA kernels that are not deterministic (atomics,
     cuDNN algorithm choice) make the original differ from itself. The port is as good
     as the original when it differs from it no more than twice the original's own
     spread, with the same structure (no incomparable file)."""
     side = work / "a2"
     shutil.copytree(source, side)
-    ok, loss_a2, err = _run_all(side, work / "out-a2")
+    ok, loss_a2, err = _run_all(side, work / "out-a2", emulate)
     if err:
         return {"spread": math.inf}
     spread = max((r[1] for r in _compared(work, "a", "a2", loss_a, loss_a2)), default=0.0)
@@ -252,18 +180,23 @@ def main() -> None:
     parser.add_argument("--repos", default=default)
     parser.add_argument("--keep", type=Path, help="keep the trees and outputs here")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--emulate", choices=["cuda"],
+                        help="without a GPU: original vs port, both on an emulated CUDA machine "
+                             "(porter/verify/cuda_emulation.py)")
     args = parser.parse_args()
-    cuda = torch.cuda.is_available()
+    emulate = args.emulate == "cuda"
+    cuda = torch.cuda.is_available() and not emulate
     work = args.keep or Path(tempfile.mkdtemp(prefix="porter-differential-"))
-    results = [check_repo(name, work, cuda) for name in args.repos.split(",") if name]
+    results = [check_repo(name, work, cuda, emulate) for name in args.repos.split(",") if name]
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     if args.json:
-        print(json.dumps({"cuda": cuda, "results": results}, indent=2, default=str))
+        print(json.dumps({"cuda": cuda, "emulated_cuda": emulate, "results": results}, indent=2, default=str))
         return
-    device = torch.cuda.get_device_name() if cuda else "no CUDA"
+    device = torch.cuda.get_device_name() if cuda else "emulated CUDA" if emulate else "no CUDA"
     print(f"differential check, torch {torch.__version__}, {device}: "
           + ("original vs ported on CUDA" if cuda else
+             "original vs ported, both on an emulated CUDA machine (the check without a GPU)" if emulate else
              "ported vs ported on this machine (the original needs CUDA); "
              "the real check needs a GPU"))
     print(f"{'repo':15s} {'ran':>5s} {'files':>5s} {'losses':>6s} {'worst diff':>10s}  verdict")

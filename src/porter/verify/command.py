@@ -42,6 +42,8 @@ from typing import Optional, Sequence
 
 from porter.project.vendoring.runtime_modules import supply
 from porter.rulebase.cuda_packages import verify_hidden
+from porter.verify.emulate_cuda import VARIABLE as EMULATE_CUDA_VARIABLE
+from porter.verify.emulate_cuda import copy_package
 from porter.verify.mapping import FindingIndex, analyse, map_failure
 from porter.verify.modules import ModuleSpec, plan, search_path
 from porter.verify.processes import (GRACE, RUN_MARK, _fault_frames, _kill, _kill_group, _last_line, _read, _reap,
@@ -59,19 +61,21 @@ HERE = Path(__file__).resolve().parent
 # -- the child processes' environment -------------------------------------------
 
 def child_environment(root: Path, guard_dir: Path, allow: Sequence[str], python: str,
-                      emulate: Optional[str] = None) -> dict[str, str]:
+                      emulate: Optional[str] = None, hide_cuda: bool = True) -> dict[str, str]:
     env = dict(os.environ)
     roots = [str(root)]  # where the guard lets the code find porter_runtime's modules
-    if emulate:  # porter_runtime reads these when the code imports it (porter_runtime/tools/emulate.py)
+    if emulate == "cuda":  # the guard starts the emulation in every interpreter (verify/emulate_cuda)
+        copy_package(guard_dir)
+        env[EMULATE_CUDA_VARIABLE] = "1"
+    elif emulate:  # porter_runtime reads these when the code imports it (porter_runtime/tools/emulate.py)
         env.update({"PORTER_EMULATE": emulate, "PORTER_EMULATE_REPORT_DIR": str(guard_dir / "emulate")})
         supplied = supply(guard_dir / "runtime_extra", "emulate")  # a copy sized to the port lacks them
         env.update(supplied)
         roots += supplied.values()
         (guard_dir / "emulate").mkdir(exist_ok=True)
+    if hide_cuda:  # torch.cuda.is_available() is False, even on a CUDA machine (and ROCm builds)
+        env.update({"CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": "", "ROCR_VISIBLE_DEVICES": ""})
     env.update({
-        "CUDA_VISIBLE_DEVICES": "",  # torch.cuda.is_available() is False, even on a CUDA machine
-        "HIP_VISIBLE_DEVICES": "",  # ROCm builds
-        "ROCR_VISIBLE_DEVICES": "",
         "PYTHONDONTWRITEBYTECODE": "1",  # leave no __pycache__ in the user's tree
         "MPLBACKEND": "Agg",  # a plot at import time opens no window
         "PORTER_VERIFY_GUARD": json.dumps({"roots": roots, "allow": list(allow), **verify_hidden()}),
@@ -282,13 +286,20 @@ def verify(options: VerifyOptions, files: Sequence[Path], analysis_config) -> Ve
     root = options.root.absolute()
     modules, skipped = plan(root, files, options.include_tests)
     guard = _guard_folder()
+    differential = None
     with ThreadPoolExecutor(1) as pool:
         analysis = pool.submit(analyse, analysis_config) if analysis_config is not None else None
         try:
-            env = child_environment(root, guard, options.allow, options.python, options.emulate)
+            env = child_environment(root, guard, options.allow, options.python, options.emulate,
+                                    hide_cuda=not _gpu_check(options))
             results, cuda, workers = import_all(modules, options, env, guard)
             command = run_command(options.run, options, env) if options.run else None
-            started, fallbacks = emulation_results(guard / "emulate") if options.emulate else (None, [])
+            if options.against is not None and options.run:
+                from porter.verify.against import against
+
+                differential = against(options, lambda tree: child_environment(
+                    tree, guard, options.allow, options.python, options.emulate, hide_cuda=not _gpu_check(options)))
+            started, fallbacks = emulation_results(guard / "emulate") if options.emulate == "mps" else (None, [])
         finally:
             sweep(guard.name)  # what left its process group: a double-forked daemon
             shutil.rmtree(guard, ignore_errors=True)
@@ -307,7 +318,13 @@ def verify(options: VerifyOptions, files: Sequence[Path], analysis_config) -> Ve
         command.mapping = map_failure(command.frames, command.missing, index, command.error)
     pending = sum(1 for f in findings if f.get("action") == "rewrite")
     return VerifyReport(root, options.python, results, skipped, command, cuda, analysis_error,
-                        round(time.monotonic() - began, 3), workers, pending, options.emulate, started, fallbacks)
+                        round(time.monotonic() - began, 3), workers, pending, options.emulate, started, fallbacks,
+                        differential)
+
+
+def _gpu_check(options: VerifyOptions) -> bool:
+    """--against without --emulate cuda: the real check, on this machine's CUDA (not hidden)."""
+    return options.against is not None and options.emulate is None
 
 
 def emulation_results(folder: Path) -> tuple[bool, list[dict]]:

@@ -1,7 +1,8 @@
 """The guard of ``porter verify``'s child processes, installed as their ``sitecustomize``.
 
 It runs in the *target's* interpreter (which may not have porter installed), so it uses
-the standard library only and never imports porter, torch or the target's code.
+the standard library only and never imports porter, torch or the target's code (but for
+``--emulate cuda``, whose emulation it starts: torch is then imported first).
 
 What it does, when ``PORTER_VERIFY_GUARD`` (JSON) is set:
 
@@ -25,6 +26,10 @@ import re
 import sys
 
 CONFIG_VARIABLE = "PORTER_VERIFY_GUARD"
+#: Set by ``porter verify --emulate cuda``: the emulation starts here, before the code runs.
+EMULATE_CUDA_VARIABLE = "PORTER_EMULATE_CUDA"
+#: Set by ``porter verify --against``: every interpreter's global generators start from it.
+SEED_VARIABLE = "PORTER_VERIFY_SEED"
 
 RUNTIME = "porter_runtime"
 
@@ -115,6 +120,33 @@ def _chain():
         pass
 
 
+def _emulate_cuda():
+    """``--emulate cuda``: this interpreter is a CUDA machine (porter/verify/emulate_cuda,
+    copied beside this file). The one case where the guard imports torch."""
+    try:
+        import _porter_cuda_emulation
+    except ImportError as exc:
+        sys.stderr.write(f"porter verify: --emulate cuda could not start: {exc}\n")
+        return
+    _porter_cuda_emulation.install()
+
+
+def _seed(value):
+    """``--against``: both trees' interpreters draw the same numbers (Python's, NumPy's and
+    torch's global generators seeded, torch's seeding CUDA's too)."""
+    import random
+
+    random.seed(value)
+    for name, call in (("numpy", "random.seed"), ("torch", "manual_seed")):
+        try:
+            module = __import__(name)
+        except ImportError:
+            continue
+        for part in call.split("."):
+            module = getattr(module, part)
+        module(value)
+
+
 def _main():
     sys.modules.setdefault("_porter_verify_guard", sys.modules[__name__])
     raw = os.environ.get(CONFIG_VARIABLE)
@@ -123,6 +155,10 @@ def _main():
             install(json.loads(raw))
         except ValueError:
             pass
+    if os.environ.get(EMULATE_CUDA_VARIABLE):
+        _emulate_cuda()
+    if os.environ.get(SEED_VARIABLE, "").isdigit():
+        _seed(int(os.environ[SEED_VARIABLE]))
     if __name__ == "sitecustomize":
         _chain()
 

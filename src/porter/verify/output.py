@@ -10,6 +10,8 @@ from porter.verify.mapping import Mapping
 SCHEMA_VERSION = 1
 #: What the emulation is, wherever it is reported (porter_runtime's info line says the same).
 EMULATION_LABEL = "emulating MPS on the CPU: checks MPS's rules, not its numerics or speed"
+CUDA_EMULATION_LABEL = ("on an emulated CUDA machine (tensors on the CPU): shows which paths the code takes on "
+                        "CUDA and what it computes there, not CUDA's kernels, numerics or speed")
 
 
 def to_data(report: VerifyReport) -> dict[str, Any]:
@@ -53,12 +55,15 @@ def to_data(report: VerifyReport) -> dict[str, Any]:
         "skipped": [{"path": s.rel, "reason": s.reason} for s in report.skipped],
         "run": run,
         "emulate": _emulation_data(report),
+        "against": _differential_data(report.differential),
     }
 
 
 def _emulation_data(report: VerifyReport) -> Optional[dict[str, Any]]:
     if not report.emulate:
         return None
+    if report.emulate == "cuda":
+        return {"device": "cuda", "label": CUDA_EMULATION_LABEL}
     return {"device": report.emulate, "label": EMULATION_LABEL, "started": report.emulation_started,
             "fallbacks": report.fallbacks}
 
@@ -70,7 +75,9 @@ _LABEL = {"ok": "ok", "failed": "FAILED", "timeout": "TIMEOUT", "crashed": "CRAS
 def render(report: VerifyReport, console, quiet: bool = False) -> None:
     from rich.markup import escape
 
-    mode = f"CUDA hidden; {EMULATION_LABEL}" if report.emulate else "CUDA hidden"
+    mode = CUDA_EMULATION_LABEL if report.emulate == "cuda" else \
+        f"CUDA hidden; {EMULATION_LABEL}" if report.emulate else \
+        "on this machine's CUDA" if report.differential is not None else "CUDA hidden"
     console.print(f"porter verify: {escape(str(report.root))}  ({mode}; python: {escape(report.python)})",
                   soft_wrap=True)
     width = max([len(m.path) for m in report.modules] + [len(s.rel) for s in report.skipped] + [4])
@@ -122,7 +129,7 @@ def render(report: VerifyReport, console, quiet: bool = False) -> None:
     if any("torch" in m.missing for m in report.failures):
         console.print(f"hint: {escape(report.python)} can't import torch: pass --python with the project's "
                       "interpreter (or run porter from its environment)", soft_wrap=True)
-    if report.cuda_available:
+    if report.cuda_available and report.emulate != "cuda" and report.differential is None:
         console.print("[bold red]warning:[/] torch.cuda.is_available() was True in the children: "
                       "CUDA was not hidden", soft_wrap=True)
     if report.pending_rewrites:
@@ -136,7 +143,8 @@ def render(report: VerifyReport, console, quiet: bool = False) -> None:
 def _render_emulation(report: VerifyReport, console) -> None:
     from rich.markup import escape
 
-    if not report.emulate:
+    _render_differential(report.differential, console)
+    if report.emulate != "mps":
         return
     if report.fallbacks:
         console.print(f"MPS fallbacks ({EMULATION_LABEL}): these operators have no MPS kernel in this torch "
@@ -149,6 +157,37 @@ def _render_emulation(report: VerifyReport, console) -> None:
     if not report.emulation_started:
         console.print("[bold yellow]warning:[/] the MPS emulation never started: no child imported the tree's "
                       "porter_runtime (it starts when the ported code imports it)", soft_wrap=True)
+
+
+def _differential_data(d: Any) -> Optional[dict[str, Any]]:
+    if d is None:
+        return None
+    return {"original": str(d.original), "command": d.command, "emulated_cuda": d.emulated, "verdict": d.verdict,
+            "same": d.same, "original_status": d.original_status, "port_status": d.port_status,
+            "spread": d.spread, "error": d.error or None,
+            "compared": [{"what": what, "difference": diff, "why": why} for what, diff, why in d.rows]}
+
+
+def _render_differential(d: Any, console) -> None:
+    from rich.markup import escape
+
+    if d is None:
+        return
+    where = "an emulated CUDA machine" if d.emulated else "this machine's CUDA"
+    style = "green" if d.same else "bold red"
+    console.print(f"CUDA unchanged? [{style}]{d.verdict}[/]: {escape(d.command)} on the original "
+                  f"({escape(str(d.original))}) and on the port, on {where}", soft_wrap=True)
+    if d.error:
+        console.print(f"  {escape(d.error)}", soft_wrap=True)
+    if d.original_status != d.port_status:
+        console.print(f"  the original's run: {d.original_status}; the port's: {d.port_status}", soft_wrap=True)
+    for what, diff, why in d.rows[:12]:
+        if diff == 0.0 and d.same:
+            continue
+        size = "incomparable" if diff is None else f"{diff:.2e}" if diff else "identical"
+        console.print(f"  {escape(what)}: {size}{'  (' + escape(why) + ')' if why else ''}", soft_wrap=True)
+    if d.spread is not None:
+        console.print(f"  the original against itself: {d.spread:.2e}", soft_wrap=True)
 
 
 def _mapping_line(mapping: Mapping) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Optional, Sequence
+from typing import Any, BinaryIO, Optional, Sequence
 
 from porter.verify.mapping import Mapping
 from porter.verify.modules import SkippedFile
@@ -43,6 +43,7 @@ class RunCommandResult:
     missing: list[str] = field(default_factory=list)
     mapping: Optional[Mapping] = None
     rank: Optional[int] = None  # the launcher's child (torchrun, mpiexec rank) that failed
+    full_output: str = field(default="", repr=False)  # all of it (--against compares its numbers)
 
 
 #: The longest limit a timer is set to (about four months).
@@ -63,8 +64,11 @@ class VerifyOptions:
     run_timeout: Optional[float] = None
     #: where the --run command's output is shown as it comes (a binary stream), if anywhere
     echo: Optional[BinaryIO] = None
-    #: "mps": the children run under porter_runtime's emulation of MPS (PORTER_EMULATE)
+    #: "mps": the children run under porter_runtime's emulation of MPS (PORTER_EMULATE);
+    #: "cuda": on an emulated CUDA machine (porter/verify/emulate_cuda)
     emulate: Optional[str] = None
+    #: --against: the original tree, whose run of ``run`` the port's must match
+    against: Optional[Path] = None
 
     def __post_init__(self) -> None:
         # Longer than any run, and short enough for every timer below it (threading's,
@@ -92,6 +96,8 @@ class VerifyReport:
     emulation_started: Optional[bool] = None
     #: operators that fell back to the CPU under emulation: op, calls, first_at, always
     fallbacks: list[dict] = field(default_factory=list)
+    #: --against: the original's run and the port's, compared (porter.verify.against)
+    differential: Optional[Any] = None
 
     @property
     def failures(self) -> list[ModuleResult]:
@@ -99,7 +105,8 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
-        return not self.failures and (self.run is None or self.run.status == "ok")
+        return not self.failures and (self.run is None or self.run.status == "ok") and (
+            self.differential is None or self.differential.same)
 
     def counts(self) -> dict[str, int]:
         out = {"modules": len(self.modules), "ok": 0, "failed": 0, "timeout": 0, "crashed": 0}

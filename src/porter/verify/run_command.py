@@ -41,7 +41,8 @@ def run_command(command: str, options: VerifyOptions, env) -> RunCommandResult:
     code = proc.returncode
     if status == "ok" and code != 0:
         status = "failed"
-    result = RunCommandResult(command, code, round(time.monotonic() - began, 3), status, text[-6000:])
+    result = RunCommandResult(command, code, round(time.monotonic() - began, 3), status, text[-6000:],
+                              full_output=text)
     if status != "ok":
         _locate(result, text, options.root, status == "timeout" and f"timed out after {options.run_timeout:g} s")
     return result
