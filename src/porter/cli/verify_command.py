@@ -57,12 +57,18 @@ def _finite(ctx, param, value):
 @click.option("--format", "old_format", type=click.Choice(["text", "json"]), default=None, hidden=True,
               help="The old spelling of --output-format.")
 @click.option("-q", "--quiet", is_flag=True, help="List only the modules that failed.")
-@click.option("--emulate", type=click.Choice(["mps"]), default=None,
-              help="Run the code on this CPU under MPS's rules (PORTER_EMULATE=mps for porter_runtime): "
+@click.option("--emulate", type=click.Choice(["mps", "cuda"]), default=None,
+              help="mps: run the code on this CPU under MPS's rules (PORTER_EMULATE=mps for porter_runtime): "
                    "float64 on the device, operators MPS lacks, Gloo collectives of device tensors and the "
-                   "spawn start method fail as on a Mac. Checks MPS's rules, not its numerics or speed.")
+                   "spawn start method fail as on a Mac. Checks MPS's rules, not its numerics or speed. "
+                   "cuda: run it on an emulated CUDA machine (with --against: the check without a GPU).")
+@click.option("--against", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
+              metavar="ORIGINAL",
+              help="With --run: run CMD on copies of ORIGINAL (the tree before porting) and of PATH, on CUDA "
+                   "(this machine's, or --emulate cuda), and compare what they write and print: the port "
+                   "must compute what the original computes.")
 def verify(path, command, timeout, run_timeout, jobs, include_tests, exclude, allow, python, root, config_file,
-           output_format, old_format, quiet, emulate) -> None:
+           output_format, old_format, quiet, emulate, against) -> None:
     """Import every module of PATH (a ported tree) with CUDA hidden; map failures to the report.
 
     \b
@@ -78,6 +84,13 @@ def verify(path, command, timeout, run_timeout, jobs, include_tests, exclude, al
     __main__.py, tests (unless --tests) and the vendored runtime are skipped.
     Each failure is matched to porter's findings on the tree: "named by finding
     PT110 at model.py:3", or "NOT NAMED by porter".
+
+    \b
+    --against ORIGINAL --emulate cuda --run CMD: CUDA unchanged, shown without a
+    GPU. CMD runs on copies of both trees on an emulated CUDA machine (tensors
+    on "cuda" kept on the CPU, NCCL carried by Gloo, same seeds); checkpoints,
+    JSON and printed numbers are compared. Without --emulate it runs on this
+    machine's CUDA (the real check, on a GPU).
 
     \b
     --emulate mps: a Mac in the loop. The vendored porter_runtime resolves to the
@@ -111,6 +124,10 @@ def verify(path, command, timeout, run_timeout, jobs, include_tests, exclude, al
     if problem:
         console.print(f"porter: error: --python {python}: {problem}", markup=False, soft_wrap=True)
         sys.exit(2)
+    if against is not None and not command:
+        console.print("porter: error: --against needs --run CMD (the command whose results are compared)",
+                      markup=False, soft_wrap=True)
+        sys.exit(2)
     settings = load_settings(root, config_file)
     # the analysis runs in this process, beside the import workers' threads (no fork)
     config = make_run_config([path], root, settings, (), (), exclude, None, None, 1)
@@ -119,7 +136,7 @@ def verify(path, command, timeout, run_timeout, jobs, include_tests, exclude, al
                             jobs=jobs or default_jobs(), include_tests=include_tests, excludes=config.excludes,
                             allow=allow, run=command, run_timeout=run_timeout,
                             echo=sys.stderr.buffer if output_format == "text" and not quiet else None,
-                            emulate=emulate)
+                            emulate=emulate, against=against)
     try:
         report = run_verify(options, sorted(found.files), config)
     except OSError as exc:
