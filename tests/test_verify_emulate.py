@@ -34,6 +34,12 @@ TRAIN = """
         if "--heaviside" in sys.argv:
             for _ in range(3):
                 gate = torch.heaviside(x, torch.zeros_like(x))
+        if "--pin" in sys.argv:  # pinning asked by a library (a Trainer's DataLoader), not ported
+            settings = {"batch_size": 2}
+            settings["pin_memory"] = True
+            data = torch.utils.data.TensorDataset(torch.randn(4, 8))
+            for (batch,) in torch.utils.data.DataLoader(data, **settings):
+                model(batch.to(device))
         if "--gloo" in sys.argv:
             os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[-1])
             dist.init_process_group("gloo", rank=0, world_size=1)
@@ -64,6 +70,15 @@ def test_a_clean_training_loop_passes(tree):
     assert data["emulate"]["started"] is True
     assert data["emulate"]["fallbacks"] == []
     assert "not its numerics or speed" in data["emulate"]["label"]
+
+
+def test_a_dataloader_told_to_pin_runs_unpinned_as_on_a_mac(tree):
+    """torch's DataLoader turns pin_memory off on MPS with a warning (facts §6); under the
+    emulation it once tried to pin for the emulated accelerator and raised "Cannot access
+    accelerator device" (alignment-handbook, blind round 5)."""
+    code, data, _ = verify(tree, "--emulate", "mps", "--run", "python train.py --pin")
+    assert code == 0, data["run"]
+    assert "pin_memory' argument is set as true but not supported on MPS" in data["run"]["output"]
 
 
 def test_float64_on_the_device_fails_at_its_line_and_is_named(tree):
