@@ -70,6 +70,7 @@ _EXPORTS = {
     "power_draw": "twins.memory", "utilization": "twins.memory", "temperature": "twins.memory",
     "clock_rate": "twins.memory",
     "AdamATan2": "thirdparty.adam_atan2", "timm_mixup": "thirdparty.timm",
+    "lightning_accelerator": "thirdparty.lightning", "lightning_strategy": "thirdparty.lightning",
     "FusedAdam": "thirdparty.apex", "FusedLAMB": "thirdparty.apex",
     "FusedLayerNorm": "thirdparty.apex", "FusedRMSNorm": "thirdparty.apex",
     "memory_efficient_attention": "thirdparty.xformers",

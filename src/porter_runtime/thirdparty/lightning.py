@@ -1,0 +1,45 @@
+"""Lightning's ``Fabric(...)`` / ``Trainer(...)``: the accelerator and strategy a CUDA
+machine was told to use, chosen for the machine the code runs on.
+
+``accelerator="cuda"`` (or ``"gpu"``) makes Lightning raise off CUDA ("CUDAAccelerator can
+not run on your system"), and its FSDP and DeepSpeed strategies are GPU-only ("FSDP is only
+available on GPU"). On CUDA both functions return what they are given. Elsewhere:
+
+* :func:`lightning_accelerator` answers ``"mps"`` on a Mac whose MPS Lightning can use, and
+  ``"cpu"`` otherwise (also under ``--emulate mps``: Lightning checks the real hardware, and
+  the emulated device lives on the CPU);
+* :func:`lightning_strategy` replaces an FSDP or DeepSpeed strategy (an instance or its
+  name) with ``"auto"``: Lightning then takes one device, or DDP over Gloo for several
+  processes on the CPU, and the model is trained unsharded. Other strategies are kept.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .. import _device, _log
+
+#: Strategies that need CUDA (Lightning's own names and classes, lower case).
+_GPU_ONLY = ("fsdp", "deepspeed")
+
+
+def lightning_accelerator(name: Any) -> Any:
+    """``name`` on CUDA; off CUDA the accelerator Lightning can use here."""
+    if _device.is_cuda() or str(name).lower() not in ("cuda", "gpu"):
+        return name
+    chosen = "mps" if _device.hardware_type() == "mps" else "cpu"
+    _log.info_once("lightning_accelerator", f"porter_runtime: Lightning's accelerator={name!r} needs CUDA; "
+                   f"using accelerator={chosen!r} here")
+    return chosen
+
+
+def lightning_strategy(strategy: Any) -> Any:
+    """``strategy`` on CUDA, or where it runs without CUDA; an FSDP or DeepSpeed strategy
+    becomes ``"auto"`` elsewhere."""
+    if _device.is_cuda():
+        return strategy
+    name = strategy if isinstance(strategy, str) else type(strategy).__name__
+    if not any(word in name.lower() for word in _GPU_ONLY):
+        return strategy
+    _log.warn_once("lightning_strategy", f"porter_runtime: Lightning's {name} strategy runs on CUDA only; "
+                   "using strategy='auto' here (one device, or DDP over Gloo): the model is not sharded")
+    return "auto"

@@ -1,0 +1,47 @@
+"""porter_runtime.lightning_accelerator / lightning_strategy (TP403) on each machine:
+on CUDA what the code wrote, elsewhere what Lightning accepts there."""
+from __future__ import annotations
+
+import pytest
+
+import porter_runtime
+
+
+class FSDPStrategy:  # Lightning's class is judged by its name: lightning is not installed here
+    pass
+
+
+class DDPStrategy:
+    pass
+
+
+def test_on_cuda_the_written_choices_are_kept(simulate):
+    simulate("cuda")
+    strategy = FSDPStrategy()
+    assert porter_runtime.lightning_accelerator("cuda") == "cuda"
+    assert porter_runtime.lightning_accelerator("gpu") == "gpu"
+    assert porter_runtime.lightning_strategy(strategy) is strategy
+    assert porter_runtime.lightning_strategy("deepspeed_stage_2") == "deepspeed_stage_2"
+
+
+@pytest.mark.parametrize("kind, accelerator", [("mps", "mps"), ("cpu", "cpu")])
+def test_off_cuda_lightning_gets_what_runs_here(simulate, kind, accelerator):
+    simulate(kind)
+    assert porter_runtime.lightning_accelerator("cuda") == accelerator
+    assert porter_runtime.lightning_accelerator("GPU") == accelerator
+    assert porter_runtime.lightning_accelerator("auto") == "auto"
+    with pytest.warns(UserWarning, match="runs on CUDA only"):
+        assert porter_runtime.lightning_strategy(FSDPStrategy()) == "auto"
+    assert porter_runtime.lightning_strategy("deepspeed_stage_3") == "auto"
+    ddp = DDPStrategy()
+    assert porter_runtime.lightning_strategy(ddp) is ddp
+    assert porter_runtime.lightning_strategy("ddp") == "ddp"
+
+
+def test_under_the_mps_emulation_lightning_is_told_the_cpu(simulate, monkeypatch):
+    """Lightning checks the real hardware for MPS; the emulated device lives on the CPU."""
+    simulate("cpu")
+    monkeypatch.setenv("PORTER_EMULATE", "mps")
+    porter_runtime._reset()
+    assert porter_runtime.device_type() == "mps"
+    assert porter_runtime.lightning_accelerator("cuda") == "cpu"
