@@ -53,6 +53,19 @@ def test_device_count_is_at_least_one_process_off_cuda(simulate):
     assert porter_runtime.device_count() == 4
 
 
+@pytest.mark.parametrize("kind", ["cpu", "mps"])
+def test_off_cuda_each_process_of_a_local_launch_has_a_device(simulate, monkeypatch, kind):
+    """yolov7's DDP: ``assert torch.cuda.device_count() > opt.local_rank`` on every rank of
+    ``torch.distributed.launch --nproc_per_node 2``; ported, rank 1 died on a count of 1."""
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    simulate(kind)
+    assert porter_runtime.device_count() == 2
+    machine = simulate("cuda")
+    machine.record(torch.cuda, "device_count", 8)
+    assert porter_runtime.device_count() == 8  # CUDA's own count, launch or not
+
+
 # -- require_device --------------------------------------------------------------
 
 def test_require_device_is_silent_on_cuda(simulate, monkeypatch, capsys):

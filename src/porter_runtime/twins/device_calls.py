@@ -78,13 +78,28 @@ def manual_seed_all(seed: int) -> None:
 
 def device_count() -> int:
     """Number of devices. CUDA: torch.cuda.device_count(). MPS: torch.mps.device_count()
-    (1). CPU: 1, so ``nprocs=device_count()`` and ``n_gpu > 1`` checks stay sane."""
+    (1). CPU: 1, so ``nprocs=device_count()`` and ``n_gpu > 1`` checks stay sane.
+
+    Off CUDA in one of several processes a launcher started on this machine
+    (``LOCAL_WORLD_SIZE`` above 1, where the runtime runs each on the CPU), the local
+    process count: each has a device of its own, as the launch assumed, so
+    ``assert device_count() > local_rank`` holds on every rank (yolov7, blind round 5)."""
     mod = _forward()
     if mod is not None:
         return int(mod.device_count())
+    local = _local_processes()
+    if local > 1:
+        return local
     if _on_mps():
         return int(torch.mps.device_count())
     return 1
+
+
+def _local_processes() -> int:
+    try:
+        return int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    except ValueError:
+        return 1
 
 
 def current_device() -> int:
