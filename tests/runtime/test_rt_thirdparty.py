@@ -10,6 +10,7 @@ Adam-atan2 paper, xformers' attn_bias.py: softmax(q·kᵀ·scale + bias)·v).
 from __future__ import annotations
 
 import math
+import os
 import sys
 import types
 import warnings
@@ -499,6 +500,39 @@ def test_training_arguments_leave_cuda_as_given_and_drop_cuda_only_options_elsew
         assert Args(deepspeed="./scripts/zero2.json").deepspeed is None  # LLaVA's pretrain.sh
     plain = Args(tf32=False, optim="adafactor")
     assert plain.tf32 is False and plain.fsdp_config is None and plain.optim == "adafactor"
+
+
+def test_training_arguments_resume_on_plain_cpu_and_drop_bf16_where_transformers_refuses_it(simulate, monkeypatch):
+    """alignment-handbook (blind round 5): a 2-process resume on the CPU loaded optimizer.pt
+    with map_location="cpu:0" (accelerate's device); ORPOConfig's bf16=True on MPS raised
+    "Your setup doesn't support bf16/gpu" (transformers 4.53 has no MPS branch)."""
+    from dataclasses import dataclass
+
+    monkeypatch.setenv("ACCELERATE_TORCH_DEVICE", "unset after the test")  # what the runtime sets is undone
+    monkeypatch.delenv("ACCELERATE_TORCH_DEVICE")
+    utils = types.ModuleType("transformers.utils")
+    utils.is_torch_bf16_gpu_available = lambda: False
+    monkeypatch.setitem(sys.modules, "transformers", types.ModuleType("transformers"))
+    monkeypatch.setitem(sys.modules, "transformers.utils", utils)
+
+    @dataclass
+    class Args:
+        bf16: bool = True
+        use_cpu: bool = False
+
+        def __post_init__(self):
+            porter_runtime.training_arguments(self)
+
+    simulate("cuda")
+    assert Args().bf16 is True and "ACCELERATE_TORCH_DEVICE" not in os.environ
+    simulate("mps")
+    with pytest.warns(UserWarning, match="bf16=True needs a CUDA GPU in this transformers"):
+        assert Args().bf16 is False
+    assert "ACCELERATE_TORCH_DEVICE" not in os.environ  # MPS is accelerate's own choice there
+    utils.is_torch_bf16_gpu_available = lambda: True  # a transformers that accepts it
+    assert Args().bf16 is True
+    simulate("cpu")
+    assert Args().use_cpu is True and os.environ["ACCELERATE_TORCH_DEVICE"] == "cpu"
 
 
 def test_a_quantized_load_stays_on_cuda_and_loads_unquantised_elsewhere(simulate):

@@ -5,6 +5,8 @@ a ported ``from_pretrained(...)`` / ``TrainingArguments(...)`` means the same th
 """
 from __future__ import annotations
 
+import os
+
 from typing import Any, Optional, TypeVar
 
 from .. import _device, _gloo_teardown, _log
@@ -44,12 +46,24 @@ def quantized_load(value: T, option: str = "load_in_8bit") -> Any:
     return False
 
 
+def _bf16_accepted() -> bool:
+    """Whether transformers' own check lets ``bf16=True`` through on this machine (it has
+    no MPS branch up to 4.5x: "Your setup doesn't support bf16/gpu")."""
+    try:
+        from transformers.utils import is_torch_bf16_gpu_available
+    except ImportError:
+        return True
+    try:
+        return bool(is_torch_bf16_gpu_available())
+    except Exception:  # noqa: BLE001  (a check that can't answer is not a reason to change the run)
+        return True
+
+
 def cuda_option(value: T) -> Optional[T]:
     """``value`` on CUDA; None (the option's default: not set) elsewhere. For options
     that only mean something on CUDA and make transformers refuse to start without it,
     such as ``TrainingArguments(tf32=True)``."""
     return value if _device.is_cuda() else None
-
 
 
 def training_arguments(args: Any) -> None:
@@ -67,7 +81,10 @@ def training_arguments(args: Any) -> None:
     states: accelerate's plugin looks for a CUDA, XPU or NPU device for that broadcast
     ("no available devices found"), and every rank loads the same weights anyway;
     ``deepspeed`` (a ZeRO config) is unset with a warning: DeepSpeed has no MPS support and
-    accelerate's DeepSpeed path fails on the CPU, so Trainer trains without ZeRO."""
+    accelerate's DeepSpeed path fails on the CPU, so Trainer trains without ZeRO. On the CPU
+    accelerate is told its device is plain ``"cpu"`` (``ACCELERATE_TORCH_DEVICE``; its
+    multi-CPU ``"cpu:<rank>"`` breaks Trainer's resume in ``torch.load``); on MPS ``bf16``
+    is unset with a warning where transformers' own check would refuse it there."""
     if _device.is_cuda():
         return
     optim = getattr(args, "optim", None)
@@ -77,10 +94,19 @@ def training_arguments(args: Any) -> None:
                        "optimizer; using optim=adamw_torch (the same AdamW update, 32-bit state kept in memory)")
         args.optim = "adamw_torch"
     _gloo_teardown.release_gloo_at_exit()  # accelerate's Gloo group, which Trainer code never destroys
-    if _device.device_type() == "cpu" and getattr(args, "use_cpu", None) is False:
-        # transformers picks MPS where it is; porter_runtime resolved to the CPU (on a Mac: a
-        # process-group launch, Gloo cannot send MPS tensors), so Trainer runs there too
-        args.use_cpu = True
+    if _device.device_type() == "cpu":
+        # accelerate's multi-CPU state names its device "cpu:<rank>", which Trainer's resume
+        # then hands torch.load as map_location ("don't know how to restore data location ...
+        # tagged with cpu:0": FastChat, alignment-handbook); a plain "cpu" loads
+        os.environ.setdefault("ACCELERATE_TORCH_DEVICE", "cpu")
+        if getattr(args, "use_cpu", None) is False:
+            # transformers picks MPS where it is; porter_runtime resolved to the CPU (on a Mac: a
+            # process-group launch, Gloo cannot send MPS tensors), so Trainer runs there too
+            args.use_cpu = True
+    elif _device.device_type() == "mps" and getattr(args, "bf16", False) and not _bf16_accepted():
+        _log.warn_once("training_arguments.bf16", "TrainingArguments: bf16=True needs a CUDA GPU in this "
+                       "transformers (its bf16 check has no MPS branch); training in float32 here")
+        args.bf16 = False
     if getattr(args, "tf32", None):
         _log.info_once("training_arguments.tf32", f"TrainingArguments: tf32={args.tf32} is for CUDA GPUs; left unset")
         args.tf32 = None
