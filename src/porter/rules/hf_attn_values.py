@@ -7,12 +7,17 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rulebase.evidence import String
+from porter.rulebase.evidence import Keyword, String
 from porter.rulebase.families.thirdparty.hf_names import FLASH as _FLASH
 from porter.rulebase.families.thirdparty.hf_names import LOADERS as _LOADERS  # TP701's, keyword and all
 from porter.rulebase.rule import Example, Needs, Rule, Safety, string_value
 
 _SLOT = "attn_implementation"
+#: A flash name in the file, or a value handed on under the name (``dict(attn_implementation=
+#: model_args.attn_implementation)``, whose flash name is in a YAML config).
+_WHERE = String(exact=_FLASH) | Keyword(_SLOT) | String(exact=frozenset({_SLOT}))
+#: Values read from somewhere else (a config, the command line): followed, not literals.
+_HELD = (cst.Attribute, cst.Subscript)  # a bare name is a parameter passed on: its default is followed
 
 
 class HfAttnImplementationValue(Rule):
@@ -40,18 +45,27 @@ class HfAttnImplementationValue(Rule):
     A comparison with the name (`if args.attn_implementation == "flash_attention_2":`)
     is left as written, so off CUDA it takes the branch written for other kernels.
 
+    A value read from elsewhere on its way to the loader (`dict(...,
+    attn_implementation=model_args.attn_implementation)`, the same keyword of the loader
+    itself, or a `{"attn_implementation": cfg.attn}` entry) is wrapped the same way: the
+    flash name sits in a YAML recipe (alignment-handbook's `attn_implementation:
+    flash_attention_2`, blind round 5) that no Python literal shows.
+
     Known limits:
     Only the name `attn_implementation` is followed (a config key `attn: flash_attention_2`
-    in YAML is not); lists of choices are left alone.
+    handed on under another name is not); lists of choices are left alone.
     """
 
     code = "TP707"
     name = "hf-attn-implementation-value"
     safety = Safety.SAFE
-    needs = Needs(words=frozenset({_SLOT}), evidence=String(exact=_FLASH), unit=String(exact=_FLASH))
+    needs = Needs(words=frozenset({_SLOT}), evidence=_WHERE, unit=_WHERE)
 
     valid = [
         "model = AutoModel.from_pretrained(name, attn_implementation='flash_attention_2')\n",  # TP701's
+        "model = AutoModel.from_pretrained(name, attn_implementation=None)\n",
+        "config = build(name, attn_implementation=args.attn)\n",  # not on its way to a loader: a wrapper's own
+        "model = AutoModel.from_pretrained(name, attn_implementation=porter_runtime.attn_implementation(a))\n",
         "if args.attn_implementation == 'flash_attention_2':\n    pass\n",
         "parser.add_argument('--attn', choices=['eager', 'sdpa', 'flash_attention_2'])\n",
         "kwargs = {'attn': 'flash_attention_2'}\n",
@@ -114,6 +128,38 @@ class HfAttnImplementationValue(Rule):
                     return AutoModelForCausalLM.from_pretrained(path, attn_implementation=attn_implementation)
                 """),
         ),
+        Example(  # alignment-handbook's get_model: the name comes from a YAML recipe
+            dedent("""\
+                from transformers import AutoModelForCausalLM
+
+
+                def get_model(model_args, training_args):
+                    model_kwargs = dict(
+                        revision=model_args.model_revision,
+                        attn_implementation=model_args.attn_implementation,
+                        use_cache=False if training_args.gradient_checkpointing else True,
+                    )
+                    return AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path, **model_kwargs)
+                """),
+            dedent("""\
+                import porter_runtime
+                from transformers import AutoModelForCausalLM
+
+
+                def get_model(model_args, training_args):
+                    model_kwargs = dict(
+                        revision=model_args.model_revision,
+                        attn_implementation=porter_runtime.attn_implementation(model_args.attn_implementation),
+                        use_cache=False if training_args.gradient_checkpointing else True,
+                    )
+                    return AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path, **model_kwargs)
+                """),
+        ),
+        Example(
+            "model = AutoModel.from_pretrained(path, attn_implementation=cfg['attn'])\n",
+            "import porter_runtime\n"
+            "model = AutoModel.from_pretrained(path, attn_implementation=porter_runtime.attn_implementation(cfg['attn']))\n",
+        ),
         Example(
             "model_kwargs = {'attn_implementation': 'flash_attention_3'}\n"
             "parser.add_argument('--attn_implementation', type=str, default='flash_attention_2')\n",
@@ -127,14 +173,21 @@ class HfAttnImplementationValue(Rule):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._bound: set[int] = set()  # ids of the flash strings bound to `attn_implementation`
+        self._held: set[int] = set()  # ids of values read from elsewhere, on their way to a loader
 
     def visit_DictElement(self, node: cst.DictElement) -> None:
         if string_value(node.key) == _SLOT:
             self._bind(node.value)
+            self._hold(node.value)
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        if isinstance(func, cst.Attribute) and func.attr.value in _LOADERS:
+        loader = isinstance(func, cst.Attribute) and func.attr.value in _LOADERS
+        if loader or (isinstance(func, cst.Name) and func.value == "dict"):
+            for arg in node.args:
+                if arg.keyword is not None and arg.keyword.value == _SLOT:
+                    self._hold(arg.value)
+        if loader:
             return  # TP701 rewrites the loader's own keyword
         for arg in node.args:
             if arg.keyword is not None and arg.keyword.value == _SLOT:
@@ -172,6 +225,26 @@ class HfAttnImplementationValue(Rule):
     def _bind(self, node: cst.BaseExpression) -> None:
         if string_value(node) in _FLASH:
             self._bound.add(id(node))
+
+    def _hold(self, node: cst.BaseExpression) -> None:
+        if isinstance(node, _HELD):
+            self._held.add(id(node))
+
+    def leave_Arg(self, original: cst.Arg, updated: cst.Arg) -> cst.Arg:
+        if id(original.value) not in self._held:
+            return updated
+        return updated.with_changes(value=self._wrap(original.value, updated.value))
+
+    def leave_DictElement(self, original: cst.DictElement, updated: cst.DictElement) -> cst.DictElement:
+        if id(original.value) not in self._held:
+            return updated
+        return updated.with_changes(value=self._wrap(original.value, updated.value))
+
+    def _wrap(self, original: cst.BaseExpression, updated: cst.BaseExpression) -> cst.BaseExpression:
+        new = self.runtime_call("attn_implementation", updated)
+        return self.rewrite(original, new, "the attention implementation handed to the loader: its own value on "
+                            "CUDA, \"sdpa\" for a flash name elsewhere (transformers refuses flash attention "
+                            "without flash-attn)")
 
     def leave_SimpleString(self, original: cst.SimpleString, updated: cst.SimpleString) -> cst.BaseExpression:
         if id(original) not in self._bound:
