@@ -250,6 +250,25 @@ def test_a_package_inside_namespace_folders_imports_the_runtime_by_its_full_name
     assert run_porter("migrate", repo, "--diff", "-q").stdout == b""
 
 
+def test_a_package_named_from_its_namespace_parent_imports_the_runtime_by_its_full_name(tmp_path):
+    """stylegan-xl's ``feature_networks/clip/`` (a copy of OpenAI's CLIP; ``feature_networks/``
+    has no ``__init__.py``), imported as ``from feature_networks import clip``. The port once
+    wrote ``from clip import porter_runtime``: every module importing it broke, CUDA too
+    (blind round 5, wrong)."""
+    repo = _tree(tmp_path / "repo", {
+        "requirements.txt": "torch\n",
+        "feature_networks/clip/__init__.py": "from .clip import *\n",
+        "feature_networks/clip/clip.py": SAMPLER + "\n__all__ = ['noise']\n",
+        "feature_networks/pretrained_builder.py": "from feature_networks import clip\n",
+        "train.py": "from feature_networks.pretrained_builder import clip\n\nprint(clip.noise(4).shape)\n",
+    })
+    assert run_porter("migrate", repo, "--write", "-q").returncode == 0
+    text = (repo / "feature_networks/clip/clip.py").read_text()
+    assert "from feature_networks.clip import porter_runtime\n" in text, text
+    proc = _runs(repo, "train.py")
+    assert proc.returncode == 0 and "torch.Size([4])" in proc.stdout, proc.stderr
+
+
 def test_a_package_only_imported_by_its_own_name_keeps_it(tmp_path):
     """detr's ``d2/detr/``: ``d2/`` has no ``__init__.py`` and its scripts import ``detr``
     (``python d2/train_net.py`` puts ``d2/`` first on sys.path): ``from detr import ...``."""

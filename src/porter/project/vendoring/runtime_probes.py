@@ -108,10 +108,15 @@ def _namespace_name(top: Path, root: Path) -> Optional[str]:
 @functools.lru_cache(maxsize=64)
 def _imported_as(root: Path, dotted: str) -> bool:
     """Whether some Python file of the tree imports ``dotted`` (or a module in it) by
-    that full name: the repository puts the namespace's base on sys.path. A package only
+    that full name, or names it from its parent (``from feature_networks import clip``):
+    the repository puts the namespace's base on sys.path. A package only
     ever imported by its own name (``d2/detr`` as ``detr``, from scripts in ``d2/``)
     keeps that name."""
-    pattern = re.compile(rb"^\s*(?:from|import)\s+" + re.escape(dotted.encode()) + rb"\b", re.M)
+    parent, _, last = dotted.rpartition(".")
+    pattern = re.compile(rb"^\s*(?:from|import)\s+" + re.escape(dotted.encode()) + rb"\b|"
+                         # ``from feature_networks import clip`` (stylegan-xl): the package by name
+                         rb"^\s*from\s+" + re.escape(parent.encode()) + rb"\s+import\s+\(?[\w\s,]*?\b"
+                         + re.escape(last.encode()) + rb"\b(?!\s*\.)", re.M)
     for folder, dirs, files in os.walk(root):
         dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("__pycache__", RUNTIME, "node_modules")]
         for name in files:
