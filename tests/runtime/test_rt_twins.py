@@ -188,6 +188,17 @@ def test_cpu_event_times_wall_clock():
         porter_runtime.Event().elapsed_time(porter_runtime.Event())
 
 
+def test_an_event_says_whether_it_was_recorded_as_cuda_event_does():
+    """StyleGAN-XL's training loop: ``if phase.start_event.cuda_event == 0 and
+    phase.end_event.cuda_event == 0: continue`` skips phases that never ran (its restart's
+    regularisation phases); the twin lacked the handle (blind round 5, silent)."""
+    start, end = porter_runtime.Event(enable_timing=True), porter_runtime.Event(enable_timing=True)
+    assert start.cuda_event == 0 and end.cuda_event == 0
+    start.record()
+    end.record()
+    assert start.cuda_event != 0 and end.cuda_event != 0
+
+
 def test_nvtx_off_cuda_never_raises_and_records_profiler_ranges():
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         assert porter_runtime.nvtx_range_push("outer") == 0

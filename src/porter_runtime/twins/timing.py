@@ -35,6 +35,12 @@ class WallClockEvent:
     def synchronize(self) -> None:
         """Nothing to wait for: CPU work is already done."""
 
+    @property
+    def cuda_event(self) -> int:
+        """torch.cuda.Event's handle: 0 until the event is recorded (code tests it to tell a
+        recorded event: StyleGAN-XL's training loop), then non-zero."""
+        return 0 if self._time is None else id(self)
+
     def elapsed_time(self, end_event: "WallClockEvent") -> float:
         if not self.enable_timing or not end_event.enable_timing:
             raise RuntimeError("Events were not created with enable_timing=True")
@@ -75,6 +81,12 @@ def _mps_event() -> type:
         class MpsEvent(base):  # type: ignore[misc, valid-type]
             def record(self, stream: Any = None) -> None:
                 super().record()
+                self._recorded = True
+
+            @property
+            def cuda_event(self) -> int:
+                """0 until recorded, as torch.cuda.Event's handle (WallClockEvent's)."""
+                return id(self) if getattr(self, "_recorded", False) else 0
 
             def wait(self, stream: Any = None) -> None:
                 super().wait()
