@@ -57,6 +57,7 @@ COST = {
     "tests/test_verify_emulate.py::test_a_float64_buffer_of_a_module_moved_to_the_device_runs": 25,
     "tests/test_verify_emulate.py::test_ddp_in_a_one_process_group_runs_on_the_cpu_of_a_mac": 23,
     "tests/test_verify_emulate.py::test_a_dataloader_told_to_pin_runs_unpinned_as_on_a_mac": 25,
+    "tests/test_verify_emulate.py::test_a_device_kept_from_before_the_process_group_is_still_mps": 60,
     "tests/test_safe_writes.py": 110,
     "tests/test_fit.py": 100,
     "tests/test_harm.py": 90,

@@ -245,6 +245,46 @@ def test_ddp_in_a_one_process_group_runs_on_the_cpu_of_a_mac(schedule):
     assert "a process group" in data["run"]["output"]
 
 
+EARLY = """
+    import os
+    import sys
+
+    import torch
+    import torch.distributed as dist
+
+    DEVICE = torch.device("cuda")  # at import, before the group: edm's default arguments
+
+
+    def main():
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[-1])
+        dist.init_process_group("nccl", rank=0, world_size=1)
+        if "--f64" in sys.argv:
+            steps = torch.arange(4, dtype=torch.float64, device=DEVICE)
+        total = torch.ones(2, device=DEVICE)
+        dist.all_reduce(total)
+        print("total", total.sum().item())
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_a_device_kept_from_before_the_process_group_is_still_mps(tmp_path):
+    """issue 44 / edm (blind round 5): a device resolved at import stays MPS on a Mac after
+    the group moves the process to the CPU, so Gloo refuses what is made there and float64
+    fails; the emulation once dropped the device when the process switched, and passed."""
+    tree = write_tree(tmp_path / "repo", {"train.py": EARLY, "requirements.txt": "torch\n"})
+    port(tree)
+    assert verify(tree, "--run", "python train.py 29631")[0] == 0  # on the CPU it works
+    code, data, _ = verify(tree, "--emulate", "mps", "--run", "python train.py 29632")
+    assert code == 1
+    assert "ProcessGroupGloo::allreduce: invalid tensor type" in data["run"]["error"]
+    assert data["run"]["location"]["line"] == lines_of((tree / "train.py").read_text(), "dist.all_reduce(")
+    code, data, _ = verify(tree, "--emulate", "mps", "--run", "python train.py --f64 29633")
+    assert code == 1 and "Cannot convert a MPS Tensor to float64" in data["run"]["error"]
+
+
 GAN = """
     import numpy as np
     import torch

@@ -77,6 +77,9 @@ def _probe() -> Resolution:
 
 #: Set by the runtime's init_process_group off CUDA: a process group is being made.
 _group_started = False
+#: This process resolved to the emulated device at some point: what it made there (a
+#: device object kept from before a process group) stays the emulated MPS device.
+_was_emulated = False
 
 
 def _distributed_on_a_mac(note: str = "") -> Optional[Resolution]:
@@ -129,6 +132,12 @@ def note_process_group() -> None:
         _log.info_once("device:process-group", message)
 
 
+def was_emulated() -> bool:
+    """Whether this process resolved to the emulated device before (a process group made
+    since has moved it to the CPU, but not what it had made on MPS: tools/emulate.py)."""
+    return _was_emulated
+
+
 def _mps_in_use() -> bool:
     """Tensors live on MPS now (a real Mac; the emulated device holds none)."""
     try:
@@ -152,6 +161,8 @@ def resolve(announce: bool = True) -> Resolution:
         if _compat.emulated():
             _resolution = _distributed_on_a_mac(f"; {EMULATION_LABEL}") or Resolution(
                 EMULATED, f"PORTER_EMULATE=mps; {EMULATION_LABEL}", "mps")
+            global _was_emulated
+            _was_emulated = _was_emulated or _resolution.device == EMULATED
         else:
             _resolution = _from_env(override) if override else _probe()
     global _announced
@@ -191,10 +202,11 @@ def _importing() -> bool:
 
 def _reset() -> None:
     """Forget the cached resolution and one-time messages (for tests)."""
-    global _resolution, _group_started, _announced
+    global _resolution, _group_started, _announced, _was_emulated
     _resolution = None
     _group_started = False
     _announced = False
+    _was_emulated = False
     _log.reset()
 
 

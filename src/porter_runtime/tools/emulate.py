@@ -81,11 +81,14 @@ def _mark(t: torch.Tensor) -> None:
 
 
 def _is_emulated(device: Any) -> bool:
-    """The emulated device (``cpu:0``) while this process runs on it. A process that
-    resolved to the CPU (a process-group launch, as on a Mac) has no MPS device: there
+    """The emulated device (``cpu:0``) where this process ran on it: while it does, and
+    after a process group moved it to the CPU, since a device object kept from before (a
+    default argument, a module constant: edm's) is still MPS on a Mac, and so is what is
+    made there (Gloo then refuses it, float64 fails). A process that resolved to the CPU
+    from the start (a process-group launch, as on a Mac) has no MPS device: there
     ``cpu:0`` is the CPU (accelerate's device on a multi-CPU launch)."""
-    return (isinstance(device, torch.device) and device == _device.EMULATED
-            and _device.resolve(announce=False).device == _device.EMULATED)
+    return isinstance(device, torch.device) and device == _device.EMULATED and (
+        _device.resolve(announce=False).device == _device.EMULATED or _device.was_emulated())
 
 
 def op_key(func: Any) -> str:
