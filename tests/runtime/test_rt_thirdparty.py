@@ -528,6 +528,7 @@ def test_training_arguments_resume_on_plain_cpu_and_drop_bf16_where_transformers
     simulate("mps")
     with pytest.warns(UserWarning, match="bf16=True needs a CUDA GPU in this transformers"):
         assert Args().bf16 is False
+    assert Args(bf16=None).bf16 is False  # TRL's default, which its __post_init__ turns into `not fp16`
     assert "ACCELERATE_TORCH_DEVICE" not in os.environ  # MPS is accelerate's own choice there
     utils.is_torch_bf16_gpu_available = lambda: True  # a transformers that accepts it
     assert Args().bf16 is True

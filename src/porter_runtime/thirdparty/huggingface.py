@@ -46,6 +46,13 @@ def quantized_load(value: T, option: str = "load_in_8bit") -> Any:
     return False
 
 
+def _asks_bf16(args: Any) -> bool:
+    """``bf16=True``, or TRL's ``bf16=None``, which its configs' ``__post_init__`` turns
+    into ``not fp16`` (True by default: ORPOConfig, SFTConfig)."""
+    bf16 = getattr(args, "bf16", False)
+    return bool(bf16) or (bf16 is None and not getattr(args, "fp16", False))
+
+
 def _bf16_accepted() -> bool:
     """Whether transformers' own check lets ``bf16=True`` through on this machine (it has
     no MPS branch up to 4.5x: "Your setup doesn't support bf16/gpu")."""
@@ -103,7 +110,7 @@ def training_arguments(args: Any) -> None:
             # transformers picks MPS where it is; porter_runtime resolved to the CPU (on a Mac: a
             # process-group launch, Gloo cannot send MPS tensors), so Trainer runs there too
             args.use_cpu = True
-    elif _device.device_type() == "mps" and getattr(args, "bf16", False) and not _bf16_accepted():
+    elif _device.device_type() == "mps" and _asks_bf16(args) and not _bf16_accepted():
         _log.warn_once("training_arguments.bf16", "TrainingArguments: bf16=True needs a CUDA GPU in this "
                        "transformers (its bf16 check has no MPS branch); training in float32 here")
         args.bf16 = False
