@@ -59,6 +59,8 @@ COST = {
     "tests/test_verify_emulate.py::test_a_dataloader_told_to_pin_runs_unpinned_as_on_a_mac": 25,
     "tests/test_verify_emulate.py::test_a_device_kept_from_before_the_process_group_is_still_mps": 60,
     "tests/test_safe_writes.py": 110,
+    "tests/test_emulate_cuda.py": 150,
+    "tests/test_lightning.py": 40,
     "tests/test_fit.py": 100,
     "tests/test_harm.py": 90,
     "tests/test_layouts_fixture.py": 60,
