@@ -38,11 +38,15 @@ from typing import Any
 
 import torch
 
-from porter.verify.emulate_cuda import write_site
-from porter.verify.emulate_cuda.compare import comparable as _comparable  # noqa: F401  (tests use it)
-from porter.verify.emulate_cuda.compare import compare_outputs
-from porter.verify.emulate_cuda.compare import difference as _difference
-from porter.verify.emulate_cuda.compare import leaves as _leaves  # noqa: F401  (recipe_differential's)
+try:  # the comparison and the emulation are porter's; a GPU machine may run this without porter installed
+    import porter  # noqa: F401
+except ImportError:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+from porter.verify.emulate_cuda import write_site  # noqa: E402
+from porter.verify.emulate_cuda.compare import comparable as _comparable  # noqa: E402,F401  (tests use it)
+from porter.verify.emulate_cuda.compare import compare_outputs  # noqa: E402
+from porter.verify.emulate_cuda.compare import difference as _difference  # noqa: E402
+from porter.verify.emulate_cuda.compare import leaves as _leaves  # noqa: E402,F401  (recipe_differential's)
 
 ROOT = Path(__file__).resolve().parent.parent
 REPOS = ROOT / "fixtures" / "repos"

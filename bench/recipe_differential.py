@@ -228,36 +228,11 @@ def _timing_only(line: str) -> bool:
 
 # --------------------------------------------------------------------------- comparison
 
-from differential import _leaves  # noqa: E402  (bench/ is on sys.path above; one walk of nested outputs)
+from differential import _difference, _leaves  # noqa: E402  (bench/ is on sys.path above; one comparison)
 
 def _is_tensor(value: Any) -> bool:
     import torch
     return isinstance(value, torch.Tensor)
-
-
-def _difference(a: Any, b: Any) -> float:
-    import torch
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        if a.shape != b.shape or a.dtype != b.dtype:
-            return math.inf
-        a, b = a.detach().cpu(), b.detach().cpu()
-        if torch.equal(a, b):
-            return 0.0
-        if not (a.is_floating_point() or a.is_complex()):
-            return math.inf
-        a64, b64 = a.double(), b.double()
-        both_nan = a64.isnan() & b64.isnan()
-        diff = ((a64 - b64).abs() / b64.abs().clamp_min(1e-6)).masked_fill(both_nan, 0.0)
-        return float(diff.max())
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and \
-            not isinstance(a, bool) and not isinstance(b, bool):
-        if a == b or (math.isnan(a) and math.isnan(b)):
-            return 0.0
-        return abs(a - b) / max(abs(b), 1e-6)
-    try:
-        return 0.0 if a == b else math.inf
-    except Exception:  # objects without equality (a module, an optimizer): by their repr
-        return 0.0 if type(a) is type(b) else math.inf
 
 
 def _load(path: Path) -> Any:

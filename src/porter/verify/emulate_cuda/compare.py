@@ -47,15 +47,18 @@ def difference(a: Any, b: Any) -> float:
         a, b = a.detach().cpu(), b.detach().cpu()
         if torch.equal(a, b):
             return 0.0
-        if not a.is_floating_point():
+        if not (a.is_floating_point() or a.is_complex()):
             return math.inf
-        a64, b64 = a.double(), b.double()
+        a64, b64 = (a.cdouble(), b.cdouble()) if a.is_complex() else (a.double(), b.double())
         both_nan = a64.isnan() & b64.isnan()
         return float(((a64 - b64).abs() / b64.abs().clamp_min(1e-6)).masked_fill(both_nan, 0).max())
     if isinstance(a, (int, float)) and isinstance(b, (int, float)) and \
             not isinstance(a, bool) and not isinstance(b, bool):
         return relative(a, b)
-    return 0.0 if a == b else math.inf
+    try:
+        return 0.0 if a == b else math.inf
+    except Exception:  # noqa: BLE001  (objects without equality, a module or an optimizer: by their type)
+        return 0.0 if type(a) is type(b) else math.inf
 
 
 def load(path: Path) -> Any:

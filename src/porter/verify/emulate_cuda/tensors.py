@@ -89,14 +89,19 @@ def _is_host(device: Any) -> bool:
 
 
 @contextlib.contextmanager
-def _target(index: int | None):
-    """Inside, the dispatch mode marks every fresh tensor with ``index`` (-1: the host)."""
-    before = getattr(_state, "target", None)
-    _state.target = index
+def _setting(name: str, value: Any):
+    """This thread's ``_state.<name>`` is ``value`` inside."""
+    before = getattr(_state, name, None)
+    setattr(_state, name, value)
     try:
         yield
     finally:
-        _state.target = before
+        setattr(_state, name, before)
+
+
+def _target(index: int | None):
+    """Inside, the dispatch mode marks every fresh tensor with ``index`` (-1: the host)."""
+    return _setting("target", index)
 
 
 # -- random numbers --------------------------------------------------------------------------
@@ -319,15 +324,9 @@ _SPECIAL: dict = {
 }
 
 
-@contextlib.contextmanager
 def _real_devices():
     """Inside, tensors tell the CPU they are on (torch's own code that must run there)."""
-    before = getattr(_state, "real", False)
-    _state.real = True
-    try:
-        yield
-    finally:
-        _state.real = before
+    return _setting("real", True)
 
 
 def _enter_modes() -> None:
