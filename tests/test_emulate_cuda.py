@@ -76,8 +76,6 @@ def test_random_numbers_on_the_device_have_their_own_generator(tmp_path):
         c = torch.nn.functional.dropout(torch.ones(8, device="cuda"), 0.5)
         torch.cuda.set_rng_state(state)
         assert torch.equal(c.cpu(), torch.nn.functional.dropout(torch.ones(8, device="cuda"), 0.5).cpu())
-        host = torch.randn(2)
-        torch.manual_seed(0); torch.randn(4); assert torch.equal(torch.randn(2), torch.randn(2)) is False
         g = torch.Generator(device="cuda"); g.manual_seed(3)
         assert g.device == torch.device("cuda", 0) and isinstance(g, torch.Generator)
         assert torch.rand(2, generator=g, device="cuda").is_cuda
@@ -212,7 +210,6 @@ def _verify_against(tmp_path: Path, edit=None) -> dict:
                           env=env, capture_output=True, text=True, check=False, timeout=600)
     data = json.loads(done.stdout)
     assert data["run"]["status"] == "ok", data["run"]["output"]
-    assert not list(port.glob("*.pt")) or True  # the in-place run may write; the compared runs were copies
     assert not list(original.glob("*.pt")), "the original tree is never written"
     return {"exit": done.returncode, **data["against"]}
 
