@@ -18,6 +18,7 @@ runner imports recipes to list them, in porter's own environment.
 
 from __future__ import annotations
 
+import contextlib
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,16 @@ def save_cuda_checkpoint(obj: Any, path: Path | str) -> None:
     time, so no GPU is needed to write it.
     """
     import torch
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with cuda_tags():
+        torch.save(obj, str(path))
+
+
+@contextlib.contextmanager
+def cuda_tags():
+    """Inside, torch tags every CPU storage it pickles ``cuda:0`` (``torch.save``, and a
+    pickler of the repository's own, such as StyleGAN's dill snapshots)."""
     from torch import serialization
 
     original = serialization.location_tag
@@ -52,8 +63,7 @@ def save_cuda_checkpoint(obj: Any, path: Path | str) -> None:
 
     serialization.location_tag = cuda_tag
     try:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        torch.save(obj, str(path))
+        yield
     finally:
         serialization.location_tag = original
 

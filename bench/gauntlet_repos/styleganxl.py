@@ -29,7 +29,7 @@ betas=[0, 0.99]): both fail the original on every device with a current torch, a
 
 from pathlib import Path
 
-from _recipe import Step, write_images
+from _recipe import Step, cuda_tags, write_images
 
 G = "_gauntlet"
 SITE = f"{G}/site"
@@ -119,7 +119,6 @@ def _cuda_checkpoint(tree: Path, path: Path) -> None:
 
     import dill
     import torch
-    from torch import serialization
 
     sys.path.insert(0, str(tree))
     try:
@@ -149,19 +148,9 @@ def _cuda_checkpoint(tree: Path, path: Path) -> None:
         data["progress"] = {"cur_nimg": torch.LongTensor([BATCH]), "cur_tick": torch.LongTensor([0]),
                             "batch_idx": torch.LongTensor([1]), "best_fid": 9999,
                             "pl_mean": torch.zeros([])}
-        original = serialization.location_tag
-
-        def cuda_tag(storage):
-            tag = original(storage)
-            return "cuda:0" if tag == "cpu" else tag
-
-        serialization.location_tag = cuda_tag
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "wb") as handle:
-                dill.dump(data, handle)
-        finally:
-            serialization.location_tag = original
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with cuda_tags(), open(path, "wb") as handle:
+            dill.dump(data, handle)
     finally:
         sys.path.remove(str(tree))
 
