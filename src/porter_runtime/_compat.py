@@ -21,10 +21,11 @@ def at_least(major: int, minor: int) -> bool:
     return torch_version() >= (major, minor)
 
 
-def launch_world_size() -> int:
-    """``WORLD_SIZE`` as a launcher (torchrun) set it; 1 when unset or unreadable."""
+def launch_world_size(variable: str = "WORLD_SIZE") -> int:
+    """``WORLD_SIZE`` as a launcher (torchrun) set it (or ``LOCAL_WORLD_SIZE``: the
+    processes it started on this machine); 1 when unset or unreadable."""
     try:
-        return int(os.environ.get("WORLD_SIZE", "1"))
+        return int(os.environ.get(variable, "1"))
     except ValueError:
         return 1
 

@@ -59,7 +59,8 @@ class LightningCudaChoices(Rule):
         "import lightning as L\nfabric = L.Fabric(accelerator='auto', devices=1)\n",
         "import lightning as L\nfabric = L.Fabric(accelerator='cpu', strategy='ddp')\n",
         "from pytorch_lightning import Trainer\ntrainer = Trainer(max_epochs=1)\n",
-        "from myproject import Trainer\ntrainer = Trainer(accelerator='gpu', strategy=strategy)\n",
+        "from myproject import Trainer\ntrainer = Trainer(accelerator='gpu', strategy=strategy)\n",  # a lookalike
+        "def build(L):\n    return L.Fabric(accelerator='cuda')\n",  # a parameter shadowing nothing imported
     ]
     invalid = [
         Example(  # lit-llama's finetune/lora.py
@@ -119,6 +120,13 @@ class LightningCudaChoices(Rule):
                     )
                     fabric.launch()
                 """),
+        ),
+        Example(  # a from-import, and the `accelerator` of a Trainer that runs without a strategy
+            "from lightning.fabric import Fabric\nfrom lightning.pytorch import Trainer as PLTrainer\n\n"
+            "fabric = Fabric(accelerator='cuda', devices=1)\ntrainer = PLTrainer(accelerator='gpu', max_steps=10)\n",
+            "import porter_runtime\nfrom lightning.fabric import Fabric\nfrom lightning.pytorch import Trainer as PLTrainer\n\n"
+            "fabric = Fabric(accelerator=porter_runtime.lightning_accelerator('cuda'), devices=1)\n"
+            "trainer = PLTrainer(accelerator=porter_runtime.lightning_accelerator('gpu'), max_steps=10)\n",
         ),
         Example(
             "import pytorch_lightning as pl\n"

@@ -23,7 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from porter.verify.emulate_cuda import MODULE
+from porter.verify.emulate_cuda.text import compare_text
 from porter.verify.records import VerifyOptions
+from porter.verify.run_command import run_command
 
 #: Folders no run's output is read from (tools' caches, version control).
 _SKIP = {".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".ipynb_checkpoints"}
@@ -90,8 +93,6 @@ def _copy(tree: Path, dest: Path) -> Path:
 
 
 def _run(tree: Path, options: VerifyOptions, env: dict) -> Side:
-    from porter.verify.run_command import run_command
-
     before = _snapshot(tree)
     result = run_command(options.run, dataclasses.replace(options, root=tree, echo=None), env)
     after = _snapshot(tree)
@@ -106,8 +107,6 @@ def _compare_files(a: Side, b: Side, roots: tuple[Path, Path], options: VerifyOp
         rows.append((name, None, "written by the " + ("original" if name in a.written else "port") + " only"))
     both = sorted(set(a.written) & set(b.written))
     if both:  # read in the code's own interpreter: it has torch, porter's may not
-        from porter.verify.emulate_cuda import MODULE
-
         done = subprocess.run([options.python, "-m", f"{MODULE}.compare", str(roots[0]), str(roots[1]), *both],
                               env=env, capture_output=True, text=True, check=False)
         try:
@@ -121,8 +120,6 @@ def _compare_files(a: Side, b: Side, roots: tuple[Path, Path], options: VerifyOp
 
 def _compare(a: Side, b: Side, roots: tuple[Path, Path], options: VerifyOptions,
              env: dict) -> list[tuple[str, Optional[float], str]]:
-    from porter.verify.emulate_cuda.text import compare_text
-
     worst, where = compare_text(a.output.replace(str(roots[0]), "{tree}"), b.output.replace(str(roots[1]), "{tree}"))
     rows = [("printed numbers", None if math.isinf(worst) else worst, where)]
     return rows + _compare_files(a, b, roots, options, env)

@@ -137,14 +137,16 @@ def _seed(value):
     import random
 
     random.seed(value)
-    for name, call in (("numpy", "random.seed"), ("torch", "manual_seed")):
-        try:
-            module = __import__(name)
-        except ImportError:
-            continue
-        for part in call.split("."):
-            module = getattr(module, part)
-        module(value)
+    try:
+        import numpy
+        numpy.random.seed(value)
+    except ImportError:
+        pass
+    try:
+        import torch
+        torch.manual_seed(value)
+    except ImportError:
+        pass
 
 
 def _main():

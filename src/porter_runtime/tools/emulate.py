@@ -336,15 +336,17 @@ def accelerator_is_the_device() -> None:
         return _device.EMULATED if _is_emulated(_device.EMULATED) else real(check_available)
 
     accelerator.current_accelerator = current_accelerator
-    pinning = sys.modules.get("torch.utils.data._utils.pin_memory")
-    if pinning is None:
-        import torch.utils.data._utils.pin_memory as pinning
+
+
+def dataloader_does_not_pin() -> None:
+    """torch's DataLoader turns ``pin_memory=True`` off on MPS with a warning (facts §6);
+    with the emulated accelerator it would try to pin for it, which this CPU build can't."""
+    import torch.utils.data._utils.pin_memory as pinning
+
     real_pin = pinning.pin_memory
 
     def pin_memory(data: Any, device: Any = None) -> Any:
-        """A DataLoader's pinning with the emulated accelerator: MPS can't pin, and torch's
-        DataLoader turns ``pin_memory=True`` off there with a warning (facts §6)."""
-        if device is not None and str(device) == str(_device.EMULATED.type):
+        if device is not None and str(device) == _device.EMULATED.type:
             _log.warn_once("emulate:pin_memory", "'pin_memory' argument is set as true but not supported on MPS "
                            "now, device pinned memory won't be used.")
             return data
@@ -422,6 +424,7 @@ def install() -> Optional[MpsContract]:
     _mode.__enter__()  # stays on for the life of the thread that imported the runtime
     patch_host_moves()
     accelerator_is_the_device()
+    dataloader_does_not_pin()
     flex_attention_rule()
     load_to_the_device()
     spawn_by_default()

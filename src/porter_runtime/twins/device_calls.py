@@ -14,7 +14,7 @@ from typing import Any, NamedTuple, Optional
 
 import torch
 
-from .. import _device
+from .. import _compat, _device
 
 Dev = Any  # whatever torch.cuda accepts: None, int, str or torch.device
 
@@ -87,19 +87,13 @@ def device_count() -> int:
     mod = _forward()
     if mod is not None:
         return int(mod.device_count())
-    local = _local_processes()
+    local = _compat.launch_world_size("LOCAL_WORLD_SIZE")
     if local > 1:
         return local
     if _on_mps():
         return int(torch.mps.device_count())
     return 1
 
-
-def _local_processes() -> int:
-    try:
-        return int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    except ValueError:
-        return 1
 
 
 def current_device() -> int:

@@ -81,7 +81,7 @@ _default_streams: dict[int, Stream] = {}
 
 
 def _stream_of(device: Any = None) -> Stream:
-    index = current_device() if device is None else (cuda_index(device) if not isinstance(device, int) else device)
+    index = current_device() if device is None else cuda_index(device)
     return _default_streams.setdefault(index, Stream(index))
 
 
@@ -89,7 +89,7 @@ class _DeviceContext:
     """``torch.cuda.device(i)``: the current device inside."""
 
     def __init__(self, device: Any) -> None:
-        self.index = cuda_index(device) if device is not None and not isinstance(device, int) else device
+        self.index = None if device is None else cuda_index(device)
         self.before: int | None = None
 
     def __enter__(self) -> None:
@@ -102,7 +102,7 @@ class _DeviceContext:
 
 
 def set_device(device: Any) -> None:
-    index = cuda_index(device) if not isinstance(device, int) else device
+    index = cuda_index(device)
     if index is not None and index >= 0:
         if index >= device_count():
             raise RuntimeError("CUDA error: invalid device ordinal")
@@ -152,7 +152,7 @@ def _cuda_namespace() -> dict[str, Any]:
 
 
 def _rng_index(device: Any) -> int:
-    return device if isinstance(device, int) else cuda_index(device) or 0
+    return cuda_index(device) or 0
 
 
 def _patch_cuda() -> None:
@@ -184,7 +184,7 @@ def _patch_cuda() -> None:
 
 def _patch_storage() -> None:
     def cuda(self: Any, device: Any = None, non_blocking: bool = False) -> Any:
-        index = current_device() if device is None else cuda_index(device) if not isinstance(device, int) else device
+        index = current_device() if device is None else cuda_index(device)
         if isinstance(self, torch.storage.TypedStorage):
             return torch.storage.TypedStorage(wrap_storage=cuda(self._untyped_storage, device), dtype=self.dtype,
                                               _internal=True)
