@@ -9,6 +9,7 @@ from typing import Optional
 
 import libcst as cst
 
+from porter.rulebase.cuda_packages import is_cuda_only_module
 from porter.rulebase.evidence import ComparesDeviceType
 from porter.rulebase.rule import BYTES_GAP, Example, Needs, Rule, Safety, string_value
 
@@ -82,6 +83,47 @@ def _non_cpu_side(node: cst.CSTNode, test: cst.Comparison) -> Optional[cst.CSTNo
     return node.orelse.body if isinstance(node.orelse, cst.Else) else None
 
 
+#: Words in a name that tie code to CUDA or to a compiled kernel: `fused_bias_act`, `upfirdn2d_cuda`,
+#: `triton_rms_norm`, `_C.forward`, `flash_attn_func`.
+_KERNEL_WORD = re.compile(r"cuda|nccl|cudnn|triton|kernel|fused|flash|xformers|apex|cutlass|tilelang|(?:^|_)(?:c|ext|op|ops|plugin)$",
+                          re.IGNORECASE)
+
+
+class _NamesKernel(cst.CSTVisitor):
+    """Whether code names CUDA or a compiled kernel: an identifier or string saying so, or a
+    name that resolves into a CUDA-only package."""
+
+    def __init__(self, rule: Rule) -> None:
+        self.rule = rule
+        self.found = False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        name = self.rule.qualname(node)
+        if _KERNEL_WORD.search(node.value) or (name is not None and is_cuda_only_module(name)):
+            self.found = True
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if _KERNEL_WORD.search(node.attr.value):
+            self.found = True
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        if "cuda" in node.value or "nccl" in node.value:
+            self.found = True
+
+
+def _skips_portable_work(rule: Rule, node: Optional[cst.CSTNode], test: cst.Comparison) -> bool:
+    """Whether ``node`` is an ``if`` with no ``else`` that only skips work on the CPU
+    (``if device.type != "cpu": <warm-up>``, also inside ``and`` / ``or``), and that work
+    names neither CUDA nor a kernel. On a Mac it runs that work, which is right there: the
+    branch chooses no CUDA path."""
+    if not isinstance(node, cst.If) or node.orelse is not None \
+            or not isinstance(test.comparisons[0].operator, cst.NotEqual):
+        return False
+    finder = _NamesKernel(rule)
+    node.body.visit(finder)
+    return not finder.found
+
+
 _QUOTE = rb"(?:'''|\"\"\"|'|\")"
 #: What `_compares_with_cpu` looks for, in bytes: `<x>.device.type ==` / `!=` a "cpu"
 #: literal, in either order (a mention in a docstring or a comment is not enough).
@@ -115,7 +157,9 @@ class DeviceTypeBranch(Rule):
     that truly meant "the CPU" (a CPU-only library) changes branch on MPS.
 
     A branch that only brings the tensor to the CPU (`if t.device.type != "cpu":
-    t = t.cpu()`) is right on every device and is left alone.
+    t = t.cpu()`) is right on every device and is left alone, and so is one that
+    only skips work on the CPU (`if device.type != "cpu":` with no `else`, such as a
+    warm-up forward pass) when that work names neither CUDA nor a kernel.
 
     Known limits:
     Only `.device.type` and a variable named `device` are understood;
@@ -150,6 +194,18 @@ class DeviceTypeBranch(Rule):
 
             arr = x.numpy() if x.device.type == 'cpu' else x.detach().to('cpu').numpy()
             """),
+        # only skips a warm-up on the CPU: a Mac runs the warm-up, which is right there
+        dedent("""\
+            import torch
+
+            def detect(model, device, imgsz, half):
+                if device.type != 'cpu':
+                    model(torch.zeros(1, 3, imgsz, imgsz).to(device).type_as(next(model.parameters())))  # run once
+                for img in loader:
+                    if device.type != 'cpu' and (old_shape != img.shape):
+                        for i in range(3):
+                            model(img)[0]
+            """),
     ]
     invalid = [
         Example(
@@ -161,6 +217,29 @@ class DeviceTypeBranch(Rule):
         Example(
             "import torch as t\nout = fused(x) if x.device.type != 'cpu' else t.nn.functional.gelu(x)\n",
             "import torch as t\nout = fused(x) if x.device.type == 'cuda' else t.nn.functional.gelu(x)\n",
+        ),
+        # skips work on the CPU, but the work it runs elsewhere is a kernel
+        Example(
+            dedent("""\
+                import torch
+                from . import upfirdn2d_op
+
+                def upfirdn2d(x, k, up=1, down=1):
+                    out = upfirdn2d_native(x, k, up, down)
+                    if x.device.type != "cpu":
+                        out = upfirdn2d_op.upfirdn2d(x, k, up, up, down, down, 0, 0, 0, 0)
+                    return out
+                """),
+            dedent("""\
+                import torch
+                from . import upfirdn2d_op
+
+                def upfirdn2d(x, k, up=1, down=1):
+                    out = upfirdn2d_native(x, k, up, down)
+                    if x.device.type == "cuda":
+                        out = upfirdn2d_op.upfirdn2d(x, k, up, up, down, down, 0, 0, 0, 0)
+                    return out
+                """),
         ),
         Example(
             "from torch import nn\nif mode:\n    pass\nelif device.type == 'cpu':\n    act = nn.GELU()\n",
@@ -178,13 +257,17 @@ class DeviceTypeBranch(Rule):
     def visit_IfExp(self, node: cst.IfExp) -> None:
         self._collect(node.test, node)
 
-    def _collect(self, test: cst.BaseExpression, node: Optional[cst.CSTNode] = None) -> None:
+    def _collect(self, test: cst.BaseExpression, node: Optional[cst.CSTNode] = None, whole: bool = True) -> None:
+        """``whole``: ``test`` is all of ``node``'s test (not a part of an ``and`` / ``or``)."""
         if isinstance(test, cst.BooleanOperation):
-            self._collect(test.left)
-            self._collect(test.right)
+            self._collect(test.left, node, whole=False)
+            self._collect(test.right, node, whole=False)
         elif isinstance(test, cst.Comparison) and _cpu_test(test) is not None:
-            if not _to_host_only(_non_cpu_side(node, test)):  # `!= "cpu": t = t.cpu()` is right everywhere
-                self._tests.add(test)
+            if whole and _to_host_only(_non_cpu_side(node, test)):  # `!= "cpu": t = t.cpu()` is right everywhere
+                return
+            if _skips_portable_work(self, node, test):  # `!= "cpu": <warm-up>` is right on a Mac too
+                return
+            self._tests.add(test)
 
     def leave_Comparison(self, original: cst.Comparison, updated: cst.Comparison) -> cst.BaseExpression:
         if original not in self._tests:
