@@ -211,6 +211,7 @@ def _verify_against(tmp_path: Path, edit=None) -> dict:
     data = json.loads(done.stdout)
     assert data["run"]["status"] == "ok", data["run"]["output"]
     assert not list(original.glob("*.pt")), "the original tree is never written"
+    assert not list(port.glob("*.pt")), "nor the port: CMD runs on copies, once each (the port's is verify's run)"
     return {"exit": done.returncode, **data["against"]}
 
 

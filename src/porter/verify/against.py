@@ -25,7 +25,7 @@ from typing import Callable, Optional
 
 from porter.verify.emulate_cuda import MODULE
 from porter.verify.emulate_cuda.text import compare_text
-from porter.verify.records import VerifyOptions
+from porter.verify.records import RunCommandResult, VerifyOptions
 from porter.verify.run_command import run_command
 
 #: Folders no run's output is read from (tools' caches, version control).
@@ -38,6 +38,7 @@ class Side:
     status: str
     output: str
     written: dict[str, Path] = field(default_factory=dict)  # what the run wrote: tree path -> file
+    run: Optional[RunCommandResult] = None  # the run itself (frames relative to its tree)
 
 
 @dataclass
@@ -51,6 +52,8 @@ class Differential:
     rows: list[tuple[str, Optional[float], str]] = field(default_factory=list)
     spread: Optional[float] = None  # the original against itself, where the two differed
     error: str = ""
+    #: the port's run, which is verify's run of CMD too (it is not run a third time)
+    port_run: Optional[RunCommandResult] = None
 
     @property
     def worst(self) -> float:
@@ -97,7 +100,7 @@ def _run(tree: Path, options: VerifyOptions, env: dict) -> Side:
     result = run_command(options.run, dataclasses.replace(options, root=tree, echo=None), env)
     after = _snapshot(tree)
     written = {rel: tree / rel for rel, stamp in after.items() if before.get(rel) != stamp}
-    return Side(result.returncode, result.status, result.full_output, written)
+    return Side(result.returncode, result.status, result.full_output, written, result)
 
 
 def _compare_files(a: Side, b: Side, roots: tuple[Path, Path], options: VerifyOptions,
@@ -140,6 +143,7 @@ def against(options: VerifyOptions, env_for: Callable[[Path], dict]) -> Differen
         envs = [_seeded(env_for(tree)) for tree in trees]
         a, b = (_run(tree, options, env) for tree, env in zip(trees, envs))
         result.original_status, result.port_status = a.status, b.status
+        result.port_run = b.run
         result.rows = sorted(_compare(a, b, trees, options, envs[1]),
                              key=lambda r: -(math.inf if r[1] is None else r[1]))
         if result.worst > 0.0 and a.status == b.status:

@@ -293,12 +293,13 @@ def verify(options: VerifyOptions, files: Sequence[Path], analysis_config) -> Ve
             env = child_environment(root, guard, options.allow, options.python, options.emulate,
                                     hide_cuda=not _gpu_check(options))
             results, cuda, workers = import_all(modules, options, env, guard)
-            command = run_command(options.run, options, env) if options.run else None
+            command = run_command(options.run, options, env) if options.run and options.against is None else None
             if options.against is not None and options.run:
                 from porter.verify.against import against
 
                 differential = against(options, lambda tree: child_environment(
                     tree, guard, options.allow, options.python, options.emulate, hide_cuda=not _gpu_check(options)))
+                command = differential.port_run  # CMD on a copy of the port: the tree itself is not written
             started, fallbacks = emulation_results(guard / "emulate") if options.emulate == "mps" else (None, [])
         finally:
             sweep(guard.name)  # what left its process group: a double-forked daemon
