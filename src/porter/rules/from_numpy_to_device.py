@@ -20,6 +20,7 @@ from porter.rulebase.rule import (
     Safety,
     keyword,
     positional,
+    string_value,
 )
 
 _NOT_PAREN = rb"[^()'\"#]"
@@ -50,14 +51,17 @@ class FromNumpyToDevice(Rule):
     the MPS framework doesn't support float64. Please use float32 instead.`
 
     Fix safety:
-    Review only. A finding needs a human only where the code shows the array is
-    float64 (`np.random.randn`, `np.zeros(n)` with no dtype, `dtype=np.float64`, what
-    NumPy keeps float64 from one of these; porter.rulebase.families.dtypes.numpy_float64), and
-    its message names that maker. An array whose dtype nothing here shows (a dataset's
-    item, a file's contents, a parameter no caller in the module gives a float64) is a
-    note. The suggestion is exact on CUDA: `porter_runtime.to_device(t)` moves a tensor
-    exactly like `.to(device)` there and casts float64 to float32 (with a warning) only
-    on MPS.
+    Safe where it rewrites. Where the code shows the array is float64
+    (`np.random.randn`, `np.zeros(n)` with no dtype, `dtype=np.float64`, what NumPy
+    keeps float64 from one of these; porter.rulebase.families.dtypes.numpy_float64) and
+    the move is `.cuda()` or `.to(d)` with `d` plainly a device (a device string,
+    `torch.device(...)`, a name ending in `device`), the move becomes
+    `porter_runtime.to_device(t, device=d)`: on CUDA and the CPU that is `t.to(d)`
+    exactly; on MPS the float64 tensor arrives as float32 (one warning), the one dtype
+    MPS can hold. Any other move of a float64 array (`.to(other)`, where `other` may be
+    a tensor whose dtype `.to` would also take) needs a human, and the message names
+    what makes it float64. An array whose dtype nothing here shows (a dataset's item, a
+    file's contents, a parameter no caller in the module gives a float64) is a note.
 
     Known limits:
     Only a move in the same expression is seen; a tensor stored in a variable and
@@ -73,7 +77,7 @@ class FromNumpyToDevice(Rule):
 
     code = "PT605"
     name = "from-numpy-to-device"
-    safety = Safety.REVIEW
+    safety = Safety.SAFE
     # whole_file: the dtype search reads the module's other functions, classes and callers
     needs = Needs(targets=frozenset({"torch.from_numpy"}), evidence=_MOVES_FROM_NUMPY, unit=_MOVES_FROM_NUMPY,
                   byte_patterns=_MOVED_FROM_NUMPY, whole_file=True)
@@ -143,6 +147,14 @@ class FromNumpyToDevice(Rule):
                 z = np.random.RandomState(seed).randn(1, G.z_dim)
                 z = torch.from_numpy(z).to(device)
                 """),
+            dedent("""\
+                import porter_runtime
+                import numpy as np
+                import torch
+
+                z = np.random.RandomState(seed).randn(1, G.z_dim)
+                z = porter_runtime.to_device(torch.from_numpy(z), device=device)
+                """),
             line=5, message="float64",
         ),
         Example(  # one of the field's assignments is float64
@@ -160,6 +172,21 @@ class FromNumpyToDevice(Rule):
                     def sample(self, idx, device):
                         return torch.from_numpy(self.rewards[idx]).to(device)
                 """),
+            dedent("""\
+                import porter_runtime
+                import numpy as np
+                import torch
+
+                class Buffer:
+                    def __init__(self, n):
+                        self.rewards = np.zeros(n, dtype=np.float32)
+
+                    def reset(self, n):
+                        self.rewards = np.zeros(n)
+
+                    def sample(self, idx, device):
+                        return porter_runtime.to_device(torch.from_numpy(self.rewards[idx]), device=device)
+                """),
             line=12, message="float64",
         ),
         Example(  # a PIL image's pixels divided by 255.0: float64
@@ -174,6 +201,18 @@ class FromNumpyToDevice(Rule):
                     pixels = np.array(image) / 255.0
                     return torch.from_numpy(pixels).to(device).permute(2, 0, 1)
                 """),
+            dedent("""\
+                import porter_runtime
+                import numpy as np
+                import torch
+                from PIL import Image
+
+
+                def load_image(path, device):
+                    image = Image.open(path).convert("RGB").resize((256, 256))
+                    pixels = np.array(image) / 255.0
+                    return porter_runtime.to_device(torch.from_numpy(pixels), device=device).permute(2, 0, 1)
+                """),
             line=9, message="float64",
         ),
         Example(  # a float64 schedule reaches the helper through its callers
@@ -184,6 +223,29 @@ class FromNumpyToDevice(Rule):
 
                 def _extract_into_tensor(arr, timesteps, broadcast_shape):
                     res = th.from_numpy(arr).to(device=timesteps.device)[timesteps].float()
+                    while len(res.shape) < len(broadcast_shape):
+                        res = res[..., None]
+                    return res.expand(broadcast_shape)
+
+
+                class GaussianDiffusion:
+                    def __init__(self, betas):
+                        betas = np.array(betas, dtype=np.float64)
+                        alphas = 1.0 - betas
+                        self.alphas_cumprod = np.cumprod(alphas, axis=0)
+                        self.sqrt_alphas_cumprod = np.sqrt(self.alphas_cumprod)
+
+                    def q_sample(self, x_start, t, noise):
+                        return _extract_into_tensor(self.sqrt_alphas_cumprod, t, x_start.shape) * x_start + noise
+                """),
+            dedent("""\
+                import porter_runtime
+                import numpy as np
+                import torch as th
+
+
+                def _extract_into_tensor(arr, timesteps, broadcast_shape):
+                    res = porter_runtime.to_device(th.from_numpy(arr), device=timesteps.device)[timesteps].float()
                     while len(res.shape) < len(broadcast_shape):
                         res = res[..., None]
                     return res.expand(broadcast_shape)
@@ -214,6 +276,19 @@ class FromNumpyToDevice(Rule):
                     mean = torch.from_numpy(obs_rms.mean).to(device)
                     return (next_obs - mean) / torch.sqrt(torch.from_numpy(obs_rms.var).to(device))
                 """),
+            dedent("""\
+                import porter_runtime
+                import numpy as np
+                import torch
+                from gym.wrappers.normalize import RunningMeanStd
+
+                obs_rms = RunningMeanStd(shape=(1, 1, 84, 84))
+
+
+                def normalize(next_obs, device):
+                    mean = porter_runtime.to_device(torch.from_numpy(obs_rms.mean), device=device)
+                    return (next_obs - mean) / torch.sqrt(porter_runtime.to_device(torch.from_numpy(obs_rms.var), device=device))
+                """),
             line=9, message="keeps `mean` as float64",
         ),
         Example(  # a dtype that only TensorRT knows: a note, not a finding
@@ -233,13 +308,38 @@ class FromNumpyToDevice(Rule):
                 """),
             line=11, message="nothing here shows its dtype",
         ),
+        Example(  # a float64 array moved where `.to` may also take another tensor's dtype: for a human
+            dedent("""\
+                import numpy as np
+                import torch
+
+                noise = torch.from_numpy(np.random.randn(4, 8)).to(latents)
+                """),
+            line=4, message="float64",
+        ),
+        Example(  # yolov7/stylegan-style sampling: `.cuda()` of float64 latents
+            dedent("""\
+                import numpy as np
+                import torch
+
+                z = torch.from_numpy(np.random.RandomState(seed).randn(1, G.z_dim)).cuda(non_blocking=True)
+                """),
+            dedent("""\
+                import porter_runtime
+                import numpy as np
+                import torch
+
+                z = porter_runtime.to_device(torch.from_numpy(np.random.RandomState(seed).randn(1, G.z_dim)), non_blocking=True)
+                """),
+        ),
         Example("import torch as t\nx = t.from_numpy(a).to(device, non_blocking=True)\n"),
         Example("from torch import from_numpy\nx = from_numpy(a).to('cuda')\n"),
     ]
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self._moved: set[int] = set()
+        self._moved: dict[int, cst.Call] = {}  # id of a from_numpy call -> the move of its tensor
+        self._twins: dict[int, str] = {}       # id of a move rewritten to to_device -> what made it float64
         self._functions: list[cst.FunctionDef] = []
         self._classes: list[cst.ClassDef] = []
         self._search: Optional[Float64] = None  # one per file: it remembers what it followed
@@ -260,7 +360,7 @@ class FromNumpyToDevice(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         if self._any_move(node):
-            self._moved.add(id(node.func.value))  # type: ignore[attr-defined]
+            self._moved[id(node.func.value)] = node  # type: ignore[attr-defined]
 
     def _known_not_float64(self, call: cst.Call) -> bool:
         """The array's dtype is in plain sight and is not float64 (porter.rulebase.families.dtypes.numpy_dtypes)."""
@@ -284,16 +384,46 @@ class FromNumpyToDevice(Rule):
         return search.source(call.args[0].value, function, klass)
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        if id(original) in self._twins:
+            return self._to_device(original, updated, self._twins.pop(id(original)))
         if id(original) not in self._moved or not self.matches(original.func) or self._known_not_float64(original):
             return updated
         suggestion = "porter_runtime.to_device(torch.from_numpy(a)), or .float() before the move"
         source = self._float64_source(original)
-        if source is not None:
+        move = self._moved[id(original)]
+        if source is not None and self._device_of(move) is not None:
+            self._twins[id(move)] = source  # the move, left next, becomes porter_runtime.to_device
+        elif source is not None:
             self.flag(original, f"the array is float64 ({source}), and MPS has no float64", suggestion=suggestion)
         else:
             self.note(original, "if the array is float64 (NumPy's default for floats), the move fails on MPS, "
                       "which has no float64; nothing here shows its dtype", suggestion=suggestion)
         return updated
+
+    def _device_of(self, move: cst.Call) -> Optional[cst.BaseExpression]:
+        """What an original move names as its device, where ``to_device`` can stand in for it:
+        ``t.cuda()`` (the move itself), ``t.to(d)`` / ``t.to(device=d)`` with ``d`` plainly a
+        device (not a tensor, whose ``.to`` would also take its dtype), ``non_blocking=`` beside
+        either; None for any other move."""
+        func = move.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "cuda" and not positional(move) \
+                and all(a.keyword is not None and a.keyword.value == "non_blocking" for a in move.args):
+            return func
+        value = _device_argument(move)
+        return value if value is not None and _names_a_device(self, value) else None
+
+    def _to_device(self, original: cst.Call, updated: cst.Call, source: str) -> cst.BaseExpression:
+        """``torch.from_numpy(a).to(device)`` -> ``porter_runtime.to_device(torch.from_numpy(a), device=device)``."""
+        args: list[cst.Arg] = [cst.Arg(updated.func.value)]  # type: ignore[attr-defined]
+        blocking = keyword(updated, "non_blocking")
+        if blocking is not None:
+            args.append(_keyword_arg("non_blocking", blocking.value))
+        device = _device_argument(updated)  # as other rules left it: `.cuda()` is PT001's `.to(<device>)` now
+        if device is not None:
+            args.append(_keyword_arg("device", device))
+        return self.rewrite(original, self.runtime_call("to_device", *args),
+                            f"the array is float64 ({source}), and MPS has no float64: the runtime moves the tensor "
+                            "as .to does on CUDA and the CPU, and as float32 on MPS")
 
     def _any_move(self, call: cst.Call) -> bool:
         """A move to any device (a variable too) that sets no dtype."""
@@ -308,6 +438,38 @@ class FromNumpyToDevice(Rule):
             return True
         given = positional(call)
         return bool(given) and not any(_is_dtype(self, a.value) for a in given)
+
+
+def _keyword_arg(name: str, value: cst.BaseExpression) -> cst.Arg:
+    tight = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+    return cst.Arg(value, keyword=cst.Name(name), equal=tight)
+
+
+def _device_argument(move: cst.Call) -> Optional[cst.BaseExpression]:
+    """``d`` of ``t.to(d)`` / ``t.to(device=d)``, with at most ``non_blocking=`` beside it."""
+    if not isinstance(move.func, cst.Attribute) or move.func.attr.value != "to" or any(a.star for a in move.args):
+        return None
+    given = positional(move)
+    named = {a.keyword.value for a in move.args if a.keyword is not None}
+    if not named <= {"device", "non_blocking"}:
+        return None
+    if len(given) == 1 and "device" not in named:
+        return given[0].value
+    if not given and "device" in named:
+        return keyword(move, "device").value
+    return None
+
+
+def _names_a_device(rule: Rule, node: cst.BaseExpression) -> bool:
+    """A device in plain sight: a device string, ``torch.device(...)``, the runtime's device,
+    or a name whose last part says device (``device``, ``self.device``, ``x.device``, ``dev``)."""
+    text = string_value(node)
+    if text is not None:
+        return text.split(":")[0] in ("cuda", "cpu", "mps", "xpu")
+    if isinstance(node, cst.Call):
+        return rule.qualname(node.func) in ("torch.device", "porter_runtime.device")
+    last = node.attr.value if isinstance(node, cst.Attribute) else node.value if isinstance(node, cst.Name) else ""
+    return "device" in last.lower() or last.lower() == "dev"
 
 
 def _is_dtype(rule: Rule, node: cst.BaseExpression) -> bool:
