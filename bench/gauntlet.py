@@ -332,6 +332,10 @@ class Row:
     recipe_mps_failure: str = ""
     #: operators that fell back to the CPU under the emulation: op, calls, first_at, always
     mps_fallbacks: list = field(default_factory=list)
+    #: --cuda-unchanged: `porter verify PORT --against ORIGINAL --emulate cuda` of the recipe:
+    #: "identical" | "within the original's own spread" | "differs" | "not compared" | None (not run)
+    cuda_unchanged: Optional[str] = None
+    cuda_unchanged_detail: str = ""   # the largest differences, or why nothing was compared
     seconds: float = 0.0
 
     @property
@@ -586,6 +590,8 @@ def run_one(entry: Entry, args) -> Row:
         original, port = original / entry.subdir, port / entry.subdir
         measure_port(entry, original, port, scratch, row)
         venv = environment(entry)
+        if entry.recipe and args.cuda_unchanged:  # before anything runs in the trees
+            measure_cuda_unchanged(entry, original, port, venv, row)
         if not args.no_verify:
             measure_verify(entry, original, port, venv, scratch, row)
         if entry.recipe and not args.no_recipes:
@@ -604,6 +610,31 @@ def run_one(entry: Entry, args) -> Row:
         for tree in ("orig", "port", "port-mps"):
             shutil.rmtree(scratch / tree, ignore_errors=True)
     return row
+
+
+def measure_cuda_unchanged(entry: Entry, original: Path, port: Path, venv: Path, row: Row) -> None:
+    """The recipe on copies of the original and of the port on an emulated CUDA machine
+    (``porter verify --against --emulate cuda``, the check a user runs): whatever the port
+    computes differently on CUDA is porter's change."""
+    command = f"python {REPOS / '_run_recipe.py'} {entry.name}"
+    proc = run([sys.executable, "-m", "porter", "verify", str(port), "--against", str(original), "--emulate", "cuda",
+                "--run", command, "--python", str(venv / "bin" / "python"), "--exclude", "*",
+                "--output-format", "json"], env=child_env(venv, {}), timeout=3600, check=False)
+    try:
+        against = json.loads(proc.stdout)["against"]
+    except (ValueError, KeyError, TypeError):
+        row.cuda_unchanged, row.cuda_unchanged_detail = "not compared", tail(proc.stderr or proc.stdout, 2)
+        return
+    row.cuda_unchanged = against["verdict"]
+    if against.get("error"):
+        row.cuda_unchanged_detail = against["error"]
+    elif against.get("original_status") != "ok" or against.get("port_status") != "ok":
+        row.cuda_unchanged_detail = f"original {against.get('original_status')}, port {against.get('port_status')}"
+    differing = [r for r in against.get("compared", []) if r.get("difference") != 0.0]
+    if differing:
+        row.cuda_unchanged_detail = "; ".join(filter(None, [row.cuda_unchanged_detail] + [
+            f"{r['what']}: {r['difference'] if r['difference'] is not None else r.get('why', '')}"
+            for r in differing[:3]]))
 
 
 def run_emulated(entry: Entry, scratch: Path, venv: Path, row: Row) -> None:
@@ -638,6 +669,8 @@ def totals(rows: list[Row]) -> dict:
         "verify_cuda_not_named": sum(r.verify_cuda_not_named for r in rows),
         "recipes_emulated": sum(r.recipe_mps is not None for r in rows),
         "mac_only_failures": sum(r.mac_only for r in rows),
+        "cuda_unchanged_checked": sum(r.cuda_unchanged is not None for r in rows),
+        "cuda_unchanged_same": sum(r.cuda_unchanged in ("identical", "within the original's own spread") for r in rows),
         "verify_regressions": sum(len(r.verify_regressions) for r in rows),
         "needs_human": sum(r.needs_human for r in rows),
         "labelled_false": sum(r.labelled_false for r in rows),
@@ -654,13 +687,15 @@ def totals(rows: list[Row]) -> dict:
 def markdown(rows: list[Row], when: str) -> str:
     head = ("| repository | tags | changed (files / lines) | vendored (copies / lines) | needs a human "
             "(labelled false) | verify ok / CUDA NOT NAMED / other / broken by the port | recipe: original → port | "
-            "port under --emulate mps (fallbacks) | check clean | "
+            "port under --emulate mps (fallbacks) | CUDA unchanged (emulated) | check clean | "
             "idempotent | ruff F before → after | migrate s |")
-    lines = [f"Gauntlet run of {when}.", "", head, "|" + "---|" * 12]
+    lines = [f"Gauntlet run of {when}.", "", head, "|" + "---|" * 13]
     for r in rows:
         if r.error:
-            lines.append(f"| {r.name} | {', '.join(r.tags[:3])} | error: {_cell(r.error[:120])} |" + " |" * 9)
+            lines.append(f"| {r.name} | {', '.join(r.tags[:3])} | error: {_cell(r.error[:120])} |" + " |" * 10)
             continue
+        unchanged = "—" if r.cuda_unchanged is None else r.cuda_unchanged + \
+            (f": `{_cell(r.cuda_unchanged_detail[:110])}`" if r.cuda_unchanged_detail else "")
         recipe = "—" if r.recipe is None else f"{r.recipe_original or '?'} → **{r.recipe}**"
         if r.recipe == "fail":
             issue = f" (#{r.recipe_issue})" if r.recipe_issue else ""
@@ -669,13 +704,16 @@ def markdown(rows: list[Row], when: str) -> str:
             f"| {r.name}{' (agnostic)' if r.agnostic else ''} | {', '.join(r.tags[:3])} | {r.files_changed} / "
             f"{r.lines_changed} | {r.runtime_copies} / {r.vendored_lines} | {r.needs_human} ({r.labelled_false}"
             f"{f', {r.unlabelled} unlabelled' if r.unlabelled else ''}) | {r.verify_ok} / {r.verify_cuda_not_named}"
-            f" / {r.verify_other} / {len(r.verify_regressions)} | {recipe} | {_emulated_cell(r)} | "
+            f" / {r.verify_other} / {len(r.verify_regressions)} | {recipe} | {_emulated_cell(r)} | {unchanged} | "
             f"{'yes' if r.check_clean else 'no'} | "
             f"{'yes' if r.idempotent else 'no'} | {r.ruff_before} → {r.ruff_after} | {r.migrate_seconds} |")
     t = totals(rows)
     lines += ["", f"Totals: recipes passing unedited **{t['recipes_passing']} of {t['recipes']}** "
               f"({t['recipes_failing_unported']} of them fail unported); Mac-only failures (pass on the CPU, fail "
-              f"under --emulate mps): **{t['mac_only_failures']} of {t['recipes_emulated']}**; verify failures with "
+              f"under --emulate mps): **{t['mac_only_failures']} of {t['recipes_emulated']}**; "
+              + (f"CUDA unchanged (the recipe under `verify --against --emulate cuda`): **{t['cuda_unchanged_same']} "
+                 f"of {t['cuda_unchanged_checked']}**; " if t["cuda_unchanged_checked"] else "")
+              + "verify failures with "
               f"a CUDA cause "
               f"porter did not name: **{t['verify_cuda_not_named']}**; modules the port broke (they import "
               f"unported, with CUDA hidden, and fail ported): **{t['verify_regressions']}**; needs-a-human findings "
@@ -746,6 +784,9 @@ def main(argv=None) -> int:
     parser.add_argument("--no-baseline", action="store_true", help="don't run recipes on the unported tree")
     parser.add_argument("--no-emulate", action="store_true",
                         help="don't run the port's recipe again under the runtime's MPS emulation")
+    parser.add_argument("--cuda-unchanged", action="store_true",
+                        help="run each recipe on the original and the port under `porter verify --against "
+                             "--emulate cuda` and report whether the port computes the same on CUDA")
     parser.add_argument("-j", "--jobs", type=int, default=1, help="repositories at a time")
     parser.add_argument("--json", type=Path, help="write the rows and totals here")
     parser.add_argument("--markdown", type=Path, help="write the Markdown table here")
