@@ -15,7 +15,7 @@ import pytest
 from porter.engine.process import LazyBootstrap, Options, process_file
 from porter.engine.registry import all_rules
 from porter.project.vendoring.runtime_home import Layout
-from porter_test_utils import FIXTURES, run_porter
+from porter_test_utils import FIXTURES, python_without_porter, run_porter
 
 RUFF = Path(sys.executable).parent / "ruff"
 REPOS = sorted(p.name for p in (FIXTURES / "repos").iterdir() if p.is_dir())
@@ -225,7 +225,9 @@ def _tree(root: Path, files: dict) -> Path:
 
 
 def _runs(repo: Path, *argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *argv], cwd=repo, capture_output=True, text=True, timeout=300,
+    """``python ARGV`` in ``repo`` with porter's installed packages hidden: only the port's own
+    copy of the runtime can be imported (the test's interpreter has porter_runtime installed)."""
+    return subprocess.run(python_without_porter(*argv), cwd=repo, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": ""})
 
 
@@ -411,3 +413,31 @@ def test_a_stray_init_at_the_root_does_not_make_the_checkout_folder_a_package(tm
     assert ran.returncode == 0 and ran.stdout.strip() == "4.0", ran.stderr
     again = run_porter("migrate", repo, "--diff", "-q")
     assert again.returncode == 0 and again.stdout == b""
+
+
+def test_a_script_folder_whose_modules_shadow_the_roots_gets_a_pointer(tmp_path):
+    """gpt-fast's layout: ``model.py`` at the root and a second ``model.py`` in
+    ``mixtral-moe/``, whose ``quantize.py`` (run from there) imports it by its bare name and
+    never puts the root on ``sys.path``. Its ``model`` is the one beside it, so it does not
+    reach the root copy: the port once imported a runtime it could not find, on CUDA too
+    (blind round 6, wrong); ``generate.py`` beside it, which appends the root, still works."""
+    model = "import torch\n\n\ndef make(n):\n    return torch.zeros(n).cuda()\n"
+    repo = _tree(tmp_path / "repo", {
+        "requirements.txt": "torch\n",
+        "model.py": model,
+        "generate.py": "from model import make\n\nprint(make(2).shape)\n",
+        "mixtral-moe/model.py": "import torch\n\n\ndef make(n):\n    return torch.zeros(n)\n",  # nothing to port
+        "mixtral-moe/quantize.py": "import torch\n\nfrom model import make\n\n"
+                                   "print(make(3).cuda().shape)\n",
+        "mixtral-moe/generate.py": "import sys\nfrom pathlib import Path\n\n"
+                                   "sys.path.append(str(Path(__file__).parent.parent))\n"
+                                   "from model import make\n\n\ndef main():\n    print(make(4).cuda().shape)\n\n\n"
+                                   "main()\n",
+    })
+    assert run_porter("migrate", repo, "--write", "-q").returncode == 0
+    assert [p for p in repo.rglob("porter_runtime") if p.is_dir()] == [repo / "porter_runtime"]
+    for cwd, script, shape in ((repo / "mixtral-moe", "quantize.py", "[3]"), (repo / "mixtral-moe", "generate.py", "[4]"),
+                               (repo, "mixtral-moe/quantize.py", "[3]"), (repo, "generate.py", "[2]")):
+        proc = _runs(cwd, script)
+        assert proc.returncode == 0 and f"torch.Size({shape})" in proc.stdout, (script, proc.stderr)
+    assert run_porter("migrate", repo, "--diff", "-q").stdout == b""

@@ -126,7 +126,8 @@ class Layout:
                 return self._pointer_or_copy(self.packages[name] / RUNTIME, name), ""
         if file.parent == self.root:
             return self.root_home, ""
-        if any(n in self.first_party and n != RUNTIME for n in imported) and not before_path_edit:
+        if any(n in self.first_party and n != RUNTIME and not _beside(file.parent, n) for n in imported) \
+                and not before_path_edit:
             return self.root_home, ""  # it reaches the repository's code, so the root copy
         # A script or notebook in a subfolder that imports nothing of the repository:
         # Python puts only its own folder on sys.path (``python scripts/plot.py`` from the
@@ -163,6 +164,13 @@ class Layout:
         if home.package or home.primary is not None or home.folder.parent in (self.root, self.root / "src"):
             return self.first_party | {RUNTIME}
         return self.first_party
+
+
+def _beside(folder: Path, name: str) -> bool:
+    """Whether ``import name`` in a file of ``folder`` finds a module of that folder (first on
+    a script's ``sys.path``) rather than the root's namesake: gpt-fast's ``mixtral-moe/quantize.py``
+    imports ``model``, which is ``mixtral-moe/model.py``, not the root's ``model.py``."""
+    return _is_file(folder / f"{name}.py") or (folder / name).is_dir()
 
 
 def home_of_import(layout: "Layout", file: Path, package: str) -> Home:
