@@ -264,13 +264,44 @@ def run(argv, cwd=None, env=None, timeout=600.0, check=True, shell=False, merged
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        escaped = descendants(proc.pid)  # torchrun starts its workers in sessions of their own
         os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
+        for pid in escaped:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:  # something still holds the pipes: stop reading them
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+            proc.wait()
+            out, err = "", ""
         return subprocess.CompletedProcess(argv, 124, out, (err or "") + f"\n[gauntlet: timed out after {timeout:.0f} s]")
     result = subprocess.CompletedProcess(argv, proc.returncode, out, err or "")
     if check and proc.returncode != 0:
         raise RuntimeError(f"{argv if not shell else argv[:80]} exited {proc.returncode}: {tail(out + err, 8)}")
     return result
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (read from /proc; empty where there is none), also those
+    that left its process group, as torch elastic's workers do."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = entry.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 def tail(text: str, lines: int) -> str:

@@ -142,3 +142,25 @@ def test_notes_are_not_needs_a_human_but_keep_their_labels():
     assert [f["code"] for f in everything] == ["PT202", "PT801"]
     labels = [{"code": "PT801", "path": "a.py", "match": "eigh", "verdict": "false"}]
     assert gauntlet.stale_labels(everything, labels) == []
+
+
+def test_a_timed_out_step_kills_workers_that_left_its_session(tmp_path):
+    """torchrun starts its workers in sessions of their own: at a step's time limit, killing
+    the step's process group left a worker holding the output pipe, and the runner waited on
+    it for 20 minutes (blind round 6, twice)."""
+    import os
+    import time
+
+    pid_file = tmp_path / "worker.pid"
+    worker = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(600)"
+    command = f"setsid {sys.executable} -c {json.dumps(worker)} & wait"
+    started = time.monotonic()
+    done = gauntlet.run(command, shell=True, timeout=3, check=False)
+    assert done.returncode == 124 and time.monotonic() - started < 60
+    pid = int(pid_file.read_text())
+    for _ in range(50):  # SIGKILL is delivered at once; the zombie is reaped by init
+        if not os.path.exists(f"/proc/{pid}") or "Z" in open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the worker {pid} outlived the step")
