@@ -28,6 +28,7 @@ import dataclasses
 import difflib
 import json
 import re
+from pathlib import Path
 import warnings
 from collections import Counter
 from typing import Any, Optional
@@ -267,9 +268,65 @@ def migrate_notebook(data: bytes, options: Options, *, path: str, bootstrap=None
     line = binds_runtime_name("\n".join(mask(cell_text(c))[0] for _, c in cells).encode()) if needs_runtime else 0
     if line:  # a cell's own porter_runtime would shadow the import: report, don't rewrite
         return data, not_rewritten(findings, line)
+    clone = runs_in_a_fresh_clone(cells) if needs_runtime else None
+    root = getattr(getattr(bootstrap, "layout", None), "root", None)
+    if clone is not None and not _is_own_remote(clone[1], root):
+        # the clone is someone else's copy, which the port will not reach: report, don't rewrite
+        number, url = clone
+        return data, not_rewritten(findings, 0, why=(
+            f"not rewritten: the notebook clones {url} and runs from that clone (cell {number}), which is not "
+            "this checkout's origin: its code stays the original's, without porter_runtime, so a ported notebook "
+            "would fail there, on CUDA too; run it from the ported checkout (drop the clone), or clone the "
+            "repository this port is pushed to, and port it again"))
     if needs_runtime and not any(_RUNTIME_BOUND.search(cell_text(c)) for _, c in cells):
         _import_runtime(cells, changed[0], bootstrap, [name for line in context[1:] for name in _top_names(line)])
     return (dump(notebook, json_text, before) if changed else data), findings
+
+
+#: ``!git clone URL`` in a cell (any options before the URL).
+_CLONE = re.compile(r"^\s*!\s*git\s+clone\s+(?:-\S+\s+)*(\S+)(?:[ \t]+([^\s&;|]+))?", re.MULTILINE)
+#: A change of folder: ``%cd X``, ``!cd X`` (IPython keeps it only with %cd, but people write it), ``os.chdir(X)``.
+_CHDIR = re.compile(r"""^\s*(?:[%!]\s*cd\s+|.*\bos\.chdir\(\s*[rRfF]?)["']?([^"'\s)]+)""", re.MULTILINE)
+
+
+def runs_in_a_fresh_clone(cells: list[tuple[int, dict[str, Any]]]) -> Optional[tuple[int, str]]:
+    """(cell number, URL) where the notebook clones a repository and then changes into it
+    (a Colab notebook's ``!git clone https://github.com/org/SiT.git`` + ``os.chdir('SiT')``):
+    the code it then imports is that clone's, not this checkout's; else None."""
+    clones: list[tuple[int, str, str]] = []
+    for number, cell in cells:
+        text = cell_text(cell)
+        for match in _CLONE.finditer(text):
+            url = match.group(1).strip("'\"")
+            folder = (match.group(2) or url).strip("'\"").rstrip("/").rsplit("/", 1)[-1].removesuffix(".git")
+            clones.append((number, url, folder))
+        for match in _CHDIR.finditer(text):
+            target = match.group(1).rstrip("/").rsplit("/", 1)[-1]
+            for found in clones:
+                if found[2] and target == found[2]:
+                    return found[0], found[1]
+    return None
+
+
+def _remote_key(url: str) -> str:
+    """``github.com/org/name`` for the https, ssh and scp forms of a git URL."""
+    url = url.strip().lower().removesuffix("/").removesuffix(".git")
+    url = re.sub(r"^[a-z+]+://", "", url)
+    url = re.sub(r"^[^@/]+@", "", url)
+    return url.replace(":", "/", 1) if "/" not in url.split(":", 1)[0] else url
+
+
+def _is_own_remote(url: str, root: Optional[Path]) -> bool:
+    """Whether ``url`` is the origin of the checkout at ``root`` (its ``.git/config``): a
+    notebook that clones the repository itself gets the port once the port is merged."""
+    if root is None:
+        return False
+    try:
+        config = (root / ".git" / "config").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    remotes = re.findall(r"^\s*url\s*=\s*(\S+)", config, re.MULTILINE)
+    return _remote_key(url) in {_remote_key(r) for r in remotes}
 
 
 def _compile_problem(new: str, old: str) -> str:

@@ -260,9 +260,11 @@ def binds_runtime_name(data: bytes) -> int:
     return 0
 
 
-def not_rewritten(findings: list[Finding], line: int) -> list[Finding]:
-    why = (f"not rewritten: this file binds the name porter_runtime itself (line {line}), which would shadow "
-           "the runtime import; rename it and run porter again")
+def not_rewritten(findings: list[Finding], line: int, why: str = "") -> list[Finding]:
+    """The findings with every rewrite turned into one for a human, saying ``why`` (by
+    default: the file binds porter_runtime itself at ``line``)."""
+    why = why or (f"not rewritten: this file binds the name porter_runtime itself (line {line}), which would "
+                  "shadow the runtime import; rename it and run porter again")
     return [dataclasses.replace(f, action="review", message=f"{why}. {f.message}",
                                 suggestion=f.suggestion or (f"{f.before} -> {f.after}" if f.after else ""))
             if f.action == "rewrite" else f for f in findings]
