@@ -9,6 +9,7 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
+from porter.rulebase.cuda_packages import is_cuda_only_module
 from porter.rulebase.rule import INFO, Example, Needs, Rule, Safety, TextRule, string_value
 from porter.rulebase.scopes import dotted_name
 
@@ -85,6 +86,76 @@ class ConfigDeviceCuda(TextRule):
                           column=match.start() + 1, before=line,
                           suggestion="override it on a Mac (e.g. device=mps) or read it through "
                                      "porter_runtime.device(value)")
+        return text
+
+
+#: Hydra's `_target_: pkg.mod.Class` (YAML, or JSON's "_target_": "..."): the class the config builds.
+_HYDRA_TARGET = re.compile(r"""["']?_target_["']?\s*:\s*["']?(?P<target>[A-Za-z_][\w.]*)""")
+#: A config value that runs `nvidia-smi` (an OmegaConf/Hydra resolver, a shell line).
+_NVIDIA_SMI = re.compile(r"\bnvidia-smi\b")
+
+
+class ConfigCudaOnlyTarget(TextRule):
+    """A config builds a CUDA-only class or runs `nvidia-smi`.
+
+    What:
+    Reports Hydra's `_target_: apex.optimizers.FusedAdam` (any class of a CUDA-only
+    package: apex, flash_attn, xformers, bitsandbytes, ...), and a config value that
+    runs `nvidia-smi` (a resolver such as `${eval:"...check_output('nvidia-smi ...')"}`).
+
+    Why:
+    Hydra imports the target when it instantiates the config, and the package does not
+    install without CUDA; `nvidia-smi` does not exist on a Mac or a CPU machine. Both fail
+    before training starts, and nothing in the Python code names them.
+
+    Fix safety:
+    Not rewritten: the config is also how the code runs on the cluster. Override the
+    value on a Mac (`optimizer._target_=torch.optim.AdamW`, `train.gpu_mem=16`), or add
+    a config for it.
+
+    Known limits:
+    Only targets spelled out in the config are read; one built by interpolation
+    (`_target_: ${model.cls}`) is not.
+    """
+
+    code = "PT705"
+    name = "config-cuda-only-target"
+    safety = Safety.REVIEW
+    patterns = CONFIG_PATTERNS
+    words = frozenset()
+
+    valid = [
+        Example("optimizer:\n  _target_: torch.optim.AdamW\n  lr: 0.001\n", path="configs/optimizer/adamw.yaml"),
+        Example("# _target_: apex.optimizers.FusedAdam\n", path="optim.yaml"),
+        Example("loss_fn:\n  _target_: src.losses.cross_entropy.CrossEntropyLoss\n", path="loss.yaml"),
+    ]
+    invalid = [
+        Example(dedent("""\
+            # @package _global_
+            optimizer:
+              _target_: apex.optimizers.FusedAdam
+              adam_w_mode: true
+            """), path="configs/experiment/based-360m.yaml", line=3, message="apex"),
+        Example(dedent("""\
+            train:
+              gpu_mem: ${eval:"round(float(__import__('subprocess').check_output('nvidia-smi -i 0 --query-gpu=memory.total --format=csv,noheader,nounits', shell=True).strip().decode()) / 1000)"}
+            """), path="configs/experiment/pile/base.yaml", line=2, message="nvidia-smi"),
+        Example('{"loss": {"_target_": "flash_attn.losses.cross_entropy.CrossEntropyLoss"}}\n', path="cfg.json"),
+    ]
+
+    def check(self, text: str) -> str:
+        for number, line in _lines(text):
+            code = _uncommented(line)
+            for match in _HYDRA_TARGET.finditer(code):
+                target = match.group("target")
+                if is_cuda_only_module(target):
+                    self.flag(number, f"the config builds {target}, from a package that needs CUDA; Hydra imports it "
+                              "when it instantiates the config", column=match.start() + 1, before=line,
+                              suggestion="override the target on a Mac (for an optimizer: torch.optim.AdamW)")
+            found = _NVIDIA_SMI.search(code)
+            if found:
+                self.flag(number, "the config runs nvidia-smi, which does not exist without an NVIDIA GPU",
+                          column=found.start() + 1, before=line, suggestion="override the value on a Mac")
         return text
 
 
