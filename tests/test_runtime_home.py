@@ -441,3 +441,23 @@ def test_a_script_folder_whose_modules_shadow_the_roots_gets_a_pointer(tmp_path)
         proc = _runs(cwd, script)
         assert proc.returncode == 0 and f"torch.Size({shape})" in proc.stdout, (script, proc.stderr)
     assert run_porter("migrate", repo, "--diff", "-q").stdout == b""
+
+
+def test_a_package_hydra_builds_by_its_full_name_imports_the_runtime_by_it(tmp_path):
+    """based's ``train/callbacks/`` (``train/`` has no ``__init__.py``): no Python file imports
+    ``train.callbacks``, but its Hydra configs build ``_target_: train.callbacks.<module>.<Class>``,
+    which imports it by that name from the root. The port once wrote ``from callbacks import
+    porter_runtime`` there, which fails imported that way, on CUDA too (blind round 6, wrong)."""
+    repo = _tree(tmp_path / "repo", {
+        "requirements.txt": "torch\n",
+        "train/callbacks/__init__.py": "",
+        "train/callbacks/monitor.py": "import torch\n\n\nclass Monitor:\n    def __init__(self):\n"
+                                      "        self.n = torch.cuda.device_count()\n",
+        "train/configs/callbacks/monitor.yaml": "monitor:\n  _target_: train.callbacks.monitor.Monitor\n",
+    })
+    assert run_porter("migrate", repo, "--write", "-q").returncode == 0
+    assert "from train.callbacks import porter_runtime\n" in (repo / "train/callbacks/monitor.py").read_text()
+    assert run_porter("migrate", repo, "--diff", "-q").stdout == b""
+    (repo / "build.py").write_text("from train.callbacks.monitor import Monitor\n\nprint('devices', Monitor().n)\n")
+    proc = _runs(repo, "build.py")  # as Hydra imports the target: by its full name, from the root
+    assert proc.returncode == 0 and "devices" in proc.stdout, proc.stderr

@@ -99,6 +99,27 @@ class CudaAvailableGuard(GuardDecisions, AvailabilityRoles, Rule):
             if args.gpu and t.cuda.is_available():
                 cudnn.benchmark = True
             """),
+        # CUDA's own diagnostics (OLMo-core's trainer and utils): nothing to do elsewhere
+        dedent("""\
+            import contextlib
+            import torch
+
+            @contextlib.contextmanager
+            def cuda_sync_debug_mode(debug_mode):
+                current_mode = None
+                try:
+                    if torch.cuda.is_available():
+                        current_mode = torch.cuda.get_sync_debug_mode()
+                        torch.cuda.set_sync_debug_mode(debug_mode)
+                    yield
+                finally:
+                    if current_mode is not None:
+                        torch.cuda.set_sync_debug_mode(current_mode)
+
+            def fit(self):
+                if torch.cuda.is_available():
+                    torch.cuda.set_sync_debug_mode("warn")
+            """),
         dedent("""\
             import torch
             import torch.distributed as dist

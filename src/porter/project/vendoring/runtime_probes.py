@@ -108,11 +108,14 @@ def _namespace_name(top: Path, root: Path) -> Optional[str]:
 @functools.lru_cache(maxsize=64)
 def _imported_as(root: Path, dotted: str) -> bool:
     """Whether some Python file of the tree imports ``dotted`` (or a module in it) by
-    that full name, or names it from its parent (``from feature_networks import clip``):
+    that full name, or names it from its parent (``from feature_networks import clip``), or a
+    config builds a class of it by that name (Hydra's ``_target_: train.callbacks.ema.EMA``):
     the repository puts the namespace's base on sys.path. A package only
     ever imported by its own name (``d2/detr`` as ``detr``, from scripts in ``d2/``)
     keeps that name."""
     parent, _, last = dotted.rpartition(".")
+    # Hydra builds `_target_: train.callbacks.ema.EMACallback` by importing that full name
+    target = re.compile(rb"""_target_["']?\s*:\s*["']?""" + re.escape(dotted.encode()) + rb"\.")
     pattern = re.compile(rb"^\s*(?:from|import)\s+" + re.escape(dotted.encode()) + rb"\b|"
                          # ``from feature_networks import clip`` (stylegan-xl): the package by name
                          rb"^\s*from\s+" + re.escape(parent.encode()) + rb"\s+import\s+\(?[\w\s,]*?\b"
@@ -120,9 +123,10 @@ def _imported_as(root: Path, dotted: str) -> bool:
     for folder, dirs, files in os.walk(root):
         dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("__pycache__", RUNTIME, "node_modules")]
         for name in files:
-            if name.endswith(".py"):
+            found = pattern if name.endswith(".py") else target if name.endswith((".yaml", ".yml", ".json")) else None
+            if found is not None:
                 try:
-                    if pattern.search(read_bounded(Path(folder, name), 1 << 20, follow=False)):
+                    if found.search(read_bounded(Path(folder, name), 1 << 20, follow=False)):
                         return True
                 except OSError:
                     continue

@@ -95,9 +95,11 @@ def _inert_statement_line(rule: Rule, stmt: cst.CSTNode) -> bool:
                                for s in small)
 
 
-# What only means something on CUDA: backend flags (TF32, cuDNN) and the NCCL backend's
-# name; and the fallback that is right on every other device: gloo.
-_CUDA_SETTINGS = ("torch.backends.cuda.", "torch.backends.cudnn.")
+# What only means something on CUDA: backend flags (TF32, cuDNN), CUDA's own diagnostics
+# (its sync debug mode, NVTX ranges, the allocator's history) and the NCCL backend's name;
+# and the fallback that is right on every other device: gloo.
+_CUDA_SETTINGS = ("torch.backends.cuda.", "torch.backends.cudnn.", "torch.cuda.set_sync_debug_mode",
+                  "torch.cuda.get_sync_debug_mode", "torch.cuda.nvtx.", "torch.cuda.memory._record_memory_history")
 _CUDA_VALUES = frozenset({"nccl"})
 _FALLBACK_VALUES = frozenset({"gloo"})
 
@@ -112,6 +114,8 @@ def _inert_statement(rule: Rule, stmt: cst.BaseSmallStatement, values: frozenset
         targets = [t.target for t in stmt.targets]
         if all((rule.qualname(t) or "").startswith(_CUDA_SETTINGS) for t in targets):
             return True
+        if isinstance(stmt.value, cst.Call) and (rule.qualname(stmt.value.func) or "").startswith(_CUDA_SETTINGS):
+            return True  # `mode = torch.cuda.get_sync_debug_mode()`: a CUDA setting read to restore it
         return string_value(stmt.value) in values
     return False
 
