@@ -91,8 +91,9 @@ class ConfigDeviceCuda(TextRule):
 
 #: Hydra's `_target_: pkg.mod.Class` (YAML, or JSON's "_target_": "..."): the class the config builds.
 _HYDRA_TARGET = re.compile(r"""["']?_target_["']?\s*:\s*["']?(?P<target>[A-Za-z_][\w.]*)""")
-#: A config value that runs `nvidia-smi` (an OmegaConf/Hydra resolver, a shell line).
-_NVIDIA_SMI = re.compile(r"\bnvidia-smi\b")
+#: A config value that runs `nvidia-smi` through an OmegaConf/Hydra interpolation (`${eval:"..."}`);
+#: a CI workflow's `run: nvidia-smi` is a step on a GPU runner, not the code's configuration.
+_NVIDIA_SMI = re.compile(r"\$\{[^\n]*\bnvidia-smi\b")
 
 
 class ConfigCudaOnlyTarget(TextRule):
@@ -101,7 +102,8 @@ class ConfigCudaOnlyTarget(TextRule):
     What:
     Reports Hydra's `_target_: apex.optimizers.FusedAdam` (any class of a CUDA-only
     package: apex, flash_attn, xformers, bitsandbytes, ...), and a config value that
-    runs `nvidia-smi` (a resolver such as `${eval:"...check_output('nvidia-smi ...')"}`).
+    runs `nvidia-smi` through an interpolation (a resolver such as
+    `${eval:"...check_output('nvidia-smi ...')"}`).
 
     Why:
     Hydra imports the target when it instantiates the config, and the package does not
@@ -128,6 +130,9 @@ class ConfigCudaOnlyTarget(TextRule):
         Example("optimizer:\n  _target_: torch.optim.AdamW\n  lr: 0.001\n", path="configs/optimizer/adamw.yaml"),
         Example("# _target_: apex.optimizers.FusedAdam\n", path="optim.yaml"),
         Example("loss_fn:\n  _target_: src.losses.cross_entropy.CrossEntropyLoss\n", path="loss.yaml"),
+        # a CI step on a GPU runner, not the code's configuration
+        Example("jobs:\n  test:\n    runs-on: [self-hosted, gpu]\n    steps:\n      - run: nvidia-smi\n",
+                path=".github/workflows/gpu_tests.yaml"),
     ]
     invalid = [
         Example(dedent("""\
@@ -155,7 +160,7 @@ class ConfigCudaOnlyTarget(TextRule):
             found = _NVIDIA_SMI.search(code)
             if found:
                 self.flag(number, "the config runs nvidia-smi, which does not exist without an NVIDIA GPU",
-                          column=found.start() + 1, before=line, suggestion="override the value on a Mac")
+                          column=code.index("nvidia-smi", found.start()) + 1, before=line, suggestion="override the value on a Mac")
         return text
 
 
