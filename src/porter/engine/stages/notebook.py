@@ -28,9 +28,9 @@ import dataclasses
 import difflib
 import json
 import re
-from pathlib import Path
 import warnings
 from collections import Counter
+from pathlib import Path
 from typing import Any, Optional
 
 import libcst as cst
