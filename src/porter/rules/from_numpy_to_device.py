@@ -20,8 +20,8 @@ from porter.rulebase.rule import (
     Safety,
     keyword,
     positional,
-    string_value,
 )
+from porter.rulebase.syntax import EQ, is_device_expr
 
 _NOT_PAREN = rb"[^()'\"#]"
 #: ``from_numpy(...)`` whose closing parenthesis is followed by ``.to`` / ``.cuda``, in
@@ -441,8 +441,7 @@ class FromNumpyToDevice(Rule):
 
 
 def _keyword_arg(name: str, value: cst.BaseExpression) -> cst.Arg:
-    tight = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
-    return cst.Arg(value, keyword=cst.Name(name), equal=tight)
+    return cst.Arg(value, keyword=cst.Name(name), equal=EQ)
 
 
 def _device_argument(move: cst.Call) -> Optional[cst.BaseExpression]:
@@ -461,13 +460,13 @@ def _device_argument(move: cst.Call) -> Optional[cst.BaseExpression]:
 
 
 def _names_a_device(rule: Rule, node: cst.BaseExpression) -> bool:
-    """A device in plain sight: a device string, ``torch.device(...)``, the runtime's device,
-    or a name whose last part says device (``device``, ``self.device``, ``x.device``, ``dev``)."""
-    text = string_value(node)
-    if text is not None:
-        return text.split(":")[0] in ("cuda", "cpu", "mps", "xpu")
+    """A device in plain sight: what :func:`is_device_expr` calls one (``"cuda:1"``,
+    ``torch.device("cuda")``, the runtime's device), ``torch.device(name)``, or a name whose
+    last part says device (``device``, ``self.device``, ``x.device``, ``dev``)."""
+    if is_device_expr(rule, node):
+        return True
     if isinstance(node, cst.Call):
-        return rule.qualname(node.func) in ("torch.device", "porter_runtime.device")
+        return rule.qualname(node.func) == "torch.device"
     last = node.attr.value if isinstance(node, cst.Attribute) else node.value if isinstance(node, cst.Name) else ""
     return "device" in last.lower() or last.lower() == "dev"
 

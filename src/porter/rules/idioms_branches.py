@@ -9,8 +9,8 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rulebase.cuda_packages import is_cuda_only_module
 from porter.rulebase.evidence import ComparesDeviceType
+from porter.rulebase.families.availability.sides import cuda_residue
 from porter.rulebase.rule import BYTES_GAP, Example, Needs, Rule, Safety, string_value
 
 
@@ -83,43 +83,37 @@ def _non_cpu_side(node: cst.CSTNode, test: cst.Comparison) -> Optional[cst.CSTNo
     return node.orelse.body if isinstance(node.orelse, cst.Else) else None
 
 
-#: Words in a name that tie code to CUDA or to a compiled kernel: `fused_bias_act`, `upfirdn2d_cuda`,
-#: `triton_rms_norm`, `_C.forward`, `flash_attn_func`.
-_KERNEL_WORD = re.compile(r"cuda|nccl|cudnn|triton|kernel|fused|flash|xformers|apex|cutlass|tilelang|(?:^|_)(?:c|ext|op|ops|plugin)$",
+#: Words in a name that say a compiled kernel: `fused_bias_act`, `upfirdn2d_op`, `triton_rms_norm`,
+#: `_C.forward`, `flash_attn_func` (CUDA itself is porter.rulebase.families.availability.sides's residue).
+_KERNEL_WORD = re.compile(r"triton|kernel|fused|flash|xformers|apex|cutlass|tilelang|(?:^|_)(?:c|ext|op|ops|plugin)$",
                           re.IGNORECASE)
 
 
 class _NamesKernel(cst.CSTVisitor):
-    """Whether code names CUDA or a compiled kernel: an identifier or string saying so, or a
-    name that resolves into a CUDA-only package."""
+    """Whether code names a compiled kernel."""
 
-    def __init__(self, rule: Rule) -> None:
-        self.rule = rule
+    def __init__(self) -> None:
         self.found = False
 
     def visit_Name(self, node: cst.Name) -> None:
-        name = self.rule.qualname(node)
-        if _KERNEL_WORD.search(node.value) or (name is not None and is_cuda_only_module(name)):
-            self.found = True
+        self.found = self.found or bool(_KERNEL_WORD.search(node.value))
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
-        if _KERNEL_WORD.search(node.attr.value):
-            self.found = True
-
-    def visit_SimpleString(self, node: cst.SimpleString) -> None:
-        if "cuda" in node.value or "nccl" in node.value:
-            self.found = True
+        self.found = self.found or bool(_KERNEL_WORD.search(node.attr.value))
 
 
 def _skips_portable_work(rule: Rule, node: Optional[cst.CSTNode], test: cst.Comparison) -> bool:
     """Whether ``node`` is an ``if`` with no ``else`` that only skips work on the CPU
     (``if device.type != "cpu": <warm-up>``, also inside ``and`` / ``or``), and that work
-    names neither CUDA nor a kernel. On a Mac it runs that work, which is right there: the
-    branch chooses no CUDA path."""
+    names neither CUDA (what PT202 calls residue: a name or string saying cuda or nccl, a
+    CUDA-only package, an import) nor a kernel. On a Mac it runs that work, which is right
+    there: the branch chooses no CUDA path."""
     if not isinstance(node, cst.If) or node.orelse is not None \
             or not isinstance(test.comparisons[0].operator, cst.NotEqual):
         return False
-    finder = _NamesKernel(rule)
+    if cuda_residue(rule, node.body, node.body) is not None:
+        return False
+    finder = _NamesKernel()
     node.body.visit(finder)
     return not finder.found
 
