@@ -34,6 +34,21 @@ class Step:
     env: Mapping[str, str] = field(default_factory=dict)
 
 
+#: For a recipe's ``sitecustomize``: ``torch.utils.data.Sampler(data_source)``, which code written for
+#: torch < 2.2 calls (StyleGAN-family samplers) and newer torch refuses; not a CUDA matter.
+SAMPLER_SHIM = '''\
+try:
+    import torch.utils.data as _data
+
+    def _sampler_init(self, data_source=None):  # torch < 2.2 accepted (and ignored) the data source
+        pass
+
+    _data.Sampler.__init__ = _sampler_init
+except Exception:
+    pass
+'''
+
+
 def save_cuda_checkpoint(obj: Any, path: Path | str) -> None:
     """``torch.save(obj, path)`` as a CUDA machine writes it: every storage tagged ``cuda:0``.
 

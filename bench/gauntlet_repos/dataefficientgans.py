@@ -36,7 +36,7 @@ pretrained models (TensorFlow pickles converted by legacy.py, downloaded)."""
 
 from pathlib import Path
 
-from _recipe import Step, write_images
+from _recipe import SAMPLER_SHIM, Step, write_images
 
 G = "_gauntlet"
 SITE = f"{G}/site"
@@ -46,16 +46,7 @@ CBASE, CMAX = 64, 8
 SITECUSTOMIZE = '''\
 # gauntlet: APIs DiffAugment-stylegan2-pytorch (written for torch 1.7-1.9, Pillow < 10) relies on and newer releases
 # dropped; not CUDA matters.
-try:
-    import torch.utils.data as _data
-
-    def _sampler_init(self, data_source=None):  # torch < 2.2 accepted (and ignored) the data source
-        pass
-
-    _data.Sampler.__init__ = _sampler_init
-except Exception:
-    pass
-try:
+''' + SAMPLER_SHIM + '''try:
     from torch.nn.parallel import DistributedDataParallel as _DDP
 
     _ddp_init = _DDP.__init__

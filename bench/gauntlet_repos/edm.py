@@ -29,7 +29,7 @@ torch >= 2.6 refuses weights-only on every device. Nothing else is patched."""
 import hashlib
 from pathlib import Path
 
-from _recipe import Step, save_cuda_checkpoint, write_images
+from _recipe import SAMPLER_SHIM, Step, save_cuda_checkpoint, write_images
 
 G = "_gauntlet"
 SITE = f"{G}/site"
@@ -38,16 +38,7 @@ ENV = {"PYTHONPATH": "{tree}/" + SITE, "OMP_NUM_THREADS": "1", "DNNLIB_CACHE_DIR
 
 SITECUSTOMIZE = '''\
 # gauntlet: a torch API edm (written for torch 1.12) relies on and newer torch dropped; not a CUDA matter.
-try:
-    import torch.utils.data as _data
-
-    def _sampler_init(self, data_source=None):  # torch < 2.2 accepted (and ignored) the data source
-        pass
-
-    _data.Sampler.__init__ = _sampler_init
-except Exception:
-    pass
-'''
+''' + SAMPLER_SHIM
 
 INCEPTION = '''\
 """gauntlet: a stand-in for the Inception-v3 feature detector fid.py downloads (a pickled module called as

@@ -32,7 +32,7 @@ import json
 import math
 from pathlib import Path
 
-from _recipe import Step, write_images
+from _recipe import SAMPLER_SHIM, Step, write_images
 
 G = "_gauntlet"
 SITE = f"{G}/site"
@@ -40,16 +40,7 @@ ENV = {"PYTHONPATH": "{tree}/" + SITE, "OMP_NUM_THREADS": "1"}
 
 SITECUSTOMIZE = '''\
 # gauntlet: a torch API eg3d (written for torch 1.11) relies on and newer torch dropped; not a CUDA matter.
-try:
-    import torch.utils.data as _data
-
-    def _sampler_init(self, data_source=None):  # torch < 2.2 accepted (and ignored) the data source
-        pass
-
-    _data.Sampler.__init__ = _sampler_init
-except Exception:
-    pass
-'''
+''' + SAMPLER_SHIM
 
 FIRST_TICK = '''\
 """gauntlet: run a train.py command unchanged; once it prints its first status line ("tick 0 ..."), end it and its
