@@ -164,6 +164,9 @@ def run_side(stage_dir: Path, name: str, side: str, work: Path, python: str, ext
     is moved to ``work/out-SIDE``."""
     sys.path.insert(0, str(stage_dir / "recipes"))
     import importlib
+
+    from _recipe import step_environment
+
     recipe = importlib.import_module(name)
     manifest = {r["name"]: r for r in json.loads((stage_dir / "manifest.json").read_text())["repos"]}
     root = work / "tree"
@@ -184,9 +187,7 @@ def run_side(stage_dir: Path, name: str, side: str, work: Path, python: str, ext
     else:
         for step in recipe.STEPS:
             command = step.command.replace("{tree}", str(tree))
-            step_env = {**env, **{k: v.replace("{tree}", str(tree)) for k, v in step.env.items()}}
-            if "PYTHONPATH" in step.env:  # the recipe's own path first, the seeding and wheels still found
-                step_env["PYTHONPATH"] += ":" + env["PYTHONPATH"]
+            step_env = step_environment(step, tree, env)  # the recipe's own path first, the seeding still found
             started = time.monotonic()
             code, output = _shell(command, tree, step_env, min(step.timeout, timeout_cap))
             seconds = round(time.monotonic() - started, 1)

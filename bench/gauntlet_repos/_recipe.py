@@ -34,6 +34,16 @@ class Step:
     env: Mapping[str, str] = field(default_factory=dict)
 
 
+def step_environment(step: Step, tree: Path | str, env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` with the step's own variables (``{tree}`` filled in); the step's ``PYTHONPATH``
+    goes before the one ``env`` has (a harness's seeding or emulation site stays found)."""
+    out = dict(env)
+    for key, value in step.env.items():
+        value = value.replace("{tree}", str(tree))
+        out[key] = f"{value}:{env['PYTHONPATH']}" if key == "PYTHONPATH" and env.get("PYTHONPATH") else value
+    return out
+
+
 #: For a recipe's ``sitecustomize``: ``torch.utils.data.Sampler(data_source)``, which code written for
 #: torch < 2.2 calls (StyleGAN-family samplers) and newer torch refuses; not a CUDA matter.
 SAMPLER_SHIM = '''\

@@ -21,15 +21,14 @@ REPOS = Path(__file__).resolve().parent
 
 def main(name: str) -> int:
     sys.path.insert(0, str(REPOS))
+    from _recipe import step_environment
+
     recipe = importlib.import_module(name)
     tree = Path.cwd()
     recipe.prepare(tree)
     print(f"[recipe] prepared {name}", flush=True)
     for step in recipe.STEPS:
-        env = dict(os.environ)
-        for key, value in step.env.items():
-            value = value.replace("{tree}", str(tree))
-            env[key] = f"{value}:{env['PYTHONPATH']}" if key == "PYTHONPATH" and env.get("PYTHONPATH") else value
+        env = step_environment(step, tree, os.environ)
         print(f"[recipe] step {step.name}", flush=True)
         try:
             done = subprocess.run(step.command.replace("{tree}", str(tree)), shell=True, executable="/bin/bash",
