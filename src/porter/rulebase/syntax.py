@@ -197,3 +197,8 @@ def bound_names(node: cst.CSTNode) -> list[str]:
             name = dotted_name(alias.name) or ""
             found.append(name.split(".")[0] if isinstance(node, cst.Import) else name)
     return found
+
+
+def hides_gpus(value: str) -> bool:
+    """``CUDA_VISIBLE_DEVICES`` set to hide every GPU (to force the CPU): empty or -1."""
+    return value.strip("\"'") in ("", "-1")

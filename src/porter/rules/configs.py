@@ -9,6 +9,7 @@ from typing import Iterator
 
 from porter.rulebase.cuda_packages import is_cuda_only_module
 from porter.rulebase.rule import INFO, Example, Safety, TextRule
+from porter.rulebase.syntax import hides_gpus
 
 CONFIG_PATTERNS = ("*.yaml", "*.yml", "*.json", "*.toml", "*.cfg", "*.ini")
 SHELL_PATTERNS = ("*.sh", "*.bash", "*.zsh", "*.slurm", "*.sbatch")
@@ -168,11 +169,6 @@ _LAUNCH = re.compile(
 _VISIBLE = re.compile(r"\bCUDA_VISIBLE_DEVICES=(?P<value>\S*)")
 
 
-def _hides_gpus(value: str) -> bool:
-    """``CUDA_VISIBLE_DEVICES`` set to hide every GPU (to force the CPU): empty or -1."""
-    return value.strip("\"'") in ("", "-1")
-
-
 class ShellMultiGpuLaunch(TextRule):
     """A shell script launches one process per GPU.
 
@@ -276,7 +272,7 @@ class ShellCudaVisibleDevices(TextRule):
         for number, line in _lines(text):
             match = _VISIBLE.search(_uncommented(line))
             if match:
-                hides = _hides_gpus(match.group("value"))
+                hides = hides_gpus(match.group("value"))
                 self.flag(number, f"CUDA_VISIBLE_DEVICES={match.group('value')} has no effect on MPS or CPU"
                           + ("; it hides the GPUs to force the CPU, and a Mac's port would use MPS" if hides
                              else " (it picks GPUs: for information)"),

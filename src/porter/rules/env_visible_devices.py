@@ -11,7 +11,7 @@ import libcst as cst
 
 from porter.rulebase.rule import Example, Needs, Rule, Safety, string_value
 from porter.rulebase.scopes import dotted_name
-from porter.rules.configs import _hides_gpus
+from porter.rulebase.syntax import hides_gpus
 
 
 class _Flags(cst.CSTVisitor):
@@ -171,12 +171,12 @@ class EnvCudaVisibleDevices(Rule):
         """A finding where the value hides every GPU to force the CPU (off CUDA the port
         picks MPS); a note where it picks GPUs, which blocks nothing off CUDA."""
         text = string_value(value) if value is not None else None
-        flag = self._guard_read_again() if text is not None and _hides_gpus(text) else None
+        flag = self._guard_read_again() if text is not None and hides_gpus(text) else None
         if flag is not None:
             self.note(node, self._MESSAGE + f"; it hides the GPUs to force the CPU, and the function's own device "
                       f"choice reads `{flag}` again, so the port keeps the CPU too (for information)",
                       suggestion=self._SUGGESTION)
-        elif text is not None and _hides_gpus(text):
+        elif text is not None and hides_gpus(text):
             self.flag(node, self._MESSAGE + "; it hides the GPUs to force the CPU, and a Mac's port would use MPS",
                       suggestion=self._SUGGESTION)
         else:
