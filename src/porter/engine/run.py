@@ -372,7 +372,8 @@ def with_tree_context(config: RunConfig, rels: Sequence[str]) -> RunConfig:
     sources, where porter.edits.probes checks that no other module reads a flag it removes."""
     if config.options.ledger is not None:
         return config
-    model = project.build(config.root, rels) if config.options.project is None else config.options.project
+    whole = all(Path(p).resolve() == config.root.resolve() for p in config.paths)  # else some importers are unread
+    model = project.build(config.root, rels, whole=whole) if config.options.project is None else config.options.project
     context = TreeContext(local=known_modules.local(rels), declared=known_modules.declared(config.root),
                           root=str(config.root), sources=frozenset(r for r in rels if r.endswith((".py", ".ipynb"))),
                           extensions=known_modules.extensions(config.root, rels))

@@ -33,6 +33,7 @@ from porter.project.cuda_gated import cuda_gated_modules
 from porter.project.flags import unread_flags
 from porter.project.import_fallbacks import caught_triton_modules
 from porter.project.loaders import mapped_wrappers
+from porter.project.unreached import unreached_modules
 from porter.project.value_flow import FlowFacts, Kind, Scope
 from porter.project.value_flow import build as build_flow
 
@@ -59,6 +60,8 @@ class ProjectModel:
     cuda_gated: frozenset[str] = frozenset()
     #: files importing Triton whose import failure another module catches (porter.project.import_fallbacks)
     caught_triton: frozenset[str] = frozenset()
+    #: files nothing of the tree reaches: no script, test, notebook, config or import (porter.project.unreached)
+    unreached: frozenset[str] = frozenset()
     #: a class of the tree derives from Trainer's arguments (``TrainingArguments``, TRL's
     #: ``SFTConfig``...): TP708 makes its ``__post_init__`` call porter_runtime.training_arguments
     trainer_arguments_class: bool = False
@@ -93,26 +96,63 @@ def module_name(rel: str) -> str:
     return ".".join(parts)
 
 
-def build(root: Path, rels: Iterable[str]) -> ProjectModel:
-    """The model of the tree at ``root`` (``rels``: its files, relative)."""
+def build(root: Path, rels: Iterable[str], whole: bool = False) -> ProjectModel:
+    """The model of the tree at ``root`` (``rels``: its files, relative). ``whole``: ``rels``
+    are all of the tree's files, so that what none of them reaches can be told."""
     sources: dict[str, bytes] = {}
+    texts: dict[str, bytes] = {}
     for rel in rels:
-        if rel.endswith(".py"):
-            data = read_or_none(root / rel)  # bounded, regular files only, as the engine reads
-            if data is not None:
-                sources[rel] = data
-    return build_from(sources)
+        data = read_or_none(root / rel, _TEXT_LIMIT if not rel.endswith(".py") else 64 << 20)
+        if data is not None:
+            (sources if rel.endswith(".py") else texts)[rel] = data
+    if not whole:
+        return build_from(sources)
+    for path in sorted(p for pattern in _README_PATTERNS for p in root.glob(pattern)):
+        data = read_or_none(path, _TEXT_LIMIT) if path.is_file() else None
+        if data is not None:
+            texts.setdefault(path.name, data)
+    return build_from(sources, texts)
 
 
-def build_from(sources: Mapping[str, bytes]) -> ProjectModel:
+#: The texts beside the sources that may name a module (a README's ``python -m`` line),
+#: read at the tree's top; larger files (data) are not read for it.
+_README_PATTERNS = ("*.md", "*.rst", "*.txt", "Makefile", "Dockerfile", "*.cfg")
+_TEXT_LIMIT = 1 << 20
+
+
+def build_from(sources: Mapping[str, bytes], texts: Optional[Mapping[str, bytes]] = None) -> ProjectModel:
+    """The model of ``sources``; with the tree's other ``texts`` (its configs, scripts,
+    notebooks and READMEs: the sources are then the whole tree's), what nothing reaches."""
     modules = {rel: module_name(rel) for rel in sorted(sources)}
     roots = frozenset(part for name in modules.values() for part in name.split("."))
+    index = _Index(modules)
+    unreached = frozenset() if texts is None else unreached_modules(
+        sources, modules, lambda rel, data: _import_targets(index, rel, data),
+        {rel: data for rel, data in texts.items() if not rel.endswith(".ipynb")},
+        {rel: data for rel, data in texts.items() if rel.endswith(".ipynb")})
     return ProjectModel(modules=modules, exported=_exports(sources, modules),
                         overrides=_overrides(sources), flow=build_flow(sources), roots=roots,
                         unread_flags=unread_flags(sources), mapped_wrappers=mapped_wrappers(sources, modules),
                         cuda_gated=cuda_gated_modules(sources, modules),
-                        caught_triton=caught_triton_modules(sources, modules),
+                        caught_triton=caught_triton_modules(sources, modules), unreached=unreached,
                         trainer_arguments_class=any(_TRAINER_ARGUMENTS.search(data) for data in sources.values()))
+
+
+def _import_targets(index: "_Index", rel: str, data: bytes) -> list[str]:
+    """The files of the tree each import of ``data`` (read as the module ``rel``) may
+    mean; ``import a.b.c`` also means ``a`` and ``a.b``, which Python imports first."""
+    froms, plain = _imports(data)
+    found: list[str] = []
+    for base, names in froms:
+        found += index.resolve(rel, base)
+        for name, _ in names:
+            if name != "*":
+                found += index.resolve(rel, f"{base}.{name}" if base.strip(".") else base + name)
+    for name, _ in plain:
+        parts = name.split(".")
+        for end in range(1, len(parts) + 1):
+            found += index.resolve(rel, ".".join(parts[:end]))
+    return found
 
 
 #: ``class Args(transformers.TrainingArguments):``, ``class TrainingArguments(

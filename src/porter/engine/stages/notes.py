@@ -41,20 +41,20 @@ _KINDS = ("device", "test", "gpus")
 
 
 def cuda_only_notes(findings: Sequence[Finding], data: bytes, keep: Collection[str] = (),
-                    gated_module: bool = False, restating: Collection[str] = ()) -> list[Finding]:
+                    gated_module: bool = False, restating: Collection[str] = (),
+                    unreached_module: bool = False) -> list[Finding]:
     """``findings`` with each one that needs a human, but lies in code only run where
     CUDA is, made a note that names the guard. ``keep``: the codes of the rules whose
     finding there is about the device split itself (``Rule.device_split``): they stay.
     ``gated_module``: the tree imports this file only where CUDA is (porter.project.cuda_gated).
     ``restating``: the codes of the rules whose finding only states a CUDA requirement
     (``Rule.restates_requirement``): a note where the module's top level imports a
-    CUDA-only package porter left as is (that import's finding states it first)."""
+    CUDA-only package porter left as is (that import's finding states it first).
+    ``unreached_module``: nothing of the tree imports or runs this file (porter.project.unreached)."""
     if not any(f.needs_human for f in findings):
         return list(findings)
-    if gated_module:
-        return [dataclasses.replace(f, severity=INFO, message=f"{f.message} (for information: the tree imports "
-                                    "this module only in code run where CUDA is)") if f.needs_human else f
-                for f in findings]
+    if gated_module or unreached_module:
+        return module_notes(findings, gated_module, unreached_module)
     tree = parse(data)
     if tree is None:
         return list(findings)
@@ -68,6 +68,18 @@ def cuda_only_notes(findings: Sequence[Finding], data: bytes, keep: Collection[s
         return list(findings)
     findings = [_note(f, regions) if f.needs_human and f.code not in keep else f for f in findings]
     return _one_per_construct(findings, regions, keep)
+
+
+def module_notes(findings: Sequence[Finding], gated_module: bool, unreached_module: bool) -> list[Finding]:
+    """``findings`` with each one that needs a human made a note, where the whole module
+    never runs off CUDA: the tree imports it only where CUDA is (``gated_module``), or
+    nothing of the tree imports or runs it (``unreached_module``)."""
+    if not (gated_module or unreached_module):
+        return list(findings)
+    why = "the tree imports this module only in code run where CUDA is" if gated_module else \
+        "no script, test, notebook, config or module of the tree imports or runs this module"
+    return [dataclasses.replace(f, severity=INFO, message=f"{f.message} (for information: {why})")
+            if f.needs_human else f for f in findings]
 
 
 def _restated(findings: Sequence[Finding], tree, rewritten: Collection[int],

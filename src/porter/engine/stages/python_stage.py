@@ -27,7 +27,7 @@ from porter.edits.roundtrip import restore_untouched
 from porter.edits.runtime_import import add_runtime_import
 from porter.edits.unused_imports import remove_unused
 from porter.engine.stages.context import ignore_comments
-from porter.engine.stages.notes import cuda_only_notes
+from porter.engine.stages.notes import cuda_only_notes, module_notes
 from porter.engine.options import Options
 from porter.engine.prefilter import SyntaxFacts, byte_candidates, candidate_rules
 from porter.engine.results import FileResult, SourceResult
@@ -61,9 +61,12 @@ def migrate_source(
     result = _migrate_source(data, options, path=path, runtime_bootstrap=runtime_bootstrap,
                              candidates=candidates, segments=segments)
     keep = {r.code for r in options.source_rules if r.device_split}
-    gated = options.project is not None and path in options.project.cuda_gated
+    project = options.project
+    gated = project is not None and path in project.cuda_gated
+    unreached = project is not None and path in project.unreached
     restating = {r.code for r in options.source_rules if r.restates_requirement}
-    result.findings = cuda_only_notes(result.findings, data, keep, gated_module=gated, restating=restating)
+    result.findings = cuda_only_notes(result.findings, data, keep, gated_module=gated, restating=restating,
+                                      unreached_module=unreached)
     return result
 
 
@@ -219,6 +222,9 @@ def add_ledger(result: FileResult, data: bytes, options: Options) -> None:
         return
     if any(r.code == ledger.CODE for r in options.rules):
         extra = ledger.catch_all(result.path, data, result.ledger)
+        project = options.project
+        if extra and project is not None:  # a module that never runs off CUDA, as in migrate_source
+            extra = module_notes(extra, result.path in project.cuda_gated, result.path in project.unreached)
         if extra:
             result.findings = sorted(result.findings + extra, key=lambda f: (f.line, f.column, f.code))
 

@@ -1,0 +1,194 @@
+"""Modules of the tree that nothing of the tree runs: no script, test, notebook or config
+reaches them, and no other module imports them.
+
+HazyResearch/based carries two copies of flash-attn's ``ops`` package (``based/ops/`` and
+``train/ops/``): fused dense layers, Triton kernels, apex-style norms. Its model and
+training code import one of those files; the rest is a copy nobody imports. Porter's
+findings there (a CUDA-only import, a Triton kernel) never run on a Mac, and the blind
+labels called 140 of them false (docs/first-contact.md, round 6). A finding in such a
+module is therefore listed for information (porter.engine.stages.notes), never as
+needs-a-human; its rewrites are made as anywhere else.
+
+A module is *reached* when any of these holds, and everything a reached module imports is
+reached in turn (the closure over the tree's imports):
+
+- it runs by itself: a package's ``__init__``, a ``__main__``, ``setup.py``, a
+  ``conftest.py`` or a test file; a file that reads its command line (``__main__``,
+  ``sys.argv``, ``argparse``, ``fire``, ``hydra``, ``click``, ``typer``); a file with a
+  call or a loop at its top (``main()``, ``for ...:``), which is how a script without a
+  ``__main__`` guard runs;
+- a notebook imports it;
+- a text of the tree names it: its dotted name or a dotted tail of two parts or more
+  (``train.callbacks.params``, ``ops.fused_dense``) in a config (Hydra's ``_target_``), a
+  shell script (``python -m``), a README, or a string of Python code (StyleGAN's
+  ``class_name='training.networks.Generator'``); its path (``tools/export.py``,
+  ``tools/export``) or its file name (``export.py``) anywhere;
+- a dynamic import of a dotted prefix that it falls under (``import_module(f"models.{x}")``).
+
+What is not known is reached: every import is matched by name against every module whose
+dotted name ends that way (``import utils`` reaches each ``utils.py``), an import anywhere
+in a file counts (in a function, under a guard, in a docstring's example), and a tree that
+is not read whole (a single file, a path inside the tree) or has nothing that runs by itself
+(a library of modules and package ``__init__`` files only) reaches everything.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Callable, Iterable, Mapping, Sequence
+
+#: A file that reads its command line, or is run by a tool, whatever it contains.
+_RUNS = re.compile(rb"__main__|sys\.argv|\bargparse\b|parse_args\(|\bfire\.Fire\b|\bFire\(|hydra\.main|@click\.|"
+                   rb"\btyper\b|absl\.app|\bapp\.run\(")
+#: A statement at the file's top (column 0) that calls or loops: ``main()``, ``train(cfg)``,
+#: ``for step in range(n):``; a definition, import, assignment or guard is not one.
+_TOP_CALL = re.compile(
+    rb"^(?!(?:def|class|import|from|async|if|elif|else|try|except|finally|return|raise|assert|global|nonlocal|del|pass|"
+    rb"lambda|not|and|or|in|is|None|True|False)\b)[A-Za-z_][\w.]*[ \t]*\(|^(?:for|while|with)\b", re.M)
+#: Calls that import a module named by a value: the literal prefix of their argument, if any.
+_DYNAMIC = re.compile(rb"(?:import_module|__import__|get_obj_by_name|locate|get_class|get_method)\([ \t]*[fr]?[\"']"
+                      rb"([\w.]+)")
+_DYNAMIC_CALL = re.compile(rb"\b(?:import_module|__import__|get_obj_by_name|locate|get_class|get_method)\(")
+#: A string that is a dotted name (``"torchtitan.models"``, ``f"models.{x}"``'s start).
+_DOTTED_STRING = re.compile(rb"[\"']([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?=\.\{)|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?=[\"']))")
+_TEST_FILE = re.compile(r"(?:^|/)(?:test_[^/]*|[^/]*_test|conftest|setup|__main__|__init__|noxfile|manage)\.py$|"
+                        r"(?:^|/)tests?/")
+
+#: Reads what a module imports: (its file, the files each import of it may mean).
+Imports = Callable[[str, bytes], Iterable[str]]
+
+
+def unreached_modules(sources: Mapping[str, bytes], modules: Mapping[str, str], imports: Imports,
+                      texts: Mapping[str, bytes], notebooks: Mapping[str, bytes]) -> frozenset[str]:
+    """Files of ``sources`` (the tree's Python files, with their dotted ``modules``) that
+    nothing of the tree reaches. ``imports(rel, code)``: the files the imports of ``code``
+    (read as if it were at ``rel``) may mean. ``texts``: the tree's other text files;
+    ``notebooks``: its notebooks (their code is read for imports)."""
+    roots = {rel for rel, data in sources.items() if _runs(rel, data)}
+    if not notebooks and all(rel.endswith("__init__.py") for rel in roots):
+        return frozenset()  # nothing of the tree runs by itself: what it is for is not known
+    for rel, data in notebooks.items():
+        roots.update(imports(rel[: -len(".ipynb")] + ".py", _notebook_code(data)))
+    roots.update(_dynamically(modules, sources))
+    reached = _close(roots, sources, imports, set())
+    left = [rel for rel in sources if rel not in reached]
+    if left:  # the texts are searched only for what the imports did not reach
+        reached = _close(_named(left, modules, {**texts, **notebooks}, sources), sources, imports, reached)
+    return frozenset(rel for rel in sources if rel not in reached)
+
+
+def _close(roots: Iterable[str], sources: Mapping[str, bytes], imports: Imports, reached: set[str]) -> set[str]:
+    todo = list(roots)
+    while todo:
+        rel = todo.pop()
+        if rel in reached or rel not in sources:
+            continue
+        reached.add(rel)
+        todo.extend(imports(rel, sources[rel]))
+    return reached
+
+
+def _runs(rel: str, data: bytes) -> bool:
+    return bool(_TEST_FILE.search(rel) or _RUNS.search(data) or _TOP_CALL.search(data))
+
+
+#: The longest run of name characters around a match: a dotted name, or a path.
+_DOTTED_CHARS = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
+_PATH_CHARS = _DOTTED_CHARS | frozenset(b"/-\\")
+
+
+def _token(data: bytes, at: int, end: int, chars: frozenset) -> bytes:
+    while at > 0 and data[at - 1] in chars:
+        at -= 1
+    while end < len(data) and data[end] in chars:
+        end += 1
+    return data[at:end]
+
+
+def _named(candidates: Sequence[str], modules: Mapping[str, str], texts: Mapping[str, bytes],
+           sources: Mapping[str, bytes]) -> set[str]:
+    """The ``candidates`` a text names. A dotted name (``ops.fused_dense``, or
+    ``ops.fused_dense.FusedDense``) counts where a whole dotted word starts with it, in a
+    text other than Python or on a line of Python that is not an import (the import graph
+    reads those, and ``from flash_attn.ops.fused_dense import`` names another package's
+    module); a path (``tools/export.py``, ``tools/export``, ``export.py``) anywhere but in a comment
+    of Python (``# Adapted from .../xformers/triton/k_activations.py``)."""
+    found: set[str] = set()
+    everything = [*texts.items(), *sources.items()]
+    for rel in candidates:
+        dotted = modules.get(rel, "")
+        parts = dotted.split(".")
+        if not dotted:
+            continue
+        tails = tuple(".".join(parts[i:]) for i in range(len(parts) - 1))
+        short = parts[-1].encode()
+        for where, data in everything:
+            if where == rel:
+                continue
+            at = data.find(short)
+            while at >= 0:
+                end = at + len(short)
+                word = _token(data, at, end, _DOTTED_CHARS).decode("ascii", "replace")
+                if any(word == t or word.startswith(t + ".") for t in tails) \
+                        and not (where.endswith(".py") and _on_import_line(data, at)):
+                    break
+                path = _token(data, at, end, _PATH_CHARS).decode("ascii", "replace").replace("\\", "/")
+                if _path_of(path, rel) and not (where.endswith(".py") and _in_comment(data, at)):
+                    break
+                at = data.find(short, end)
+            if at >= 0:
+                found.add(rel)
+                break
+    return found
+
+
+def _path_of(path: str, rel: str) -> bool:
+    """Whether ``path`` (``tools/export.py``, ``./export``, ``export.py``) is the end of
+    ``rel``'s path, from a folder boundary: ``apex/fused_dense/fused_dense.py`` in a URL is
+    not ``ops/fused_dense.py``."""
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    if not parts or (len(parts) == 1 and not parts[0].endswith(".py")):  # a bare word is not a path
+        return False
+    if not parts[-1].endswith(".py"):
+        parts[-1] += ".py"
+    mine = rel.split("/")
+    return len(parts) <= len(mine) and mine[len(mine) - len(parts):] == parts
+
+
+def _in_comment(data: bytes, at: int) -> bool:
+    start = data.rfind(b"\n", 0, at) + 1
+    return b"#" in data[start:at]
+
+
+def _on_import_line(data: bytes, at: int) -> bool:
+    """An import statement names modules the import graph resolves (and may name another
+    package's module of the same tail: ``from flash_attn.ops.fused_dense import ...``)."""
+    start = data.rfind(b"\n", 0, at) + 1
+    line = data[start:at].lstrip()
+    return line.startswith((b"from ", b"import "))
+
+
+def _dynamically(modules: Mapping[str, str], sources: Mapping[str, bytes]) -> set[str]:
+    """The modules under a dotted prefix that a file importing by value names in a string:
+    the literal start of the call's argument (``import_module(f"models.{name}")``), or any
+    dotted string of that file (torchtitan's ``for prefix in ("torchtitan.models", ...)``
+    then ``import_module(f"{prefix}.{name}.config_registry")``)."""
+    prefixes: set[str] = set()
+    for data in sources.values():
+        if b"(" not in data or not _DYNAMIC_CALL.search(data):
+            continue
+        prefixes.update(m.group(1).decode().strip(".") for m in _DYNAMIC.finditer(data))
+        prefixes.update(m.group(1).decode() for m in _DOTTED_STRING.finditer(data))
+    prefixes.discard("")
+    return {rel for rel, dotted in modules.items()
+            if any(dotted == p or dotted.startswith(p + ".") or f".{p}." in f".{dotted}." for p in prefixes)}
+
+
+def _notebook_code(data: bytes) -> bytes:
+    try:
+        cells = json.loads(data).get("cells", [])
+    except (ValueError, AttributeError):
+        return data
+    code: Sequence = [c.get("source", "") for c in cells if isinstance(c, dict) and c.get("cell_type") == "code"]
+    return "\n".join("".join(s) if isinstance(s, list) else str(s) for s in code).encode("utf-8", "replace")

@@ -1,0 +1,114 @@
+"""Findings in a module nothing of the tree runs are notes (porter.project.unreached).
+
+The tree is laid out as HazyResearch/based is: a training script, the model it imports, and a
+copy of a kernel library's ``ops`` package that nothing imports, beside modules that a
+config, a notebook, a shell script and a dynamic import each reach. Each module imports
+``pynvml`` in a function (CUDA-only: PT999 reports it), so every one of them has a finding, and only the
+dead copies' become notes. The port is then run on the CPU.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from porter.cli.app import cli
+from porter.project.model import build
+from test_cli import make_tree
+
+NVML = "\n\ndef gpu_count():\n    import pynvml\n    pynvml.nvmlInit()\n    return pynvml.nvmlDeviceGetCount()\n\n\n"
+
+TREE = {
+    "train.py": (
+        "import torch\n"
+        "from models.gpt import GPT\n"
+        "from plugins import load\n\n\n"
+        "def main():\n"
+        "    model = GPT().cuda()\n"
+        "    x = torch.randn(4, 8).cuda()\n"
+        "    print(load('relu')(model(x)).shape)\n\n\n"
+        'if __name__ == "__main__":\n'
+        "    main()\n"
+    ),
+    "models/__init__.py": "",
+    "models/gpt.py": (
+        "import torch\n" + NVML + "from models.layers import Norm\n\n\n"
+        "class GPT(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.norm = Norm(8)\n\n"
+        "    def forward(self, x):\n"
+        "        return self.norm(x)\n"
+    ),
+    "models/layers.py": NVML + "import torch\n\nNorm = torch.nn.LayerNorm\n",
+    # a copy of a kernel library: nothing imports it, and its comment names its source
+    "ops/__init__.py": "",
+    "ops/fused_dense.py": "# Adapted from https://github.com/NVIDIA/apex/blob/master/apex/fused_dense/fused_dense.py\n"
+                          + NVML + "import torch\n\n\ndef fused_dense(x, w):\n    return x @ w\n",
+    "ops/rms_norm.py": NVML + "import torch\n\n\ndef rms_norm(x):\n    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True))\n",
+    # a Hydra config builds this one by its dotted name
+    "ops/activations.py": NVML + "import torch\n\nGeLU = torch.nn.GELU\n",
+    "configs/model.yaml": "act:\n  _target_: ops.activations.GeLU\nrms_norm: true\n",
+    # a notebook imports this one
+    "models/probe.py": NVML + "def probe(x):\n    return x\n",
+    "notebooks/demo.ipynb": json.dumps({"cells": [{"cell_type": "code", "source": ["from models.probe import probe\n"]}],
+                                        "metadata": {}, "nbformat": 4, "nbformat_minor": 5}),
+    # a shell script runs this one as a module
+    "tools/convert.py": NVML + "def convert(path):\n    return path\n",
+    "scripts/convert.sh": "python -m tools.convert --in ckpt.pt\n",
+    # imported by name, from a string
+    "plugins/__init__.py": "import importlib\n\n\ndef load(name):\n"
+                           "    return getattr(importlib.import_module(f'plugins.{name}'), 'act')\n",
+    "plugins/relu.py": NVML + "import torch\n\nact = torch.relu\n",
+}
+
+
+def porter(*args):
+    result = CliRunner().invoke(cli, [*map(str, args), "-j", "1"])
+    if result.exception and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code
+
+
+def severities(report: Path) -> dict:
+    data = json.loads(report.read_text())
+    return {entry["path"]: {item.get("severity", "") for item in entry["findings"] if item["code"] == "PT999"}
+            for entry in data["files"] if any(i["code"] == "PT999" for i in entry["findings"])}
+
+
+def test_only_the_modules_nothing_reaches_are_unreached(tmp_path):
+    root = make_tree(tmp_path / "repo", TREE)
+    rels = [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()]
+    model = build(root, rels, whole=True)
+    assert model.unreached == {"ops/fused_dense.py", "ops/rms_norm.py"}
+    # a path inside the tree, or one file alone, can't tell what imports it
+    assert build(root, rels, whole=False).unreached == frozenset()
+
+
+def test_a_library_with_nothing_that_runs_reaches_everything(tmp_path):
+    root = make_tree(tmp_path / "lib", {"pkg/__init__.py": "", "pkg/kernels.py": NVML, "pkg/norm.py": NVML})
+    rels = [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()]
+    assert build(root, rels, whole=True).unreached == frozenset()
+
+
+def test_findings_in_a_dead_copy_are_notes_and_the_port_runs(tmp_path):
+    root = make_tree(tmp_path / "repo", TREE)
+    report = tmp_path / "r.json"
+    assert porter("migrate", root, "--check", "--report", report) == 1
+    found = severities(report)
+    for dead in ("ops/fused_dense.py", "ops/rms_norm.py"):
+        assert found[dead] == {"info"}, dead
+    for live in ("models/gpt.py", "models/layers.py", "ops/activations.py", "models/probe.py", "tools/convert.py",
+                 "plugins/relu.py"):
+        assert found[live] == {""}, live
+    notes = json.loads(report.read_text())["files"]
+    message = next(i["message"] for e in notes if e["path"] == "ops/rms_norm.py" for i in e["findings"])
+    assert "no script, test, notebook, config or module of the tree imports or runs this module" in message
+
+    assert porter("migrate", root, "--write") == 0
+    run = subprocess.run([sys.executable, "train.py"], cwd=root, capture_output=True, text=True,
+                         env={"CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin"})
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "torch.Size([4, 8])"
