@@ -18,6 +18,7 @@ FORWARDED = [
     ("device_count", "device_count", ()),
     ("current_device", "current_device", ()),
     ("set_device", "set_device", (1,)),
+    ("cuda_device", "device", (1,)),
     ("device_name", "get_device_name", (0,)),
     ("get_device_properties", "get_device_properties", ("cuda:1",)),
     ("memory_allocated", "memory_allocated", (1,)),
@@ -134,6 +135,9 @@ def test_cpu_neutral_results_on_this_machine():
     assert porter_runtime.device_count() == 1
     assert porter_runtime.current_device() == 0
     assert porter_runtime.set_device(1) is None
+    for index in (None, 0):  # `with torch.cuda.device(x.device.index):` before a kernel's launch
+        with porter_runtime.cuda_device(index):
+            assert torch.ones(2).sum().item() == 2.0
     assert porter_runtime.device_name().startswith("CPU")
     for fn in (porter_runtime.memory_allocated, porter_runtime.max_memory_allocated,
                porter_runtime.memory_reserved, porter_runtime.max_memory_reserved):

@@ -182,7 +182,7 @@ class CudaSetDevice(TwinCall, Rule):
     MPS and CPU, which have one device, it does nothing.
 
     Known limits:
-    The `with torch.cuda.device(d):` context manager is not rewritten here.
+    The `with torch.cuda.device(d):` context manager is PT114's.
     """
 
     code = "PT105"
@@ -226,6 +226,88 @@ class CudaSetDevice(TwinCall, Rule):
         Example(
             "import torch\n\n\ndef set_rank_device(device_id):\n    torch.cuda.set_device(torch.cuda.device(device_id))\n",
             "import porter_runtime\n\n\ndef set_rank_device(device_id):\n    porter_runtime.set_device(device_id)\n",
+        ),
+    ]
+
+
+class CudaDeviceContext(TwinCall, Rule):
+    """`with torch.cuda.device(d):` becomes `with porter_runtime.cuda_device(d):`.
+
+    What:
+    Rewrites calls of `torch.cuda.device`, the context manager that makes a device
+    current for a block: Triton wrappers enter `torch.cuda.device(x.device.index)` before
+    each kernel launch (causal-conv1d, flash-linear-attention, mamba), so that the launch
+    goes to the tensor's GPU.
+
+    Why:
+    Without CUDA, entering it raises (`x.device.index` is None for a CPU or MPS tensor:
+    `TypeError` from `torch.cuda._exchange_device`; an integer: "Torch not compiled with
+    CUDA enabled"), so the function fails before it reaches its PyTorch path.
+
+    Fix safety:
+    Safe. On CUDA `porter_runtime.cuda_device(d)` returns `torch.cuda.device(d)` itself,
+    with the same argument. On MPS and CPU, which have one device, it returns a context
+    that does nothing.
+
+    Known limits:
+    Only calls are rewritten: `torch.cuda.device` as a type (`isinstance`) stays, and so
+    does `torch.cuda.device_of(t)`. The call inside `torch.cuda.set_device(...)` is PT105's.
+    """
+
+    code = "PT114"
+    name = "cuda-device-context"
+    safety = Safety.SAFE
+    table = twin_table({"device": "cuda_device"})
+    needs = Needs(calls_only=True, targets=frozenset(table))
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._inner: set[int] = set()  # the calls PT105 takes apart: set_device(torch.cuda.device(i))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if len(node.args) == 1 and isinstance(node.args[0].value, cst.Call) \
+                and self.matches(node.func, "torch.cuda.set_device") is not None:
+            self._inner.add(id(node.args[0].value))
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        if id(original) in self._inner:
+            return updated
+        return super().leave_Call(original, updated)
+
+    valid = [
+        "def f(torch, x):\n    with torch.cuda.device(x.device.index):\n        pass\n",
+        "import torch\n\ndef on_gpu(d):\n    return isinstance(d, torch.cuda.device)\n",
+        "import torch\ntorch.cuda.set_device(torch.cuda.device(0))\n",
+    ]
+    invalid = [
+        Example(
+            example_code("""\
+                import torch
+                import triton
+
+
+                def causal_conv1d_varlen_states(x, cu_seqlens, state_len):
+                    states = torch.zeros(batch, state_len, dim, dtype=x.dtype, device=x.device)
+                    with torch.cuda.device(x.device.index):
+                        _causal_conv1d_varlen_states[grid](x, cu_seqlens, states, state_len)
+                    return states
+                """),
+            example_code("""\
+                import porter_runtime
+                import torch
+                import triton
+
+
+                def causal_conv1d_varlen_states(x, cu_seqlens, state_len):
+                    states = torch.zeros(batch, state_len, dim, dtype=x.dtype, device=x.device)
+                    with porter_runtime.cuda_device(x.device.index):
+                        _causal_conv1d_varlen_states[grid](x, cu_seqlens, states, state_len)
+                    return states
+                """),
+        ),
+        Example(
+            "import torch as t\n\nwith t.cuda.device(rank):\n    buf = t.empty(8)\n",
+            "import porter_runtime\nimport torch as t\n\nwith porter_runtime.cuda_device(rank):\n    buf = t.empty(8)\n",
         ),
     ]
 

@@ -7,6 +7,7 @@ with CUDA enabled", because torch.cuda is only touched when CUDA was resolved.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 from types import ModuleType
@@ -112,6 +113,14 @@ def set_device(device: Dev) -> None:
     mod = _forward()
     if mod is not None:
         mod.set_device(device)
+
+
+def cuda_device(device: Dev) -> Any:
+    """``with torch.cuda.device(d):``, which makes ``d`` the current device for the block.
+    CUDA: torch.cuda.device(d) itself (XPU: torch.xpu.device(d)). MPS, CPU: a context
+    that does nothing (one device; ``d`` is often ``x.device.index``, None there)."""
+    mod = _forward()
+    return mod.device(device) if mod is not None else contextlib.nullcontext()
 
 
 def _cpu_name() -> str:
