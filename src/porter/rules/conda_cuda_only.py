@@ -20,7 +20,12 @@ from porter.rulebase.families.manifest_files import (
 from porter.rulebase.rule import Example, Safety, TextRule
 
 
-_CONDA_CUDA = re.compile(r"^(?:cudatoolkit|cuda-.*|pytorch-cuda|cudnn|nccl|libcu.*|libnv.*|cupy|magma-cuda.*)$")
+#: The CUDA toolkit's libraries by name (``libcublas``, ``libnvjitlink-dev``): a bare ``libcu``
+#: prefix would take ``libcurl`` (curl) and ``libcups`` (printing) for CUDA.
+_CONDA_CUDA = re.compile(
+    r"^(?:cudatoolkit|cuda-.*|pytorch-cuda|cudnn|nccl|cupy|magma-cuda.*"
+    r"|libcu(?:blas|dart|dnn|fft|file|pti|rand|solver|sparse|tensor|dss|xxfilt)(?:-.*)?"
+    r"|libnv(?:jpeg|jitlink|fatbin|vm|ptxcompiler|toolsext|infer|rtc|ml)(?:-.*)?|libnpp.*)$")
 _CONDA_ITEM = re.compile(r"^(?P<indent>\s*)-\s+(?P<item>[^#\s][^#]*?)\s*(?:#.*)?$")
 _CONDA_SPEC = re.compile(r"^(?:(?P<channel>[\w.-]+)::)?(?P<name>[A-Za-z0-9_.-]+)(?P<rest>.*)$")
 
@@ -60,6 +65,9 @@ class CondaCudaOnly(TextRule):
                 path="environment.yml"),
         Example("dependencies:\n  - pytorch-cuda=12.1\n", path="environment-cuda.yml"),
         Example("dependencies:\n  # - cudatoolkit=11.8\n  - numpy\n", path="environment.yml"),
+        # curl and CUPS are not CUDA libraries (GroundingDINO's environment.yaml pins libcurl)
+        Example("dependencies:\n  - libcurl=8.1.2\n  - libcups=2.4.2\n  - libnghttp2=1.52.0\n",
+                path="environment.yaml"),
     ]
     invalid = [
         Example("name: train\nchannels:\n  - pytorch\n  - nvidia\ndependencies:\n  - pytorch=2.5\n"
@@ -68,6 +76,8 @@ class CondaCudaOnly(TextRule):
                 path="environment.yaml"),
         Example("dependencies:\n  - python=3.10\n  - pip\n  - pip:\n      - flash_attn==2.5.8\n      - numpy\n",
                 path="environment.yml"),
+        Example("dependencies:\n  - libcublas=11.11.3.6\n  - libnvjpeg-dev=11.9.0.86\n  - libcurand=10.3.0.86\n",
+                path="environment.yaml"),
     ]
 
     def check(self, text: str) -> str:
