@@ -87,8 +87,37 @@ class DeviceOptionDefault(Rule):
         "import torch\nx = torch.zeros(1, device=dev)\n",
         # lookalikes: not a CUDA device spec, or not a device setting
         "device = 'cudnn'\ndef f(backend='cuda'):\n    pass\n",
+        # a switch that asks about CUDA itself is PT201's (or its flag's finding)
+        "device = 'cuda' if use_cuda else 'cpu'\n",
+        # two CUDA arms, or an arm that is not a literal: not a switch between CUDA and another device
+        "device = 'cuda:0' if rank == 0 else 'cuda:1'\ndevice = 'cuda' if gpu else fallback\n",
     ]
     invalid = [
+        Example(  # GroundingDINO's demo: a --cpu-only switch; without it a Mac now runs on MPS
+            dedent("""\
+                import torch
+
+
+                def main(args):
+                    cpu_only = args.cpu_only
+                    args.device = "cuda" if not cpu_only else "cpu"
+                    model = load_model(args.config_file, args.checkpoint_path, cpu_only=cpu_only)
+                    return model.to(args.device)
+                """),
+            dedent("""\
+                import porter_runtime
+                import torch
+
+
+                def main(args):
+                    cpu_only = args.cpu_only
+                    args.device = porter_runtime.device_str() if not cpu_only else "cpu"
+                    model = load_model(args.config_file, args.checkpoint_path, cpu_only=cpu_only)
+                    return model.to(args.device)
+                """),
+        ),
+        Example("device = 'cpu' if args.no_gpu else 'cuda:0'\n",
+                "import porter_runtime\ndevice = 'cpu' if args.no_gpu else porter_runtime.device_str(0)\n"),
         Example(
             "parser.add_argument('--device', default='cuda')\n",
             "import porter_runtime\nparser.add_argument('--device', default=porter_runtime.device_str())\n",
@@ -180,6 +209,24 @@ class DeviceOptionDefault(Rule):
             return _field_default(self, original, updated)
         spec = cuda_spec(updated.value)
         if spec is None:
-            return updated
+            return self._replace_arm(original, updated)
         new = updated.with_changes(value=runtime_device(self, spec[0], as_string=True))
         return self.rewrite(original, new, "a literal CUDA device setting now names the resolved device")
+
+    def _replace_arm(self, original, updated):
+        """``device = "cuda" if not cpu_only else "cpu"``: the user's own switch between CUDA
+        and another device. The CUDA arm names the resolved device; the switch and the other
+        arm stay. A test that asks about CUDA itself (``torch.cuda.is_available()``,
+        ``use_cuda``) is PT201's, or a flag's finding."""
+        choice = updated.value
+        if not isinstance(choice, cst.IfExp) or "cuda" in cst.Module([]).code_for_node(choice.test).lower():
+            return updated
+        arms = {"body": choice.body, "orelse": choice.orelse}
+        specs = {name: cuda_spec(arm) for name, arm in arms.items()}
+        cuda = [name for name, spec in specs.items() if spec is not None]
+        other = [name for name in arms if name not in cuda]
+        if len(cuda) != 1 or string_value(arms[other[0]]) is None:
+            return updated
+        value = choice.with_changes(**{cuda[0]: runtime_device(self, specs[cuda[0]][0], as_string=True)})
+        return self.rewrite(original, updated.with_changes(value=value),
+                            "the CUDA arm of the code's own device switch now names the resolved device")
