@@ -279,6 +279,37 @@ def test_a_scripts_top_level_is_not_run_by_the_import_stage(tmp_path):
     assert "train.py         0.0 s  (a script: its imports only)" in out or "(a script: its imports only)" in out
 
 
+
+def test_a_module_that_starts_a_program_at_import_is_not_imported_whole(tmp_path):
+    """GroundingDINO's demo/gradio_app.py runs `os.system("python setup.py build develop")`
+    and two `pip install`s at its top level, above its __main__ block: importing it whole
+    built the package and downgraded packaging in the environment being verified. Its
+    imports are checked; its commands never run."""
+    tree = write_tree(tmp_path / "repo", {"demo/gradio_app.py": '''
+        import os
+        import subprocess
+        import sys
+
+        import torch
+
+        os.system("touch BUILT")
+        subprocess.run([sys.executable, "-c", "open('INSTALLED', 'w').close()"])
+
+
+        def run_grounding(image):
+            return torch.zeros(1).cuda()
+
+
+        if __name__ == "__main__":
+            run_grounding(None)
+        '''})
+    code, data, _ = verify(tree)
+    assert code == 0, data
+    [module] = data["modules"]
+    assert (module["status"], module["imports_only"]) == ("ok", True)
+    assert not (tree / "BUILT").exists() and not (tree / "INSTALLED").exists()
+    assert not (tree / "demo" / "BUILT").exists() and not (tree / "demo" / "INSTALLED").exists()
+
 # -- the reader alone, on what launchers print ---------------------------------------------
 
 def test_the_root_cause_rank_and_a_record_traceback_are_preferred():

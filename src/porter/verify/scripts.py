@@ -67,9 +67,33 @@ def _header(stmt: ast.stmt) -> bool:
     return False
 
 
+#: Calls that start another program: ``os.system("pip install gradio==3.50.2")``.
+_SPAWNS = ("os.system", "os.popen", "subprocess.run", "subprocess.call", "subprocess.check_call",
+           "subprocess.check_output", "subprocess.Popen", "subprocess.getoutput", "subprocess.getstatusoutput",
+           "os.execv", "os.execvp", "os.execl", "os.execlp", "os.spawnv", "os.spawnl", "pip.main")
+
+
+def _spawns(stmt: ast.stmt) -> bool:
+    """Whether a top-level statement starts another program (GroundingDINO's
+    ``gradio_app.py`` builds the package and pip-installs its pins at import)."""
+    todo: list[ast.AST] = [stmt]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)) or _main_guard(node):
+            continue  # defined, or run as a program: not run by an import
+        if isinstance(node, ast.Call) and _dotted(node.func) in _SPAWNS:
+            return True
+        todo.extend(ast.iter_child_nodes(node))
+    return False
+
+
 def script_header(tree: ast.Module, imported: bool) -> Optional[tuple[int, ...]]:
     """The first lines of the top-level statements to run when the file is a script; None
-    when it is a module to import whole."""
+    when it is a module to import whole. A module whose top level starts another program
+    (``os.system("pip install ...")``) is never imported whole: verify would run it, and
+    install into the environment it checks."""
+    if any(_spawns(s) for s in tree.body):
+        return tuple(s.lineno for s in tree.body if _header(s))
     if imported or any(_main_guard(s) for s in tree.body) or not any(_works(s) for s in tree.body):
         return None
     return tuple(s.lineno for s in tree.body if _header(s))
