@@ -243,3 +243,27 @@ def test_code_after_an_unported_cuda_only_import_in_a_branch_is_notes(tmp_path, 
                      18: "porter_runtime.to_device(torch.from_numpy(np.empty((1, 3, 640, 640))), device=device)"}
     tail = items[(12, "PT605")]  # a move porter leaves for a human, but only ever run after TensorRT's import
     assert tail["severity"] == "info" and "a CUDA-only import porter left as is, line 7" in tail["message"]
+
+
+def test_a_setting_many_configs_repeat_is_one_finding(tmp_path):
+    """torchtune: 196 recipe configs set `device: cuda`, and the fix is one change in the
+    code that reads the key. The first config's finding stands for the others and counts
+    them; each other one is a note; a different value (`cuda:1`) is its own finding."""
+    configs = {f"recipes/configs/llama3_2/{size}_full.yaml": "model: llama3_2\ndevice: cuda\ndtype: bf16\n"
+               for size in ("1B", "3B", "8B")}
+    configs["recipes/configs/eval.yaml"] = "device: cuda:1\n"
+    root = make_tree(tmp_path / "repo", {**configs, "train.py": "import json\nimport sys\n\n"
+                                         "cfg = open(sys.argv[1]).read()\nprint(cfg)\n"})
+    report = tmp_path / "r.json"
+    assert porter("migrate", root, "--check", "--report", report) == 1
+    found = {(entry["path"], item["code"]): item for entry in json.loads(report.read_text())["files"]
+             for item in entry["findings"]}
+    first = found[("recipes/configs/llama3_2/1B_full.yaml", "PT701")]
+    assert "severity" not in first and "(and in 2 more files: one change where the code reads it" in first["message"]
+    for size in ("3B", "8B"):
+        other = found[(f"recipes/configs/llama3_2/{size}_full.yaml", "PT701")]
+        assert other["severity"] == "info"
+        assert "the same setting as in recipes/configs/llama3_2/1B_full.yaml" in other["message"]
+    assert "severity" not in found[("recipes/configs/eval.yaml", "PT701")]
+    data = json.loads(report.read_text())
+    assert len(gauntlet.review_findings(data)) == 2

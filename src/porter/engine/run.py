@@ -16,6 +16,7 @@ from porter.engine.discover import Skipped, discover, relative_posix
 from porter.engine.options import Options
 from porter.engine.process import process_file, stage_for
 from porter.engine.results import FileResult
+from porter.engine.stages.notes import one_per_setting
 from porter.files.apply import Change, gained, read_or_none, runtime_source, vendor_changes
 from porter.files.vendor_write import remove_leftovers, unvendor
 from porter.project import known_modules
@@ -287,6 +288,7 @@ def run(
         _take_back(config, result, folder)
         homes.pop(folder)
         shipped = [home for home in shipped if home.folder != folder]
+    one_per_setting(result.files, {r.code for r in config.options.text_rules if r.repeated_setting})
     edited = _ship(config, result, shipped, pyproject[-1] if pyproject else None, sink, emitted)
     if any(problem == "" for problem in homes.values()):
         _exempt(config, result, edited, sink)

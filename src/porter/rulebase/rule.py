@@ -182,6 +182,10 @@ class BaseRule:
     #: than uses CUDA: in a module whose top level imports a CUDA-only package porter left
     #: as is, that import already states it, so the finding is a note (porter.engine.stages.notes).
     restates_requirement: ClassVar[bool] = False
+    #: True for a rule whose finding is about a setting that many files repeat (torchtune's
+    #: 196 configs with ``device: cuda``): the code that reads it is where a human acts, once,
+    #: so the first file's finding stands for all and the others are notes (porter.engine.stages.notes).
+    repeated_setting: ClassVar[bool] = False
     valid: ClassVar[Sequence[Union[str, Example]]] = ()
     invalid: ClassVar[Sequence[Example]] = ()
 

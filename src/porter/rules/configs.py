@@ -51,6 +51,10 @@ class ConfigDeviceCuda(TextRule):
     `porter_runtime.device(value)`, which maps `cuda` to the resolved device and keeps
     it on CUDA.
 
+    The same setting in many configs (one per model size and recipe) is one finding, on
+    the first of them in path order, which counts the others; each other one is a note:
+    the code that reads the key is where the fix goes, once.
+
     Known limits:
     Only keys whose name contains "device" are read; values like `gpu` or a device
     list are not.
@@ -58,6 +62,7 @@ class ConfigDeviceCuda(TextRule):
 
     code = "PT701"
     name = "config-device-cuda"
+    repeated_setting = True
     safety = Safety.REVIEW
     patterns = CONFIG_PATTERNS
     words = frozenset({"cuda"})

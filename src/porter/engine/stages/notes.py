@@ -136,3 +136,36 @@ def _note(finding: Finding, regions: Sequence[Region]) -> Finding:
            "import-tail": "code run only after a CUDA-only import porter left as is"}.get(region.kind, "code run only where CUDA is")
     return dataclasses.replace(finding, severity=INFO,
                                message=f"{finding.message} (for information: {why}, line {region.guard_line})")
+
+
+def one_per_setting(files: Sequence, codes: Collection[str]) -> None:
+    """In ``files`` (a run's results, in path order), the findings of the rules in ``codes``
+    (``Rule.repeated_setting``) that say the same thing in several files: the first stands
+    for all and names how many files hold it, each other one becomes a note naming the
+    first. torchtune's 196 configs that set ``device: cuda`` are one change in the code
+    that reads the key, not 196."""
+    if not codes:
+        return
+    holders: dict[tuple[str, str], list[str]] = {}
+    for item in files:
+        for finding in item.findings or ():
+            if finding.code in codes and finding.needs_human:
+                paths = holders.setdefault((finding.code, finding.message), [])
+                if item.path not in paths:
+                    paths.append(item.path)
+    for item in files:
+        if not item.findings:
+            continue
+        changed = []
+        for finding in item.findings:
+            paths = holders.get((finding.code, finding.message), []) if finding.needs_human else []
+            if len(paths) > 1 and item.path != paths[0]:
+                finding = dataclasses.replace(finding, severity=INFO, message=f"{finding.message} (for information: "
+                                              f"the same setting as in {paths[0]}, whose finding stands for each file "
+                                              "that holds it)")
+            elif len(paths) > 1:
+                finding = dataclasses.replace(finding, message=f"{finding.message} (and in {len(paths) - 1} more "
+                                              f"file{'s' if len(paths) > 2 else ''}: one change where the code reads it "
+                                              "covers them)")
+            changed.append(finding)
+        item.findings = changed
