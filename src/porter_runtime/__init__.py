@@ -80,7 +80,7 @@ _EXPORTS = {
     "Event": "twins.timing", "WallClockEvent": "twins.timing", "current_stream": "twins.timing", "nvtx_range": "twins.timing",
     "nvtx_range_pop": "twins.timing", "nvtx_range_push": "twins.timing",
     "DeviceProperties": "twins.device_calls", "current_device": "twins.device_calls",
-    "cuda_device": "twins.device_calls",
+    "cuda_device": "twins.device_calls", "device_module": "twins.device_module",
     "device_count": "twins.device_calls", "device_name": "twins.device_calls",
     "empty_cache": "twins.device_calls", "get_device_properties": "twins.device_calls",
     "manual_seed": "twins.device_calls", "manual_seed_all": "twins.device_calls", "fork_rng": "twins.device_calls",

@@ -307,3 +307,22 @@ def test_current_stream_is_cudas_on_cuda_and_the_default_queue_elsewhere(simulat
     end.record(stream=porter_runtime.current_stream())
     end.synchronize()
     assert start.elapsed_time(end) >= 0.0
+
+
+def test_device_module_is_what_the_lookup_returned_on_cuda(simulate):
+    simulate("cuda")
+    for module in (torch.cuda, torch.cpu, torch.mps):
+        assert porter_runtime.device_module(module) is module
+
+
+def test_device_module_answers_cudas_functions_off_cuda():
+    """torchtune's cleanup_before_training on a device module torch.cpu lacks them for."""
+    module = porter_runtime.device_module(getattr(torch, "cpu"))
+    assert not hasattr(torch.cpu, "empty_cache")
+    assert module.empty_cache() is None and module.reset_peak_memory_stats() is None
+    assert module.max_memory_allocated() == 0 and module.device_count() == 1
+    with module.device(None):
+        assert torch.ones(1).item() == 1.0
+    assert module.is_available() is torch.cpu.is_available()  # any other name is the module's own
+    assert porter_runtime.device_module(torch.cuda).synchronize() is None
+    assert porter_runtime.device_module("npu") == "npu"  # not a torch device module: as it was
