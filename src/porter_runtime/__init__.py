@@ -54,6 +54,7 @@ _EXPORTS = {
     "barrier_device_ids": "_dist", "ddp_device_ids": "_dist", "ddp_output_device": "_dist",
     "dist_backend": "_dist", "init_process_group": "_dist", "ShardedGradScaler": "_dist",
     "fsdp_sync_module_states": "_dist", "fsdp_syncing": "_dist", "is_multiprocess_launch": "_dist",
+    "mesh_device_type": "_dist",
     "collective_input": "_dist", "work_future": "_dist",
     "is_bf16_supported": "_dtypes", "supported_dtype": "_dtypes",
     "build_cuda_extension": "_extensions",

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any, Optional, TypeVar
 
+import torch
+
 from . import _compat, _device, _gloo_teardown, _log
 
 T = TypeVar("T")
@@ -80,6 +82,19 @@ def ddp_output_device(x: T) -> Optional[T]:
 def barrier_device_ids(ids: T) -> Optional[T]:
     """``dist.barrier(device_ids=...)``: ``ids`` on CUDA, None elsewhere (NCCL only)."""
     return ids if _device.is_cuda() else None
+
+
+def mesh_device_type(value: T) -> T:
+    """The device type of ``init_device_mesh(value, ...)`` / ``DeviceMesh(value, ...)`` given
+    as a value (torchtune's ``cfg.device``, a parameter): ``value`` on CUDA; elsewhere a
+    value naming CUDA (``"cuda"``, ``torch.device("cuda")``) is the resolved device's type,
+    as a literal ``"cuda"`` there becomes ``device_type()``, and any other value is kept."""
+    if _device.is_cuda():
+        return value
+    named = value.type if isinstance(value, torch.device) else value
+    if isinstance(named, str) and named.split(":")[0] == "cuda":
+        return _device.device_type()  # type: ignore[return-value]
+    return value
 
 
 def is_multiprocess_launch() -> bool:

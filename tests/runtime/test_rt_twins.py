@@ -326,3 +326,16 @@ def test_device_module_answers_cudas_functions_off_cuda():
     assert module.is_available() is torch.cpu.is_available()  # any other name is the module's own
     assert porter_runtime.device_module(torch.cuda).synchronize() is None
     assert porter_runtime.device_module("npu") == "npu"  # not a torch device module: as it was
+
+
+def test_mesh_device_type_is_the_value_on_cuda(simulate):
+    simulate("cuda")
+    for value in ("cuda", torch.device("cuda"), "cpu"):
+        assert porter_runtime.mesh_device_type(value) is value
+
+
+def test_mesh_device_type_resolves_a_cuda_value_off_cuda():
+    assert porter_runtime.mesh_device_type("cuda") == "cpu"
+    assert porter_runtime.mesh_device_type(torch.device("cuda")) == "cpu"
+    for value in ("cpu", "meta", None):
+        assert porter_runtime.mesh_device_type(value) == value
