@@ -390,6 +390,17 @@ class CudaAvailableGuard(GuardDecisions, AvailabilityRoles, Rule):
                 """),
             line=3, message="without CUDA it picks the CPU, which runs: for information",
         ),
+        Example(  # OpenRLHF's loss normaliser: a CUDA index admitted to MPS would be cuda:0 on a Mac
+            dedent("""\
+                import torch
+
+
+                def iter_grad_accum_global_norm(values):
+                    device = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
+                    return torch.tensor(values, device=device).norm()
+                """),
+            line=5, message="the CUDA choice is a device index",
+        ),
         Example(  # a test skipped off CUDA never runs on a Mac: its guard is a note, not a finding
             dedent("""\
                 import unittest

@@ -64,6 +64,12 @@ class GuardDecisions:
                       suggestion="build tensors with torch.tensor(..., device=porter_runtime.device()) instead of "
                                  "the legacy types, then test porter_runtime.is_accelerator_available()")
             return updated
+        index = self._device_index(original.body) if isinstance(original, cst.IfExp) else None
+        if index is not None and falls_back_to_cpu(self, original):
+            self.note(test, f"{NOTE}; the CUDA choice is a device index (`{index}`), which torch reads as a CUDA "
+                      "device, so it is not rewritten and without CUDA it picks the CPU, which runs: for information",
+                      suggestion="porter_runtime.device()")
+            return updated
         residue = cuda_residue(self, body, new_body)
         if residue is not None and falls_back_to_cpu(self, original):
             self.note(test, f"{NOTE}; the CUDA choice (`{residue}`) is not rewritten, and without CUDA it picks "
@@ -86,3 +92,20 @@ class GuardDecisions:
                       "MPS on a Mac as written: for information", suggestion=suggestion)
         else:
             self.flag(node, message, suggestion=suggestion)
+
+    def _device_index(self, arm: cst.BaseExpression):
+        """The code of a ternary's CUDA arm that is a device index, not a device: OpenRLHF's
+        ``torch.cuda.current_device() if torch.cuda.is_available() else "cpu"``, a local rank
+        or an integer. Admitting MPS to it would hand ``torch.zeros(device=0)`` a CUDA index
+        on a Mac, where the original took the CPU."""
+        code = cst.Module([]).code_for_node(arm)
+        if isinstance(arm, cst.Integer):
+            return code
+        if isinstance(arm, cst.Call) and (self.matches(arm.func, "torch.cuda.current_device") is not None
+                                          or (isinstance(arm.func, cst.Name) and arm.func.value == "int")):
+            return code
+        if isinstance(arm, (cst.Name, cst.Attribute)):
+            name = (arm.value if isinstance(arm, cst.Name) else arm.attr.value).lower()
+            if "rank" in name or name in ("gpu", "gpu_id", "gpu_idx", "device_id", "device_index", "local_gpu"):
+                return code
+        return None
