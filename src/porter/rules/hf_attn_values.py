@@ -29,8 +29,9 @@ class HfAttnImplementationValue(Rule):
     a key of a kwargs dict (`{"attn_implementation": "flash_attention_2"}`), a keyword
     of `dict(...)` or of the repository's own wrapper (`load_model(path,
     attn_implementation="flash_attention_2")`), a parameter's default, an assignment or
-    a dataclass field, and an argparse `--attn_implementation` default. The value
-    becomes `porter_runtime.attn_implementation("flash_attention_2")`.
+    a dataclass field, and an argparse `--attn_implementation` default (also under a
+    group, OpenRLHF's `--ds.attn_implementation`). The value becomes
+    `porter_runtime.attn_implementation("flash_attention_2")`.
 
     Why:
     The value reaches `from_pretrained(..., **model_kwargs)` or
@@ -47,7 +48,8 @@ class HfAttnImplementationValue(Rule):
 
     A value read from elsewhere on its way to the loader (`dict(...,
     attn_implementation=model_args.attn_implementation)`, the same keyword of the loader
-    itself, or a `{"attn_implementation": cfg.attn}` entry) is wrapped the same way: the
+    itself, even a variable there, whose value a flag may give; `config._attn_implementation
+    = value`; or a `{"attn_implementation": cfg.attn}` entry) is wrapped the same way: the
     flash name sits in a YAML recipe (alignment-handbook's `attn_implementation:
     flash_attention_2`, blind round 5) that no Python literal shows.
 
@@ -70,6 +72,7 @@ class HfAttnImplementationValue(Rule):
         "parser.add_argument('--attn', choices=['eager', 'sdpa', 'flash_attention_2'])\n",
         "kwargs = {'attn': 'flash_attention_2'}\n",
         "attn_implementation = 'sdpa'\n",
+        "model = AutoModel.from_pretrained(name, attn_implementation=None)\nconfig._attn_implementation = None\n",
     ]
     invalid = [
         Example(  # a kwargs dict built first, then splatted into the loader
@@ -97,7 +100,8 @@ class HfAttnImplementationValue(Rule):
                 model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, **model_kwargs)
                 """),
         ),
-        Example(  # the repository's own wrapper, its default and a dataclass field
+        Example(  # the repository's own wrapper, its default and a dataclass field; at the loader, what a
+            # caller passed instead of the default (a flag's value) too
             dedent("""\
                 from dataclasses import dataclass, field
 
@@ -125,7 +129,7 @@ class HfAttnImplementationValue(Rule):
 
 
                 def load_policy(path, attn_implementation=porter_runtime.attn_implementation("flash_attention_2")):
-                    return AutoModelForCausalLM.from_pretrained(path, attn_implementation=attn_implementation)
+                    return AutoModelForCausalLM.from_pretrained(path, attn_implementation=porter_runtime.attn_implementation(attn_implementation))
                 """),
         ),
         Example(  # alignment-handbook's get_model: the name comes from a YAML recipe
@@ -168,6 +172,37 @@ class HfAttnImplementationValue(Rule):
             "parser.add_argument('--attn_implementation', type=str, "
             "default=porter_runtime.attn_implementation('flash_attention_2'))\n",
         ),
+        Example(  # OpenRLHF: the flag under a group, and the value the command line gave, at the loader and the config
+            dedent("""\
+                import argparse
+
+                from transformers import AutoModelForCausalLM
+
+                parser = argparse.ArgumentParser()
+                parser.add_argument("--ds.attn_implementation", type=str, default="flash_attention_2")
+
+
+                def load(pretrain, attn_implementation, config):
+                    attn_impl = attn_implementation
+                    config._attn_implementation = attn_implementation
+                    return AutoModelForCausalLM.from_pretrained(pretrain, attn_implementation=attn_impl)
+                """),
+            dedent("""\
+                import porter_runtime
+                import argparse
+
+                from transformers import AutoModelForCausalLM
+
+                parser = argparse.ArgumentParser()
+                parser.add_argument("--ds.attn_implementation", type=str, default=porter_runtime.attn_implementation("flash_attention_2"))
+
+
+                def load(pretrain, attn_implementation, config):
+                    attn_impl = attn_implementation
+                    config._attn_implementation = porter_runtime.attn_implementation(attn_implementation)
+                    return AutoModelForCausalLM.from_pretrained(pretrain, attn_implementation=porter_runtime.attn_implementation(attn_impl))
+                """),
+        ),
     ]
 
     def __init__(self, ctx) -> None:
@@ -186,15 +221,14 @@ class HfAttnImplementationValue(Rule):
         if loader or (isinstance(func, cst.Name) and func.value == "dict"):
             for arg in node.args:
                 if arg.keyword is not None and arg.keyword.value == _SLOT:
-                    self._hold(arg.value)
+                    self._hold(arg.value, name=loader)  # at the loader, a variable too (its value may come from the command line)
         if loader:
             return  # TP701 rewrites the loader's own keyword
         for arg in node.args:
             if arg.keyword is not None and arg.keyword.value == _SLOT:
                 self._bind(arg.value)
         if isinstance(func, cst.Attribute) and func.attr.value == "add_argument" and any(
-                string_value(a.value) == f"--{_SLOT}" for a in node.args
-                if a.keyword is None):
+                _is_option(string_value(a.value)) for a in node.args if a.keyword is None):
             default = next((a for a in node.args if a.keyword is not None and a.keyword.value == "default"), None)
             if default is not None:
                 self._bind(default.value)
@@ -217,6 +251,13 @@ class HfAttnImplementationValue(Rule):
     def visit_Assign(self, node: cst.Assign) -> None:
         if any(_target_name(t.target) == _SLOT for t in node.targets):
             self._bind(node.value)
+        if any(isinstance(t.target, cst.Attribute) and t.target.attr.value == f"_{_SLOT}" for t in node.targets):
+            self._hold(node.value, name=True)  # `config._attn_implementation = attn_implementation`: what the model reads
+
+    def leave_Assign(self, original: cst.Assign, updated: cst.Assign) -> cst.Assign:
+        if id(original.value) not in self._held:
+            return updated
+        return updated.with_changes(value=self._wrap(original.value, updated.value))
 
     def visit_Param(self, node: cst.Param) -> None:
         if node.name.value == _SLOT and node.default is not None:
@@ -226,8 +267,8 @@ class HfAttnImplementationValue(Rule):
         if string_value(node) in _FLASH:
             self._bound.add(id(node))
 
-    def _hold(self, node: cst.BaseExpression) -> None:
-        if isinstance(node, _HELD):
+    def _hold(self, node: cst.BaseExpression, name: bool = False) -> None:
+        if isinstance(node, _HELD) or (name and isinstance(node, cst.Name) and node.value not in ("None", "True", "False")):
             self._held.add(id(node))
 
     def leave_Arg(self, original: cst.Arg, updated: cst.Arg) -> cst.Arg:
@@ -252,6 +293,14 @@ class HfAttnImplementationValue(Rule):
         new = self.runtime_call("attn_implementation", updated)
         return self.rewrite(original, new, f"`{string_value(original)}` where CUDA has flash-attn, \"sdpa\" "
                             "elsewhere, before the loader sees it")
+
+
+def _is_option(text: Optional[str]) -> bool:
+    """``--attn_implementation``, and the same option under a group (OpenRLHF's
+    ``--ds.attn_implementation``) or with dashes (``--attn-implementation``)."""
+    if not text or not text.startswith("-"):
+        return False
+    return text.lstrip("-").replace("-", "_").split(".")[-1] == _SLOT
 
 
 def _target_name(node: cst.BaseExpression) -> Optional[str]:
