@@ -62,6 +62,9 @@ TREE = {
     "plugins/__init__.py": "import importlib\n\n\ndef load(name):\n"
                            "    return getattr(importlib.import_module(f'plugins.{name}'), 'act')\n",
     "plugins/relu.py": NVML + "import torch\n\nact = torch.relu\n",
+    # an mmdetection config, read by the config loader from the path another config names
+    "configs/_base_/default_runtime.py": NVML + "dist_params = dict(backend='gloo')\n",
+    "configs/detr/detr_r50.py": "_base_ = ['../_base_/default_runtime.py']\nlr = 1e-4\n",
 }
 
 
@@ -82,7 +85,9 @@ def test_only_the_modules_nothing_reaches_are_unreached(tmp_path):
     root = make_tree(tmp_path / "repo", TREE)
     rels = [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()]
     model = build(root, rels, whole=True)
-    assert model.unreached == {"ops/fused_dense.py", "ops/rms_norm.py"}
+    # the leaf config is named only on a command line (`python tools/train.py configs/detr/detr_r50.py`):
+    # unreached, and without findings; the base it names is reached
+    assert model.unreached == {"ops/fused_dense.py", "ops/rms_norm.py", "configs/detr/detr_r50.py"}
     # a path inside the tree, or one file alone, can't tell what imports it
     assert build(root, rels, whole=False).unreached == frozenset()
 
@@ -101,7 +106,7 @@ def test_findings_in_a_dead_copy_are_notes_and_the_port_runs(tmp_path):
     for dead in ("ops/fused_dense.py", "ops/rms_norm.py"):
         assert found[dead] == {"info"}, dead
     for live in ("models/gpt.py", "models/layers.py", "ops/activations.py", "models/probe.py", "tools/convert.py",
-                 "plugins/relu.py"):
+                 "plugins/relu.py", "configs/_base_/default_runtime.py"):
         assert found[live] == {""}, live
     notes = json.loads(report.read_text())["files"]
     message = next(i["message"] for e in notes if e["path"] == "ops/rms_norm.py" for i in e["findings"])

@@ -151,10 +151,12 @@ def _named(candidates: Sequence[str], modules: Mapping[str, str], texts: Mapping
 
 
 def _path_of(path: str, rel: str) -> bool:
-    """Whether ``path`` (``tools/export.py``, ``./export``, ``export.py``) is the end of
-    ``rel``'s path, from a folder boundary: ``apex/fused_dense/fused_dense.py`` in a URL is
-    not ``ops/fused_dense.py``."""
-    parts = [p for p in path.split("/") if p not in ("", ".")]
+    """Whether ``path`` (``tools/export.py``, ``./export``, ``export.py``,
+    ``../_base_/default_runtime.py``) is the end of ``rel``'s path, from a folder boundary:
+    ``apex/fused_dense/fused_dense.py`` in a URL is not ``ops/fused_dense.py``."""
+    parts = path.split("/")
+    parts = [p for p in parts[max((i + 1 for i, p in enumerate(parts) if p == ".."), default=0):]
+             if p not in ("", ".")]  # mmdetection's `_base_ = ["../_base_/default_runtime.py"]`: what follows the `..`
     if not parts or (len(parts) == 1 and not parts[0].endswith(".py")):  # a bare word is not a path
         return False
     if not parts[-1].endswith(".py"):
