@@ -261,3 +261,43 @@ def test_the_shortcut_past_the_scope_passes_changes_nothing(monkeypatch):
     without = [_port(data, options) for _, data in sources]
     assert [name for (name, _), a, b in zip(sources, with_shortcut, without) if a != b] == []
     assert False in answers and True in answers
+
+
+def test_a_functions_import_torch_goes_when_the_port_took_its_last_use(tmp_path):
+    """FastChat's get_gpu_memory imports torch for `torch.cuda.device` alone: once PT114 made
+    that porter_runtime.cuda_device, whose module imports torch, the function's `import torch`
+    was left unused (a new ruff F401). A function that still uses torch keeps its import."""
+    code = dedent("""\
+        import json
+
+
+        def get_gpu_memory(max_gpus):
+            import torch
+
+            gpu_memory = []
+            for gpu_id in range(max_gpus):
+                with torch.cuda.device(gpu_id):
+                    gpu_memory.append(gpu_id)
+            return gpu_memory
+
+
+        def zeros():
+            import torch
+
+            return torch.zeros(1)
+
+
+        print(json.dumps(get_gpu_memory(2)), zeros().tolist())
+        """)
+    new = migrate(code).new.decode()
+    assert new.count("import torch\n") == 1 and "    return torch.zeros(1)" in new
+    assert "with porter_runtime.cuda_device(gpu_id):" in new
+    script = tmp_path / "mem.py"
+    script.write_text(new)
+    (tmp_path / "porter_runtime").symlink_to(Path(__import__("porter_runtime").__file__).parent)
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path,
+                          env={"CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin", "PORTER_QUIET": "1"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[0, 1] [0.0]"

@@ -322,11 +322,12 @@ def _remove_dead_module_imports(stmt: cst.Import, before, after, context, ctx) -
 # -- imports inside functions -----------------------------------------------------------
 
 def _local_cuda_imports(tree: ast.AST) -> bool:
-    """Whether a function's own statements import a CUDA-only package (cheap: ``ast``)."""
+    """Whether a function's own statements import a CUDA-only package, or torch itself
+    (cheap: ``ast``)."""
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for stmt in node.body:
-                if isinstance(stmt, ast.Import) and any(a.name.split(".")[0] in CUDA_ONLY_PACKAGES
+                if isinstance(stmt, ast.Import) and any(a.name.split(".")[0] in CUDA_ONLY_PACKAGES or a.name == "torch"
                                                         for a in stmt.names):
                     return True
                 if isinstance(stmt, ast.ImportFrom) and not stmt.level and stmt.module \
@@ -366,13 +367,16 @@ def _loads(node: cst.CSTNode, name: str) -> int:
     return uses(node, [name], skip=cst.Pass())
 
 
-def _local_import_names(line: cst.SimpleStatementLine) -> list[tuple[str, cst.ImportAlias]]:
+def _local_import_names(line: cst.SimpleStatementLine, torch: bool = False) -> list[tuple[str, cst.ImportAlias]]:
+    """The names a function's import line binds from a CUDA-only package; with ``torch``,
+    from ``import torch`` too (the function now calls porter_runtime, which imports torch:
+    FastChat's ``get_gpu_memory`` kept ``import torch`` for ``torch.cuda.device`` alone)."""
     found = []
     for small in line.body:
         if isinstance(small, cst.Import):
             for alias in small.names:
                 full = dotted_name(alias.name) or ""
-                if full.split(".")[0] in CUDA_ONLY_PACKAGES:
+                if full.split(".")[0] in CUDA_ONLY_PACKAGES or (torch and full == "torch"):
                     found.append((alias_asname(alias) or full.split(".")[0], alias))
         elif isinstance(small, cst.ImportFrom) and not small.relative and small.module is not None \
                 and not isinstance(small.names, cst.ImportStar) \
@@ -402,13 +406,14 @@ def _remove_dead_local_imports(new_module: cst.Module, ctx: RulePass) -> cst.Mod
             continue
         old_lines = {i: line for i, line in enumerate(old.body.body)} if isinstance(old.body, cst.IndentedBlock) \
             else {}
+        torch = _loads(function, RUNTIME) > 0
         for line in function.body.body:
-            if not isinstance(line, cst.SimpleStatementLine) or not _local_import_names(line):
+            if not isinstance(line, cst.SimpleStatementLine) or not _local_import_names(line, torch):
                 continue
             twin = next((o for o in old_lines.values() if o.deep_equals(line)), None)
             if twin is None or ctx.ignored(twin):
                 continue
-            dead = {name for name, _ in _local_import_names(line)
+            dead = {name for name, _ in _local_import_names(line, torch)
                     if _loads(old, name) > 0 and _loads(function, name) == 0}
             if dead:
                 edits[id(line)] = dead
