@@ -95,7 +95,7 @@ def test_the_summary_adds_up_and_the_ledger_does_not_read_as_needs_a_human(tmp_p
     root = make_tree(tmp_path / "repo", {
         "tests/hsdp_test.py": GPU_TEST,  # a note
         "ext.py": "import torch\nimport fused_softmax_cuda\n",  # PT999
-        "smi.py": "import subprocess\nsubprocess.run(['nvidia-smi'])\n",  # PT111
+        "smi.py": "import subprocess\n\nimport ext  # noqa: F401\n\nsubprocess.run(['nvidia-smi'])\n",  # PT111; imports ext
         "train.py": SAMPLE["train.py"],
         "requirements.txt": "torch\n",
     })

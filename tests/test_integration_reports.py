@@ -16,6 +16,7 @@ FILES = {
     "loader.py": "import torch\nfrom torch.utils.data import DataLoader\n"
                  "loader = DataLoader([1, 2], num_workers=2, collate_fn=lambda b: b)\n",
     "broken.py": "import torch\nx = torch.ones(1).cuda(\n",
+    "run_loader.sh": "python loader.py\n",  # what runs loader.py (a module nothing runs has notes only)
 }
 
 
@@ -145,6 +146,7 @@ INFO_AND_FAILURE = {
     "loader.py": FILES["loader.py"],
     "eigh.py": "import torch\nw = torch.linalg.eigh(torch.ones(2, 2))\n",  # PT801: a note (severity info)
     "broken.py": FILES["broken.py"],
+    "run_loader.sh": FILES["run_loader.sh"],
 }
 
 
@@ -207,7 +209,7 @@ def test_sarif_fix_uris_are_escaped_relative_uri_references(tmp_path):
 GOLDEN = Path(__file__).parent / "data" / "report_golden.md"
 PR_TREE = {
     "requirements.txt": "torch\n",
-    "train.py": "import torch\nfrom model import Net\n\nnet = Net().cuda()\ntorch.cuda.synchronize()\n",
+    "train.py": "import torch\nfrom data import loader\nfrom model import Net\n\nnet = Net().cuda()\ntorch.cuda.synchronize()\n",
     "model.py": "import torch\n\n\nclass Net(torch.nn.Module):\n    def forward(self, x):\n"
                 "        return x.to('cuda')\n",
     "data.py": "from torch.utils.data import DataLoader\n\n\ndef loader(ds):\n"

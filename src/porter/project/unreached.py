@@ -195,9 +195,14 @@ def _dynamically(modules: Mapping[str, str], sources: Mapping[str, bytes]) -> se
 
 
 def _notebook_code(data: bytes) -> bytes:
+    """A notebook's code cells, one after another; the file itself where it is not a
+    notebook porter can read (the notebook stage reports that file's error)."""
     try:
         cells = json.loads(data).get("cells", [])
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
+        return data
+    if not isinstance(cells, list):
         return data
     code: Sequence = [c.get("source", "") for c in cells if isinstance(c, dict) and c.get("cell_type") == "code"]
-    return "\n".join("".join(s) if isinstance(s, list) else str(s) for s in code).encode("utf-8", "replace")
+    return "\n".join("".join(p for p in s if isinstance(p, str)) if isinstance(s, list) else str(s)
+                     for s in code).encode("utf-8", "replace")

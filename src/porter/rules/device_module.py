@@ -8,7 +8,7 @@ from textwrap import dedent
 
 import libcst as cst
 
-from porter.rulebase.rule import Example, Needs, Rule, Safety, string_value
+from porter.rulebase.rule import BYTES_GAP, Example, Needs, Rule, Safety, string_value
 from porter.rulebase.syntax import runtime_call_of
 
 #: Names whose lookup on ``torch`` is a device's module (a literal second argument).
@@ -45,7 +45,8 @@ class DeviceModuleAlias(Rule):
     code = "PT115"
     name = "device-module-alias"
     safety = Safety.SAFE
-    needs = Needs(words=frozenset({"torch"}), byte_patterns=(re.compile(rb"getattr\(\s*torch\s*,|get_device_module\("),),
+    needs = Needs(words=frozenset({"torch"}),
+                  byte_patterns=(re.compile(rb"getattr\(" + BYTES_GAP + rb"torch" + BYTES_GAP + rb",|get_device_module\("),),
                   whole_file=True)
 
     valid = [
