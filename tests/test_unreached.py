@@ -117,3 +117,13 @@ def test_findings_in_a_dead_copy_are_notes_and_the_port_runs(tmp_path):
                          env={"CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin"})
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "torch.Size([4, 8])"
+
+
+def test_a_module_whose_name_is_not_utf8_is_read(tmp_path):
+    """A file name in Latin-1 (``caf\\xe9.py``) that nothing imports: found by the property
+    test of bad inputs, which the model's name search stopped with an internal error."""
+    root = make_tree(tmp_path / "repo", {"train.py": "import torch\n\nprint(torch.ones(1))\n"})
+    (root / "caf\udce9.py").write_bytes(b"import torch\n" + NVML.encode())
+    assert porter("migrate", root, "--check") == 0  # no crash; the dead module's PT999 is a note, nothing else
+    rels = [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()]
+    assert build(root, rels, whole=True).unreached == {"caf\udce9.py"}

@@ -134,7 +134,7 @@ def _only_gated_imports(sources: Sequence[tuple[str, bytes]], tree_of: Callable[
     importers = 0
     everything = dict(sources)
     for rel, data in sources:
-        if rel == home or short.encode() not in data:
+        if rel == home or short.encode("utf-8", "surrogateescape") not in data:  # a Latin-1 file name too
             continue
         tree = tree_of(rel)
         if tree is None:

@@ -79,7 +79,7 @@ def _forwards(call: ast.Call, kwarg: str) -> bool:
 
 def _all_calls_map(sources: Mapping[str, bytes], module: str, name: str) -> bool:
     """Whether ``name`` of ``module`` is called at least once, always with ``map_location=``."""
-    short = module.rsplit(".", 1)[-1].encode()
+    short = module.rsplit(".", 1)[-1].encode("utf-8", "surrogateescape")  # a Latin-1 file name too
     calls = 0
     for rel, data in sources.items():
         if name.encode() not in data:

@@ -129,7 +129,7 @@ def _named(candidates: Sequence[str], modules: Mapping[str, str], texts: Mapping
         if not dotted:
             continue
         tails = tuple(".".join(parts[i:]) for i in range(len(parts) - 1))
-        short = parts[-1].encode()
+        short = parts[-1].encode("utf-8", "surrogateescape")  # a file name that is not UTF-8 (café.py in Latin-1)
         for where, data in everything:
             if where == rel:
                 continue
