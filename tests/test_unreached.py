@@ -12,11 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from click.testing import CliRunner
-
-from porter.cli.app import cli
 from porter.project.model import build
 from test_cli import make_tree
+from test_cuda_only_notes import porter
 
 NVML = "\n\ndef gpu_count():\n    import pynvml\n    pynvml.nvmlInit()\n    return pynvml.nvmlDeviceGetCount()\n\n\n"
 
@@ -66,13 +64,6 @@ TREE = {
     "configs/_base_/default_runtime.py": NVML + "dist_params = dict(backend='gloo')\n",
     "configs/detr/detr_r50.py": "_base_ = ['../_base_/default_runtime.py']\nlr = 1e-4\n",
 }
-
-
-def porter(*args):
-    result = CliRunner().invoke(cli, [*map(str, args), "-j", "1"])
-    if result.exception and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result.exit_code
 
 
 def severities(report: Path) -> dict:

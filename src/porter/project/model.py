@@ -102,6 +102,8 @@ def build(root: Path, rels: Iterable[str], whole: bool = False) -> ProjectModel:
     sources: dict[str, bytes] = {}
     texts: dict[str, bytes] = {}
     for rel in rels:
+        if not rel.endswith(".py") and not whole:
+            continue  # the other texts only tell what nothing reaches
         data = read_or_none(root / rel, _TEXT_LIMIT if not rel.endswith(".py") else 64 << 20)
         if data is not None:
             (sources if rel.endswith(".py") else texts)[rel] = data
