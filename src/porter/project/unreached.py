@@ -72,7 +72,7 @@ def unreached_modules(sources: Mapping[str, bytes], modules: Mapping[str, str], 
     if not notebooks and all(rel.endswith("__init__.py") for rel in roots):
         return frozenset()  # nothing of the tree runs by itself: what it is for is not known
     for rel, data in notebooks.items():
-        roots.update(imports(rel[: -len(".ipynb")] + ".py", _notebook_code(data)))
+        roots.update(imports(rel[: -len(".ipynb")] + ".py", notebook_code(data)))
     roots.update(_dynamically(modules, sources))
     reached = _close(roots, sources, imports, set())
     left = [rel for rel in sources if rel not in reached]
@@ -194,7 +194,7 @@ def _dynamically(modules: Mapping[str, str], sources: Mapping[str, bytes]) -> se
             if any(dotted == p or dotted.startswith(p + ".") or f".{p}." in f".{dotted}." for p in prefixes)}
 
 
-def _notebook_code(data: bytes) -> bytes:
+def notebook_code(data: bytes) -> bytes:
     """A notebook's code cells, one after another; the file itself where it is not a
     notebook porter can read (the notebook stage reports that file's error)."""
     try:

@@ -22,7 +22,6 @@ only with ``--full-runtime``, and every copy holds what they use of it (:func:`t
 from __future__ import annotations
 
 import ast
-import json
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Iterable, Optional
 
 from porter.files.apply import runtime_source
 from porter.files.runtime_shake import references, shake
+from porter.project.unreached import notebook_code
 
 #: ``porter_runtime.NAME`` (spaces allowed around the dot, as code formatters never add them).
 _ATTRIBUTE = re.compile(rb"\bporter_runtime\s*\.\s*([A-Za-z_]\w*)")
@@ -52,7 +52,7 @@ def used_names(source: bytes) -> Optional[frozenset[str]]:
     """The runtime names ``source`` (Python, or a notebook's JSON) uses, or None when some
     use can't be read as text."""
     if source.lstrip()[:1] == b"{":
-        source = _notebook_code(source)
+        source = notebook_code(source)
     names = frozenset(m.decode() for m in _ATTRIBUTE.findall(source))
     rest = _COMMENT.sub(b"", _IMPORT.sub(_ours, _ATTRIBUTE.sub(b"", source)))
     return None if _WORD.search(rest) else names
@@ -65,16 +65,6 @@ def _ours(match: re.Match) -> bytes:
     if module.split(b".")[0] == b"porter_runtime" or re.search(rb"\bporter_runtime\s+as\b", text):
         return text
     return b""
-
-
-def _notebook_code(data: bytes) -> bytes:
-    """A notebook's code cells, one after another (the JSON itself if it is none)."""
-    try:
-        cells = json.loads(data).get("cells", [])
-        return "\n".join("".join(c.get("source", "")) if isinstance(c.get("source"), list) else c.get("source", "")
-                         for c in cells if c.get("cell_type") == "code").encode()
-    except (ValueError, AttributeError, TypeError):
-        return data
 
 
 def parts_for(names: Optional[Iterable[str]], source: Path) -> Optional[frozenset[str]]:
