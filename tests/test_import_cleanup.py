@@ -301,3 +301,68 @@ def test_a_functions_import_torch_goes_when_the_port_took_its_last_use(tmp_path)
                           env={"CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin", "PORTER_QUIET": "1"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[0, 1] [0.0]"
+
+
+def test_an_import_all_exports_or_a_string_annotation_names_stays():
+    """The removal's safety checks (porter.edits.import_removal): a rewrite took the
+    name's last read, yet ``__all__`` re-exports it or a string annotation names it."""
+    exported = migrate("import torch\nfrom torch.cuda.amp import autocast\n__all__ = ['autocast', 'run']\n\n"
+                       "def run(x):\n    with autocast():\n        return x\n", "amp.py").new.decode()
+    assert "from torch.cuda.amp import autocast\n" in exported and "porter_runtime.autocast()" in exported
+    annotated = "import torch\nfrom torch.cuda.amp import GradScaler\n\ndef make() -> 'GradScaler':\n" \
+                "    return GradScaler()\n"
+    new = migrate(annotated, "amp.py").new.decode()
+    assert "from torch.cuda.amp import GradScaler\n" in new and "porter_runtime.GradScaler()" in new
+    plain = migrate(annotated.replace(" -> 'GradScaler'", ""), "amp.py").new.decode()
+    assert "from torch.cuda.amp import GradScaler" not in plain  # nothing else names it: it goes
+    namespace: dict = {}
+    exec(compile(plain, "amp.py", "exec"), namespace)
+    import torch
+
+    assert isinstance(namespace["make"](), torch.amp.GradScaler)  # the port runs on the CPU
+
+
+def _libcst_remover(module, scheduled, kept, in_use):
+    """The oracle: LibCST's own ``RemoveImportsVisitor``, which porter used before."""
+    from libcst.codemod import CodemodContext
+    from libcst.codemod.visitors import RemoveImportsVisitor
+
+    context = CodemodContext()
+    for module_name, obj, asname in scheduled:
+        RemoveImportsVisitor.remove_unused_import(context, module_name, obj, asname)
+
+    class KeepIgnored(RemoveImportsVisitor):
+        def leave_SimpleStatementLine(self, original, updated):
+            return original if any(original.deep_equals(k) for k in kept) else updated
+
+    return KeepIgnored(context).transform_module(module)
+
+
+LISTS = [
+    "import torch\nfrom torch import (\n    device,  # the device\n    ones,\n)\nx = device('cuda')\ny = ones(2)\n",
+    "import torch\nfrom torch import ones, device\nx = device('cuda')\ny = ones(2)\n",
+    "import torch\nfrom torch import (device,\n    ones)\nx = device('cuda')\ny = ones(2)\n",
+    "import torch\nfrom torch import (\n    # first\n    device,\n    # second\n    ones,\n)\nx = device('cuda')\n",
+    "import os, sys, torch\nfrom flash_attn import flash_attn_func, flash_attn_varlen_func as varlen\n"
+    "if not torch.cuda.is_available():\n    sys.exit('needs a GPU')\nout = flash_attn_func(q, k, v)\nf = varlen\n",
+    "import torch; from torch import device; x = device('cuda')\n",
+]
+
+
+def test_the_removal_edits_lines_as_libcsts_remover_does(monkeypatch):
+    """porter's own import removal against LibCST's ``RemoveImportsVisitor`` as the
+    oracle, on every rule example, every fixture file and hand-made import lists
+    (parentheses, comments, ``as`` names, ``;`` lines): the same output, byte for byte."""
+    from porter.edits import unused_imports
+
+    options = Options(rules=list(all_rules()))
+    sources = [*(data for _, data in _every_source()), *(code.encode() for code in LISTS)]
+    removing: list[int] = []  # the sources whose port removed an import
+    real = unused_imports.remove_imports
+    ours = {}
+    for i, data in enumerate(sources):
+        monkeypatch.setattr(unused_imports, "remove_imports", lambda *a, i=i: removing.append(i) or real(*a))
+        ours[i] = _port(data, options)
+    monkeypatch.setattr(unused_imports, "remove_imports", _libcst_remover)
+    assert [i for i in sorted(set(removing)) if _port(sources[i], options) != ours[i]] == []
+    assert len(set(removing)) > 50  # the removal ran on many of them

@@ -1,8 +1,8 @@
 """Imports a rewrite left unused, removed after the rules ran.
 
 Imports that lost their last use to a rewrite (``from torch import device`` once every
-``device("cuda")`` became ``porter_runtime.device()``) are removed with LibCST's
-``RemoveImportsVisitor``, and only those: an import the user had and did not use
+``device("cuda")`` became ``porter_runtime.device()``) are removed (``porter.edits.import_removal``, which edits the lines as LibCST's
+``RemoveImportsVisitor`` would), and only those: an import the user had and did not use
 before stays, so nothing the rules did not touch changes. The blank lines around a
 removed import and the trailing comma of an edited import list are kept.
 """
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Optional, Protocol
 import libcst as cst
 
 from porter.edits.import_lines import alias_asname, is_import_line
+from porter.edits.import_removal import Scheduled, remove_imports
 from porter.edits.removal_layout import keep_layout
 from porter.rulebase.cuda_packages import IMPORT_ROOTS
 from porter.rulebase.conditions.guards import parse
@@ -68,12 +69,10 @@ def remove_unused(new_module: cst.Module, ctx: RulePass) -> cst.Module:
     new_module = _remove_dead_local_imports(new_module, ctx)
     if not _may_lose_a_use(ctx):
         return new_module
-    # libcst.codemod is slow to import; only files that lost an import's last use need it.
-    from libcst.codemod import CodemodContext
-
     before = ctx.resolver.use_counts()
-    after = Resolver(new_module).use_counts()
-    context = CodemodContext()
+    resolver = Resolver(new_module)
+    after = resolver.use_counts()
+    context: list[Scheduled] = []
     scheduled = False
     kept = _ignored_imports(ctx)
     for stmt in ctx.module.body:
@@ -86,14 +85,12 @@ def remove_unused(new_module: cst.Module, ctx: RulePass) -> cst.Module:
                 scheduled |= _remove_dead_names(small, before, after, context, ctx)
     if not scheduled:
         return new_module
-    return keep_layout(new_module, _remover(context, kept).transform_module(new_module))
+    return keep_layout(new_module, remove_imports(new_module, context, kept, resolver.may_mean))
 
 
 def _remove_dead_names(stmt: cst.ImportFrom, before, after, context, ctx) -> bool:
     """Schedule each name of ``from a.b import c`` / ``from a.b import c as d`` (absolute,
     no ``*``) whose every use a rule rewrote."""
-    from libcst.codemod.visitors import RemoveImportsVisitor
-
     if isinstance(stmt.names, cst.ImportStar) or stmt.relative or stmt.module is None:
         return False
     scheduled = False
@@ -104,7 +101,7 @@ def _remove_dead_names(stmt: cst.ImportFrom, before, after, context, ctx) -> boo
         key = (asname or obj, f"{module_name}.{obj}")
         if before[key] and not after[key] and not _read_elsewhere(ctx, key[0]):
             _not_used_in_stubs(ctx, key[0])
-            RemoveImportsVisitor.remove_unused_import(context, module_name, obj, asname)
+            context.append((module_name, obj, asname))
             scheduled = True
     return scheduled
 
@@ -256,18 +253,6 @@ def _ignored_imports(ctx: RulePass) -> list[cst.SimpleStatementLine]:
             if is_import_line(stmt) and ctx.ignored(stmt)]  # type: ignore[arg-type]
 
 
-def _remover(context, kept: list[cst.SimpleStatementLine]):
-    """LibCST's RemoveImportsVisitor that leaves the ``kept`` lines as they are: it
-    removes a scheduled name from every import binding it, a kept line among them."""
-    from libcst.codemod.visitors import RemoveImportsVisitor
-
-    class KeepIgnored(RemoveImportsVisitor):
-        def leave_SimpleStatementLine(self, original, updated):
-            return original if any(original.deep_equals(k) for k in kept) else updated
-
-    return KeepIgnored(context)
-
-
 #: Packages that do not install without CUDA (porter.rulebase.cuda_packages). A plain ``import``
 #: of one of them that a rewrite left without a use would still fail on the port, so it
 #: goes too; so does a
@@ -301,8 +286,6 @@ def _remove_dead_module_imports(stmt: cst.Import, before, after, context, ctx) -
     where the port calls porter_runtime, whose every use a rule rewrote (``import flash_attn`` once
     each ``flash_attn.flash_attn_func(...)`` was, ``import sys`` once ``sys.exit(...)``
     became ``porter_runtime.require_device(...)``)."""
-    from libcst.codemod.visitors import RemoveImportsVisitor
-
     scheduled = False
     calls_runtime = any(target == RUNTIME or target.startswith(RUNTIME + ".") for _, target in after)
     for alias in stmt.names:
@@ -314,7 +297,7 @@ def _remove_dead_module_imports(stmt: cst.Import, before, after, context, ctx) -
         key = (asname, full) if asname else (full.split(".")[0], full.split(".")[0])
         if before[key] and not after[key] and not _read_elsewhere(ctx, key[0]):
             _not_used_in_stubs(ctx, key[0])
-            RemoveImportsVisitor.remove_unused_import(context, full, asname=asname)
+            context.append((full, None, asname))
             scheduled = True
     return scheduled
 

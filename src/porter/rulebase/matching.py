@@ -151,6 +151,10 @@ class Resolver:
     def use_counts(self) -> Counter[tuple[str, str]]:
         return self._full().use_counts()
 
+    def may_mean(self, name: str, target: str) -> bool:
+        """Whether some occurrence of ``name`` may stand for the import of ``target``."""
+        return self._full().may_mean(name, runtime_alias(target))
+
     def imports_of(self, qualname: str) -> bool:
         """Whether the module binds ``qualname`` (or a parent module) at top level."""
         return any(t == qualname or qualname.startswith(t + ".") for t in self._module_targets())

@@ -337,6 +337,14 @@ class ScopeResolver:
                 return name
         return None
 
+    def may_mean(self, name: str, target: str) -> bool:
+        """Whether some occurrence of ``name`` may stand for the import of ``target``
+        (among other bindings too: the safety check before an import is removed)."""
+        for node, scope in self._name_scope.items():
+            if node.value == name and target in (scope.lookup(name) or ()):
+                return True
+        return False
+
     def use_counts(self) -> Counter[tuple[str, str]]:
         """How often each (name, imported qualified name) pair is used."""
         counts: Counter[tuple[str, str]] = Counter()
