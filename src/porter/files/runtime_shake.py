@@ -265,15 +265,16 @@ def _read(path: Path, stem: str, stems: frozenset) -> _Module:
     text = path.read_text(encoding="utf-8")
     tree = ast.parse(text, str(path))
     names = frozenset(n for node in tree.body for n in _defines(node))
-    aliases = _module_aliases(tree, stem, stems)
+    walks = [list(ast.walk(node)) for node in tree.body]  # each statement's nodes, walked once
+    aliases = _module_aliases([n for nodes in walks for n in nodes], stem, stems)
     code = _own_code(tree)
     module = _Module(stem, text.splitlines(keepends=True), [], names)
     module.docstring = _short_docstring(module.lines, tree.body[0]) if tree.body else None
     previous_end = 0
-    for node in tree.body:
+    for node, nodes in zip(tree.body, walks):
         first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", ())])
-        refs = _refs(node, stem, names, aliases, stems)
-        always = _runs_at_import(node, code, aliases)
+        refs = _refs(nodes, stem, names, aliases, stems)
+        always = _runs_at_import(node, nodes, code, aliases)
         if first <= previous_end and module.statements:  # ``a = 1; b = 2``: one line, kept together
             always = module.statements[-1].always = True
         if stem == "__init__" and _assigns(node, EXPORTS) and isinstance(node.value, ast.Dict):
@@ -281,7 +282,7 @@ def _read(path: Path, stem: str, stems: frozenset) -> _Module:
         if _assigns(node, MODULE_EXPORTS):
             module.module_exports = frozenset(ast.literal_eval(node.value))
         if _assigns(node, "__all__"):  # from m import *: every name listed must be there
-            refs |= {f"{stem}.{c.value}" for c in ast.walk(node) if isinstance(c, ast.Constant) and c.value in names}
+            refs |= {f"{stem}.{c.value}" for c in nodes if isinstance(c, ast.Constant) and c.value in names}
         module.statements.append(_Statement(previous_end + 1, node.end_lineno, frozenset(_defines(node)),
                                             frozenset(refs), always))
         previous_end = node.end_lineno
@@ -336,8 +337,9 @@ def _walk_top(node: ast.AST):
             yield from _walk_top(child)
 
 
-def _runs_at_import(node: ast.stmt, code: frozenset, aliases: dict) -> bool:
-    """Whether dropping the statement could change what importing the module does."""
+def _runs_at_import(node: ast.stmt, nodes: list, code: frozenset, aliases: dict) -> bool:
+    """Whether dropping the statement (``nodes``: its walk) could change what importing
+    the module does."""
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         return False  # decorators are the runtime's own (dataclass, lru_cache, contextmanager)
     if isinstance(node, ast.ImportFrom):
@@ -348,7 +350,7 @@ def _runs_at_import(node: ast.stmt, code: frozenset, aliases: dict) -> bool:
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         if not all(isinstance(t, (ast.Name, ast.Tuple)) for t in targets):
             return True  # torch.backends.x = ..., table[key] = ...: changes another object
-        return any(_calls_runtime(c, code, aliases) for c in ast.walk(node) if isinstance(c, ast.Call))
+        return any(_calls_runtime(c, code, aliases) for c in nodes if isinstance(c, ast.Call))
     return True
 
 
@@ -361,11 +363,11 @@ def _calls_runtime(call: ast.Call, code: frozenset, aliases: dict) -> bool:
     return isinstance(func, ast.Name) and (func.id in aliases or func.id in code)
 
 
-def _module_aliases(tree: ast.Module, stem: str, stems: frozenset) -> dict[str, str]:
-    """Names bound anywhere in the module to a sibling module: ``from . import _log``,
-    ``from ..thirdparty import libs as _libs``."""
+def _module_aliases(nodes: list, stem: str, stems: frozenset) -> dict[str, str]:
+    """Names bound anywhere in the module (``nodes``: all of its nodes) to a sibling
+    module: ``from . import _log``, ``from ..thirdparty import libs as _libs``."""
     aliases = {}
-    for node in ast.walk(tree):
+    for node in nodes:
         base = _import_base(node, stem) if isinstance(node, ast.ImportFrom) else None
         if base is not None:
             aliases.update({a.asname or a.name: _join(base, a.name) for a in node.names if _join(base, a.name) in stems})
@@ -393,17 +395,18 @@ def _join(base: str, name: str) -> str:
     return f"{base}/{name}" if base else name
 
 
-def _refs(node: ast.stmt, stem: str, names: frozenset, aliases: dict, stems: frozenset) -> set[str]:
-    """The parts a statement refers to: its module's names, siblings' names and modules."""
+def _refs(nodes: list, stem: str, names: frozenset, aliases: dict, stems: frozenset) -> set[str]:
+    """The parts a statement (``nodes``: its walk) refers to: its module's names,
+    siblings' names and modules."""
     refs = set()
     attribute_values = set()
-    for child in ast.walk(node):
+    for child in nodes:
         if isinstance(child, ast.Attribute) and isinstance(child.value, ast.Name) and child.value.id in aliases:
             refs.add(f"{aliases[child.value.id]}.{child.attr}")
             attribute_values.add(id(child.value))
         elif isinstance(child, ast.ImportFrom):
             refs |= _import_refs(child, stem, stems)
-    for child in ast.walk(node):
+    for child in nodes:
         if isinstance(child, ast.Name):
             if child.id in names:
                 refs.add(f"{stem}.{child.id}")
