@@ -1,6 +1,7 @@
 """What the clean-up after the rules removes: availability probes the port left dead
 (porter.edits.probes), and never an import line the user marked ``# porter: ignore``."""
 
+import functools
 import json
 from pathlib import Path
 from textwrap import dedent
@@ -245,18 +246,38 @@ def _port(data: bytes, options: Options):
         return type(exc)
 
 
+@functools.lru_cache(maxsize=1)
+def _ported_every_source():
+    """Every source of ``_every_source`` and the hand-made lists below, ported as porter
+    does, with what the clean-up did on the way: (sources, outputs, each answer of the
+    shortcut past the scope passes, the indexes of the sources whose port removed an
+    import). Made once for the tests of this file that compare against it."""
+    from porter.edits import unused_imports
+
+    options = Options(rules=list(all_rules()))
+    sources = [*_every_source(), *((f"list-{i}", code.encode()) for i, code in enumerate(LISTS))]
+    answers: list = []
+    removing: list[int] = []
+    real_shortcut, real_remove = unused_imports._may_lose_a_use, unused_imports.remove_imports
+    outputs = []
+    try:
+        unused_imports._may_lose_a_use = lambda ctx: answers.append(real_shortcut(ctx)) or answers[-1]
+        for i, (_, data) in enumerate(sources):
+            unused_imports.remove_imports = lambda *a, i=i: removing.append(i) or real_remove(*a)
+            outputs.append(_port(data, options))
+    finally:
+        unused_imports._may_lose_a_use, unused_imports.remove_imports = real_shortcut, real_remove
+    return sources, outputs, answers, sorted(set(removing))
+
+
 def test_the_shortcut_past_the_scope_passes_changes_nothing(monkeypatch):
     """``unused_imports._may_lose_a_use``: where no replaced node names a top-level import,
     the clean-up skips its two full scope passes. Forcing them everywhere gives the
     same output on every rule example and fixture file, and the shortcut is taken."""
     from porter.edits import unused_imports
 
+    sources, with_shortcut, answers, _ = _ported_every_source()
     options = Options(rules=list(all_rules()))
-    answers = []
-    real = unused_imports._may_lose_a_use
-    monkeypatch.setattr(unused_imports, "_may_lose_a_use", lambda ctx: answers.append(real(ctx)) or answers[-1])
-    sources = list(_every_source())
-    with_shortcut = [_port(data, options) for _, data in sources]
     monkeypatch.setattr(unused_imports, "_may_lose_a_use", lambda ctx: True)
     without = [_port(data, options) for _, data in sources]
     assert [name for (name, _), a, b in zip(sources, with_shortcut, without) if a != b] == []
@@ -355,14 +376,9 @@ def test_the_removal_edits_lines_as_libcsts_remover_does(monkeypatch):
     (parentheses, comments, ``as`` names, ``;`` lines): the same output, byte for byte."""
     from porter.edits import unused_imports
 
+    sources, ours, _, removing = _ported_every_source()
     options = Options(rules=list(all_rules()))
-    sources = [*(data for _, data in _every_source()), *(code.encode() for code in LISTS)]
-    removing: list[int] = []  # the sources whose port removed an import
-    real = unused_imports.remove_imports
-    ours = {}
-    for i, data in enumerate(sources):
-        monkeypatch.setattr(unused_imports, "remove_imports", lambda *a, i=i: removing.append(i) or real(*a))
-        ours[i] = _port(data, options)
     monkeypatch.setattr(unused_imports, "remove_imports", _libcst_remover)
-    assert [i for i in sorted(set(removing)) if _port(sources[i], options) != ours[i]] == []
-    assert len(set(removing)) > 50  # the removal ran on many of them
+    assert [sources[i][0] for i in removing if _port(sources[i][1], options) != ours[i]] == []
+    assert len(removing) > 50  # the removal ran on many of them
+    assert {f"list-{i}" for i in range(len(LISTS))} <= {sources[i][0] for i in removing}
