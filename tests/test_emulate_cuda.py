@@ -45,6 +45,7 @@ def test_tensors_on_cuda_live_on_the_cpu_and_say_cuda(tmp_path):
             raise SystemExit("numpy of a device tensor must fail as on CUDA")
         except TypeError as exc:
             assert "cuda:0 device type tensor to numpy" in str(exc)
+        assert torch.device(0) == torch.device("cuda", 0)  # an index alone: the accelerator (accelerate's maps)
         assert torch.tensor([1, 2], device=0).is_cuda and torch.arange(3).to(torch.device("cuda:0")).is_cuda
         m = torch.nn.Linear(4, 2).cuda()
         out = m(torch.ones(1, 4).cuda())

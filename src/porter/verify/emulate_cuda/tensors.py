@@ -315,7 +315,17 @@ def _repr(func, args, kwargs):
         return torch._tensor_str._str(args[0], tensor_contents=kwargs.get("tensor_contents"))
 
 
+def _new_device(func, args, kwargs):
+    """``torch.device(0)``: an index alone names the current accelerator, CUDA here
+    (torch itself refuses it on a machine without one; accelerate's ``device_map="auto"``
+    makes one for each GPU it counts)."""
+    if len(args) == 1 and not kwargs and isinstance(args[0], int) and not isinstance(args[0], bool):
+        return torch.device("cuda", args[0])
+    return func(*args, **kwargs)
+
+
 _SPECIAL: dict = {
+    torch.device: _new_device,
     _getter("device"): _device_get, _getter("is_cuda"): _is_cuda_get,
     torch._C.TensorBase.get_device: _get_device, torch._C.TensorBase.to: _to, torch._C.TensorBase.cuda: _cuda,
     torch._C.TensorBase.cpu: _cpu, torch._C.TensorBase.numpy: _numpy,
