@@ -10,7 +10,9 @@ Tensors stay on the CPU; the device resolver answers "mps" to every policy
 * a collective (Gloo: the only backend on macOS) of a device tensor raises as Gloo does;
 * multiprocessing starts processes with spawn, as on macOS;
 * FlexAttention's forward runs (its backward is refused, as torch refuses it on MPS), and
-  ``torch.accelerator.current_accelerator()`` is the emulated device, as MPS is on a Mac.
+  ``torch.accelerator.current_accelerator()`` is the emulated device, as MPS is on a Mac;
+* the code's own "mps" (``torch.backends.mps.is_available()``, ``.to("mps")``,
+  ``torch.mps.synchronize()``) answers as on a Mac (tools/mps_names.py).
 
 Which tensors are "on the device": those made by a factory given the resolved device
 (``porter_runtime.device()``, the marked ``cpu:0``), those moved there with
@@ -39,6 +41,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import _compat, _device, _log
 from . import mps_coverage as _mps_coverage
+from . import mps_names
 
 LABEL = _device.EMULATION_LABEL
 _MARK = "_porter_emulated_mps"
@@ -428,6 +431,7 @@ def install() -> Optional[MpsContract]:
     flex_attention_rule()
     load_to_the_device()
     spawn_by_default()
+    mps_names.answer_as_a_mac()
     fallback = "on" if _mode.fallback else "off"
     _log.info_once("emulate", f"{LABEL} (torch {torch.__version__}'s MPS kernels, "
                    f"PYTORCH_ENABLE_MPS_FALLBACK {fallback}, spawn start method)")

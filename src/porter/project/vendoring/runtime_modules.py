@@ -43,7 +43,7 @@ _COMMENT = re.compile(rb"#[^\n]*")
 #: Modules every copy holds: the package, and what it imports while being imported.
 _CORE = ("__init__",)
 #: The runtime modules each tool that runs the user's code supplies (see the docstring).
-TOOL_MODULES = {"fit": ("tools/peak",), "emulate": ("tools/emulate", "tools/mps_coverage")}
+TOOL_MODULES = {"fit": ("tools/peak",), "emulate": ("tools/emulate", "tools/mps_coverage", "tools/mps_names")}
 #: The variable naming the folder of supplied modules (porter_runtime/__init__.py reads it).
 EXTRA_VARIABLE = "PORTER_RUNTIME_EXTRA"
 

@@ -1,0 +1,99 @@
+"""Under PORTER_EMULATE=mps, the code's own "mps" answers as on a Mac.
+
+A Mac's torch says ``torch.backends.mps.is_available()``; code and libraries then pick
+the device by name (``torch.device("mps")``, ``model.to("mps")``,
+``device_map={"": "mps"}``) and call ``torch.mps`` (``synchronize``, ``empty_cache``,
+``current_allocated_memory``). This CPU build of torch answers False and refuses the
+name, so before this the emulation took every such branch the CPU way: a repository's
+own bf16 check refused the emulated device (torchtune), and accelerate's
+``device_map="auto"`` kept a model on the CPU that a Mac puts on MPS (streaming-llm).
+
+Here, while the emulation runs:
+
+* ``torch.backends.mps.is_available()`` / ``is_built()`` / ``is_macos_or_newer(...)``
+  answer as on a recent Mac;
+* a device named "mps" (a string or a ``torch.device``, given to any torch function or
+  tensor method) is the emulated device, so what is made or moved there is on the device
+  and MPS's rules apply to it;
+* ``torch.mps``'s functions answer as on a Mac with one device: synchronising and
+  emptying the cache do nothing, seeding seeds the generator, memory queries count
+  what this process holds; its generator is the CPU's (the numerics are the CPU's anyway).
+
+Left as it is: a device tensor's ``.device`` stays the emulated ``cpu:0`` (torch's own
+Python takes MPS-only paths on ``mps``), and ``torch.Generator(device="mps")`` fails.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from .. import _device
+
+#: The newest macOS a probe is told it runs on (``is_macos_or_newer(major, minor)``).
+_MACOS = (15, 0)
+
+
+def _emulated(value: Any) -> Any:
+    """``value`` with an "mps" device put as the emulated device."""
+    if isinstance(value, torch.device):
+        return _device.EMULATED if value.type == "mps" else value
+    if isinstance(value, str) and value.split(":", 1)[0].strip() == "mps":
+        return _device.EMULATED
+    return value
+
+
+class MpsNames(TorchFunctionMode):
+    """Every torch function and tensor method: a device named "mps" is the emulated one."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if any(isinstance(a, (str, torch.device)) for a in args):
+            args = tuple(_emulated(a) for a in args)
+        if "device" in kwargs:
+            kwargs = {**kwargs, "device": _emulated(kwargs["device"])}
+        return func(*args, **kwargs)
+
+
+def _allocated() -> int:
+    """Bytes of tensor storage the process holds: what ``current_allocated_memory`` counts
+    on a Mac is MPS's, here the CPU's (numbers, not limits, as the emulation's label says)."""
+    import gc
+
+    seen, total = set(), 0
+    for obj in gc.get_objects():
+        if issubclass(type(obj), torch.Tensor):  # not isinstance: it reads lazy modules' __class__
+            try:
+                storage = obj.untyped_storage()
+                if storage.data_ptr() not in seen:
+                    seen.add(storage.data_ptr())
+                    total += storage.nbytes()
+            except (RuntimeError, NotImplementedError, TypeError):
+                continue
+    return total
+
+
+def answer_as_a_mac() -> None:
+    """Install the probes, the ``torch.mps`` functions and the name routing (the mode
+    stays on for the thread that imported the runtime, as the emulation's own does)."""
+    backends = torch.backends.mps
+    backends.is_available = lambda: True
+    backends.is_built = lambda: True
+    backends.is_macos13_or_newer = lambda minor=0: True
+    backends.is_macos_or_newer = lambda major, minor: (major, minor) <= _MACOS
+    mps = torch.mps
+    mps.device_count = lambda: 1
+    mps.synchronize = lambda: None
+    mps.empty_cache = lambda: None
+    # torch.manual_seed / torch.seed call these once MPS is available: the device's
+    # tensors draw from the CPU's generator here, which those seed themselves
+    mps.manual_seed = lambda seed: None
+    mps.seed = lambda: None
+    mps.get_rng_state = lambda device="mps": torch.get_rng_state()
+    mps.set_rng_state = lambda new_state, device="mps": None
+    mps.current_allocated_memory = _allocated
+    mps.driver_allocated_memory = _allocated
+    mps.recommended_max_memory = lambda: 16 * 2 ** 30
+    mps.set_per_process_memory_fraction = lambda fraction: None
+    MpsNames().__enter__()
