@@ -45,3 +45,29 @@ def test_under_the_mps_emulation_lightning_is_told_the_cpu(simulate, monkeypatch
     porter_runtime._reset()
     assert porter_runtime.device_type() == "mps"
     assert porter_runtime.lightning_accelerator("cuda") == "cpu"
+
+
+def test_options_from_the_command_line_are_kept_on_cuda(simulate):
+    """``Trainer.from_argparse_args(porter_runtime.lightning_args(args))`` (RWKV-LM's
+    ``--accelerator gpu --strategy deepspeed_stage_2``): on CUDA, nothing changes."""
+    import argparse
+
+    simulate("cuda")
+    args = argparse.Namespace(accelerator="gpu", strategy="deepspeed_stage_2", devices=1, gpus=1)
+    assert porter_runtime.lightning_args(args) is args
+    assert vars(args) == {"accelerator": "gpu", "strategy": "deepspeed_stage_2", "devices": 1, "gpus": 1}
+
+
+@pytest.mark.parametrize("kind, accelerator", [("mps", "mps"), ("cpu", "cpu")])
+def test_options_from_the_command_line_are_chosen_for_this_machine_off_cuda(simulate, kind, accelerator):
+    """Off CUDA the namespace itself changes, so the script's own later test
+    (``if "deepspeed" in args.strategy: trainer.strategy.config[...]``) sees what Lightning got."""
+    import argparse
+
+    simulate(kind)
+    args = argparse.Namespace(accelerator="gpu", strategy="deepspeed_stage_2", devices=1, gpus=2, precision="bf16")
+    with pytest.warns(UserWarning, match="runs on CUDA only"):
+        assert porter_runtime.lightning_args(args) is args
+    assert (args.accelerator, args.strategy, args.gpus, args.precision) == (accelerator, "auto", None, "bf16")
+    plain = argparse.Namespace(accelerator="cpu", strategy="ddp")  # nothing CUDA asked: as it was
+    assert vars(porter_runtime.lightning_args(plain)) == {"accelerator": "cpu", "strategy": "ddp"}

@@ -1,5 +1,6 @@
 """Lightning's Fabric and Trainer told to use CUDA: `accelerator=` and a GPU-only
-`strategy=` go through porter_runtime (TP403)."""
+`strategy=`, written in the call or read from the command line, go through porter_runtime
+(TP403)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ _TARGETS = frozenset({
     "lightning.pytorch.trainer.trainer.Trainer", "pytorch_lightning.Trainer", "pytorch_lightning.trainer.Trainer",
     "pytorch_lightning.trainer.trainer.Trainer",
 })
+#: Lightning 1.x's ``Trainer.from_argparse_args(args)``: the choices come from the command line.
+_FROM_ARGS = frozenset(f"{t}.from_argparse_args" for t in _TARGETS if t.endswith("Trainer"))
 #: Strategies written as a name that run without CUDA: left as written.
 _ANYWHERE = frozenset({"auto", "ddp", "ddp_spawn", "ddp_fork", "ddp_notebook", "single_device", "dp",
                        "ddp_find_unused_parameters_true", "ddp_find_unused_parameters_false"})
@@ -29,25 +32,32 @@ class LightningCudaChoices(Rule):
     `pytorch_lightning`), `accelerator="cuda"` (or `"gpu"`) becomes
     `accelerator=porter_runtime.lightning_accelerator("cuda")`, and a `strategy=` that is
     not one of Lightning's device-agnostic names (`"auto"`, `"ddp"`, ...) becomes
-    `strategy=porter_runtime.lightning_strategy(...)` around what was written.
+    `strategy=porter_runtime.lightning_strategy(...)` around what was written. An
+    accelerator given as a value (`accelerator=args.accelerator`) is wrapped the same way,
+    and so are the options of `Trainer.from_argparse_args(args)`:
+    `porter_runtime.lightning_args(args)`.
 
     Why:
     Off CUDA, Lightning refuses the accelerator ("CUDAAccelerator can not run on your
     system") and its FSDP and DeepSpeed strategies ("FSDP is only available on GPU"):
-    lit-llama's finetuning and pretraining scripts stop at their first line (blind round 5).
+    lit-llama's finetuning and pretraining scripts stop at their first line (blind round 5),
+    and RWKV-LM's trainer, told `--accelerator gpu --strategy deepspeed_stage_2` by its
+    shell scripts, at `Trainer.from_argparse_args(args)` (blind round 8).
 
     Fix safety:
     Safe. On CUDA both functions return what they are given. Elsewhere the accelerator is
     `"mps"` where Lightning can use a Mac's GPU and `"cpu"` otherwise, and an FSDP or
     DeepSpeed strategy (an instance or its name) becomes `"auto"` with a warning: one
     device, or DDP over Gloo for several processes, the model unsharded. Any other strategy
-    is returned as it is.
+    is returned as it is. `lightning_args` changes the namespace in place off CUDA (so the
+    script's own `if "deepspeed" in args.strategy:` that follows sees what Lightning got),
+    and unsets Lightning 1.x's `gpus` count there; on CUDA it returns it untouched.
 
     Known limits:
-    Only keywords of the call itself: a config dict filled first
-    (`trainer_config["accelerator"] = "gpu"`, then `Trainer(**trainer_config)`) and
-    `devices=N` greater than one on a Mac (Lightning takes one MPS device) are not
-    rewritten.
+    Only keywords of the call itself and `from_argparse_args`: a config dict filled first
+    (`trainer_config["accelerator"] = "gpu"`, then `Trainer(**trainer_config)`), a
+    `Trainer(**vars(args))` and `devices=N` greater than one on a Mac (Lightning takes one
+    MPS device) are not rewritten.
     """
 
     code = "TP403"
@@ -135,18 +145,62 @@ class LightningCudaChoices(Rule):
             "trainer = pl.Trainer(accelerator=porter_runtime.lightning_accelerator('gpu'), devices=8, "
             "strategy=porter_runtime.lightning_strategy('deepspeed_stage_2'), max_epochs=3)\n",
         ),
+        Example(  # RWKV-LM's train.py: the accelerator and strategy come from its shell scripts
+            dedent("""\
+                from argparse import ArgumentParser
+
+                from pytorch_lightning import Trainer
+
+                parser = ArgumentParser()
+                parser = Trainer.add_argparse_args(parser)
+                args = parser.parse_args()
+                trainer = Trainer.from_argparse_args(args, callbacks=[train_callback(args)])
+                if "deepspeed" in args.strategy:
+                    trainer.strategy.config["zero_optimization"]["allgather_bucket_size"] = args.ds_bucket_mb * 1000 * 1000
+                """),
+            dedent("""\
+                import porter_runtime
+                from argparse import ArgumentParser
+
+                from pytorch_lightning import Trainer
+
+                parser = ArgumentParser()
+                parser = Trainer.add_argparse_args(parser)
+                args = parser.parse_args()
+                trainer = Trainer.from_argparse_args(porter_runtime.lightning_args(args), callbacks=[train_callback(args)])
+                if "deepspeed" in args.strategy:
+                    trainer.strategy.config["zero_optimization"]["allgather_bucket_size"] = args.ds_bucket_mb * 1000 * 1000
+                """),
+        ),
+        Example(  # an accelerator read from a config
+            "import lightning as L\n\n\ndef build(cfg):\n"
+            "    return L.Trainer(accelerator=cfg.trainer.accelerator, devices=cfg.trainer.devices)\n",
+            "import porter_runtime\nimport lightning as L\n\n\ndef build(cfg):\n"
+            "    return L.Trainer(accelerator=porter_runtime.lightning_accelerator(cfg.trainer.accelerator), "
+            "devices=cfg.trainer.devices)\n",
+        ),
     ]
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         name = self.qualname(original.func)
-        if name is None or isinstance(name, Ambiguous) or name not in _TARGETS:
+        if name is None or isinstance(name, Ambiguous) or name not in _TARGETS | _FROM_ARGS:
             return updated
         args, said = list(updated.args), []
+        if name in _FROM_ARGS:
+            if not args or args[0].keyword is not None or args[0].star or _is_runtime(args[0].value):
+                return updated
+            args[0] = args[0].with_changes(value=self.runtime_call("lightning_args", args[0].value))
+            return self.rewrite(original, updated.with_changes(args=args),
+                                "the accelerator and strategy Lightning reads from the command line may name CUDA "
+                                "(--accelerator gpu, --strategy deepspeed_stage_2); porter_runtime keeps them on "
+                                "CUDA and chooses what runs here elsewhere")
         for i, arg in enumerate(args):
             keyword = arg.keyword.value if arg.keyword is not None else None
-            if keyword == "accelerator" and str(string_value(arg.value)).lower() in ("cuda", "gpu"):
+            value = string_value(arg.value)
+            if keyword == "accelerator" and (str(value).lower() in ("cuda", "gpu")
+                                             or (_is_value(arg.value) and not _is_runtime(arg.value))):
                 args[i] = arg.with_changes(value=self.runtime_call("lightning_accelerator", arg.value))
-                said.append(f"accelerator={string_value(arg.value)!r}")
+                said.append(f"accelerator={value!r}" if value is not None else "its accelerator")
             elif keyword == "strategy" and string_value(arg.value) not in _ANYWHERE and not _is_runtime(arg.value):
                 args[i] = arg.with_changes(value=self.runtime_call("lightning_strategy", arg.value))
                 said.append("its strategy")
@@ -157,7 +211,16 @@ class LightningCudaChoices(Rule):
                             "chooses what runs here elsewhere")
 
 
+def _is_value(node: cst.BaseExpression) -> bool:
+    """A value read at run time (``args.accelerator``, ``cfg["accelerator"]``, ``pick()``),
+    not a literal: what it holds may be "gpu"."""
+    if isinstance(node, cst.Name):
+        return node.value not in ("None", "True", "False")
+    return isinstance(node, (cst.Attribute, cst.Subscript, cst.Call))
+
+
 def _is_runtime(node: cst.BaseExpression) -> bool:
-    """Already ``porter_runtime.lightning_strategy(...)`` (a second run), whatever the binding."""
+    """Already ``porter_runtime.lightning_strategy(...)`` (or its accelerator or namespace
+twin: a second run), whatever the binding."""
     return isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and \
-        node.func.attr.value == "lightning_strategy"
+        node.func.attr.value in ("lightning_strategy", "lightning_accelerator", "lightning_args")

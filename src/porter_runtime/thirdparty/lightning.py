@@ -10,7 +10,9 @@ available on GPU"). On CUDA both functions return what they are given. Elsewhere
   the emulated device lives on the CPU);
 * :func:`lightning_strategy` replaces an FSDP or DeepSpeed strategy (an instance or its
   name) with ``"auto"``: Lightning then takes one device, or DDP over Gloo for several
-  processes on the CPU, and the model is trained unsharded. Other strategies are kept.
+  processes on the CPU, and the model is trained unsharded. Other strategies are kept;
+* :func:`lightning_args` does both to the options ``Trainer.from_argparse_args(args)``
+  reads (``--accelerator gpu --strategy deepspeed_stage_2`` on a command line).
 """
 from __future__ import annotations
 
@@ -43,3 +45,21 @@ def lightning_strategy(strategy: Any) -> Any:
     _log.warn_once("lightning_strategy", f"porter_runtime: Lightning's {name} strategy runs on CUDA only; "
                    "using strategy='auto' here (one device, or DDP over Gloo): the model is not sharded")
     return "auto"
+
+
+def lightning_args(args: Any) -> Any:
+    """``Trainer.from_argparse_args(args)``: ``args`` itself, changed off CUDA where the
+    command line asked for CUDA: its ``accelerator`` and ``strategy`` as the two functions
+    above choose them, and Lightning 1.x's ``gpus`` count unset. The namespace is changed
+    in place, so the script's own later tests (``if "deepspeed" in args.strategy:``) see
+    what Lightning was given. On CUDA nothing changes."""
+    if _device.is_cuda():
+        return args
+    for name, choose in (("accelerator", lightning_accelerator), ("strategy", lightning_strategy)):
+        value = getattr(args, name, None)
+        if isinstance(value, str):
+            setattr(args, name, choose(value))
+    if getattr(args, "gpus", None) not in (None, 0, "0", ""):
+        _log.info_once("lightning_gpus", f"porter_runtime: Lightning's gpus={args.gpus!r} needs CUDA; unset here")
+        args.gpus = None
+    return args
