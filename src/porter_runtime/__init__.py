@@ -85,7 +85,9 @@ _EXPORTS = {
     "cuda_device": "twins.device_calls", "device_module": "twins.device_module",
     "device_count": "twins.device_calls", "device_name": "twins.device_calls",
     "empty_cache": "twins.device_calls", "get_device_properties": "twins.device_calls",
-    "manual_seed": "twins.device_calls", "manual_seed_all": "twins.device_calls", "fork_rng": "twins.device_calls",
+    "manual_seed": "twins.device_calls", "manual_seed_all": "twins.device_calls",
+    "get_rng_state": "twins.device_calls", "set_rng_state": "twins.device_calls",
+    "get_rng_state_all": "twins.device_calls", "set_rng_state_all": "twins.device_calls", "fork_rng": "twins.device_calls",
     "set_device": "twins.device_calls", "synchronize": "twins.device_calls",
 }
 #: Names that are the module itself.

@@ -15,6 +15,10 @@ FORWARDED = [
     ("empty_cache", "empty_cache", ()),
     ("manual_seed", "manual_seed", (7,)),
     ("manual_seed_all", "manual_seed_all", (7,)),
+    ("get_rng_state", "get_rng_state", ("cuda:1",)),
+    ("set_rng_state", "set_rng_state", ("state", 1)),
+    ("get_rng_state_all", "get_rng_state_all", ()),
+    ("set_rng_state_all", "set_rng_state_all", (["s0", "s1"],)),
     ("device_count", "device_count", ()),
     ("current_device", "current_device", ()),
     ("set_device", "set_device", (1,)),
@@ -178,6 +182,31 @@ def test_cpu_manual_seed_seeds_the_cpu_generator():
     a = torch.rand(3)
     porter_runtime.manual_seed_all(5)
     assert torch.equal(a, torch.rand(3))
+
+
+def test_cpu_rng_state_twins_are_the_cpu_generators_state(simulate):
+    """Megatron-LM's tracker: save the state, seed, draw, restore; off CUDA the device
+    generator is the CPU's, so the restore brings back the same numbers."""
+    simulate("cpu")
+    porter_runtime.manual_seed(11)
+    saved = porter_runtime.get_rng_state()
+    first = torch.rand(4)
+    porter_runtime.set_rng_state(saved)
+    assert torch.equal(first, torch.rand(4))
+    states = porter_runtime.get_rng_state_all()
+    assert len(states) == 1 and torch.equal(states[0], torch.get_rng_state())
+    again = torch.rand(2)
+    porter_runtime.set_rng_state_all(states)
+    assert torch.equal(again, torch.rand(2))
+
+
+def test_a_cuda_generators_state_is_not_restored_off_cuda_with_a_warning(simulate):
+    """A checkpoint saved on CUDA holds Philox's 16-byte state; the CPU generator can't take it."""
+    simulate("cpu")
+    before = torch.get_rng_state()
+    with pytest.warns(UserWarning, match="saved by another kind of device"):
+        porter_runtime.set_rng_state(torch.zeros(16, dtype=torch.uint8))
+    assert torch.equal(before, torch.get_rng_state())
 
 
 def test_cpu_event_times_wall_clock():

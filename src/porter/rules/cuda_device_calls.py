@@ -4,6 +4,8 @@ set_device (rewritten to their porter_runtime twins; porter.rulebase.families.de
 
 from __future__ import annotations
 
+from textwrap import dedent
+
 import libcst as cst
 
 from porter.rulebase.rule import Example, Needs, Rule, Safety
@@ -118,30 +120,40 @@ class CudaEmptyCache(TwinCall, Rule):
 
 
 class CudaManualSeed(TwinCall, Rule):
-    """`torch.cuda.manual_seed(s)` / `manual_seed_all(s)` become the runtime's seeders.
+    """`torch.cuda.manual_seed(s)` / `manual_seed_all(s)` become the runtime's seeders, and
+    the generator state's get and set its twins.
 
     What:
     Rewrites `torch.cuda.manual_seed(seed)` to `porter_runtime.manual_seed(seed)` and
     `torch.cuda.manual_seed_all(seed)` to `porter_runtime.manual_seed_all(seed)` (also
-    through `torch.cuda.random`).
+    through `torch.cuda.random`); `torch.cuda.get_rng_state`, `set_rng_state`,
+    `get_rng_state_all` and `set_rng_state_all` become the runtime's functions of the same
+    names.
 
     Why:
-    Without CUDA both are silent no-ops: a script that seeds "the GPU" separately from
-    `torch.manual_seed` gets an unseeded MPS generator on a Mac.
+    Without CUDA the seeders are silent no-ops: a script that seeds "the GPU" separately from
+    `torch.manual_seed` gets an unseeded MPS generator on a Mac. The state functions raise
+    ("Torch not compiled with CUDA enabled"): Megatron-LM's model-parallel RNG tracker and
+    every checkpoint that saves the CUDA generator's state stop there (blind round 8).
 
     Fix safety:
     Safe. On CUDA the twins call `torch.cuda.manual_seed(seed)` and
     `torch.cuda.manual_seed_all(seed)`. On MPS they seed `torch.mps`; on CPU they call
-    `torch.manual_seed(seed)`, the generator CPU ops draw from.
+    `torch.manual_seed(seed)`, the generator CPU ops draw from. The state twins forward to
+    torch.cuda's on CUDA, and elsewhere get and set the state of that same generator
+    (MPS's, or the CPU's); a state saved by a CUDA generator (a checkpoint resumed on a
+    Mac) is not restored there, with a warning.
 
     Known limits:
     Seeding does not make MPS results bitwise equal to CUDA ones: the kernels differ.
+    `torch.cuda.default_generators` and other internals stay findings.
     """
 
     code = "PT103"
     name = "cuda-manual-seed"
     safety = Safety.SAFE
-    table = twin_table({"manual_seed": "manual_seed", "manual_seed_all": "manual_seed_all"}, "random")
+    table = twin_table({name: name for name in ("manual_seed", "manual_seed_all", "get_rng_state", "set_rng_state",
+                                                "get_rng_state_all", "set_rng_state_all")}, "random")
     needs = Needs(calls_only=True, targets=frozenset(table))
 
     valid = [
@@ -162,6 +174,37 @@ class CudaManualSeed(TwinCall, Rule):
         Example(
             "from torch.cuda import manual_seed, manual_seed_all\nmanual_seed(1)\nmanual_seed_all(seed=1)\n",
             "import porter_runtime\nporter_runtime.manual_seed(1)\nporter_runtime.manual_seed_all(seed=1)\n",
+        ),
+        Example(  # Megatron-LM's CudaRNGStatesTracker.add, and a checkpoint's RNG states
+            dedent("""\
+                import torch
+
+
+                def add(self, name, seed):
+                    orig_rng_state = torch.cuda.get_rng_state()
+                    torch.cuda.manual_seed(seed)
+                    self.states_[name] = torch.cuda.get_rng_state()
+                    torch.cuda.set_rng_state(orig_rng_state)
+
+
+                def rng_states():
+                    return {"cpu": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all()}
+                """),
+            dedent("""\
+                import porter_runtime
+                import torch
+
+
+                def add(self, name, seed):
+                    orig_rng_state = porter_runtime.get_rng_state()
+                    porter_runtime.manual_seed(seed)
+                    self.states_[name] = porter_runtime.get_rng_state()
+                    porter_runtime.set_rng_state(orig_rng_state)
+
+
+                def rng_states():
+                    return {"cpu": torch.get_rng_state(), "cuda": porter_runtime.get_rng_state_all()}
+                """),
         ),
     ]
 

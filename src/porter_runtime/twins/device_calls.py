@@ -15,7 +15,7 @@ from typing import Any, NamedTuple, Optional
 
 import torch
 
-from .. import _compat, _device
+from .. import _compat, _device, _log
 
 Dev = Any  # whatever torch.cuda accepts: None, int, str or torch.device
 
@@ -75,6 +75,49 @@ def manual_seed_all(seed: int) -> None:
         mod.manual_seed_all(seed)
     else:
         manual_seed(seed)
+
+
+def get_rng_state(device: Dev = "cuda") -> torch.Tensor:
+    """The device generator's state. CUDA: torch.cuda.get_rng_state(device). MPS:
+    torch.mps.get_rng_state(). CPU: torch.get_rng_state(), the generator CPU ops draw from."""
+    mod = _forward()
+    if mod is not None:
+        return mod.get_rng_state(device)
+    return torch.mps.get_rng_state() if _on_mps() else torch.get_rng_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device: Dev = "cuda") -> None:
+    """Restore the device generator's state. CUDA: torch.cuda.set_rng_state(new_state,
+    device). MPS and CPU: the state of their generator (see :func:`get_rng_state`). A state
+    another kind of generator saved (a CUDA checkpoint's, resumed on a Mac) can't be
+    restored there: it is left, with a warning, as resuming on another device can't
+    reproduce the CUDA run's random numbers anyway."""
+    mod = _forward()
+    if mod is not None:
+        mod.set_rng_state(new_state, device)
+        return
+    try:
+        torch.mps.set_rng_state(new_state) if _on_mps() else torch.set_rng_state(new_state)
+    except (RuntimeError, ValueError) as exc:
+        _log.warn_once("set_rng_state", "porter_runtime: this generator state was saved by another kind of "
+                       f"device (a CUDA checkpoint's?) and is not restored here: {exc}")
+
+
+def get_rng_state_all() -> list:
+    """Every device generator's state. CUDA: torch.cuda.get_rng_state_all(). MPS and CPU:
+    one device, ``[get_rng_state()]``."""
+    mod = _forward()
+    return mod.get_rng_state_all() if mod is not None else [get_rng_state()]
+
+
+def set_rng_state_all(new_states: Any) -> None:
+    """Restore every device generator. CUDA: torch.cuda.set_rng_state_all(new_states). MPS
+    and CPU: the one device's, from the first state."""
+    mod = _forward()
+    if mod is not None:
+        mod.set_rng_state_all(new_states)
+    elif len(new_states):
+        set_rng_state(new_states[0])
 
 
 def device_count() -> int:
