@@ -76,8 +76,9 @@ def test_a_split_under_a_flag_left_as_is_is_a_note_and_on_the_guards_line_the_gu
     found = items(report)
     assert found[("cyclegan.py", 3, "PT202")] == ""  # the flag: port it and its uses follow
     assert found[("cyclegan.py", 8, "PT602")] == "info"
-    assert found[("esrgan.py", 5, "PT602")] == ""  # says what to do with the type
-    assert found[("esrgan.py", 5, "PT202")] == "info"
+    # inline, the type is ported (porter_runtime.legacy_tensor_type) and so is its guard:
+    # on a Mac the split now picks the stand-in, which builds on the device; nothing is left
+    assert ("esrgan.py", 5, "PT602") not in found and ("esrgan.py", 5, "PT202") not in found
 
 
 def test_a_split_under_a_flag_kept_for_its_legacy_types_stays_a_finding(tmp_path):
@@ -90,7 +91,9 @@ def test_a_split_under_a_flag_kept_for_its_legacy_types_stays_a_finding(tmp_path
     porter("migrate", root, "--check", "--report", report)
     found = items(report)
     assert found[("bicyclegan.py", 3, "PT202")] == ""
-    assert found[("bicyclegan.py", 8, "PT602")] == ""
+    # the split's CUDA arm is ported (legacy_tensor_type, the type itself on CUDA): the flag
+    # is what is left to act on
+    assert ("bicyclegan.py", 8, "PT602") not in found
 
 
 def test_a_load_wrapper_every_caller_maps_is_a_note_and_one_unmapped_call_keeps_it(tmp_path):

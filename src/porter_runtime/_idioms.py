@@ -74,6 +74,49 @@ def set_default_tensor_type(t: Any) -> None:
     _default_device_set = True
 
 
+class _LegacyType(type):
+    """A legacy CUDA tensor type off CUDA, on the resolved device: ``T(2, 3)`` is
+    ``torch.empty(2, 3)`` and ``T(data)`` is ``torch.tensor(data)``, both of its dtype on the
+    device, and ``isinstance(x, T)`` asks for that dtype on that device."""
+
+    dtype: torch.dtype
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> torch.Tensor:
+        dtype, device = _dtypes.supported_dtype(cls.dtype), _device.device()
+        sizes = args[0] if len(args) == 1 and isinstance(args[0], torch.Size) else args
+        if all(isinstance(a, int) and not isinstance(a, bool) for a in sizes):
+            return torch.empty(*sizes, dtype=dtype, device=device, **kwargs) if sizes else \
+                torch.empty(0, dtype=dtype, device=device, **kwargs)
+        if len(args) != 1:
+            raise TypeError(f"{cls.__module__}.{cls.__name__}() takes sizes or one sequence of data")
+        if isinstance(args[0], torch.Tensor):
+            return args[0].to(device=device, dtype=dtype)
+        return torch.tensor(args[0], dtype=dtype, device=device, **kwargs)
+
+    def __instancecheck__(cls, instance: Any) -> bool:
+        return isinstance(instance, torch.Tensor) and instance.dtype == _dtypes.supported_dtype(cls.dtype) \
+            and instance.device.type == _device.device().type
+
+
+_legacy_types: dict = {}
+
+
+def legacy_tensor_type(t: Any) -> Any:
+    """``torch.cuda.FloatTensor`` (any legacy CUDA tensor type) kept as a value:
+    ``self.FloatTensor = torch.cuda.FloatTensor if use_gpu else torch.FloatTensor``, then
+    ``self.FloatTensor(bs, nc, h, w)`` (pix2pixHD, SPADE).
+
+    CUDA: the type itself. Elsewhere a stand-in of the same name that builds its tensors on
+    the resolved device and answers ``isinstance`` for tensors of its dtype there; its
+    float64 is MPS's float32, as ``supported_dtype`` says. Any other type is returned as it is."""
+    name = getattr(t, "__name__", "")
+    if _device.is_cuda() or getattr(t, "__module__", "") != "torch.cuda" or not name.endswith("Tensor"):
+        return t
+    if name not in _legacy_types:
+        _legacy_types[name] = _LegacyType(name, (), {"dtype": getattr(torch, name).dtype, "__module__": "torch.cuda"})
+    return _legacy_types[name]
+
+
 # -- checkpoints of wrapped models ----------------------------------------------
 
 def load_state_dict(obj: Any, *args: Any, **kwargs: Any) -> Any:

@@ -253,3 +253,26 @@ def test_a_formatted_requirement_message_is_evaluated_only_off_cuda(simulate, mo
     monkeypatch.delenv("PORTER_QUIET", raising=False)
     porter_runtime.require_device(lambda: "needs 8 GPUs")
     assert "required CUDA (needs 8 GPUs)" in capsys.readouterr().err
+
+
+def test_a_legacy_cuda_type_kept_as_a_value_is_itself_on_cuda(simulate):
+    simulate("cuda")
+    assert porter_runtime.legacy_tensor_type(torch.cuda.FloatTensor) is torch.cuda.FloatTensor
+
+
+@pytest.mark.parametrize("kind", ["cpu", "mps"])
+def test_a_legacy_cuda_type_kept_as_a_value_builds_on_the_device_off_cuda(simulate, monkeypatch, kind):
+    """SPADE's ``self.FloatTensor(bs, nc, h, w).zero_()`` and ``self.ByteTensor(t.size())``."""
+    simulate(kind)
+    if kind == "mps":  # no MPS here: the device the stand-in builds on is asked of the runtime
+        import porter_runtime._device as device_module
+
+        monkeypatch.setattr(device_module, "device", lambda *a, **k: torch.device("cpu"))
+    floats = porter_runtime.legacy_tensor_type(torch.cuda.FloatTensor)
+    bytes_ = porter_runtime.legacy_tensor_type(torch.cuda.ByteTensor)
+    x = floats(2, 3, 4, 4).zero_()
+    assert x.shape == (2, 3, 4, 4) and x.dtype == torch.float32 and torch.count_nonzero(x) == 0
+    assert bytes_(x.size()).dtype == torch.uint8 and floats([1, 2]).tolist() == [1.0, 2.0]
+    assert isinstance(x, floats) and not isinstance(x, bytes_) and not isinstance([1.0], floats)
+    assert floats.__module__ == "torch.cuda" and floats.__name__ == "FloatTensor"
+    assert porter_runtime.legacy_tensor_type(torch.FloatTensor) is torch.FloatTensor

@@ -52,14 +52,17 @@ class LegacyCudaTensor(Rule):
     `torch.empty(2, 3, dtype=torch.float32, device=porter_runtime.device())`,
     `torch.cuda.LongTensor([1, 2])` (a literal list or tuple of numbers) becomes
     `torch.tensor([1, 2], dtype=torch.int64, device=porter_runtime.device())`, and
-    no arguments becomes `torch.empty(0, ...)`. Every other use (an argument that may
-    be a size or data, `isinstance(x, torch.cuda.FloatTensor)`, `x.type(torch.cuda.
-    FloatTensor)`) is reported; `torch.set_default_tensor_type(torch.cuda.FloatTensor)`
-    is PT904's.
+    no arguments becomes `torch.empty(0, ...)`. A type kept as a value
+    (`self.FloatTensor = torch.cuda.FloatTensor if use_gpu else torch.FloatTensor`, then
+    `self.FloatTensor(bs, nc, h, w)`) or checked with `isinstance` becomes
+    `porter_runtime.legacy_tensor_type(torch.cuda.FloatTensor)`. A constructor call whose
+    argument may be a size or data, and a cast `x.type(torch.cuda.FloatTensor)`, are
+    reported; `torch.set_default_tensor_type(torch.cuda.FloatTensor)` is PT904's.
 
     Why:
-    The constructors raise without CUDA, and type checks against them are always
-    False off CUDA, silently taking another branch.
+    The constructors raise without CUDA ("type torch.cuda.FloatTensor not available":
+    SPADE's two blockers, blind round 8), and type checks against them are always False
+    off CUDA, silently taking another branch.
 
     Fix safety:
     Safe. A legacy constructor with integer sizes makes an uninitialised tensor of
@@ -68,7 +71,10 @@ class LegacyCudaTensor(Rule):
     given dtype and no type inference, as `torch.tensor(data, dtype=...)` does.
     float64 and bfloat16 go through `porter_runtime.supported_dtype(...)`, which is
     the dtype itself on CUDA. A variable argument could be a size, a `torch.Size`,
-    data or a tensor, so it is reported rather than guessed.
+    data or a tensor, so it is reported rather than guessed. `legacy_tensor_type` returns
+    the type itself on CUDA; elsewhere a stand-in of the same name whose calls build on the
+    resolved device (sizes: `torch.empty`, data: `torch.tensor`, in its dtype) and for which
+    `isinstance` asks for that dtype on that device, as the CUDA type does on CUDA.
 
     Known limits:
     The rewrite needs `import torch` (under any name) in the file; with only
@@ -109,7 +115,56 @@ class LegacyCudaTensor(Rule):
         ),
         Example("import torch\nx = torch.cuda.FloatTensor(size)\n"),
         Example("from torch.cuda import FloatTensor\nx = FloatTensor(2)\n"),
-        Example("import torch\nok = isinstance(x, torch.cuda.FloatTensor)\ny = x.type(torch.cuda.HalfTensor)\n"),
+        Example("import torch\ny = x.type(torch.cuda.HalfTensor)\n"),
+        Example(  # SPADE's Pix2PixModel: the type kept as a value, then called
+            dedent("""\
+                import torch
+
+
+                class Pix2PixModel(torch.nn.Module):
+                    def __init__(self, opt):
+                        super().__init__()
+                        self.opt = opt
+                        self.FloatTensor = torch.cuda.FloatTensor if self.use_gpu() \\
+                            else torch.FloatTensor
+                        self.ByteTensor = torch.cuda.ByteTensor if self.use_gpu() \\
+                            else torch.ByteTensor
+
+                    def preprocess_input(self, label_map):
+                        bs, _, h, w = label_map.size()
+                        input_label = self.FloatTensor(bs, self.opt.label_nc, h, w).zero_()
+                        return input_label.scatter_(1, label_map, 1.0)
+
+                    def use_gpu(self):
+                        return len(self.opt.gpu_ids) > 0
+                """),
+            dedent("""\
+                import porter_runtime
+                import torch
+
+
+                class Pix2PixModel(torch.nn.Module):
+                    def __init__(self, opt):
+                        super().__init__()
+                        self.opt = opt
+                        self.FloatTensor = porter_runtime.legacy_tensor_type(torch.cuda.FloatTensor) if self.use_gpu() \\
+                            else torch.FloatTensor
+                        self.ByteTensor = porter_runtime.legacy_tensor_type(torch.cuda.ByteTensor) if self.use_gpu() \\
+                            else torch.ByteTensor
+
+                    def preprocess_input(self, label_map):
+                        bs, _, h, w = label_map.size()
+                        input_label = self.FloatTensor(bs, self.opt.label_nc, h, w).zero_()
+                        return input_label.scatter_(1, label_map, 1.0)
+
+                    def use_gpu(self):
+                        return len(self.opt.gpu_ids) > 0
+                """),
+        ),
+        Example(
+            "import torch\nok = isinstance(x, torch.cuda.FloatTensor)\n",
+            "import porter_runtime\nimport torch\nok = isinstance(x, porter_runtime.legacy_tensor_type(torch.cuda.FloatTensor))\n",
+        ),
         Example(  # a device split: on MPS `x.is_cuda` is False and the CPU arm runs, so it stays a finding
             dedent("""\
                 import torch
@@ -128,10 +183,15 @@ class LegacyCudaTensor(Rule):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._calls: set[int] = set()  # func nodes of constructor calls handled in leave_Call
+        self._casts: set[int] = set()  # types given to x.type(...)
 
     def visit_Call(self, node: cst.Call) -> None:
         if self.matches(node.func):
             self._calls.add(id(node.func))
+        elif isinstance(node.func, cst.Attribute) and node.func.attr.value == "type" and node.args:
+            self._casts.add(id(node.args[0].value))  # x.type(torch.cuda.HalfTensor): a cast, reported
+        elif isinstance(node.func, cst.Attribute) and node.func.attr.value == "legacy_tensor_type" and node.args:
+            self._calls.add(id(node.args[0].value))  # ported already (a second run)
         elif self.matches(node.func, *_SET_DEFAULT) and node.args:
             self._calls.add(id(node.args[0].value))  # PT904's, and the runtime handles CUDA types
 
@@ -200,9 +260,15 @@ class LegacyCudaTensor(Rule):
 
     def _reference(self, original, updated):
         target = self.matches(original)
-        if target is not None and id(original) not in self._calls:
+        if target is None or id(original) in self._calls:
+            return updated
+        if id(original) in self._casts or self.ctx.keeps(original):
+            # a cast, or code only run where CUDA is (a split behind a flag left as is): reported
             self._flag_reference(original, target)
-        return updated
+            return updated
+        return self.rewrite(original, self.runtime_call("legacy_tensor_type", updated),
+                            f"`{target}` is a CUDA-only type: porter_runtime.legacy_tensor_type keeps it on CUDA "
+                            "and builds and checks on the runtime's device elsewhere")
 
 
 _SDP = frozenset({"torch.backends.cuda.sdp_kernel", "torch.nn.attention.sdpa_kernel"})
