@@ -4,6 +4,8 @@ import from here, never from one another (house rule 12)."""
 
 from __future__ import annotations
 
+import re
+
 from typing import Iterator, Optional, Sequence
 
 import libcst as cst
@@ -126,13 +128,20 @@ def index_args(index: Optional[int]) -> list[cst.BaseExpression]:
 
 def is_device_expr(rule, node: cst.BaseExpression) -> bool:
     """A value that visibly names the CUDA / runtime device: ``"cuda:1"``,
-    ``torch.device("cuda", ...)`` or ``porter_runtime.device(...)``."""
+    ``f"cuda:{rank}"``, ``torch.cuda.current_device()`` (an index of the current CUDA
+    device), ``torch.device("cuda", ...)`` or ``porter_runtime.device(...)``. The f-string and
+    the index become ``porter_runtime.device(...)`` in the same pass, so a rule that asks
+    here sees the same device on the first run as on a second (Megatron-LM's
+    ``dtype=torch.bfloat16, device=torch.cuda.current_device()``, blind round 8)."""
     if cuda_spec(node) is not None:
         return True
+    if isinstance(node, cst.FormattedString):
+        head = node.parts[0] if node.parts else None
+        return isinstance(head, cst.FormattedStringText) and re.match(r"cuda(:|$)", head.value) is not None
     if not isinstance(node, cst.Call):
         return False
     name = rule.qualname(node.func)
-    if name == f"{RUNTIME}.device":
+    if name in (f"{RUNTIME}.device", "torch.cuda.current_device"):
         return True
     first = node.args[0] if node.args else keyword(node, "type")
     return name == "torch.device" and first is not None and cuda_spec(first.value) is not None

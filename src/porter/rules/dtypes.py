@@ -9,7 +9,7 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rulebase.evidence import CallsMethod, Name, String
+from porter.rulebase.evidence import Calls, CallsMethod, Name, String
 from porter.rulebase.rule import (
     CUDA_SPEC,
     Example,
@@ -41,8 +41,10 @@ def _dtype_arg(rule: Rule, call: cst.Call, method: bool) -> Optional[cst.Arg]:
     return None
 
 
-#: a move PT604 can see: a CUDA literal, `porter_runtime.device(...)` or `.cuda()`
-_SEES_A_MOVE = String(CUDA_SPEC, word="cuda") | Name("porter_runtime") | CallsMethod("cuda")
+#: a move PT604 can see: a CUDA literal (an f-string's too), `porter_runtime.device(...)`,
+#: `.cuda()` or an index of the current CUDA device (`device=torch.cuda.current_device()`)
+_SEES_A_MOVE = String(CUDA_SPEC, word="cuda") | Name("porter_runtime") | CallsMethod("cuda") | \
+    Calls("current_device")
 
 
 class DeviceDtype(DeviceMoves, Rule):
@@ -87,6 +89,26 @@ class DeviceDtype(DeviceMoves, Rule):
         "import numpy as torch\nx = torch.zeros(3, dtype=torch.float64).cuda()\n",
     ]
     invalid = [
+        Example(  # Megatron-LM's module.py: the device an index of the current CUDA device, or an f-string
+            # (PT901 and PT005 port those devices in the same pass)
+            dedent("""\
+                import torch
+
+
+                def init_weight(self, rank):
+                    self.weight = torch.empty(4, dtype=torch.bfloat16, device=torch.cuda.current_device())
+                    self.bias = torch.zeros(4, device=f"cuda:{rank}", dtype=torch.bfloat16)
+                """),
+            dedent("""\
+                import porter_runtime
+                import torch
+
+
+                def init_weight(self, rank):
+                    self.weight = torch.empty(4, dtype=porter_runtime.supported_dtype(torch.bfloat16), device=torch.cuda.current_device())
+                    self.bias = torch.zeros(4, device=f"cuda:{rank}", dtype=porter_runtime.supported_dtype(torch.bfloat16))
+                """),
+        ),
         Example(
             "import torch\nx = torch.zeros(3, dtype=torch.float64, device='cuda')\n",
             "import porter_runtime\nimport torch\n"
