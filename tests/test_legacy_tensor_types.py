@@ -55,3 +55,36 @@ def test_a_legacy_type_kept_as_a_value_builds_on_the_device_once_ported(monkeypa
     one_hot, edges = _run(new)
     assert one_hot.shape == (2, 3, 4, 4) and torch.equal(one_hot.sum(1), torch.ones(2, 4, 4))
     assert edges.shape == (2, 1, 4, 4) and edges.dtype == torch.float32
+
+
+CLIP_GRADS = dedent("""\
+    import torch
+
+
+    def get_grad_norm_fp32(parameters):
+        grads = []
+        for param in parameters:
+            assert param.grad.type() == 'torch.cuda.FloatTensor'
+            grads.append(param.grad.detach())
+        return torch.stack([g.norm() for g in grads]).norm()
+    """)
+
+
+def test_a_tensors_type_compared_with_a_cuda_name_holds_once_ported(monkeypatch):
+    """Megatron-LM's clip_grads.py (blind round 8, silent then): the assert fails on the
+    CPU as written and holds once ported; the norm is the same."""
+    monkeypatch.setenv("PORTER_QUIET", "1")
+    layer = torch.nn.Linear(4, 2)
+    layer(torch.randn(3, 4)).sum().backward()
+
+    def norm(code):
+        namespace: dict = {}
+        exec(compile(code, "clip_grads.py", "exec"), namespace)
+        return namespace["get_grad_norm_fp32"](layer.parameters())
+
+    with pytest.raises(AssertionError):
+        norm(CLIP_GRADS)
+    new = migrate_source(CLIP_GRADS.encode(), Options(rules=all_rules()), path="clip_grads.py").new.decode()
+    assert "assert porter_runtime.tensor_type(param.grad) == 'torch.cuda.FloatTensor'" in new
+    expected = torch.stack([p.grad.norm() for p in layer.parameters()]).norm()
+    assert torch.allclose(norm(new), expected)

@@ -117,6 +117,19 @@ def legacy_tensor_type(t: Any) -> Any:
     return _legacy_types[name]
 
 
+def tensor_type(t: Any) -> str:
+    """``t.type()`` as a CUDA machine names it: compared with ``"torch.cuda.FloatTensor"``
+    (Megatron-LM's ``assert param.grad.type() == 'torch.cuda.FloatTensor'``).
+
+    CUDA: ``t.type()``. Elsewhere the same, except that a tensor on the resolved device is
+    named as the CUDA type of its dtype (``torch.cuda.FloatTensor`` for float32 on MPS, or
+    on the CPU where the CPU is the device)."""
+    name = t.type()
+    if _device.is_cuda() or not isinstance(t, torch.Tensor) or t.device.type != _device.device().type:
+        return name
+    return f"torch.cuda.{name.rsplit('.', 1)[-1]}"
+
+
 # -- checkpoints of wrapped models ----------------------------------------------
 
 def load_state_dict(obj: Any, *args: Any, **kwargs: Any) -> Any:

@@ -276,3 +276,17 @@ def test_a_legacy_cuda_type_kept_as_a_value_builds_on_the_device_off_cuda(simula
     assert isinstance(x, floats) and not isinstance(x, bytes_) and not isinstance([1.0], floats)
     assert floats.__module__ == "torch.cuda" and floats.__name__ == "FloatTensor"
     assert porter_runtime.legacy_tensor_type(torch.FloatTensor) is torch.FloatTensor
+
+
+def test_a_tensors_type_name_is_its_own_on_cuda(simulate, monkeypatch):
+    simulate("cuda")
+    x = torch.ones(2)
+    assert porter_runtime.tensor_type(x) == "torch.FloatTensor"  # x.type() itself, a host tensor here
+
+
+def test_a_tensor_on_the_device_is_named_as_cuda_names_it_off_cuda(simulate):
+    """Megatron-LM's ``assert param.grad.type() == 'torch.cuda.FloatTensor'``."""
+    simulate("cpu")
+    assert porter_runtime.tensor_type(torch.ones(2)) == "torch.cuda.FloatTensor"
+    assert porter_runtime.tensor_type(torch.ones(2, dtype=torch.bfloat16)) == "torch.cuda.BFloat16Tensor"
+    assert porter_runtime.tensor_type(torch.ones(2, dtype=torch.int64)) == "torch.cuda.LongTensor"

@@ -1,14 +1,16 @@
-"""Legacy CUDA tensor types (``torch.cuda.FloatTensor``...) and ``sdp_kernel``."""
+"""Legacy CUDA tensor types (``torch.cuda.FloatTensor``...), their names compared with
+``x.type()``, and ``sdp_kernel``."""
 
 from __future__ import annotations
 
+import re
 from textwrap import dedent
-
 from typing import Optional
 
 import libcst as cst
 
-from porter.rulebase.rule import Example, Needs, Rule, Safety, has_star_args
+from porter.rulebase.needs import Needs
+from porter.rulebase.rule import Example, Rule, Safety, has_star_args, string_value
 from porter.rulebase.syntax import with_arg
 
 # torch.cuda.<Type>Tensor -> the dtype it holds (torch/cuda/__init__.py, torch 2.13).
@@ -269,6 +271,121 @@ class LegacyCudaTensor(Rule):
         return self.rewrite(original, self.runtime_call("legacy_tensor_type", updated),
                             f"`{target}` is a CUDA-only type: porter_runtime.legacy_tensor_type keeps it on CUDA "
                             "and builds and checks on the runtime's device elsewhere")
+
+
+_TYPE_NAME = re.compile(r"^torch\.cuda\.[A-Za-z0-9]+Tensor$")
+
+
+def _cuda_type_names(node: cst.BaseExpression) -> bool:
+    """``"torch.cuda.FloatTensor"``, or a list, tuple or set of such names only."""
+    if isinstance(node, (cst.List, cst.Tuple, cst.Set)):
+        return bool(node.elements) and all(_cuda_type_names(e.value) for e in node.elements)
+    value = string_value(node)
+    return value is not None and _TYPE_NAME.match(value) is not None
+
+
+class CudaTypeName(Rule):
+    """`x.type() == "torch.cuda.FloatTensor"` asks porter_runtime for the type's name.
+
+    What:
+    In a comparison of `x.type()` (no argument) with the name of a legacy CUDA tensor
+    type, or with a list, tuple or set of them (`==`, `!=`, `in`, `not in`), the call
+    becomes `porter_runtime.tensor_type(x)`.
+
+    Why:
+    Off CUDA a tensor's type is `torch.FloatTensor` or `torch.mps.FloatTensor`, so the
+    comparison is False and the code takes another branch or fails its own check:
+    Megatron-LM's `assert param.grad.type() == 'torch.cuda.FloatTensor'` at every
+    optimizer step with gradient clipping, and its mixed-precision optimizers' "Wrapped
+    parameters must be one of torch.cuda.FloatTensor, ..." (blind round 8, silent).
+
+    Fix safety:
+    Safe. On CUDA `tensor_type(x)` is `x.type()`. Elsewhere it is the same name, except
+    that a tensor on the resolved device is named as the CUDA type of its dtype
+    (`torch.cuda.FloatTensor` for float32 on MPS, or on the CPU where the CPU is the
+    device): the comparison then means what it meant on CUDA, "a float32 tensor on the
+    accelerator".
+
+    Known limits:
+    Only comparisons with literal names; `x.type()` kept in a variable and compared
+    later stays as written.
+    """
+
+    code = "PT609"
+    name = "cuda-type-name"
+    safety = Safety.SAFE
+    needs = Needs(methods=frozenset({"type"}), strings=_TYPE_NAME)
+
+    valid = [
+        "import torch\nok = x.type() == 'torch.FloatTensor'\n",  # a CPU name
+        "import torch\ny = x.type(torch.float16)\n",
+        "kind = obj.type() == 'torch.cuda.FloatTensor'\n",  # no torch here: maybe not a tensor
+    ]
+    invalid = [
+        Example(  # Megatron-LM's clip_grads.py and optimizer.py
+            dedent("""\
+                import torch
+
+
+                def get_grad_norm_fp32(parameters):
+                    grads = []
+                    for param in parameters:
+                        assert param.grad.type() == 'torch.cuda.FloatTensor'
+                        grads.append(param.grad.detach())
+                    return grads
+
+
+                def check_param(param):
+                    if param.type() not in ['torch.cuda.HalfTensor', 'torch.cuda.BFloat16Tensor',
+                                            'torch.cuda.FloatTensor']:
+                        raise TypeError("Wrapped parameters must be one of torch.cuda.FloatTensor, "
+                                        f"torch.cuda.HalfTensor, or torch.cuda.BFloat16Tensor. Received {param.type()}")
+                """),
+            dedent("""\
+                import porter_runtime
+                import torch
+
+
+                def get_grad_norm_fp32(parameters):
+                    grads = []
+                    for param in parameters:
+                        assert porter_runtime.tensor_type(param.grad) == 'torch.cuda.FloatTensor'
+                        grads.append(param.grad.detach())
+                    return grads
+
+
+                def check_param(param):
+                    if porter_runtime.tensor_type(param) not in ['torch.cuda.HalfTensor', 'torch.cuda.BFloat16Tensor',
+                                            'torch.cuda.FloatTensor']:
+                        raise TypeError("Wrapped parameters must be one of torch.cuda.FloatTensor, "
+                                        f"torch.cuda.HalfTensor, or torch.cuda.BFloat16Tensor. Received {param.type()}")
+                """),
+        ),
+    ]
+
+    def leave_Comparison(self, original: cst.Comparison, updated: cst.Comparison) -> cst.BaseExpression:
+        if not self.ctx.resolver.imports_under("torch") or len(updated.comparisons) != 1:
+            return updated
+        target = updated.comparisons[0]
+        if not isinstance(target.operator, (cst.Equal, cst.NotEqual, cst.In, cst.NotIn)):
+            return updated
+        left, right = updated.left, target.comparator
+        if _type_call(left) and _cuda_type_names(right):
+            new = updated.with_changes(left=self._ported(left))
+        elif _type_call(right) and _cuda_type_names(left) and isinstance(target.operator, (cst.Equal, cst.NotEqual)):
+            new = updated.with_changes(comparisons=[target.with_changes(comparator=self._ported(right))])
+        else:
+            return updated
+        return self.rewrite(original, new, "off CUDA no tensor's type() is a torch.cuda name; "
+                            "porter_runtime.tensor_type names a tensor on the device as CUDA would")
+
+    def _ported(self, call: cst.Call) -> cst.Call:
+        return self.runtime_call("tensor_type", call.func.value)  # type: ignore[attr-defined]
+
+
+def _type_call(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "type" \
+        and not node.args
 
 
 _SDP = frozenset({"torch.backends.cuda.sdp_kernel", "torch.nn.attention.sdpa_kernel"})
