@@ -461,3 +461,28 @@ def test_a_package_hydra_builds_by_its_full_name_imports_the_runtime_by_it(tmp_p
     (repo / "build.py").write_text("from train.callbacks.monitor import Monitor\n\nprint('devices', Monitor().n)\n")
     proc = _runs(repo, "build.py")  # as Hydra imports the target: by its full name, from the root
     assert proc.returncode == 0 and "devices" in proc.stdout, proc.stderr
+
+
+def test_a_package_latent_diffusions_configs_build_by_its_full_name_imports_the_runtime_by_it(tmp_path):
+    """Stability-AI/stablediffusion's ``ldm/modules/encoders/`` (``ldm/`` and ``ldm/modules/``
+    have no ``__init__.py``): only its YAML configs name it, as ``target:
+    ldm.modules.encoders.modules.FrozenOpenCLIPEmbedder``, which ``instantiate_from_config``
+    imports by that full name. The port wrote ``from encoders import porter_runtime``, which
+    broke every command, on CUDA too (blind round 8, wrong)."""
+    repo = _tree(tmp_path / "repo", {
+        "requirements.txt": "torch\n",
+        "ldm/modules/encoders/__init__.py": "",
+        "ldm/modules/encoders/modules.py": "import torch\n\n\nclass FrozenOpenCLIPEmbedder:\n"
+                                           "    def __init__(self, device=\"cuda\"):\n"
+                                           "        self.device = device\n"
+                                           "        self.tokens = torch.zeros(2).to(self.device)\n",
+        "configs/stable-diffusion/v2-inference.yaml": "model:\n  params:\n    cond_stage_config:\n"
+                                                     "      target: ldm.modules.encoders.modules.FrozenOpenCLIPEmbedder\n",
+    })
+    assert run_porter("migrate", repo, "--write", "-q").returncode == 0
+    assert "from ldm.modules.encoders import porter_runtime\n" in (repo / "ldm/modules/encoders/modules.py").read_text()
+    assert run_porter("migrate", repo, "--diff", "-q").stdout == b""
+    (repo / "build.py").write_text("import importlib\n\nmodule = importlib.import_module('ldm.modules.encoders.modules')\n"
+                                   "print('tokens on', module.FrozenOpenCLIPEmbedder().tokens.device)\n")
+    proc = _runs(repo, "build.py")  # as instantiate_from_config imports the target: by its full name
+    assert proc.returncode == 0 and "tokens on cpu" in proc.stdout, proc.stderr

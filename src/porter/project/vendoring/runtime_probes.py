@@ -109,13 +109,15 @@ def _namespace_name(top: Path, root: Path) -> Optional[str]:
 def _imported_as(root: Path, dotted: str) -> bool:
     """Whether some Python file of the tree imports ``dotted`` (or a module in it) by
     that full name, or names it from its parent (``from feature_networks import clip``), or a
-    config builds a class of it by that name (Hydra's ``_target_: train.callbacks.ema.EMA``):
+    config builds a class of it by that name (Hydra's ``_target_: train.callbacks.ema.EMA``,
+    latent diffusion's ``target: ldm.modules.encoders.modules.FrozenOpenCLIPEmbedder``):
     the repository puts the namespace's base on sys.path. A package only
     ever imported by its own name (``d2/detr`` as ``detr``, from scripts in ``d2/``)
     keeps that name."""
     parent, _, last = dotted.rpartition(".")
-    # Hydra builds `_target_: train.callbacks.ema.EMACallback` by importing that full name
-    target = re.compile(rb"""_target_["']?\s*:\s*["']?""" + re.escape(dotted.encode()) + rb"\.")
+    # Hydra builds `_target_: train.callbacks.ema.EMACallback` by importing that full name,
+    # and so does latent diffusion's instantiate_from_config, from `target: ldm.modules.x.Y`
+    target = re.compile(rb"""(?<![\w-])(?:_target_|target)["']?\s*:\s*["']?""" + re.escape(dotted.encode()) + rb"\.")
     pattern = re.compile(rb"^\s*(?:from|import)\s+" + re.escape(dotted.encode()) + rb"\b|"
                          # ``from feature_networks import clip`` (stylegan-xl): the package by name
                          rb"^\s*from\s+" + re.escape(parent.encode()) + rb"\s+import\s+\(?[\w\s,]*?\b"
