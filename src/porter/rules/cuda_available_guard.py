@@ -414,6 +414,20 @@ class CudaAvailableGuard(GuardDecisions, AvailabilityRoles, Rule):
                 """),
             line=5, message="for information: a test skipped off CUDA, line 5",
         ),
+        Example(  # a test that skips itself off CUDA (Megatron-LM's unit tests): a note, as the decorator's
+            dedent("""\
+                import pytest
+                import torch
+
+
+                class TestNcclAllocator:
+                    def test_nccl_mem_register_and_allreduce(self):
+                        if not torch.cuda.is_available():
+                            pytest.skip("CUDA is required for NCCL allocator tests")
+                        buffer = torch.ones(4, device="cuda")
+                """),
+            line=7, message="a test skipped off CUDA: for information",
+        ),
         Example(  # a CUDA-only flag is harmless elsewhere: device-neutral code next to it is ported
             dedent("""\
                 import torch

@@ -51,6 +51,9 @@ class GuardDecisions:
         if role is not None:  # an early exit that shields a CUDA query (availability_roles)
             self.note(test, f"{NOTE}; {role}: for information", suggestion=SUGGESTION)
             return updated
+        if availability_test(self, test) is False and isinstance(original, cst.If) and _skips_test(original.body):
+            self.note(test, f"{NOTE}; a test skipped off CUDA: for information", suggestion=SUGGESTION)
+            return updated
         if availability_test(self, test) is False:
             self._report(test, NOTE + "; code it guards now runs on a Mac",
                       suggestion=f"if not {SUGGESTION}:")
@@ -109,3 +112,32 @@ class GuardDecisions:
             if "rank" in name or name in ("gpu", "gpu_id", "gpu_idx", "device_id", "device_index", "local_gpu"):
                 return code
         return None
+
+
+#: What skips the rest of a test: ``pytest.skip(...)``, ``self.skipTest(...)``,
+#: ``raise unittest.SkipTest(...)``.
+_SKIPS = frozenset({"pytest.skip", "self.skipTest", "unittest.SkipTest", "SkipTest", "pytest.skip.Exception"})
+
+
+def _skips_test(body: cst.BaseSuite) -> bool:
+    """Whether the block ends by skipping the test (Megatron-LM's ``if not
+    torch.cuda.is_available(): pytest.skip("CUDA is required for NCCL allocator tests")``):
+    the test never runs off CUDA, as with ``@pytest.mark.skipif``."""
+    lines = body.body if isinstance(body, cst.IndentedBlock) else [body]
+    last = lines[-1] if lines else None
+    smalls = last.body if isinstance(last, cst.SimpleStatementLine) else []
+    if not smalls:
+        return False
+    small = smalls[-1]
+    call = small.value if isinstance(small, cst.Expr) else small.exc if isinstance(small, cst.Raise) else None
+    func = call.func if isinstance(call, cst.Call) else call
+    return _dotted(func) in _SKIPS
+
+
+def _dotted(node) -> str:
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        head = _dotted(node.value)
+        return f"{head}.{node.attr.value}" if head else ""
+    return ""
