@@ -109,6 +109,13 @@ class DeviceDtype(DeviceMoves, Rule):
                     self.bias = torch.zeros(4, device=f"cuda:{rank}", dtype=porter_runtime.supported_dtype(torch.bfloat16))
                 """),
         ),
+        Example(  # Megatron-LM's unit tests: a name holding the current CUDA device's index
+            "import torch\n\n\ndef test_jit_compiled_helpers():\n    device = torch.cuda.current_device()\n"
+            "    q = torch.randn(2, 8, device=device, dtype=torch.bfloat16)\n",
+            "import porter_runtime\nimport torch\n\n\ndef test_jit_compiled_helpers():\n"
+            "    device = torch.cuda.current_device()\n"
+            "    q = torch.randn(2, 8, device=device, dtype=porter_runtime.supported_dtype(torch.bfloat16))\n",
+        ),
         Example(
             "import torch\nx = torch.zeros(3, dtype=torch.float64, device='cuda')\n",
             "import porter_runtime\nimport torch\n"
@@ -145,13 +152,30 @@ class DeviceDtype(DeviceMoves, Rule):
         return self.rewrite(original, updated.with_changes(args=args),
                             "a float64/complex128/bfloat16 dtype on the device now uses a dtype it supports")
 
+    def visit_Assign(self, node: cst.Assign) -> None:
+        """``device = torch.cuda.current_device()``: the name holds a CUDA index, which PT901
+        ports where it is passed as ``device=`` (Megatron-LM's unit tests)."""
+        if isinstance(node.value, cst.Call) and self.matches(node.value.func, "torch.cuda.current_device"):
+            for target in node.targets:
+                if isinstance(target.target, cst.Name):
+                    self._indices().add(target.target.value)
+
+    def _indices(self) -> set:
+        if not hasattr(self, "_index_names"):
+            self._index_names: set[str] = set()
+        return self._index_names
+
+    def _holds_index(self, node: cst.BaseExpression) -> bool:
+        return isinstance(node, cst.Name) and node.value in self._indices()
+
     def _hazard(self, call: cst.Call) -> Optional[cst.Arg]:
         func = call.func
         name = self.qualname(func)
         if name is not None and name.startswith("torch."):
             arg = _dtype_arg(self, call, method=False)
             device = keyword(call, "device")
-            on_device = self.beside_device_move(call) or (device is not None and is_device_expr(self, device.value))
+            on_device = self.beside_device_move(call) or (device is not None and (
+                is_device_expr(self, device.value) or self._holds_index(device.value)))
             return arg if on_device else None
         if not isinstance(func, cst.Attribute) or func.attr.value != "to" or name is not None:
             return None
