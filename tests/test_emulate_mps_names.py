@@ -33,7 +33,8 @@ TRAIN = """
             model = model.to(torch.bfloat16)
             x = x.to(torch.bfloat16)
         if "--mac-branch" in sys.argv and torch.backends.mps.is_available():
-            model = model.to("mps")
+            assert torch.device("mps").type == "mps"  # the object is MPS's; what moves there is on the device
+            model = model.to(torch.device("mps"))
             x = x.to("mps")
             torch.mps.synchronize()
             torch.mps.manual_seed(0)

@@ -49,6 +49,8 @@ class MpsNames(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func is torch.device:  # the object stays "mps" (`device.type == "mps"` as on a Mac); its uses move
+            return func(*args, **kwargs)
         if any(isinstance(a, (str, torch.device)) for a in args):
             args = tuple(_emulated(a) for a in args)
         if "device" in kwargs:
