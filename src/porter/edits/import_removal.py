@@ -22,6 +22,10 @@ from typing import Callable, Iterable, Optional, Union
 
 import libcst as cst
 
+from porter.edits.import_lines import alias_asname
+from porter.rulebase.matching import dotted_name
+from porter.rulebase.scopes import ast_dotted_name
+
 #: What is scheduled for removal: (module, imported object or None, ``as`` name or None),
 #: as ``RemoveImportsVisitor.remove_unused_import`` takes them.
 Scheduled = tuple[str, Optional[str], Optional[str]]
@@ -107,7 +111,7 @@ class _Gather(cst.CSTVisitor):
             except (SyntaxError, ValueError):
                 continue
             for node in ast.walk(tree):
-                name = _ast_dotted(node)
+                name = ast_dotted_name(node)
                 while name:
                     self.into.annotated.add(name)
                     name = name.rpartition(".")[0]
@@ -141,36 +145,13 @@ def _strings(node: cst.CSTNode) -> list[str]:
     return found
 
 
-def _ast_dotted(node: ast.AST) -> Optional[str]:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    parts.append(node.id)
-    return ".".join(reversed(parts))
-
-
-def _dotted(node: Union[cst.Name, cst.Attribute, None]) -> str:
-    if node is None:
-        return ""
-    if isinstance(node, cst.Name):
-        return node.value
-    return f"{_dotted(node.value)}.{node.attr.value}"  # type: ignore[arg-type]
-
-
-def _asname(alias: cst.ImportAlias) -> Optional[str]:
-    return alias.asname.name.value if alias.asname is not None and isinstance(alias.asname.name, cst.Name) else None
-
-
 def _bound(alias: cst.ImportAlias) -> list[str]:
     """The names whose use keeps ``alias``: its ``as`` name, or each prefix of
     ``a.b.c`` (``a.b.c``, ``a.b``, ``a``), as LibCST's unused-import check reads them."""
-    asname = _asname(alias)
+    asname = alias_asname(alias)
     if asname is not None:
         return [asname]
-    name = _dotted(alias.name)  # type: ignore[arg-type]
+    name = dotted_name(alias.name) or ""
     found = []
     while name:
         found.append(name)
@@ -226,9 +207,9 @@ class _Remover(cst.CSTTransformer):
             return updated
         keep = []
         for alias in original.names:
-            name = _dotted(alias.name)  # type: ignore[arg-type]
-            if name not in self.modules or _asname(alias) != self.modules[name] \
-                    or not self._unused(alias, name if _asname(alias) else name.split(".")[0]):
+            name = dotted_name(alias.name) or ""
+            if name not in self.modules or alias_asname(alias) != self.modules[name] \
+                    or not self._unused(alias, name if alias_asname(alias) else name.split(".")[0]):
                 keep.append(alias)
         if keep == list(original.names):
             return updated
@@ -243,15 +224,15 @@ class _Remover(cst.CSTTransformer):
         names = original.names
         if self.depth or isinstance(names, cst.ImportStar) or original.relative or original.module is None:
             return updated
-        module = _dotted(original.module)
+        module = dotted_name(original.module) or ""
         if module not in self.objects or module == "__future__":
             return updated
         remove = self.objects[module]
         keep: list[cst.ImportAlias] = []
         changes: dict = {}
         for alias in names:
-            obj = _dotted(alias.name)  # type: ignore[arg-type]
-            if (obj, _asname(alias)) not in remove or not self._unused(alias, f"{module}.{obj}"):
+            obj = dotted_name(alias.name) or ""
+            if (obj, alias_asname(alias)) not in remove or not self._unused(alias, f"{module}.{obj}"):
                 keep.append(alias)
                 continue
             comma = alias.comma

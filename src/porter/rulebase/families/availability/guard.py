@@ -10,6 +10,8 @@ from typing import Union
 
 import libcst as cst
 
+from porter.rulebase.matching import dotted_name
+
 from porter.rulebase.conditions.availability_checks import availability_test, requirement
 from porter.rulebase.families.availability.choices import accelerator_test
 from porter.rulebase.families.availability.sides import (
@@ -131,13 +133,5 @@ def _skips_test(body: cst.BaseSuite) -> bool:
     small = smalls[-1]
     call = small.value if isinstance(small, cst.Expr) else small.exc if isinstance(small, cst.Raise) else None
     func = call.func if isinstance(call, cst.Call) else call
-    return _dotted(func) in _SKIPS
+    return func is not None and dotted_name(func) in _SKIPS
 
-
-def _dotted(node) -> str:
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        head = _dotted(node.value)
-        return f"{head}.{node.attr.value}" if head else ""
-    return ""
