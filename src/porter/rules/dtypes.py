@@ -152,21 +152,18 @@ class DeviceDtype(DeviceMoves, Rule):
         return self.rewrite(original, updated.with_changes(args=args),
                             "a float64/complex128/bfloat16 dtype on the device now uses a dtype it supports")
 
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._index_names: set[str] = set()  # names assigned torch.cuda.current_device()
+
     def visit_Assign(self, node: cst.Assign) -> None:
         """``device = torch.cuda.current_device()``: the name holds a CUDA index, which PT901
         ports where it is passed as ``device=`` (Megatron-LM's unit tests)."""
         if isinstance(node.value, cst.Call) and self.matches(node.value.func, "torch.cuda.current_device"):
-            for target in node.targets:
-                if isinstance(target.target, cst.Name):
-                    self._indices().add(target.target.value)
-
-    def _indices(self) -> set:
-        if not hasattr(self, "_index_names"):
-            self._index_names: set[str] = set()
-        return self._index_names
+            self._index_names.update(t.target.value for t in node.targets if isinstance(t.target, cst.Name))
 
     def _holds_index(self, node: cst.BaseExpression) -> bool:
-        return isinstance(node, cst.Name) and node.value in self._indices()
+        return isinstance(node, cst.Name) and node.value in self._index_names
 
     def _hazard(self, call: cst.Call) -> Optional[cst.Arg]:
         func = call.func
