@@ -185,3 +185,46 @@ def test_package_rules_see_every_use_where_a_top_level_try_imports_the_package(c
         assert b"porter_runtime." in new
     new, _ = _run(probed, OPTIONS, True)
     assert b"assert" not in new  # every use was ported: the stop went (whole file)
+
+
+# PT608 and PT605 once asked for the whole file in every file they might apply to; now
+# they parse only the wanted definitions and ask for the whole file when they meet a
+# node whose answer needs the rest (porter.engine.stages.context.FileContext.see_whole_file).
+LAZY_WHOLE_FILE = {
+    # the float64 constant is bound again inside a definition that no rule wants: it is
+    # no constant, and only the whole file shows that
+    "constant rebound in a left-out definition": (
+        "import torch\n\n_dtype = torch.float64\n\n\ndef reset():\n    _dtype = 3\n    return _dtype\n\n\n"
+        "def stats(x):\n    return x.to(_dtype)\n", False),
+    "constant bound once": (
+        "import torch\n\n_dtype = torch.float64\n\n\ndef reset(y):\n    return y + 1\n\n\n"
+        "def stats(x):\n    return x.to(_dtype)\n", True),
+    # the array comes from a helper defined elsewhere in the module: the dtype search reads it
+    "array from a module helper": (
+        "import numpy as np\nimport torch\n\n\ndef noise(n):\n    return np.random.randn(n)\n\n\n"
+        "def unrelated(y):\n    return y * 2\n\n\n"
+        "def sample(n, device):\n    a = noise(n)\n    return torch.from_numpy(a).to(device)\n", False),
+    # a field of the class, set in a method no rule wants
+    "array from a field set in another method": (
+        "import numpy as np\nimport torch\n\n\nclass Buffer:\n    def __init__(self, n):\n"
+        "        self.obs = np.zeros((n, 3), dtype=np.float32)\n\n"
+        "    def sample(self, idx, device):\n        return torch.from_numpy(self.obs[idx]).to(device)\n", False),
+    # the dtype is in plain sight in the function: nothing else is read
+    "array made in the function": (
+        "import numpy as np\nimport torch\n\n\ndef unrelated(y):\n    return y * 2\n\n\n"
+        "def sample(n, device):\n    a = np.zeros(n, dtype=np.float32)\n    return torch.from_numpy(a).to(device)\n", True),
+}
+
+
+@pytest.mark.parametrize("code,served", LAZY_WHOLE_FILE.values(), ids=list(LAZY_WHOLE_FILE))
+def test_rules_ask_for_the_whole_file_only_when_their_answer_needs_it(code, served, monkeypatch):
+    import porter.engine.stages.python_stage as stage
+
+    passes = []
+    real = stage._migrate
+    monkeypatch.setattr(stage, "_migrate", lambda *a, **k: passes.append(a[-1] is not None) or real(*a, **k))
+    assert _reduced(code, OPTIONS)
+    with_segments = _run(code, OPTIONS, True)
+    # the reduced module is tried first; the whole file is parsed only when a rule asked for it
+    assert passes == ([True] if served else [True, False])
+    assert with_segments == _run(code, OPTIONS, False)

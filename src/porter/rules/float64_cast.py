@@ -49,7 +49,7 @@ class Float64Cast(DeviceMoves, Rule):
     safety = Safety.SAFE
     needs = Needs(targets=_FLOAT64, evidence=CallsMethod("to"),
                   # a constant at the top of the file, cast to in a function that never names float64
-                  unit=Uses(_FLOAT64) | (InFile(Uses(_FLOAT64)) & CallsMethod("to")), whole_file=True)
+                  unit=Uses(_FLOAT64) | (InFile(Uses(_FLOAT64)) & CallsMethod("to")))
 
     valid = [
         "import torch\ny = x.to(torch.float32)\n",
@@ -143,7 +143,25 @@ class Float64Cast(DeviceMoves, Rule):
     def _float64(self, node: cst.BaseExpression) -> bool:
         if self.qualname(node) in _FLOAT64:
             return True
-        return isinstance(node, cst.Name) and node.value in self._constants()
+        if not isinstance(node, cst.Name) or node.value not in self._top_level():
+            return False
+        # A second binding of the constant inside a definition the engine left out would be
+        # invisible to the count: only then does the whole file have to be read.
+        self.ctx.see_all_uses_of([node.value])
+        return node.value in self._constants()
+
+    def _top_level(self) -> frozenset[str]:
+        """Names a top-level ``NAME = <float64 dtype>`` binds (each may be bound again elsewhere)."""
+        if not hasattr(self, "_assigned_at_top"):
+            found = set()
+            for stmt in self.ctx.module.body:
+                if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 \
+                        and isinstance(stmt.body[0], cst.Assign) and len(stmt.body[0].targets) == 1:
+                    target = stmt.body[0].targets[0].target
+                    if isinstance(target, cst.Name) and self.qualname(stmt.body[0].value) in _FLOAT64:
+                        found.add(target.value)
+            self._assigned_at_top = frozenset(found)
+        return self._assigned_at_top
 
     def _constants(self) -> frozenset[str]:
         """Names the module binds once, at its top level, to a float64 dtype."""
@@ -151,15 +169,7 @@ class Float64Cast(DeviceMoves, Rule):
             bound: dict[str, int] = {}
             for target in _assigned_names(self.ctx.module):
                 bound[target] = bound.get(target, 0) + 1
-            found = set()
-            for stmt in self.ctx.module.body:
-                if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 \
-                        and isinstance(stmt.body[0], cst.Assign) and len(stmt.body[0].targets) == 1:
-                    target = stmt.body[0].targets[0].target
-                    if isinstance(target, cst.Name) and bound.get(target.value) == 1 \
-                            and self.qualname(stmt.body[0].value) in _FLOAT64:
-                        found.add(target.value)
-            self._found = frozenset(found)
+            self._found = frozenset(name for name in self._top_level() if bound.get(name) == 1)
         return self._found
 
 

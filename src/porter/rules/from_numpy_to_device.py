@@ -78,9 +78,10 @@ class FromNumpyToDevice(Rule):
     code = "PT605"
     name = "from-numpy-to-device"
     safety = Safety.SAFE
-    # whole_file: the dtype search reads the module's other functions, classes and callers
+    # The dtype search may read the module's other functions, classes and callers: a file
+    # where it does is read whole (ctx.see_whole_file), the others only in the wanted parts.
     needs = Needs(targets=frozenset({"torch.from_numpy"}), evidence=_MOVES_FROM_NUMPY, unit=_MOVES_FROM_NUMPY,
-                  byte_patterns=_MOVED_FROM_NUMPY, whole_file=True)
+                  byte_patterns=_MOVED_FROM_NUMPY)
 
     valid = [
         "import torch\nx = torch.from_numpy(a).float().cuda()\n",
@@ -367,17 +368,22 @@ class FromNumpyToDevice(Rule):
         if len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
             return False
         klass = self._classes[-1] if self._classes else None
-        if klass is not None:
-            self.ctx.see_all_uses_of(["self"])  # a method left out may set the field
+        if not self._functions:
+            self.ctx.see_whole_file("PT605: a module-level name's assignments")
         function = self._functions[-1] if self._functions else self.ctx.module
-        return known_not_float64(call.args[0].value, self.qualname, function, klass)
+        # a method left out may set the field: read only when the search reaches a `self.` field
+        return known_not_float64(call.args[0].value, self.qualname, function, klass,
+                                 reading_class=lambda: self.ctx.see_all_uses_of(["self"]))
 
     def _float64_source(self, call: cst.Call) -> Optional[str]:
         """What makes the array float64, where the code shows it (porter.rulebase.families.dtypes.numpy_float64)."""
         if len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
             return None
         if self._search is None:
-            self._search = Float64(self.qualname, ModuleIndex(self.ctx.module), self.ctx.code_for)
+            index = ModuleIndex(self.ctx.module, reading_all=lambda: self.ctx.see_whole_file(
+                "PT605: the dtype search reads the module's other definitions"))
+            self._search = Float64(self.qualname, index, self.ctx.code_for,
+                                   reading_class=lambda: self.ctx.see_all_uses_of(["self"]))
         search = self._search
         klass = self._classes[-1] if self._classes else None
         function = self._functions[-1] if self._functions else self.ctx.module

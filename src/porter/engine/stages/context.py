@@ -150,6 +150,14 @@ class FileContext:
         if self.reduced is not None and not self.reduced.stub_names.isdisjoint(names):
             raise WholeFile(", ".join(names))
 
+    def see_whole_file(self, why: str) -> None:
+        """Only the whole file gives the exact answer from here on (a search that reads
+        the module's other definitions): a rule that needs it only for some nodes calls
+        this when it meets one, instead of declaring ``Needs.whole_file``, so that files
+        without such a node still parse only the definitions some rule wants."""
+        if self.reduced is not None:
+            raise WholeFile(why)
+
     def keeps(self, node: cst.CSTNode) -> bool:
         """Whether ``node`` must stay as written: it only runs where CUDA is (a guard
         porter did not port), so a rewrite there changes nothing off CUDA."""

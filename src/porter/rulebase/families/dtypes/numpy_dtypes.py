@@ -89,19 +89,22 @@ def _spelled(node: cst.BaseExpression) -> Optional[str]:
 
 
 def known_not_float64(node: cst.BaseExpression, qualname: Qualname, function: cst.CSTNode,
-                      klass: Optional[cst.CSTNode], depth: int = 0) -> bool:
+                      klass: Optional[cst.CSTNode], depth: int = 0,
+                      reading_class: Optional[Callable[[], None]] = None) -> bool:
     """Whether the array ``node`` is known not to be float64. A name's assignments are
     looked up in ``function`` (the enclosing function, or the module), ``self.attr``'s
-    in ``klass`` (the enclosing class); every one must be known."""
+    in ``klass`` (the enclosing class); every one must be known. ``reading_class`` is
+    called before ``klass`` is read (the engine may have left some of its methods out)."""
     node = _kept(node, qualname)
     if isinstance(node, cst.Call):
-        return _made_not_float64(node, qualname) or _pil_pixels(node, qualname, function, klass, depth)
+        return _made_not_float64(node, qualname) or _pil_pixels(node, qualname, function, klass, depth,
+                                                                reading_class)
     name = _spelled(node)
-    assigned = _assigned(name, function, klass, depth)
+    assigned = _assigned(name, function, klass, depth, reading_class)
     # `img = img.transpose(2, 0, 1)` keeps what the name's other assignments make
     values = [v for v in assigned if _spelled(_kept(v, qualname)) != name or isinstance(v, cst.Name)]
     return bool(values) and all(
-        v is not node and known_not_float64(v, qualname, function, klass, depth + 1) for v in values)
+        v is not node and known_not_float64(v, qualname, function, klass, depth + 1, reading_class) for v in values)
 
 
 def _kept(node: cst.BaseExpression, qualname: Qualname) -> cst.BaseExpression:
@@ -117,16 +120,17 @@ def _kept(node: cst.BaseExpression, qualname: Qualname) -> cst.BaseExpression:
 
 
 def _pil_pixels(call: cst.Call, qualname: Qualname, function: cst.CSTNode, klass: Optional[cst.CSTNode],
-                depth: int) -> bool:
+                depth: int, reading_class: Optional[Callable[[], None]] = None) -> bool:
     """``np.array(img)`` / ``np.asarray(img)`` (no dtype) of a PIL image."""
     if qualname(call.func) not in ("numpy.array", "numpy.asarray") or keyword(call, "dtype") is not None:
         return False
     return bool(call.args) and call.args[0].keyword is None and _is_pil_image(
-        call.args[0].value, qualname, function, klass, depth)
+        call.args[0].value, qualname, function, klass, depth, reading_class)
 
 
 def _is_pil_image(node: cst.BaseExpression, qualname: Qualname, function: cst.CSTNode,
-                  klass: Optional[cst.CSTNode], depth: int) -> bool:
+                  klass: Optional[cst.CSTNode], depth: int,
+                  reading_class: Optional[Callable[[], None]] = None) -> bool:
     """An image made by ``PIL.Image.new/open/...`` or an Image method of one, directly or
     through every assignment to a name."""
     if isinstance(node, cst.Call):
@@ -134,14 +138,14 @@ def _is_pil_image(node: cst.BaseExpression, qualname: Qualname, function: cst.CS
             return True
         func = node.func
         return (isinstance(func, cst.Attribute) and func.attr.value in _PIL_METHODS and qualname(func) is None
-                and _is_pil_image(func.value, qualname, function, klass, depth))
-    assigned = _assigned(_spelled(node), function, klass, depth)
+                and _is_pil_image(func.value, qualname, function, klass, depth, reading_class))
+    assigned = _assigned(_spelled(node), function, klass, depth, reading_class)
     return bool(assigned) and all(
-        v is not node and _is_pil_image(v, qualname, function, klass, depth + 1) for v in assigned)
+        v is not node and _is_pil_image(v, qualname, function, klass, depth + 1, reading_class) for v in assigned)
 
 
 def _assigned(name: Optional[str], function: cst.CSTNode, klass: Optional[cst.CSTNode],
-              depth: int) -> list[cst.BaseExpression]:
+              depth: int, reading_class: Optional[Callable[[], None]] = None) -> list[cst.BaseExpression]:
     """What ``name`` is assigned in its scope (``function``, or ``klass`` for ``self.x``);
     nothing for a name that is not spelled plainly, or past the depth followed."""
     if name is None or depth > 2:
@@ -149,6 +153,8 @@ def _assigned(name: Optional[str], function: cst.CSTNode, klass: Optional[cst.CS
     scope = klass if name.startswith("self.") else function
     if scope is None:
         return []
+    if name.startswith("self.") and reading_class is not None:
+        reading_class()
     return list(_assignments(nodes_of(scope, _ASSIGNS)).get(name, ()))
 
 

@@ -86,10 +86,13 @@ class _Site:
 class ModuleIndex:
     """Where each function, class and call of one module is, and what its top level
     assigns: walked once, the first time a search needs it (most searches end at a
-    maker in the same function)."""
+    maker in the same function). ``reading_all`` is called before that walk: the engine
+    may have left some definitions out (porter.engine.stages.segments), and a search
+    that reads the others needs the whole file."""
 
-    def __init__(self, module: cst.Module) -> None:
+    def __init__(self, module: cst.Module, reading_all: Optional[Callable[[], None]] = None) -> None:
         self.module = module
+        self._reading_all = reading_all
         self._functions: dict[str, list[_Def]] = {}
         self._classes: dict[str, cst.ClassDef] = {}
         #: callee spelled ``f`` or ``self.f`` -> the calls of it
@@ -99,6 +102,8 @@ class ModuleIndex:
 
     def _walk(self) -> None:
         if not self._walked:
+            if self._reading_all is not None:
+                self._reading_all()
             self._walked = True
             _index(self)
 
@@ -160,12 +165,14 @@ def _own_nodes(root: cst.CSTNode, types: tuple[type, ...]) -> list[cst.CSTNode]:
 @dataclass
 class Float64:
     """What the search needs: names resolved by the rule, the index of the whole module
-    (the rule asks the engine for the whole file: ``Needs.whole_file``), the code of a
-    node (for the message)."""
+    (which asks the engine for the whole file when the search first reads beyond the
+    function it started in), the code of a node (for the message), and what to call
+    before a class's fields are read (its methods may have been left out)."""
 
     qualname: Qualname
     index: ModuleIndex
     code: Callable[[cst.CSTNode], str]
+    reading_class: Optional[Callable[[], None]] = None
     seen: set = field(default_factory=set)  # the (node, scope) pairs on the path being followed
     #: what each (node, scope) pair was found to be: each is followed once per file, so a
     #: name assigned from many others costs what its assignments do, not their paths
@@ -232,6 +239,8 @@ class Float64:
         scope = klass if name is not None and name.startswith("self.") else function
         if name is None or scope is None:
             return []
+        if scope is klass and self.reading_class is not None:
+            self.reading_class()
         table = self.scopes.get(id(scope))
         if table is None:
             table = self.scopes[id(scope)] = _assignments(nodes_of(scope, _ASSIGNS))
