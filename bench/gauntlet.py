@@ -620,7 +620,8 @@ def run_one(entry: Entry, args) -> Row:
         shutil.copytree(original, port, symlinks=True)
         original, port = original / entry.subdir, port / entry.subdir
         measure_port(entry, original, port, scratch, row)
-        venv = environment(entry)
+        runs_code = (entry.recipe and (args.cuda_unchanged or not args.no_recipes)) or not args.no_verify
+        venv = environment(entry) if runs_code else None  # migrate-only runs need no environment
         if entry.recipe and args.cuda_unchanged:  # before anything runs in the trees
             measure_cuda_unchanged(entry, original, port, venv, row)
         if not args.no_verify:
