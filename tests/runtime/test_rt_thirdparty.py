@@ -478,14 +478,16 @@ def test_training_arguments_leave_cuda_as_given_and_drop_cuda_only_options_elsew
         optim: str = field(default="paged_adamw_32bit")  # QLoRA's class default
         use_cpu: bool = False
         deepspeed: Optional[str] = None
+        use_liger_kernel: bool = False
 
         def __post_init__(self):
             porter_runtime.training_arguments(self)
 
     simulate("cuda")
-    kept = Args(tf32=True, fsdp="full_shard auto_wrap", fsdp_config={"min_num_params": 0}, deepspeed="zero3.json")
+    kept = Args(tf32=True, fsdp="full_shard auto_wrap", fsdp_config={"min_num_params": 0}, deepspeed="zero3.json",
+                use_liger_kernel=True)
     assert (kept.tf32, kept.fsdp_config, kept.optim) == (True, {"min_num_params": 0}, "paged_adamw_32bit")
-    assert kept.deepspeed == "zero3.json"
+    assert kept.deepspeed == "zero3.json" and kept.use_liger_kernel is True
     assert kept.use_cpu is False
     simulate("mps")
     assert Args().use_cpu is False  # Trainer picks MPS itself, where the runtime resolved
@@ -498,6 +500,10 @@ def test_training_arguments_leave_cuda_as_given_and_drop_cuda_only_options_elsew
     assert Args(optim=OptimizerNames.PAGED_ADAMW).optim == "adamw_torch"
     with pytest.warns(UserWarning, match="deepspeed='./scripts/zero2.json' is for CUDA GPUs"):
         assert Args(deepspeed="./scripts/zero2.json").deepspeed is None  # LLaVA's pretrain.sh
+    simulate("mps")
+    with pytest.warns(UserWarning, match="use_liger_kernel=True asks for Liger's Triton kernels"):
+        assert Args(use_liger_kernel=True).use_liger_kernel is False  # open-r1's SFT configs
+    simulate("cpu")
     plain = Args(tf32=False, optim="adafactor")
     assert plain.tf32 is False and plain.fsdp_config is None and plain.optim == "adafactor"
 

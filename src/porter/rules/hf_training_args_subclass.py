@@ -34,7 +34,9 @@ class HfTrainingArgumentsSubclass(Rule):
     a rule can port. Off CUDA transformers then raises `--tf32 requires Ampere or a
     newer GPU arch`, and accelerate's FSDP plugin `no available devices found, must be
     one of XPU, CUDA, or NPU` (for syncing module states); a `paged_adamw_32bit`
-    default fails where Trainer builds bitsandbytes' optimizer.
+    default fails where Trainer builds bitsandbytes' optimizer, and a config's
+    `use_liger_kernel: true` (open-r1's SFT recipes) where Trainer imports Liger's
+    Triton kernels.
 
     Fix safety:
     Safe. On CUDA the helper does nothing, and a `__post_init__` that only calls
@@ -42,7 +44,9 @@ class HfTrainingArgumentsSubclass(Rule):
     `tf32`, has FSDP skip the module-state broadcast (every rank loads the same
     weights), and replaces bitsandbytes' AdamW (`optim="paged_adamw_32bit"`, a
     class default of QLoRA-style scripts, or the 8-bit ones) with `"adamw_torch"` and
-    a warning: the same AdamW update, its state in 32 bits.
+    a warning: the same AdamW update, its state in 32 bits. It unsets
+    `use_liger_kernel` and `deepspeed` with a warning: the model's own layers compute
+    what Liger's fused ones do, and Trainer trains without ZeRO.
 
     Known limits:
     Only classes that name one of these bases directly are seen; a `TrainingArguments`

@@ -88,7 +88,9 @@ def training_arguments(args: Any) -> None:
     states: accelerate's plugin looks for a CUDA, XPU or NPU device for that broadcast
     ("no available devices found"), and every rank loads the same weights anyway;
     ``deepspeed`` (a ZeRO config) is unset with a warning: DeepSpeed has no MPS support and
-    accelerate's DeepSpeed path fails on the CPU, so Trainer trains without ZeRO. On the CPU
+    accelerate's DeepSpeed path fails on the CPU, so Trainer trains without ZeRO;
+    ``use_liger_kernel`` (open-r1's SFT configs) is unset with a warning: Liger's fused
+    layers are Triton kernels, and the model's own layers compute the same loss. On the CPU
     accelerate is told its device is plain ``"cpu"`` (``ACCELERATE_TORCH_DEVICE``; its
     multi-CPU ``"cpu:<rank>"`` breaks Trainer's resume in ``torch.load``); on MPS ``bf16``
     is unset with a warning where transformers' own check would refuse it there."""
@@ -122,6 +124,11 @@ def training_arguments(args: Any) -> None:
                        "CUDA GPUs (DeepSpeed does not support MPS, and accelerate's DeepSpeed path fails on the "
                        "CPU); left unset: Trainer trains without ZeRO (a launch of several processes is plain DDP)")
         args.deepspeed = None
+    if getattr(args, "use_liger_kernel", False):
+        _log.warn_once("training_arguments.liger", "TrainingArguments: use_liger_kernel=True asks for Liger's "
+                       "Triton kernels, which need a CUDA GPU (Trainer raises where liger-kernel can't be "
+                       "installed); left unset: the model's own layers compute the same loss, unfused")
+        args.use_liger_kernel = False
     if getattr(args, "fsdp", None):
         config = getattr(args, "fsdp_config", None)
         if config is None or isinstance(config, dict):
