@@ -104,6 +104,33 @@ def test_float64_on_the_device_raises_mps_text_and_the_host_keeps_it(emulated, m
             torch.zeros(2, dtype=torch.complex128, device=emulated)
 
 
+def test_tensors_made_from_data_given_the_device_are_on_it(emulated, monkeypatch):
+    """MoBA and open-r1 (blind round 9): ``torch.tensor(data, device=d)`` builds the tensor
+    with no operator the dispatch mode sees with a device, so it stayed a host tensor:
+    MoBA's ``cu_seqlens`` escaped MPS's rules, and transformers' loss check compared its
+    ``torch.tensor(0.0, device=...)`` ("cpu") with the model's loss ("cpu:0")."""
+    import numpy as np
+
+    for name in ("cpu", "to", "device"):
+        monkeypatch.setattr(torch.Tensor, name, getattr(torch.Tensor, name))  # undone after the test
+    monkeypatch.setattr(torch, "tensor", torch.tensor)
+    monkeypatch.setattr(torch, "as_tensor", torch.as_tensor)
+    _emulate.patch_host_moves()
+    with contract():
+        loss = torch.ones(2, device=emulated).sum()
+        assert torch.tensor(0.0, device=loss.device).device == loss.device == emulated
+        seqlens = torch.tensor([0, 5, 9], dtype=torch.int32, device=emulated)
+        assert seqlens.device == emulated and seqlens.tolist() == [0, 5, 9]
+        assert torch.as_tensor(np.ones(2, dtype=np.float32), device=emulated).device == emulated
+        with pytest.raises(TypeError, match="Cannot convert a MPS Tensor to float64"):
+            torch.tensor(np.zeros(3), device=emulated)  # NumPy's float64, as on a Mac
+        with pytest.raises(TypeError, match="Cannot convert a MPS Tensor to float64"):
+            torch.as_tensor(np.zeros(3), device=emulated)
+        assert torch.tensor([1.0]).device == torch.device("cpu")  # no device: the host
+        assert torch.tensor(np.zeros(3), device="cpu").dtype == torch.float64
+        assert torch.as_tensor(seqlens, device="cpu").device == torch.device("cpu")
+
+
 def test_the_mark_follows_views_parameters_and_results(emulated):
     with contract():
         layer = nn.Linear(2, 2).to(emulated)  # param.data = a copy on the device

@@ -21,7 +21,9 @@ without a device, or moved with ``.to("cpu")`` / ``.cpu()``, is a host tensor, a
 a Mac (those two copy a device tensor, as they do there). The mark sits on the
 tensor's storage, so views, ``param.data = ...`` and in-place ops keep it, and a
 marked tensor's ``.device`` is the emulated device, so ``device=x.device`` and
-``.to(x.device)`` stay on it; ``torch.as_tensor(x, device="cpu")`` is a host copy too.
+``.to(x.device)`` stay on it; ``torch.as_tensor(x, device="cpu")`` is a host copy too,
+and ``torch.tensor(data, device=d)`` / ``torch.as_tensor(data, device=d)`` are on the
+device.
 Known gaps: threads other than the one that imported the
 runtime are not checked (the mode is per thread); numerics and speed are the CPU's,
 not MPS's.
@@ -296,18 +298,42 @@ def patch_host_moves() -> None:
 
     torch.Tensor.cpu, torch.Tensor.to = to_cpu, move
     torch.Tensor.device = property(device, doc=torch._C.TensorBase.device.__doc__)
-    as_tensor = torch.as_tensor
+    as_tensor, tensor = torch.as_tensor, torch.tensor
 
     def as_tensor_to_host(data: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
         """``torch.as_tensor(device_tensor, device="cpu")`` copies to the host on a Mac
-        (segment-anything's ``v[torch.as_tensor(keep, device=v.device)]``)."""
+        (segment-anything's ``v[torch.as_tensor(keep, device=v.device)]``); given the
+        device, the tensor is on it."""
         out = as_tensor(data, *args, **kwargs)
         wanted = kwargs.get("device", args[1] if len(args) > 1 else None)
         if isinstance(data, torch.Tensor) and wanted is not None and _names_host((wanted,), {}):
             return _to_host(data, out)
-        return out
+        return _made_on(wanted, out)
+
+    def tensor_on_the_device(data: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """``torch.tensor(data, device=<the device>)`` is on the device (MoBA's
+        ``cu_seqlens``, transformers' loss check ``torch.tensor(0.0, device=...)``)."""
+        return _made_on(kwargs.get("device"), tensor(data, *args, **kwargs))
 
     torch.as_tensor = _scriptable(as_tensor, as_tensor_to_host)
+    torch.tensor = _scriptable(tensor, tensor_on_the_device)
+
+
+def _made_on(wanted: Any, out: torch.Tensor) -> torch.Tensor:
+    """``out``, made from data by ``torch.tensor`` / ``torch.as_tensor`` given ``wanted``
+    as its device: marked as on the device where ``wanted`` is the emulated device or
+    names "mps", after MPS's dtype check (a float64 array given the device raises there).
+    These makers build the tensor without an operator the dispatch mode sees with a
+    device, so the mode alone would leave it a host tensor."""
+    if isinstance(wanted, (str, torch.device)):
+        try:
+            device = torch.device(mps_names.emulated(wanted))
+        except (RuntimeError, TypeError):
+            return out
+        if _is_emulated(device) and isinstance(out, torch.Tensor):
+            _check_dtype(out.dtype)
+            _mark(out)
+    return out
 
 
 def _scriptable(original: Any, wrapper: Any) -> Any:

@@ -35,7 +35,7 @@ from .. import _device
 _MACOS = (15, 0)
 
 
-def _emulated(value: Any) -> Any:
+def emulated(value: Any) -> Any:
     """``value`` with an "mps" device put as the emulated device."""
     if isinstance(value, torch.device):
         return _device.EMULATED if value.type == "mps" else value
@@ -52,9 +52,9 @@ class MpsNames(TorchFunctionMode):
         if func is torch.device:  # the object stays "mps" (`device.type == "mps"` as on a Mac); its uses move
             return func(*args, **kwargs)
         if any(isinstance(a, (str, torch.device)) for a in args):
-            args = tuple(_emulated(a) for a in args)
+            args = tuple(emulated(a) for a in args)
         if "device" in kwargs:
-            kwargs = {**kwargs, "device": _emulated(kwargs["device"])}
+            kwargs = {**kwargs, "device": emulated(kwargs["device"])}
         return func(*args, **kwargs)
 
 
