@@ -302,3 +302,31 @@ def test_a_parameter_named_torch_is_the_callers_object_not_a_touchpoint(tmp_path
     data = {f["path"]: f for f in json.loads(proc.stdout)["files"]}
     assert not data.get("m.py", {}).get("findings")
     assert [x["line"] for x in data["n.py"]["findings"]] == [5]
+
+
+def test_an_import_the_port_removed_is_accounted_for_beside_one_it_kept(tmp_path):
+    """MoBA (blind round 9): the port dropped ``from flash_attn import flash_attn_varlen_func``
+    with its last use, but another import from the package stayed (flash-attn's private
+    varlen forward, reported), so a text search for "from flash_attn" still found the
+    package and the removed line was a PT999 that named nothing left in the port."""
+    root = write(tmp_path, {
+        "moba_efficient.py": """\
+            import torch
+            from flash_attn import flash_attn_varlen_func
+            from flash_attn.flash_attn_interface import _flash_attn_varlen_forward
+
+
+            def varlen(q, k, v, cu_seqlens, max_seqlen):
+                return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, causal=True)
+
+
+            def forward(q, k, v, cu_seqlens, max_seqlen):
+                return _flash_attn_varlen_forward(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, 0.0, 1.0, True)
+        """,
+    })
+    found, result = touchpoints(root)
+    states = {t.line: t.state for t in found["moba_efficient.py"] if t.kind.endswith("import")}
+    assert states[2] == "rewritten" and states[3] != "rewritten"
+    lines = {f.line for f in next(f for f in result.files if f.path == "moba_efficient.py").findings
+             if f.code == "PT999"}
+    assert 2 not in lines

@@ -27,6 +27,7 @@ from __future__ import annotations
 import ast
 import bisect
 import re
+from functools import lru_cache
 from typing import Optional, Sequence
 
 from porter.project import selectors
@@ -148,13 +149,34 @@ def _backend_ported(findings: Sequence[Finding], data: bytes) -> Optional[tuple[
 
 def _removed(node: ast.AST, module: str, new: bytes, findings: Sequence[Finding]) -> Optional[tuple[str, str]]:
     """("rewritten", the code of a rewrite of its names) when the port removed the import."""
-    if re.search(rb"\b(?:import|from)[ \t]+" + re.escape(module.encode()) + rb"\b", new):
+    if _still_imported(node, module, new):
         return None
     names = [a.asname or a.name.split(".")[0] for a in node.names]  # type: ignore[attr-defined]
     rewrites = [f for f in findings if f.action == "rewrite"]
     by_name = [f for f in rewrites if any(n in f.before for n in names)]
     chosen = (by_name or rewrites)[:1]
     return ("rewritten", chosen[0].code) if chosen else None
+
+
+#: the migrated bytes, parsed once for all of a file's import touchpoints
+_parse_new = lru_cache(maxsize=2)(parse)
+
+
+def _still_imported(node: ast.AST, module: str, new: bytes) -> bool:
+    """Whether the migrated bytes still import what ``node`` imports: the same names from
+    the same module. Another import from the module stays beside a removed one (MoBA,
+    blind round 9: ``from flash_attn import flash_attn_varlen_func`` went with its last
+    use while ``from flash_attn.flash_attn_interface import (...)`` stayed)."""
+    tree = _parse_new(new)
+    if tree is None:  # unreadable: any import of the module counts, as a text search sees it
+        return re.search(rb"\b(?:import|from)[ \t]+" + re.escape(module.encode()) + rb"\b", new) is not None
+    wanted = {(a.name, a.asname) for a in node.names}  # type: ignore[attr-defined]
+    for other in ast.walk(tree):
+        if type(other) is type(node) and getattr(other, "module", None) == getattr(node, "module", None) \
+                and getattr(other, "level", 0) == getattr(node, "level", 0) \
+                and any((a.name, a.asname) in wanted for a in other.names):  # type: ignore[attr-defined]
+            return True
+    return False
 
 
 def _covering(scanner: Scanner, node: ast.AST, span, by_start, starts: _Starts) -> list[Finding]:
