@@ -63,7 +63,10 @@ class CudaAvailableGuard(GuardDecisions, AvailabilityRoles, Rule):
     the guarded code, being free of CUDA-only calls, runs there. `PORTER_DEVICE=cpu`
     makes it False. A required `elif`: on CUDA the same setup runs (the `else` never
     did) and `require_device` does nothing; elsewhere the setup runs on the resolved
-    device instead of the program stopping.
+    device instead of the program stopping. A guard whose code still needs CUDA is
+    reported, except where that code only releases, collects or measures CUDA memory
+    (`torch.cuda.empty_cache()`, `ipc_collect()`, under `with torch.cuda.device(...)`):
+    skipping it changes no result, so it is a note.
 
     Known limits:
     The guarded code's callees are not followed: a guarded call of a local function
@@ -413,6 +416,21 @@ class CudaAvailableGuard(GuardDecisions, AvailabilityRoles, Rule):
                         model = torch.nn.Linear(4, 4).cuda()
                 """),
             line=5, message="for information: a test skipped off CUDA, line 5",
+        ),
+        Example(  # ChatGLM-6B's api.py: memory clean-up after each request, skipped off CUDA: a note
+            dedent("""\
+                import torch
+
+                CUDA_DEVICE = "cuda:0"
+
+
+                def torch_gc():
+                    if torch.cuda.is_available():
+                        with torch.cuda.device(CUDA_DEVICE):
+                            torch.cuda.empty_cache()
+                            torch.cuda.ipc_collect()
+                """),
+            line=7, message="only releases or measures CUDA memory",
         ),
         Example(  # a test that skips itself off CUDA (Megatron-LM's unit tests): a note, as the decorator's
             dedent("""\

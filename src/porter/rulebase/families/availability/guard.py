@@ -80,6 +80,11 @@ class GuardDecisions:
             self.note(test, f"{NOTE}; the CUDA choice (`{residue}`) is not rewritten, and without CUDA it picks "
                       "the CPU, which runs: for information", suggestion="porter_runtime.device()")
             return updated
+        if residue is not None and isinstance(original, cst.If) and original.orelse is None \
+                and _housekeeping_only(self, original.body):
+            self.note(test, f"{NOTE}; the code it guards only releases or measures CUDA memory (`{residue}`), "
+                      "so skipping it off CUDA changes no result: for information", suggestion=f"if {SUGGESTION}:")
+            return updated
         if residue is not None:
             self._report(test, f"{NOTE}; the code it guards still needs CUDA (`{residue}`), so it is not "
                       "rewritten; port the guarded code, then test the runtime", suggestion=f"if {SUGGESTION}:")
@@ -114,6 +119,39 @@ class GuardDecisions:
             if "rank" in name or name in ("gpu", "gpu_id", "gpu_idx", "device_id", "device_index", "local_gpu"):
                 return code
         return None
+
+
+#: Calls that only release, collect or measure CUDA memory, or wait for the GPU: skipped,
+#: nothing a program computes changes (ChatGLM-6B's ``torch_gc`` after each request).
+_HOUSEKEEPING = frozenset({
+    "torch.cuda.empty_cache", "torch.cuda.ipc_collect", "torch.cuda.synchronize", "torch.cuda.reset_peak_memory_stats",
+    "torch.cuda.reset_max_memory_allocated", "torch.cuda.reset_max_memory_cached",
+    "torch.cuda.reset_accumulated_memory_stats", "gc.collect",
+})
+
+
+def _housekeeping_only(rule, body: cst.BaseSuite) -> bool:
+    """Whether a block only calls ``_HOUSEKEEPING`` (under ``with torch.cuda.device(...):``
+    too), ``pass`` and ``gc.collect()`` aside."""
+    lines = body.body if isinstance(body, cst.IndentedBlock) else [body]
+    if not lines:
+        return False
+    for line in lines:
+        if isinstance(line, cst.With):
+            if not all(isinstance(i.item, cst.Call) and rule.qualname(i.item.func) == "torch.cuda.device"
+                       and i.asname is None for i in line.items) or not _housekeeping_only(rule, line.body):
+                return False
+            continue
+        smalls = line.body if isinstance(line, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) else None
+        if not smalls:
+            return False
+        for small in smalls:
+            if isinstance(small, cst.Pass):
+                continue
+            call = small.value if isinstance(small, cst.Expr) else None
+            if not isinstance(call, cst.Call) or rule.qualname(call.func) not in _HOUSEKEEPING:
+                return False
+    return True
 
 
 #: What skips the rest of a test: ``pytest.skip(...)``, ``self.skipTest(...)``,
