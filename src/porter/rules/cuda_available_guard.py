@@ -66,7 +66,9 @@ class CudaAvailableGuard(GuardDecisions, AvailabilityRoles, Rule):
     device instead of the program stopping. A guard whose code still needs CUDA is
     reported, except where that code only releases, collects or measures CUDA memory
     (`torch.cuda.empty_cache()`, `ipc_collect()`, under `with torch.cuda.device(...)`):
-    skipping it changes no result, so it is a note.
+    skipping it changes no result, so it is a note; so is a test's CUDA case (in test
+    code: `["cpu"] + (["cuda"] if torch.cuda.is_available() else [])`, a CUDA-vs-CPU
+    comparison), skipped off CUDA as the test intends while its other cases run.
 
     Known limits:
     The guarded code's callees are not followed: a guarded call of a local function

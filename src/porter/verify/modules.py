@@ -24,12 +24,12 @@ conftest machinery, so check them with ``--run "pytest"``.
 from __future__ import annotations
 
 import ast
-import fnmatch
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
 from porter.project.vendoring.runtime_probes import root_is_package
+from porter.rulebase.conditions.test_gates import is_test_path
 from porter.verify.scripts import script_header
 
 RUNTIME = "porter_runtime"
@@ -55,13 +55,6 @@ class SkippedFile:
     reason: str
 
 
-def _is_test(rel: str) -> bool:
-    parts = rel.split("/")
-    name = parts[-1]
-    return (fnmatch.fnmatch(name, "test_*.py") or fnmatch.fnmatch(name, "*_test.py") or name == "conftest.py"
-            or any(p in ("tests", "test") for p in parts[:-1]))
-
-
 def skip_reason(rel: str, include_tests: bool) -> Optional[str]:
     parts = rel.split("/")
     name = parts[-1]
@@ -73,7 +66,7 @@ def skip_reason(rel: str, include_tests: bool) -> Optional[str]:
         return "importing __main__.py runs the program (check it with --run)"
     if name == "noxfile.py" or (name == "conf.py" and any(p in ("docs", "doc") for p in parts[:-1])):
         return "a tool's configuration, not the project's code"
-    if not include_tests and _is_test(rel):
+    if not include_tests and is_test_path(rel):
         return "a test module (--tests imports tests too; or --run \"pytest\")"
     return None
 

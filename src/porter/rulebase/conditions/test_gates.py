@@ -12,6 +12,7 @@ region of kind ``"test"``.
 from __future__ import annotations
 
 import ast
+import fnmatch
 import re
 from typing import Callable, Optional
 
@@ -23,6 +24,15 @@ from porter.rulebase.matching import ast_dotted_name
 _CUDA_ONLY_DECORATOR = re.compile(
     r"^(?:skip_if_lt_x_gpu|skip_if_no_gpu|skip_if_no_cuda|skipIfNoCuda|skipIfNoCUDA|skip_but_pass_in_sandcastle_if_no_gpu"
     r"|requires_nccl|requires_cuda|requires_gpu|requires_multi_gpu|onlyCUDA|cuda_only|gpu_only)$")
+
+def is_test_path(rel: str) -> bool:
+    """Whether a file (its path in the tree, ``/``-separated) is test code: ``test_*.py``,
+    ``*_test.py``, ``conftest.py``, or anything under a ``tests`` / ``test`` folder."""
+    parts = rel.replace("\\", "/").split("/")
+    name = parts[-1]
+    return (fnmatch.fnmatch(name, "test_*.py") or fnmatch.fnmatch(name, "*_test.py") or name == "conftest.py"
+            or any(p in ("tests", "test") for p in parts[:-1]))
+
 
 #: (polarity of a test expression, as GuardFinder.polarity gives it) -> None
 Polarity = Callable[[ast.AST], Optional[tuple]]

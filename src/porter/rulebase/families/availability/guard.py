@@ -13,6 +13,7 @@ import libcst as cst
 from porter.rulebase.matching import dotted_name
 
 from porter.rulebase.conditions.availability_checks import availability_test, requirement
+from porter.rulebase.conditions.test_gates import is_test_path
 from porter.rulebase.families.availability.choices import accelerator_test
 from porter.rulebase.families.availability.sides import (
     availability_calls,
@@ -84,6 +85,10 @@ class GuardDecisions:
                 and _housekeeping_only(self, original.body):
             self.note(test, f"{NOTE}; the code it guards only releases or measures CUDA memory (`{residue}`), "
                       "so skipping it off CUDA changes no result: for information", suggestion=f"if {SUGGESTION}:")
+            return updated
+        if residue is not None and is_test_path(self.ctx.path):
+            self.note(test, f"{NOTE}; a test's CUDA case (`{residue}`), which runs only where CUDA is, as the "
+                      "test intends; its other cases run: for information", suggestion=f"if {SUGGESTION}:")
             return updated
         if residue is not None:
             self._report(test, f"{NOTE}; the code it guards still needs CUDA (`{residue}`), so it is not "
