@@ -13,7 +13,9 @@ from porter.rulebase.rule import (
     Needs,
     Rule,
     Safety,
+    string_value,
 )
+from porter.rulebase.walk import nodes_of
 from porter.rulebase.syntax import (
     argument,
     argument_pair,
@@ -50,6 +52,10 @@ class DdpDeviceIds(Rule):
     DDP reached through an expression is ported the same way: a conditional
     (`(DDP if dist.is_initialized() else NullDDP)(model, device_ids=[rank])`) or a
     name the file binds to one (`wrapper = DDP`, `wrapper = DDP if ... else ...`).
+
+    The arguments set in a dictionary that the same function then passes to DDP with
+    `**` are ported the same way (detectron2's `create_ddp_model`:
+    `kwargs["device_ids"] = [comm.get_local_rank()]`, then `DDP(model, **kwargs)`).
 
     Known limits:
     A `device_ids` list built elsewhere (`device_ids=ids`) is reported, not rewritten.
@@ -104,11 +110,62 @@ class DdpDeviceIds(Rule):
             "def wrap(model, gpu):\n    return wrapper(model, device_ids=porter_runtime.ddp_device_ids(gpu), "
             "output_device=porter_runtime.ddp_output_device(gpu))\n",
         ),
+        Example(  # detectron2's create_ddp_model: the ids set in the kwargs DDP is given
+            "from torch.nn.parallel import DistributedDataParallel\n\n\n"
+            "def create_ddp_model(model, **kwargs):\n"
+            "    if \"device_ids\" not in kwargs:\n"
+            "        kwargs[\"device_ids\"] = [comm.get_local_rank()]\n"
+            "    return DistributedDataParallel(model, **kwargs)\n",
+            "import porter_runtime\nfrom torch.nn.parallel import DistributedDataParallel\n\n\n"
+            "def create_ddp_model(model, **kwargs):\n"
+            "    if \"device_ids\" not in kwargs:\n"
+            "        kwargs[\"device_ids\"] = porter_runtime.ddp_device_ids(comm.get_local_rank())\n"
+            "    return DistributedDataParallel(model, **kwargs)\n",
+        ),
     ]
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._bound: Optional[set[str]] = None
+        self._functions: list[cst.FunctionDef] = []
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._functions.append(node)
+
+    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
+        self._functions.pop()
+        return updated
+
+    def leave_Assign(self, original: cst.Assign, updated: cst.Assign) -> cst.Assign:
+        """``kwargs["device_ids"] = [rank]`` (or ``"output_device"``) in a function that passes
+        ``**kwargs`` to DDP."""
+        target = original.targets[0].target if len(original.targets) == 1 else None
+        if not (self._functions and isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name)
+                and len(target.slice) == 1 and isinstance(target.slice[0].slice, cst.Index)):
+            return updated
+        key = string_value(target.slice[0].slice.value)
+        if key not in ("device_ids", "output_device") or is_none(original.value) \
+                or is_runtime_call(self, original.value) or not self._splatted_into_ddp(target.value.value):
+            return updated
+        if key == "output_device":
+            new = self.runtime_call("ddp_output_device", updated.value)
+        else:
+            single = self._single(updated.value)
+            if single is None:
+                self.flag(original, "DDP `device_ids` other than one `[rank]` can't be rewritten exactly; off "
+                          "CUDA DDP needs `device_ids=None`",
+                          suggestion="porter_runtime.ddp_device_ids(local_rank)")
+                return updated
+            new = self.runtime_call("ddp_device_ids", single)
+        return self.rewrite(original, updated.with_changes(value=new),
+                            "DDP takes device ids only for CUDA modules; the runtime passes them on CUDA and None "
+                            "elsewhere")
+
+    def _splatted_into_ddp(self, name: str) -> bool:
+        return any(
+            any(arg.star == "**" and isinstance(arg.value, cst.Name) and arg.value.value == name for arg in call.args)
+            and self._reaches_ddp(call.func)
+            for call in nodes_of(self._functions[-1], (cst.Call,)))
 
     def _reaches_ddp(self, node: cst.BaseExpression) -> bool:
         """DDP itself, a conditional with DDP in a branch, or a name bound to either."""
