@@ -296,11 +296,13 @@ _HF_FLAGS = re.compile(
 _HF_ADVICE = {
     "flag": ("--tf32 True stops TrainingArguments without an Ampere CUDA GPU",
              "drop --tf32 on a Mac (keep it in the cluster's launch line)"),
-    "ds": ("--deepspeed needs DeepSpeed, which does not install without CUDA",
+    "ds": ("--deepspeed needs DeepSpeed's engine, which runs on CUDA GPUs (no MPS support; accelerate's "
+            "DeepSpeed path fails on the CPU)",
            "drop --deepspeed on a Mac: Trainer then trains without it"),
     "optim": ("this --optim is a bitsandbytes optimizer (CUDA kernels)",
               "--optim adamw_torch on a Mac (same AdamW update, 32-bit state)"),
-    "launcher": ("the deepspeed launcher does not install without CUDA",
+    "launcher": ("the deepspeed launcher starts DeepSpeed's engine, one process per GPU: it has no MPS support, "
+                 "and accelerate's DeepSpeed path fails on the CPU",
                  "launch with python (or torchrun --nproc_per_node=1) on a Mac"),
 }
 

@@ -335,6 +335,7 @@ class HfTrainerCudaOptions(Rule):
                       suggestion="optim=\"adamw_torch\" off CUDA (same AdamW update, 32-bit state)")
         ds = keyword(original, "deepspeed")
         if ds is not None and not (isinstance(ds.value, cst.Name) and ds.value.value == "None"):
-            self.flag(ds, "DeepSpeed does not install without CUDA; Trainer fails building its engine",
+            self.flag(ds, "DeepSpeed has no MPS support and accelerate's DeepSpeed path fails on the CPU; "
+                      "Trainer fails building its engine",
                       suggestion="pass deepspeed=None off CUDA (plain Trainer)")
         return updated
