@@ -311,10 +311,11 @@ class Float64:
         """An integer NumPy array: a PIL image's pixels, directly or through a name."""
         node = _kept(node, self.qualname)
         if isinstance(node, cst.Call):
-            return _pil_pixels(node, self.qualname, function, klass, 0)
+            return _pil_pixels(node, self.qualname, function, klass, 0, self.reading_class)
         values = self._assigned(_spelled(node), function, klass)
-        return bool(values) and all(isinstance(v, cst.Call) and _pil_pixels(v, self.qualname, function, klass, 0)
-                                    for v in values)
+        return bool(values) and all(
+            isinstance(v, cst.Call) and _pil_pixels(v, self.qualname, function, klass, 0, self.reading_class)
+            for v in values)
 
     def _returns(self, name: str, function, klass, depth, own_class: Optional[cst.ClassDef] = None) -> Optional[str]:
         """What a call of the module's own function ``name`` (a method of ``own_class``) returns."""
