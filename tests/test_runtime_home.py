@@ -15,7 +15,7 @@ import pytest
 from porter.engine.process import LazyBootstrap, Options, process_file
 from porter.engine.registry import all_rules
 from porter.project.vendoring.runtime_home import Layout
-from porter_test_utils import FIXTURES, python_without_porter, run_porter
+from porter_test_utils import FIXTURES, python_without_porter, run_porter, snapshot
 
 RUFF = Path(sys.executable).parent / "ruff"
 REPOS = sorted(p.name for p in (FIXTURES / "repos").iterdir() if p.is_dir())
@@ -486,3 +486,30 @@ def test_a_package_latent_diffusions_configs_build_by_its_full_name_imports_the_
                                    "print('tokens on', module.FrozenOpenCLIPEmbedder().tokens.device)\n")
     proc = _runs(repo, "build.py")  # as instantiate_from_config imports the target: by its full name
     assert proc.returncode == 0 and "tokens on cpu" in proc.stdout, proc.stderr
+
+
+def test_a_nested_package_named_like_a_top_level_one_keeps_its_own_copy_on_a_second_run(tmp_path):
+    """detectron2 (blind round 9): projects/TensorMask/tests is a package `tests`, run from
+    projects/TensorMask, whose test got `from tests import porter_runtime` and its own copy.
+    The repository's top-level `tests` package made the second `--write` vendor another copy
+    there, which nothing imports (not idempotent)."""
+    root = _tree(tmp_path / "repo", {
+        "tests/__init__.py": "",
+        "tests/test_boxes.py": "import torch\n\n\ndef test_boxes():\n    assert torch.zeros(2).sum() == 0\n",
+        "projects/TensorMask/tests/__init__.py": "",
+        "projects/TensorMask/tests/test_swap_align2nat.py": (
+            "import unittest\n\nimport torch\n\n\nclass SwapAlign2NatTest(unittest.TestCase):\n"
+            "    def test_swap(self):\n        device = torch.device(\"cuda\")\n"
+            "        self.assertEqual(torch.ones(2, device=device).sum().item(), 2.0)\n\n\n"
+            "if __name__ == \"__main__\":\n    unittest.main()\n"),
+    })
+    first = run_porter("migrate", root, "--write", "-q", "--no-progress")
+    assert first.returncode in (0, 1), first.stderr.decode()
+    nested = root / "projects" / "TensorMask" / "tests"
+    assert "from tests import porter_runtime\n" in (nested / "test_swap_align2nat.py").read_text()
+    ported = snapshot(root)
+    again = run_porter("migrate", root, "--write", "-q", "--no-progress")
+    assert again.returncode in (0, 1), again.stderr.decode()
+    assert not (root / "tests" / "porter_runtime").exists() and snapshot(root) == ported
+    ran = _runs(root / "projects" / "TensorMask", "-m", "unittest", "tests.test_swap_align2nat")
+    assert ran.returncode == 0, ran.stderr

@@ -187,6 +187,11 @@ def home_of_import(layout: "Layout", file: Path, package: str) -> Home:
         return layout.root_home
     top = _top_package(file.absolute(), layout.root)
     bases = [layout.root, layout.root / "src"] + ([top.parent] if top is not None else [])
+    if top is not None and top.name == package.split(".")[0]:
+        # the file's own package, as the first --write placed its copy: detectron2's
+        # projects/TensorMask/tests imports `from tests import porter_runtime`, which must
+        # not become the repository's top-level tests package on a second --write
+        bases.insert(0, top.parent)
     for base in bases:
         folder = base.joinpath(*package.split("."))
         if _is_file(folder / "__init__.py"):
