@@ -136,8 +136,8 @@ _HOUSEKEEPING = frozenset({
 
 
 def _housekeeping_only(rule, body: cst.BaseSuite) -> bool:
-    """Whether a block only calls ``_HOUSEKEEPING`` (under ``with torch.cuda.device(...):``
-    too), ``pass`` and ``gc.collect()`` aside."""
+    """Whether a block makes only ``_HOUSEKEEPING`` calls (and ``pass``), directly or under
+    ``with torch.cuda.device(...):``."""
     lines = body.body if isinstance(body, cst.IndentedBlock) else [body]
     if not lines:
         return False
