@@ -36,7 +36,7 @@ DEFAULTS = dedent("""\
 
 
     if __name__ == "__main__":
-        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29533", rank=0, world_size=1)
+        dist.init_process_group("gloo", init_method="file://" + os.path.abspath("ddp_store"), rank=0, world_size=1)
         model = create_ddp_model(torch.nn.Linear(4, 2), broadcast_buffers=False)
         print(tuple(model(torch.ones(3, 4)).shape))
         dist.destroy_process_group()

@@ -425,14 +425,13 @@ class CudaAvailableGuard(GuardDecisions, AvailabilityRoles, Rule):
 
                 CUDA_DEVICE = "cuda:0"
 
-
                 def torch_gc():
                     if torch.cuda.is_available():
                         with torch.cuda.device(CUDA_DEVICE):
                             torch.cuda.empty_cache()
                             torch.cuda.ipc_collect()
                 """),
-            line=7, message="only releases or measures CUDA memory",
+            line=6, message="only releases or measures CUDA memory",
         ),
         Example(  # a test that skips itself off CUDA (Megatron-LM's unit tests): a note, as the decorator's
             dedent("""\

@@ -311,8 +311,7 @@ def patch_host_moves() -> None:
         return _made_on(wanted, out)
 
     def tensor_on_the_device(data: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
-        """``torch.tensor(data, device=<the device>)`` is on the device (MoBA's
-        ``cu_seqlens``, transformers' loss check ``torch.tensor(0.0, device=...)``)."""
+        """``torch.tensor(data, device=<the device>)`` is on it (MoBA's ``cu_seqlens``)."""
         return _made_on(kwargs.get("device"), tensor(data, *args, **kwargs))
 
     torch.as_tensor = _scriptable(as_tensor, as_tensor_to_host)
@@ -320,11 +319,8 @@ def patch_host_moves() -> None:
 
 
 def _made_on(wanted: Any, out: torch.Tensor) -> torch.Tensor:
-    """``out``, made from data by ``torch.tensor`` / ``torch.as_tensor`` given ``wanted``
-    as its device: marked as on the device where ``wanted`` is the emulated device or
-    names "mps", after MPS's dtype check (a float64 array given the device raises there).
-    These makers build the tensor without an operator the dispatch mode sees with a
-    device, so the mode alone would leave it a host tensor."""
+    """``out`` (``torch.tensor`` / ``as_tensor``, which the dispatch mode never sees with a
+    device) marked as on the device where ``wanted`` is it or "mps", after MPS's dtype check."""
     if isinstance(wanted, (str, torch.device)):
         try:
             device = torch.device(mps_names.emulated(wanted))
