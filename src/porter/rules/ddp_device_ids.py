@@ -150,13 +150,9 @@ class DdpDeviceIds(Rule):
         if key == "output_device":
             new = self.runtime_call("ddp_output_device", updated.value)
         else:
-            single = self._single(updated.value)
-            if single is None:
-                self.flag(original, "DDP `device_ids` other than one `[rank]` can't be rewritten exactly; off "
-                          "CUDA DDP needs `device_ids=None`",
-                          suggestion="porter_runtime.ddp_device_ids(local_rank)")
+            new = self._device_ids(original, updated.value, "porter_runtime.ddp_device_ids(local_rank)")
+            if new is None:
                 return updated
-            new = self.runtime_call("ddp_device_ids", single)
         return self.rewrite(original, updated.with_changes(value=new),
                             "DDP takes device ids only for CUDA modules; the runtime passes them on CUDA and None "
                             "elsewhere")
@@ -190,13 +186,10 @@ class DdpDeviceIds(Rule):
         new = updated
         old, ids = argument_pair(original, updated, "device_ids", 1)
         if ids is not None and not is_none(ids.value) and not is_runtime_call(self, old.value):
-            single = self._single(ids.value)
-            if single is None:
-                self.flag(original, "DDP `device_ids` other than one `[rank]` can't be rewritten exactly; off "
-                          "CUDA DDP needs `device_ids=None`",
-                          suggestion="device_ids=porter_runtime.ddp_device_ids(local_rank)")
+            value = self._device_ids(original, ids.value, "device_ids=porter_runtime.ddp_device_ids(local_rank)")
+            if value is None:
                 return updated
-            new = replace_arg(new, ids, self.runtime_call("ddp_device_ids", single))
+            new = replace_arg(new, ids, value)
         old, out = argument_pair(original, updated, "output_device", 2)
         if out is not None and not is_none(out.value) and not is_runtime_call(self, old.value):
             new = replace_arg(new, new.args[list(updated.args).index(out)],
@@ -205,6 +198,16 @@ class DdpDeviceIds(Rule):
             return updated
         return self.rewrite(original, new, "DDP takes device ids only for CUDA modules; the runtime passes "
                             "them on CUDA and None elsewhere")
+
+    def _device_ids(self, original: cst.CSTNode, ids: cst.BaseExpression,
+                    suggestion: str) -> Optional[cst.BaseExpression]:
+        """``porter_runtime.ddp_device_ids(x)`` for ``[x]``; None, with a finding, for any other ids."""
+        single = self._single(ids)
+        if single is None:
+            self.flag(original, "DDP `device_ids` other than one `[rank]` can't be rewritten exactly; off "
+                      "CUDA DDP needs `device_ids=None`", suggestion=suggestion)
+            return None
+        return self.runtime_call("ddp_device_ids", single)
 
     @staticmethod
     def _single(node: cst.BaseExpression) -> Optional[cst.BaseExpression]:
