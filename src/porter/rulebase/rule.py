@@ -164,6 +164,11 @@ class RuleContext(Protocol):
         is in it (a definition the engine left out may hold one: then the rules run
         again over the whole file)."""
 
+    def see_whole_file(self, why: str) -> None:
+        """For a rule that needs the whole file only at some nodes: from here on, the
+        answer needs the definitions the engine left out (the rules run again over the
+        whole file)."""
+
 
 class BaseRule:
     """What every rule has: identity, safety, documentation and examples."""
