@@ -45,6 +45,8 @@ _EXPORTS = {
     "attention_qkvpacked": "attn.attention", "attention_varlen": "attn.attention",
     "attention_varlen_kvpacked": "attn.attention", "attention_varlen_qkvpacked": "attn.attention",
     "sdpa_kernel": "attn.sdpa", "flex_attention_call": "attn.flex",
+    "flash_attn_forward": "attn.internals", "flash_attn_varlen_forward": "attn.internals",
+    "flash_attn_backward": "attn.internals", "flash_attn_varlen_backward": "attn.internals",
     "double": "_cast", "to_dtype": "_cast",
     "compile": "_compile",
     "dataloader_kwargs": "_data", "map_location": "_data", "mpi_workers": "_data", "pin_memory": "_data",

@@ -234,6 +234,21 @@ def test_flash_attn_twins_have_the_real_signatures(name):
     assert incompatibilities(real, _twin_params(FLASH[name])) == []
 
 
+@pytest.mark.parametrize("kind", ["forward", "varlen_forward", "backward", "varlen_backward"])
+def test_private_flash_attn_twins_bind_the_real_layout(kind):
+    """The private functions' twins (attn/internals.py) bind 2.7's layout, which 2.8.3
+    keeps: the same names in the same order, and the same defaults where it has them.
+    (2.5's and 2.6's layouts were read off those releases' sources when written.)"""
+    from porter_runtime.attn import internals
+
+    tree = _source("flash-attn", "flash_attn/flash_attn_interface.py")
+    real = _params(_function(tree, f"_flash_attn_{kind}"), drop_first=False)
+    assert [name for name, _, _ in real] == internals._params(kind, "2.7")
+    for name, _, default in real:
+        if default is not _NONE:
+            assert _same_default(default, internals._DEFAULTS[name]), name
+
+
 def test_every_flash_attn_export_is_twinned_or_reported():
     tree = _source("flash-attn", "flash_attn/__init__.py")
     exported = {a.name for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names}

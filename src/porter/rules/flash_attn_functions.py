@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Optional
 
 import libcst as cst
@@ -10,15 +9,21 @@ import libcst as cst
 from porter.rulebase.families.thirdparty.flash_attn_calls import (
     FA3,
     FUNCTIONS,
+    PRIVATE,
+    PRIVATE_TARGETS,
     ROOTS,
     TARGETS,
     V1_CLASS,
     PortedUses,
     fa2_problem,
     fa3_problem,
+    private_problem,
+    result_uses,
     unpacked_call,
 )
 from porter.rulebase.rule import Example, Needs, Rule, Safety
+from porter.rulebase.syntax import with_arg
+from porter.rulebase.families.thirdparty.local_imports import LocalImports
 from porter.rulebase.families.thirdparty.twin_flags import flags_for_twins, mark_probe_imports
 from porter.rulebase.families.thirdparty.uses import (
     chain_alternatives,
@@ -27,7 +32,6 @@ from porter.rulebase.families.thirdparty.uses import (
     module_chains,
     package_units,
     stop_evidence,
-    under,
     without_stops,
 )
 
@@ -46,8 +50,13 @@ class FlashAttnFunc(Rule):
     imported (`from flash_attn import ...`, `flash_attn.flash_attn_interface`, module
     imports, aliases), into `porter_runtime.attention`, `attention_qkvpacked`,
     `attention_kvpacked`, `attention_varlen`, `attention_varlen_qkvpacked` and
-    `attention_varlen_kvpacked`, keeping every argument as written. The import that
-    only served those calls goes away. FlashAttention-3's `flash_attn_interface.flash_attn_func`,
+    `attention_varlen_kvpacked`, keeping every argument as written. flash_attn's private
+    `_flash_attn_forward`, `_flash_attn_varlen_forward`, `_flash_attn_backward` and
+    `_flash_attn_varlen_backward`, which custom autograd Functions call for the
+    log-sum-exp and for gradients of a merged output, become `porter_runtime.flash_attn_forward`
+    and its siblings; where only the way the result is unpacked shows which release's
+    layout the call was written for, `flash_attn_release="2.6"` (or "2.7") is passed
+    too. The import that only served those calls goes away. FlashAttention-3's `flash_attn_interface.flash_attn_func`,
     alone or tried first in a `try: ... except ImportError:` chain that falls back to
     FlashAttention-2, becomes `porter_runtime.fa3_attention`, which tries them in the same
     order. A chain whose every branch imports flash_attn (or raises) is no guard: once
@@ -88,7 +97,7 @@ class FlashAttnFunc(Rule):
     safety = Safety.SAFE
     needs = Needs(
         calls_only=False,  # an import chain is reported even where its names are only values
-        targets=frozenset({*TARGETS, FA3, V1_CLASS}),
+        targets=frozenset({*TARGETS, *PRIVATE_TARGETS, FA3, V1_CLASS}),
         # an import chain is removed once no use is left in the module
         unit=package_units(ROOTS),
     )
@@ -277,6 +286,91 @@ class FlashAttnFunc(Rule):
                 return porter_runtime.attention(q, k, v, causal=True)
             """),
         ),
+        # a custom autograd Function over flash_attn's private forward/backward (ring
+        # attention, online-softmax merges): their twins bind 2.7's positional layout
+        Example(
+            example_code("""
+            import torch
+            from flash_attn.flash_attn_interface import _flash_attn_backward, _flash_attn_forward
+
+
+            class BlockAttention(torch.autograd.Function):
+                @staticmethod
+                def forward(ctx, q, k, v, scale):
+                    out, lse, _, rng_state = _flash_attn_forward(q, k, v, 0.0, scale, True, -1, -1, 0.0, None, False)
+                    ctx.save_for_backward(q, k, v, out, lse, rng_state)
+                    ctx.scale = scale
+                    return out
+
+                @staticmethod
+                def backward(ctx, dout):
+                    q, k, v, out, lse, rng_state = ctx.saved_tensors
+                    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+                    _flash_attn_backward(dout, q, k, v, out, lse, dq, dk, dv, 0.0, ctx.scale, True, -1, -1, 0.0,
+                                         None, False, rng_state)
+                    return dq, dk, dv, None
+            """),
+            example_code("""
+            import porter_runtime
+            import torch
+
+
+            class BlockAttention(torch.autograd.Function):
+                @staticmethod
+                def forward(ctx, q, k, v, scale):
+                    out, lse, _, rng_state = porter_runtime.flash_attn_forward(q, k, v, 0.0, scale, True, -1, -1, 0.0, None, False)
+                    ctx.save_for_backward(q, k, v, out, lse, rng_state)
+                    ctx.scale = scale
+                    return out
+
+                @staticmethod
+                def backward(ctx, dout):
+                    q, k, v, out, lse, rng_state = ctx.saved_tensors
+                    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+                    porter_runtime.flash_attn_backward(dout, q, k, v, out, lse, dq, dk, dv, 0.0, ctx.scale, True, -1, -1, 0.0,
+                                         None, False, rng_state)
+                    return dq, dk, dv, None
+            """),
+        ),
+        # keywords only, no window: the 8 values unpacked say flash_attn 2.5/2.6's layout
+        Example(
+            example_code("""
+            from flash_attn.flash_attn_interface import _flash_attn_varlen_forward
+
+            _, _, _, _, out, lse, _, _ = _flash_attn_varlen_forward(
+                q=q,
+                k=k,
+                v=v,
+                cu_seqlens_q=cu_seqlens,
+                cu_seqlens_k=cu_seqlens,
+                max_seqlen_q=max_seqlen,
+                max_seqlen_k=max_seqlen,
+                softmax_scale=softmax_scale,
+                causal=True,
+                dropout_p=0.0,
+            )
+            """),
+            example_code("""
+            import porter_runtime
+
+            _, _, _, _, out, lse, _, _ = porter_runtime.flash_attn_varlen_forward(
+                q=q,
+                k=k,
+                v=v,
+                cu_seqlens_q=cu_seqlens,
+                cu_seqlens_k=cu_seqlens,
+                max_seqlen_q=max_seqlen,
+                max_seqlen_k=max_seqlen,
+                softmax_scale=softmax_scale,
+                causal=True,
+                dropout_p=0.0,
+                flash_attn_release="2.6",
+            )
+            """),
+        ),
+        # nothing shows which release's result this expects: a finding
+        Example("from flash_attn.flash_attn_interface import _flash_attn_forward\n"
+                "result = _flash_attn_forward(q, k, v, 0.0, scale, True)\n"),
         # only flash_attn's kernels return the softmax statistics: a finding
         Example("from flash_attn import flash_attn_func\n"
                 "out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True)\n"),
@@ -292,8 +386,8 @@ class FlashAttnFunc(Rule):
         super().__init__(ctx)
         self._chains = None
         self._unpacked: set[cst.Call] = set()
-        self._ported: Counter[str] = Counter()  # bare names whose calls were rewritten
-        self._loads: Optional[Counter[str]] = None
+        self._local = LocalImports(ROOTS)  # a function's own import, dead once its calls are ported
+        self._uses: Optional[dict[cst.Call, tuple]] = None  # how calls' results are used
 
     def visit_Assign(self, node: cst.Assign) -> None:
         self._unpacked.update(unpacked_call(node))
@@ -313,10 +407,28 @@ class FlashAttnFunc(Rule):
                                 "(1.x's own class on CUDA where it imports, its semantics on SDPA elsewhere)")
         if options[0] == FA3 and all(TARGETS.get(o) == "flash_attn_func" for o in options[1:]):
             return self._fa3(original, updated)
-        functions = {TARGETS.get(o) for o in options}
+        functions = {TARGETS.get(o) or PRIVATE_TARGETS.get(o) for o in options}
         if len(functions) != 1 or None in functions:
             return updated  # two different imports bind the name: the file has its own fallback
-        return self._fa2(original, updated, functions.pop())
+        function = functions.pop()
+        if function in PRIVATE:
+            return self._private(original, updated, function)
+        return self._fa2(original, updated, function)
+
+    def _private(self, original: cst.Call, updated: cst.Call, function: str) -> cst.BaseExpression:
+        if self._uses is None:
+            self._uses = result_uses(self.ctx.module)
+        problem, release = private_problem(original, function, self._uses.get(original))
+        if problem is not None:
+            self.flag(original, problem[0], suggestion=problem[1])
+            return updated
+        new = updated.with_changes(func=self.runtime(PRIVATE[function]))
+        if release is not None:
+            new = with_arg(new, cst.Arg(cst.SimpleString(f'"{release}"'), keyword=cst.Name("flash_attn_release"),
+                                        equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
+        told = f" (flash_attn {release}'s layout, as its result's use shows)" if release else ""
+        return self.rewrite(original, new, f"`{function}` (flash_attn's private function) now runs flash_attn's "
+                            f"own on CUDA and the same computation in PyTorch elsewhere{told}")
 
     def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
         flags, ported = self._scan()
@@ -328,7 +440,7 @@ class FlashAttnFunc(Rule):
     def rewrite(self, original, replacement, message, **kwargs):  # type: ignore[override]
         result = super().rewrite(original, replacement, message, **kwargs)
         if result is not original and isinstance(original, cst.Call) and isinstance(original.func, cst.Name):
-            self._ported[original.func.value] += 1
+            self._local.ported[original.func.value] += 1
         return result
 
     def _fa3(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
@@ -358,52 +470,5 @@ class FlashAttnFunc(Rule):
     def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
         flags, ported = self._scan()
         body = without_stops(self, original.body, updated.body, flags, ported, "flash_attn")
-        body = self._without_local_imports(body)
+        body = self._local.body(self.ctx.module, body)
         return updated if body is updated.body else updated.with_changes(body=body)
-
-    def _without_local_imports(self, body):
-        """A function's own ``from flash_attn... import X`` goes once every use of X in the
-        file was a call rewritten here (the engine's clean-up sees top-level imports only)."""
-        kept = [stmt for stmt in body if not self._dead_local_import(stmt)]
-        if len(kept) == len(body):
-            return body
-        if kept and body[0] is not kept[0]:
-            kept[0] = kept[0].with_changes(leading_lines=body[0].leading_lines)
-        return kept or body
-
-    def _dead_local_import(self, stmt: cst.BaseStatement) -> bool:
-        if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
-            return False
-        node = stmt.body[0]
-        if not isinstance(node, cst.ImportFrom) or node.relative or isinstance(node.names, cst.ImportStar):
-            return False
-        if not under(cst.Module([]).code_for_node(node.module) if node.module else None, ROOTS):
-            return False
-        names = [(a.asname.name if a.asname else a.name) for a in node.names]
-        if not all(isinstance(n, cst.Name) for n in names):
-            return False
-        if self._loads is None:
-            self._loads = _name_loads(self.ctx.module)
-        return all(self._ported[n.value] and self._ported[n.value] == self._loads[n.value] for n in names)
-
-
-class _Loads(cst.CSTVisitor):
-    def __init__(self) -> None:
-        super().__init__()
-        self.counts: Counter[str] = Counter()
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-        return False
-
-    def visit_Import(self, node: cst.Import) -> bool:
-        return False
-
-    def visit_Name(self, node: cst.Name) -> None:
-        self.counts[node.value] += 1
-
-
-def _name_loads(module: cst.Module) -> Counter:
-    """How often each name occurs in the module outside import statements."""
-    loads = _Loads()
-    module.visit(loads)
-    return loads.counts

@@ -6,7 +6,14 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rulebase.families.thirdparty.flash_attn_calls import FA3, FUNCTIONS, TARGETS, V1_CLASS
+from porter.rulebase.families.thirdparty.flash_attn_calls import (
+    FA3,
+    FUNCTIONS,
+    PRIVATE,
+    PRIVATE_TARGETS,
+    TARGETS,
+    V1_CLASS,
+)
 from porter.rulebase.rule import Example, Needs, Rule, Safety
 from porter.rulebase.families.thirdparty.uses import (
     GuardTracker,
@@ -40,7 +47,7 @@ _ADVICE = [
      "or torch.nn.MultiheadAttention"),
 ]
 _FUNCTION_NAMES = frozenset({*TARGETS, FA3})
-_PORTED_CALLS = _FUNCTION_NAMES | {V1_CLASS}
+_PORTED_CALLS = _FUNCTION_NAMES | {V1_CLASS} | set(PRIVATE_TARGETS)
 
 
 def _advice(name: str) -> str:
@@ -51,6 +58,10 @@ def _advice(name: str) -> str:
         return "call porter_runtime.fa3_attention (FA3's signature) where this value is used"
     if name == V1_CLASS:
         return "construct porter_runtime.FlashAttention (flash-attn 1.x's signature) where this value is used"
+    if name in PRIVATE_TARGETS:
+        return (f"call porter_runtime.{PRIVATE[PRIVATE_TARGETS[name]]} (flash_attn's private signature, "
+                "with flash_attn_release=\"2.5\"/\"2.6\"/\"2.7\" where the call does not show it) where "
+                "this value is used")
     if name in _FUNCTION_NAMES:
         twin = FUNCTIONS[TARGETS[name]][0]
         return f"call porter_runtime.{twin} (same signature) where this value is used"

@@ -41,6 +41,23 @@ FA3 = "flash_attn_interface.flash_attn_func"
 _FA3_OPTIONS = frozenset({"q", "k", "v", "softmax_scale", "causal", "window_size", "softcap",
                           "deterministic"})
 ROOTS = ("flash_attn", "flash_attn_interface")
+#: flash_attn's private forward/backward (custom autograd Functions call them for the
+#: log-sum-exp) → their runtime twins, which bind any 2.5-2.8 layout (attn/internals.py).
+PRIVATE = {
+    "_flash_attn_forward": "flash_attn_forward",
+    "_flash_attn_varlen_forward": "flash_attn_varlen_forward",
+    "_flash_attn_backward": "flash_attn_backward",
+    "_flash_attn_varlen_backward": "flash_attn_varlen_backward",
+}
+PRIVATE_TARGETS = {f"flash_attn.flash_attn_interface.{f}": f for f in PRIVATE}
+#: Where the window argument sits: a pair there is 2.5/2.6's layout, an int 2.7's.
+_WINDOW_AT = {"_flash_attn_forward": 6, "_flash_attn_varlen_forward": 10,
+              "_flash_attn_backward": 12, "_flash_attn_varlen_backward": 16}
+_RELEASE_KEYWORDS = frozenset({"window_size", "window_size_left", "window_size_right", "zero_tensors"})
+#: The result's length tells the release: 2.5/2.6's forward returns 8 values and their
+#: backward (dq, dk, dv, softmax_d); 2.7's return 4 values and softmax_d.
+_RELEASE_BY_ARITY = {("forward", 8): "2.6", ("forward", 4): "2.7", ("backward", 4): "2.6"}
+_KERNEL_ONLY = ("block_table", "leftpad_k", "seqused_k")
 #: flash-attn 1.x's attention module (removed in 2.0): its twin is a class of the runtime.
 V1_CLASS = "flash_attn.flash_attention.FlashAttention"
 
@@ -95,6 +112,37 @@ def fa2_problem(call: cst.Call, function: str) -> Optional[tuple[str, str]]:
     return None
 
 
+class _ResultUses(cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.uses: dict[cst.Call, tuple] = {}
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if isinstance(node.value, cst.Call) and len(node.targets) == 1:
+            target = node.targets[0].target
+            if isinstance(target, (cst.Tuple, cst.List)) and \
+                    not any(isinstance(e, cst.StarredElement) for e in target.elements):
+                self.uses[node.value] = ("unpack", len(target.elements))
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        if isinstance(node.value, cst.Call) and len(node.slice) == 1:
+            index = node.slice[0].slice
+            if isinstance(index, cst.Index) and isinstance(index.value, cst.Integer):
+                self.uses[node.value] = ("index", int(index.value.value))
+
+    def visit_Expr(self, node: cst.Expr) -> None:
+        if isinstance(node.value, cst.Call):
+            self.uses[node.value] = ("discard",)
+
+
+def result_uses(module: cst.Module) -> dict[cst.Call, tuple]:
+    """How each call's result is used, where the statement around it shows it (the
+    ``use`` of private_problem)."""
+    visitor = _ResultUses()
+    module.visit(visitor)
+    return visitor.uses
+
+
 class PortedUses(UseFinder, cst.CSTVisitor):
     """Whether every use of a flash_attn name in a module is a call TP101 rewrites."""
 
@@ -105,6 +153,8 @@ class PortedUses(UseFinder, cst.CSTVisitor):
         self.qualname = rule.qualname
         self.all_ported = True
         self._unpacked: set[cst.Call] = set()
+        self._uses: Optional[dict[cst.Call, tuple]] = None
+        self.module = rule.ctx.module
 
     def visit_Assign(self, node: cst.Assign) -> None:
         self._unpacked.update(unpacked_call(node))
@@ -119,7 +169,11 @@ class PortedUses(UseFinder, cst.CSTVisitor):
         return False
 
     def on_use(self, node: cst.BaseExpression, name: str, call: Optional[cst.Call]) -> None:
-        if call is None or name not in TARGETS and name not in (FA3, V1_CLASS):
+        if call is not None and name in PRIVATE_TARGETS:
+            if self._uses is None:
+                self._uses = result_uses(self.module)
+            self.all_ported &= private_problem(call, PRIVATE_TARGETS[name], self._uses.get(call))[0] is None
+        elif call is None or name not in TARGETS and name not in (FA3, V1_CLASS):
             self.all_ported = False
         elif name == V1_CLASS:
             pass  # any arguments: the twin has 1.x's signature
@@ -136,3 +190,33 @@ _SUGGEST_NEEDS = {
     "block_table": "off CUDA gather the pages into contiguous k/v (k_cache[block_table].flatten(1, 2)) "
                    "and call porter_runtime.attention_varlen without block_table",
 }
+
+
+def private_problem(call: cst.Call, function: str, use: Optional[tuple]
+                    ) -> tuple[Optional[tuple[str, str]], Optional[str]]:
+    """(why a call of a private flash_attn function can't become its twin, or None;
+    the release to pass the twin, when only the way its result is used tells).
+
+    ``use``: ("unpack", n) for ``a, b, ... = f(...)``, ("index", i) for ``f(...)[i]``,
+    ("discard",) for a bare call statement, None otherwise."""
+    twin = PRIVATE[function]
+    names = {a.keyword.value for a in call.args if a.keyword is not None}
+    for name in _KERNEL_ONLY + ("return_softmax",):
+        arg = keyword(call, name)
+        if arg is not None and not literal_is(arg.value, "None" if name != "return_softmax" else "False"):
+            return (f"`{function}(..., {name}=...)` needs flash_attn's CUDA kernels; porter_runtime.{twin} "
+                    "raises NotImplementedError for it off CUDA",
+                    "keep this path for CUDA and give the code a PyTorch path elsewhere"), None
+    starred = any(a.star for a in call.args)
+    positional = sum(1 for a in call.args if a.keyword is None and not a.star)
+    if not starred and (names & _RELEASE_KEYWORDS or positional > _WINDOW_AT[function]):
+        return None, None  # the twin reads the release off the call itself
+    kind = "backward" if function.endswith("backward") else "forward"
+    if use is not None and use[0] == "unpack" and (kind, use[1]) in _RELEASE_BY_ARITY:
+        return None, _RELEASE_BY_ARITY[(kind, use[1])]
+    if not starred and use is not None and (use == ("discard",) or use == ("index", 0) and kind == "forward"):
+        return None, None  # the same in every release: the in-place gradients, or `out`
+    return (f"`{function}` is flash_attn's private function, whose arguments and results changed "
+            "between releases, and this call does not show which release it was written for",
+            f"call porter_runtime.{twin}(..., flash_attn_release=\"2.6\") (or \"2.5\", \"2.7\": the "
+            "release this code targets); it runs flash_attn's own function on CUDA"), None
