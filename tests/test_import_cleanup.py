@@ -382,3 +382,52 @@ def test_the_removal_edits_lines_as_libcsts_remover_does(monkeypatch):
     assert [sources[i][0] for i in removing if _port(sources[i][1], options) != ours[i]] == []
     assert len(removing) > 50  # the removal ran on many of them
     assert {f"list-{i}" for i in range(len(LISTS))} <= {sources[i][0] for i in removing}
+
+
+def test_an_import_nested_in_a_functions_branch_goes_with_its_last_use(tmp_path):
+    """ChatGLM-6B's vendored Trainer imports FSDP's ShardedGradScaler inside an `elif`
+    of a method; once PT503 made the call porter_runtime.ShardedGradScaler() the import
+    was left unused (a new ruff F401, blind round 9). It goes now, at any depth; an
+    import that is its block's only statement stays, and so does one still used."""
+    code = dedent("""\
+        import torch
+
+
+        class Trainer:
+            def setup(self, fsdp):
+                if fsdp:
+                    from torch.distributed.fsdp.sharded_grad_scaler import (
+                        ShardedGradScaler as FSDPShardedGradScaler,
+                    )
+
+                    self.scaler = FSDPShardedGradScaler()
+                else:
+                    self.scaler = torch.cuda.amp.GradScaler()
+                return self.scaler
+
+            def alone(self):
+                if True:
+                    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+                return ShardedGradScaler()
+
+            def kept(self):
+                from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+                scaler = ShardedGradScaler()
+                return scaler, ShardedGradScaler
+
+
+        print(type(Trainer().setup(True)).__name__, type(Trainer().setup(False)).__name__)
+        """)
+    new = migrate(code, "trainer.py").new.decode()
+    assert "FSDPShardedGradScaler" not in new
+    assert "            self.scaler = porter_runtime.ShardedGradScaler()\n" in new
+    assert new.count("from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler\n") == 2
+    script = tmp_path / "trainer.py"
+    script.write_text(new)
+    (tmp_path / "porter_runtime").symlink_to(Path(__import__("porter_runtime").__file__).parent)
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path,
+                          env={"CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin", "PORTER_QUIET": "1"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ShardedGradScaler GradScaler"

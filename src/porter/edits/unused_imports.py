@@ -304,19 +304,49 @@ def _remove_dead_module_imports(stmt: cst.Import, before, after, context, ctx) -
 
 # -- imports inside functions -----------------------------------------------------------
 
-def _local_cuda_imports(tree: ast.AST) -> bool:
-    """Whether a function's own statements import a CUDA-only package, or torch itself
-    (cheap: ``ast``)."""
+def _local_import_bindings(tree: ast.AST) -> set[str]:
+    """The names absolute imports bind inside functions, at any depth (cheap: ``ast``)."""
+    names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for stmt in node.body:
-                if isinstance(stmt, ast.Import) and any(a.name.split(".")[0] in CUDA_ONLY_PACKAGES or a.name == "torch"
-                                                        for a in stmt.names):
-                    return True
-                if isinstance(stmt, ast.ImportFrom) and not stmt.level and stmt.module \
-                        and stmt.module.split(".")[0] in CUDA_ONLY_PACKAGES:
-                    return True
-    return False
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.Import):
+                    names.update((a.asname or a.name.split(".")[0]) for a in inner.names)
+                elif isinstance(inner, ast.ImportFrom) and not inner.level:
+                    names.update((a.asname or a.name) for a in inner.names if a.name != "*")
+    return names
+
+
+class _Lines(cst.CSTVisitor):
+    """A function's simple statement lines at any depth (not inside a nested definition),
+    each with the number of statements of its block."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[tuple[cst.SimpleStatementLine, int]] = []
+        self._blocks: list[int] = []
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+        self._blocks.append(len(node.body))
+
+    def leave_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+        self._blocks.pop()
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
+        self.found.append((node, self._blocks[-1] if self._blocks else 0))
+        return False
+
+
+def _function_lines(function: cst.FunctionDef) -> list[tuple[cst.SimpleStatementLine, int]]:
+    lines = _Lines()
+    function.body.visit(lines)
+    return lines.found
 
 
 class _Functions(cst.CSTVisitor):
@@ -350,20 +380,18 @@ def _loads(node: cst.CSTNode, name: str) -> int:
     return uses(node, [name], skip=cst.Pass())
 
 
-def _local_import_names(line: cst.SimpleStatementLine, torch: bool = False) -> list[tuple[str, cst.ImportAlias]]:
-    """The names a function's import line binds from a CUDA-only package; with ``torch``,
-    from ``import torch`` too (the function now calls porter_runtime, which imports torch:
-    FastChat's ``get_gpu_memory`` kept ``import torch`` for ``torch.cuda.device`` alone)."""
+def _local_import_names(line: cst.SimpleStatementLine) -> list[tuple[str, cst.ImportAlias]]:
+    """The names a function's absolute import line binds (FastChat's ``get_gpu_memory``
+    kept ``import torch`` for ``torch.cuda.device`` alone; ChatGLM-6B's Trainer an FSDP
+    ``ShardedGradScaler`` import in an ``elif`` for the call now made to the runtime)."""
     found = []
     for small in line.body:
         if isinstance(small, cst.Import):
             for alias in small.names:
                 full = dotted_name(alias.name) or ""
-                if full.split(".")[0] in CUDA_ONLY_PACKAGES or (torch and full == "torch"):
-                    found.append((alias_asname(alias) or full.split(".")[0], alias))
+                found.append((alias_asname(alias) or full.split(".")[0], alias))
         elif isinstance(small, cst.ImportFrom) and not small.relative and small.module is not None \
-                and not isinstance(small.names, cst.ImportStar) \
-                and (dotted_name(small.module) or "").split(".")[0] in CUDA_ONLY_PACKAGES:
+                and not isinstance(small.names, cst.ImportStar):
             for alias in small.names:
                 found.append((alias_asname(alias) or dotted_name(alias.name) or "", alias))
     return found
@@ -372,12 +400,21 @@ def _local_import_names(line: cst.SimpleStatementLine, torch: bool = False) -> l
 def _remove_dead_local_imports(new_module: cst.Module, ctx: RulePass) -> cst.Module:
     """``from xformers.ops import memory_efficient_attention`` at the top of a ``forward``
     whose call a rule rewrote still fails off CUDA each time the function runs: an
-    import of a CUDA-only package among a function's own statements goes (one name of
+    absolute import among a function's own statements (at any depth) goes (one name of
     it, or the line) when the function used the name before the rewrites and no longer
-    does. Functions are matched by their path (``Block.forward``); a line marked
-    ``# porter: ignore`` stays."""
+    does, as top-level imports do; never the last statement of its block. Functions
+    are matched by their path (``Block.forward``); a line marked ``# porter: ignore``
+    stays. Only names a replaced node read can have lost their use."""
     tree = parse(ctx.source)
-    if tree is None or not _local_cuda_imports(tree):
+    if tree is None:
+        return new_module
+    local = _local_import_bindings(tree)
+    if not local:
+        return new_module
+    taken = _Names()
+    for original, _ in ctx.replaced:
+        original.visit(taken)
+    if local.isdisjoint(taken.counts):
         return new_module
     before, after = _Functions(), _Functions()
     ctx.module.visit(before)
@@ -387,17 +424,15 @@ def _remove_dead_local_imports(new_module: cst.Module, ctx: RulePass) -> cst.Mod
         old = before.found.get(path)
         if function is None or old is None or not isinstance(function.body, cst.IndentedBlock):
             continue
-        old_lines = {i: line for i, line in enumerate(old.body.body)} if isinstance(old.body, cst.IndentedBlock) \
-            else {}
-        torch = _loads(function, RUNTIME) > 0
-        for line in function.body.body:
-            if not isinstance(line, cst.SimpleStatementLine) or not _local_import_names(line, torch):
+        old_lines = [line for line, _ in _function_lines(old)]
+        for line, siblings in _function_lines(function):
+            names = _local_import_names(line)
+            if not names or siblings < 2 or taken.counts.keys().isdisjoint(n for n, _ in names):
                 continue
-            twin = next((o for o in old_lines.values() if o.deep_equals(line)), None)
+            twin = next((o for o in old_lines if o.deep_equals(line)), None)
             if twin is None or ctx.ignored(twin):
                 continue
-            dead = {name for name, _ in _local_import_names(line, torch)
-                    if _loads(old, name) > 0 and _loads(function, name) == 0}
+            dead = {name for name, _ in names if _loads(old, name) > 0 and _loads(function, name) == 0}
             if dead:
                 edits[id(line)] = dead
     if not edits:
@@ -435,8 +470,10 @@ class _DropLocalNames(cst.CSTTransformer):
 
     def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
         """A function that now starts below a removed import line starts without the
-        blank line that followed it."""
-        if not original.body or id(original.body[0]) not in self.removed or not updated.body:
+        blank line that followed it. A block left empty keeps its lines."""
+        if original.body and not updated.body:
+            return original
+        if not original.body or id(original.body[0]) not in self.removed:
             return updated
         first = updated.body[0]
         if all(line.comment is None for line in first.leading_lines):
