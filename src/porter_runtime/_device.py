@@ -156,6 +156,9 @@ def resolve(announce: bool = True) -> Resolution:
     original did, and says nothing more); ``announce=False``, and any call made while a
     module is imported (a default argument), resolves without a word (see :func:`device_str`)."""
     global _resolution
+    if _resolution is not None and _resolution.kind == "mps" and not _group_started \
+            and not _overridden(_resolution) and _group_initialized():
+        note_process_group()  # a group the code made itself, after the device resolved to MPS
     if _resolution is None:
         override = os.environ.get("PORTER_DEVICE", "").strip()
         if _compat.emulated():
@@ -243,8 +246,13 @@ def _device(index: DeviceLike, announce: bool) -> torch.device:
     if isinstance(index, int) and not isinstance(index, bool):
         return _cuda_request(index, announce)
     requested = torch.device(index)
-    if requested.type == "mps" and _compat.emulated():
-        return _cuda_request(None, announce)  # an explicit "mps" is the emulated device
+    if (requested.type == "mps" or requested == EMULATED) and _compat.emulated():
+        return _cuda_request(None, announce)  # an explicit "mps" (or its mark, cpu:0) is the emulated device
+    if requested.type == "mps" and resolve(announce).kind == "cpu" and _distributed_on_a_mac() is not None \
+            and not os.environ.get("PORTER_DEVICE", "").strip() and torch.backends.mps.is_available():
+        # "mps" made earlier by device_str() (a config default read at import, before the
+        # process group existed): the group's process runs on the CPU, as the resolution says
+        return _cuda_request(None, announce)
     if requested.type != "cuda":
         return requested
     return _cuda_request(requested.index, announce)

@@ -4,6 +4,8 @@
 the runtime resolves a Mac that uses one to the CPU. CUDA is chosen as before."""
 from __future__ import annotations
 
+import gc
+
 import torch
 import torch.distributed as dist
 
@@ -96,3 +98,53 @@ def test_under_mps_emulation_a_group_resolves_to_the_cpu_as_on_a_mac(monkeypatch
     porter_runtime._reset()
     monkeypatch.setenv("WORLD_SIZE", "1")
     assert porter_runtime.device_type() == "cpu"
+
+
+def test_a_group_made_by_torch_after_mps_resolved_moves_the_device_and_its_string(simulate, tmp_path):
+    """detectron2 (blind round 9): `_C.MODEL.DEVICE = porter_runtime.device_str()` is read
+    at import, before launch() spawns the workers and each calls torch's own
+    init_process_group over Gloo; build_model then moves the model to
+    `porter_runtime.device(cfg.MODEL.DEVICE)`, and DDP broadcast its MPS parameters over
+    Gloo. The runtime now sees the group at the next call, and the "mps" it handed out
+    resolves with it; DDP trains on the CPU."""
+    simulate("mps")
+    configured = porter_runtime.device_str()
+    assert configured == "mps"
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", world_size=1, rank=0)
+    try:
+        assert porter_runtime.device(configured) == torch.device("cpu")
+        assert porter_runtime.device() == torch.device("cpu")
+        model = torch.nn.Linear(3, 2).to(porter_runtime.device(configured))
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        ddp(torch.ones(4, 3, device=porter_runtime.device(configured))).sum().backward()
+        assert model.weight.grad is not None
+        del ddp  # its Reducer goes before the group (the group is torch's own, not the runtime's)
+        gc.collect()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_an_explicit_mps_stays_without_a_group_or_with_porter_device(simulate, tmp_path, monkeypatch):
+    simulate("mps")
+    assert porter_runtime.device("mps") == torch.device("mps")
+    monkeypatch.setenv("PORTER_DEVICE", "mps")
+    porter_runtime._reset()
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", world_size=1, rank=0)
+    try:
+        assert porter_runtime.device("mps") == torch.device("mps")
+        assert porter_runtime.device() == torch.device("mps")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_under_mps_emulation_a_group_made_by_torch_is_seen_after_the_device_resolved(monkeypatch, tmp_path):
+    monkeypatch.setenv("PORTER_EMULATE", "mps")
+    porter_runtime._reset()
+    configured = porter_runtime.device_str()
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", world_size=1, rank=0)
+    try:
+        assert porter_runtime.device(configured) == torch.device("cpu")
+        assert porter_runtime.device_type() == "cpu"
+    finally:
+        dist.destroy_process_group()
+        porter_runtime._reset()
