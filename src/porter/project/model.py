@@ -65,6 +65,9 @@ class ProjectModel:
     #: a class of the tree derives from Trainer's arguments (``TrainingArguments``, TRL's
     #: ``SFTConfig``...): TP708 makes its ``__post_init__`` call porter_runtime.training_arguments
     trainer_arguments_class: bool = False
+    #: the tree sets a CUDA default tensor type (``torch.set_default_tensor_type(torch.cuda.FloatTensor)``):
+    #: PT912 gives the legacy ``torch.Tensor([...])`` constructors of the tree the default device
+    cuda_default_type: bool = False
 
     def read_elsewhere(self, rel: str, name: str) -> bool:
         """Whether another module of the tree reads ``name`` from the module ``rel``."""
@@ -137,7 +140,9 @@ def build_from(sources: Mapping[str, bytes], texts: Optional[Mapping[str, bytes]
                         unread_flags=unread_flags(sources), mapped_wrappers=mapped_wrappers(sources, modules),
                         cuda_gated=cuda_gated_modules(sources, modules),
                         caught_triton=caught_triton_modules(sources, modules), unreached=unreached,
-                        trainer_arguments_class=any(_TRAINER_ARGUMENTS.search(data) for data in sources.values()))
+                        trainer_arguments_class=any(_TRAINER_ARGUMENTS.search(data) for data in sources.values()),
+                        cuda_default_type=any(CUDA_DEFAULT_TYPE.search(data) for data in sources.values()
+                                              if b"set_default_tensor_type" in data))
 
 
 def _import_targets(index: "_Index", rel: str, data: bytes) -> list[str]:
@@ -159,6 +164,8 @@ def _import_targets(index: "_Index", rel: str, data: bytes) -> list[str]:
 
 #: ``class Args(transformers.TrainingArguments):``, ``class TrainingArguments(
 #: transformers.TrainingArguments)``, ``class ScriptArguments(SFTConfig):``: the classes TP708 hooks.
+#: ``set_default_tensor_type(torch.cuda.FloatTensor)`` / ``('torch.cuda.HalfTensor')`` / ``(t.cuda.DoubleTensor)``.
+CUDA_DEFAULT_TYPE = re.compile(rb"set_default_tensor_type\(\s*['\"]?[\w.]*\bcuda\.\w*Tensor")
 _TRAINER_ARGUMENTS = re.compile(
     rb"class[ \t]+\w+[ \t]*\([^)]*\b(?:Seq2Seq)?(?:TrainingArguments|SFTConfig|DPOConfig|GRPOConfig|RewardConfig|ORPOConfig|KTOConfig)\b")
 
