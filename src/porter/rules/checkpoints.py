@@ -224,8 +224,11 @@ class TorchLoadMapLocation(Scoped, Rule):
         if literal is not None:
             # torch.load and torch.jit.load treat torch.device("cuda:1") as "cuda:1".
             return self.runtime_call("map_location", literal)
-        if is_device_expr(self, original):
-            # ``updated``: torch.device(...) may already be the runtime's device (PT002).
+        if is_device_expr(self, original) or (isinstance(updated, cst.Call)
+                                               and updated.func.deep_equals(self.runtime("device"))):
+            # ``updated``: torch.device(...) may already be the runtime's device (PT002, or
+            # the device flow's ``torch.device(location)`` for a location callers pass as
+            # "cuda": ControlNet's load_state_dict, whose second --write wrapped it).
             return self.runtime_call("map_location", updated)
         if isinstance(original, cst.Lambda):
             return self._lambda(original, updated)

@@ -1,0 +1,55 @@
+"""ControlNet (blind round 10): `torch.load(path, map_location=torch.device(location))` in
+a loader whose callers pass `location='cuda'`. The device flow makes `torch.device(location)`
+the runtime's device, and PT601 wrapped that in `porter_runtime.map_location(...)` only on a
+second `--write`: not idempotent, not `--check` clean. One pass now gives the final form,
+and the ported loader reads a checkpoint saved on CUDA (its storages tagged `cuda:0`)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from textwrap import dedent
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench" / "gauntlet_repos"))
+from _recipe import save_cuda_checkpoint  # noqa: E402
+
+MODEL = dedent("""\
+    import torch
+
+
+    def load_state_dict(ckpt_path, location='cpu'):
+        state_dict = torch.load(ckpt_path, map_location=torch.device(location))
+        return state_dict.get('state_dict', state_dict)
+    """)
+DEMO = dedent("""\
+    import torch
+
+    from model import load_state_dict
+
+    net = torch.nn.Linear(2, 2)
+    net.load_state_dict(load_state_dict('./weights.pth', location='cuda'))
+    print(net.weight.device.type)
+    """)
+
+
+def _porter(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "porter", "migrate", *args, "-q", "--no-progress"],
+                          capture_output=True, text=True)
+
+
+def test_one_write_reaches_the_fixed_point_and_the_port_loads_a_cuda_checkpoint(tmp_path):
+    (tmp_path / "model.py").write_text(MODEL)
+    (tmp_path / "demo.py").write_text(DEMO)
+    import torch
+
+    save_cuda_checkpoint({"state_dict": torch.nn.Linear(2, 2).state_dict()}, tmp_path / "weights.pth")
+    assert _porter(str(tmp_path), "--write").returncode in (0, 2)
+    ported = (tmp_path / "model.py").read_text()
+    assert "map_location=porter_runtime.map_location(porter_runtime.device(location))" in ported
+    first = {p.name: p.read_bytes() for p in tmp_path.rglob("*.py")}
+    assert _porter(str(tmp_path), "--write").returncode in (0, 2)
+    assert {p.name: p.read_bytes() for p in tmp_path.rglob("*.py")} == first
+    done = subprocess.run([sys.executable, "demo.py"], cwd=tmp_path, capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": "", "PORTER_QUIET": "1"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "cpu"
