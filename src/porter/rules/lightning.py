@@ -51,7 +51,9 @@ class LightningCudaChoices(Rule):
     device, or DDP over Gloo for several processes, the model unsharded. Any other strategy
     is returned as it is. `lightning_args` changes the namespace in place off CUDA (so the
     script's own `if "deepspeed" in args.strategy:` that follows sees what Lightning got),
-    and unsets Lightning 1.x's `gpus` count there; on CUDA it returns it untouched.
+    and unsets Lightning 1.x's `gpus` count there; on CUDA it returns it untouched. A
+    `gpus=N` written in a `Trainer(...)` call becomes `gpus=porter_runtime.cuda_option(N)`:
+    N on CUDA, None (no GPU asked for) elsewhere.
 
     Known limits:
     Only keywords of the call itself and `from_argparse_args`: a config dict filled first
@@ -172,6 +174,23 @@ class LightningCudaChoices(Rule):
                     trainer.strategy.config["zero_optimization"]["allgather_bucket_size"] = args.ds_bucket_mb * 1000 * 1000
                 """),
         ),
+        Example(  # ControlNet's tutorial_train.py: Lightning 1.x's gpus count (blind round 10)
+            dedent("""\
+                import pytorch_lightning as pl
+
+                logger = ImageLogger(batch_frequency=logger_freq)
+                trainer = pl.Trainer(gpus=1, precision=32, callbacks=[logger])
+                trainer.fit(model, dataloader)
+                """),
+            dedent("""\
+                import porter_runtime
+                import pytorch_lightning as pl
+
+                logger = ImageLogger(batch_frequency=logger_freq)
+                trainer = pl.Trainer(gpus=porter_runtime.cuda_option(1), precision=32, callbacks=[logger])
+                trainer.fit(model, dataloader)
+                """),
+        ),
         Example(  # an accelerator read from a config
             "import lightning as L\n\n\ndef build(cfg):\n"
             "    return L.Trainer(accelerator=cfg.trainer.accelerator, devices=cfg.trainer.devices)\n",
@@ -204,6 +223,9 @@ class LightningCudaChoices(Rule):
             elif keyword == "strategy" and string_value(arg.value) not in _ANYWHERE and not _is_runtime(arg.value):
                 args[i] = arg.with_changes(value=self.runtime_call("lightning_strategy", arg.value))
                 said.append("its strategy")
+            elif keyword == "gpus" and name.endswith("Trainer") and not _no_gpus(arg.value) and not _is_runtime(arg.value):
+                args[i] = arg.with_changes(value=self.runtime_call("cuda_option", arg.value))
+                said.append("gpus=" + (self.ctx.code_for(arg.value) if len(self.ctx.code_for(arg.value)) < 20 else "..."))
         if not said:
             return updated
         return self.rewrite(original, updated.with_changes(args=args),
@@ -219,8 +241,14 @@ def _is_value(node: cst.BaseExpression) -> bool:
     return isinstance(node, (cst.Attribute, cst.Subscript, cst.Call))
 
 
+def _no_gpus(node: cst.BaseExpression) -> bool:
+    """``gpus=None`` / ``gpus=0``: no GPU asked for."""
+    return (isinstance(node, cst.Name) and node.value == "None") or \
+        (isinstance(node, cst.Integer) and node.value == "0")
+
+
 def _is_runtime(node: cst.BaseExpression) -> bool:
     """Already ``porter_runtime.lightning_strategy(...)`` (or its accelerator or namespace
 twin: a second run), whatever the binding."""
     return isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and \
-        node.func.attr.value in ("lightning_strategy", "lightning_accelerator", "lightning_args")
+        node.func.attr.value in ("lightning_strategy", "lightning_accelerator", "lightning_args", "cuda_option")
