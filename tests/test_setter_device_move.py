@@ -3,7 +3,6 @@ float64 DDIM schedule it is given, moved to the device. The port is run on the C
 under the MPS emulation: float64 kept on the CPU, float32 (not MPS's TypeError) on MPS."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path

@@ -134,7 +134,8 @@ class SetterDeviceMove(Rule):
         if device is None:
             return updated
         new = self.runtime_call("to_device", receiver)
-        new = new.with_changes(args=[new.args[0].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+        comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        new = new.with_changes(args=[new.args[0].with_changes(comma=comma),
                                      cst.Arg(device, keyword=cst.Name("device"), equal=EQ)])
         return self.rewrite(original, new, f"`{receiver.value}` is stored as its callers made it, float64 included, "
                             "which MPS refuses: porter_runtime.to_device moves it as .to() does on CUDA and the CPU, "
