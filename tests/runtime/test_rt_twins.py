@@ -357,6 +357,16 @@ def test_device_module_answers_cudas_functions_off_cuda():
     assert porter_runtime.device_module("npu") == "npu"  # not a torch device module: as it was
 
 
+def test_device_modules_memory_submodule_answers_off_cuda():
+    """Liger-Kernel's callback (blind round 10): `getattr(torch, device).memory.max_memory_allocated()`;
+    torch.cpu and torch.mps have no `memory` submodule, torch.cuda's needs CUDA."""
+    assert not hasattr(torch.cpu, "memory")
+    for lookup in (torch.cpu, torch.cuda):
+        memory = porter_runtime.device_module(lookup).memory
+        assert memory.max_memory_allocated() == 0 and memory.reset_peak_memory_stats() is None
+    assert porter_runtime.device_module(torch.cuda).memory.list_gpu_processes  # the submodule's own names stay
+
+
 def test_mesh_device_type_is_the_value_on_cuda(simulate):
     simulate("cuda")
     for value in ("cuda", torch.device("cuda"), "cpu"):

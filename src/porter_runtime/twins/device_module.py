@@ -46,7 +46,11 @@ class DeviceModule:
 
     def __getattr__(self, name: str) -> Any:
         twin = TWINS.get(name)
-        return twin if twin is not None else getattr(self._module, name)
+        if twin is not None:
+            return twin
+        if name == "memory":  # torch.cuda.memory.max_memory_allocated(): torch.mps and torch.cpu have no submodule
+            return DeviceModule(getattr(self._module, "memory", self._module))
+        return getattr(self._module, name)
 
     def __repr__(self) -> str:
         return f"<porter_runtime.device_module of {getattr(self._module, '__name__', self._module)!r}>"
