@@ -19,6 +19,9 @@ from porter.rulebase.syntax import (
 )
 
 
+#: DeepSpeed's own group setup: ``dist_backend`` is its first parameter.
+_DEEPSPEED = frozenset({"deepspeed.init_distributed", "deepspeed.comm.init_distributed",
+                        "deepspeed.comm.comm.init_distributed"})
 _INIT_PARAMS = ("backend", "init_method", "timeout", "world_size", "rank", "store",
                 "group_name", "pg_options", "device_id")
 
@@ -47,6 +50,9 @@ class NcclInitProcessGroup(Rule):
     kept. A multi-process launch on MPS raises a clear error instead (Gloo can't send
     MPS tensors).
 
+    DeepSpeed's `deepspeed.init_distributed(dist_backend=X)` keeps its call, X becoming
+    `porter_runtime.dist_backend(X)`: X on CUDA, Gloo in place of NCCL elsewhere.
+
     Known limits:
     Calls with `*args` are reported, not rewritten. `dist.new_group(backend="nccl")`
     is not handled.
@@ -58,7 +64,7 @@ class NcclInitProcessGroup(Rule):
     needs = Needs(
         calls_only=True,
         targets=frozenset({"torch.distributed.init_process_group",
-                           "torch.distributed.distributed_c10d.init_process_group"}),
+                           "torch.distributed.distributed_c10d.init_process_group", *_DEEPSPEED}),
     )
 
     valid = [
@@ -90,11 +96,22 @@ class NcclInitProcessGroup(Rule):
             "import porter_runtime\nporter_runtime.init_process_group(backend=args.dist_backend, **cfg)\n",
         ),
         Example("import torch.distributed as dist\ndist.init_process_group(*launch_args)\n"),
+        Example(  # gpt-neox's initialize.py: the backend is its config's ("nccl")
+            "import deepspeed\n\n\ndef _initialize_distributed(neox_args):\n"
+            "    deepspeed.init_distributed(\n        dist_backend=neox_args.distributed_backend,\n"
+            "        auto_mpi_discovery=True,\n    )\n",
+            "import porter_runtime\nimport deepspeed\n\n\ndef _initialize_distributed(neox_args):\n"
+            "    deepspeed.init_distributed(\n        dist_backend=porter_runtime.dist_backend(neox_args.distributed_backend),\n"
+            "        auto_mpi_discovery=True,\n    )\n",
+        ),
     ]
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        if not self.matches(original.func):
+        target = self.matches(original.func)
+        if not target:
             return updated
+        if target in _DEEPSPEED:
+            return self._deepspeed(original, updated)
         if any(a.star == "*" for a in original.args):
             self.flag(original, "`init_process_group(*args)`: the backend can't be seen; NCCL is not built "
                       "on macOS", suggestion="porter_runtime.init_process_group(*args)")
@@ -105,9 +122,24 @@ class NcclInitProcessGroup(Rule):
         return self.rewrite(original, new, "NCCL is not built on macOS; the runtime uses Gloo off CUDA "
                             "and forwards unchanged on CUDA")
 
+    def _deepspeed(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        """``deepspeed.init_distributed(dist_backend=X)``: X through porter_runtime.dist_backend,
+        X itself on CUDA (gpt-neox passes its config's "nccl", blind round 10)."""
+        backend = argument(original, "dist_backend", 0)
+        if backend is None or backend.star or is_none(backend.value) or not self._may_be_nccl(original, "dist_backend"):
+            return updated
+        value = backend.value
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "dist_backend":
+            return updated  # a second run: already the runtime's
+        index = list(original.args).index(backend)
+        args = list(updated.args)
+        args[index] = args[index].with_changes(value=self.runtime_call("dist_backend", args[index].value))
+        return self.rewrite(original, updated.with_changes(args=args), "NCCL is not built on macOS; "
+                            "porter_runtime.dist_backend gives Gloo off CUDA and the same backend on CUDA")
+
     @staticmethod
-    def _may_be_nccl(call: cst.Call) -> bool:
-        backend = argument(call, "backend", 0)
+    def _may_be_nccl(call: cst.Call, name: str = "backend") -> bool:
+        backend = argument(call, name, 0)
         if backend is None:
             return any(a.star == "**" for a in call.args)  # a backend may hide in **kwargs
         value = string_value(backend.value)
