@@ -216,6 +216,11 @@ def private_problem(call: cst.Call, function: str, use: Optional[tuple]
         return None, _RELEASE_BY_ARITY[(kind, use[1])]
     if not starred and use is not None and (use == ("discard",) or use == ("index", 0) and kind == "forward"):
         return None, None  # the same in every release: the in-place gradients, or `out`
+    if starred:
+        return (f"`{function}` is flash_attn's private function, called here with `*`/`**` arguments porter "
+                "can't check against a release's layout",
+                f"call porter_runtime.{twin}(...) with the arguments written out (it binds flash_attn 2.5 to "
+                "2.8's layouts, and runs flash_attn's own function on CUDA)"), None
     return (f"`{function}` is flash_attn's private function, whose arguments and results changed "
             "between releases, and this call does not show which release it was written for",
             f"call porter_runtime.{twin}(..., flash_attn_release=\"2.6\") (or \"2.5\", \"2.7\": the "
