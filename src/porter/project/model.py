@@ -141,8 +141,7 @@ def build_from(sources: Mapping[str, bytes], texts: Optional[Mapping[str, bytes]
                         cuda_gated=cuda_gated_modules(sources, modules),
                         caught_triton=caught_triton_modules(sources, modules), unreached=unreached,
                         trainer_arguments_class=any(_TRAINER_ARGUMENTS.search(data) for data in sources.values()),
-                        cuda_default_type=any(CUDA_DEFAULT_TYPE.search(data) for data in sources.values()
-                                              if b"set_default_tensor_type" in data))
+                        cuda_default_type=any(sets_cuda_default_type(data) for data in sources.values()))
 
 
 def _import_targets(index: "_Index", rel: str, data: bytes) -> list[str]:
@@ -164,8 +163,16 @@ def _import_targets(index: "_Index", rel: str, data: bytes) -> list[str]:
 
 #: ``class Args(transformers.TrainingArguments):``, ``class TrainingArguments(
 #: transformers.TrainingArguments)``, ``class ScriptArguments(SFTConfig):``: the classes TP708 hooks.
-#: ``set_default_tensor_type(torch.cuda.FloatTensor)`` / ``('torch.cuda.HalfTensor')`` / ``(t.cuda.DoubleTensor)``.
-CUDA_DEFAULT_TYPE = re.compile(rb"set_default_tensor_type\(\s*['\"]?[\w.]*\bcuda\.\w*Tensor")
+#: ``set_default_tensor_type(torch.cuda.FloatTensor)`` / ``('torch.cuda.HalfTensor')`` / ``(t.cuda.DoubleTensor)``,
+#: in source whose comments :func:`sets_cuda_default_type` took out.
+CUDA_DEFAULT_TYPE = re.compile(rb"set_default_tensor_type\s*\(\s*['\"]?[\w.\s]*?\bcuda\s*\.\s*\w*Tensor")
+
+
+def sets_cuda_default_type(data: bytes) -> bool:
+    """Whether ``data`` calls ``set_default_tensor_type`` with a CUDA type (comments and
+    line breaks inside the call allowed)."""
+    return b"set_default_tensor_type" in data and \
+        CUDA_DEFAULT_TYPE.search(re.sub(rb"#[^\n]*", b"", data)) is not None
 _TRAINER_ARGUMENTS = re.compile(
     rb"class[ \t]+\w+[ \t]*\([^)]*\b(?:Seq2Seq)?(?:TrainingArguments|SFTConfig|DPOConfig|GRPOConfig|RewardConfig|ORPOConfig|KTOConfig)\b")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from porter.project.model import CUDA_DEFAULT_TYPE
+from porter.project.model import sets_cuda_default_type
 from porter.rulebase.rule import Example, Needs, Rule, Safety
 from porter.rulebase.families.thirdparty.uses import example_code
 
@@ -87,7 +87,7 @@ class LegacyDataTensor(Rule):
         if project is not None:
             self._applies = bool(getattr(project, "cuda_default_type", False))
         else:
-            self._applies = b"set_default_tensor_type" in ctx.source and CUDA_DEFAULT_TYPE.search(ctx.source) is not None
+            self._applies = sets_cuda_default_type(ctx.source)
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         if not self._applies or self.matches(original.func) != "torch.Tensor":
