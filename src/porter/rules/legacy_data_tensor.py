@@ -6,6 +6,7 @@ import libcst as cst
 
 from porter.project.model import sets_cuda_default_type
 from porter.rulebase.rule import Example, Needs, Rule, Safety
+from porter.rulebase.syntax import EQ, with_arg
 from porter.rulebase.families.thirdparty.uses import example_code
 
 #: What a data argument looks like: a literal list or tuple, or a comprehension of one.
@@ -98,9 +99,6 @@ class LegacyDataTensor(Rule):
         torch = original.func.value  # the module as the file names it (`torch`, `t`)
         func = cst.Attribute(torch, cst.Name("tensor"))
         dtype = cst.Call(cst.Attribute(torch, cst.Name("get_default_dtype")))
-        new = updated.with_changes(func=func, args=[
-            updated.args[0].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
-            cst.Arg(dtype, keyword=cst.Name("dtype"),
-                    equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))])
+        new = with_arg(updated.with_changes(func=func), cst.Arg(dtype, keyword=cst.Name("dtype"), equal=EQ))
         return self.rewrite(original, new, "`torch.Tensor(data)` ignores the default device the port sets off CUDA "
                             "(it made a CUDA tensor under the CUDA default tensor type); torch.tensor follows it")

@@ -225,7 +225,7 @@ class LightningCudaChoices(Rule):
                 said.append("its strategy")
             elif keyword == "gpus" and name.endswith("Trainer") and not _no_gpus(arg.value) and not _is_runtime(arg.value):
                 args[i] = arg.with_changes(value=self.runtime_call("cuda_option", arg.value))
-                said.append("gpus=" + (self.ctx.code_for(arg.value) if len(self.ctx.code_for(arg.value)) < 20 else "..."))
+                said.append("its gpus count")
         if not said:
             return updated
         return self.rewrite(original, updated.with_changes(args=args),

@@ -7,7 +7,7 @@ from typing import Optional
 import libcst as cst
 
 from porter.rulebase.rule import Example, Needs, Rule, Safety, keyword, positional
-from porter.rulebase.syntax import EQ, is_device_expr
+from porter.rulebase.syntax import EQ, is_device_expr, with_arg
 from porter.rulebase.families.thirdparty.uses import example_code
 
 
@@ -133,10 +133,7 @@ class SetterDeviceMove(Rule):
         device = self._device(original, updated)
         if device is None:
             return updated
-        new = self.runtime_call("to_device", receiver)
-        comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-        new = new.with_changes(args=[new.args[0].with_changes(comma=comma),
-                                     cst.Arg(device, keyword=cst.Name("device"), equal=EQ)])
+        new = with_arg(self.runtime_call("to_device", receiver), cst.Arg(device, keyword=cst.Name("device"), equal=EQ))
         return self.rewrite(original, new, f"`{receiver.value}` is stored as its callers made it, float64 included, "
                             "which MPS refuses: porter_runtime.to_device moves it as .to() does on CUDA and the CPU, "
                             "and as float32 on MPS")

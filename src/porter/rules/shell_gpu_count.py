@@ -6,6 +6,7 @@ import re
 from textwrap import dedent
 
 from porter.rulebase.rule import Example, Safety, TextRule
+from porter.rules.configs import SHELL_PATTERNS
 
 #: ``python -c`` / ``python3 -c`` / ``"$PYTHON" -c`` on the line, before any comment.
 _PYTHON_C = re.compile(r"""(?:\bpython[\w.]*|\$\{?PYTHON\}?)["']?\s+-c\s""")
@@ -40,7 +41,7 @@ class ShellGpuCount(TextRule):
     code = "PT706"
     name = "shell-gpu-count"
     safety = Safety.SAFE
-    patterns = ("*.sh", "*.bash", "*.zsh", "*.slurm", "*.sbatch")
+    patterns = SHELL_PATTERNS
     words = frozenset({"device_count"})
 
     valid = [
