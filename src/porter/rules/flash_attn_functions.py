@@ -22,8 +22,7 @@ from porter.rulebase.families.thirdparty.flash_attn_calls import (
     unpacked_call,
 )
 from porter.rulebase.rule import Example, Needs, Rule, Safety
-from porter.rulebase.syntax import with_arg
-from porter.rulebase.families.thirdparty.local_imports import LocalImports
+from porter.rulebase.syntax import EQ, with_arg
 from porter.rulebase.families.thirdparty.twin_flags import flags_for_twins, mark_probe_imports
 from porter.rulebase.families.thirdparty.uses import (
     chain_alternatives,
@@ -386,7 +385,6 @@ class FlashAttnFunc(Rule):
         super().__init__(ctx)
         self._chains = None
         self._unpacked: set[cst.Call] = set()
-        self._local = LocalImports(ROOTS)  # a function's own import, dead once its calls are ported
         self._uses: Optional[dict[cst.Call, tuple]] = None  # how calls' results are used
 
     def visit_Assign(self, node: cst.Assign) -> None:
@@ -425,7 +423,7 @@ class FlashAttnFunc(Rule):
         new = updated.with_changes(func=self.runtime(PRIVATE[function]))
         if release is not None:
             new = with_arg(new, cst.Arg(cst.SimpleString(f'"{release}"'), keyword=cst.Name("flash_attn_release"),
-                                        equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
+                                        equal=EQ))
         told = f" (flash_attn {release}'s layout, as its result's use shows)" if release else ""
         return self.rewrite(original, new, f"`{function}` (flash_attn's private function) now runs flash_attn's "
                             f"own on CUDA and the same computation in PyTorch elsewhere{told}")
@@ -436,12 +434,6 @@ class FlashAttnFunc(Rule):
         updated = flags_for_twins(self, original, updated.with_changes(body=body), ROOTS, flags, ported, "flash_attn")
         updated = drop_dead_chains(self, original, updated, ROOTS, _CHAIN_ADVICE)
         return mark_probe_imports(original, updated, ROOTS)
-
-    def rewrite(self, original, replacement, message, **kwargs):  # type: ignore[override]
-        result = super().rewrite(original, replacement, message, **kwargs)
-        if result is not original and isinstance(original, cst.Call) and isinstance(original.func, cst.Name):
-            self._local.ported[original.func.value] += 1
-        return result
 
     def _fa3(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         problem = fa3_problem(original, original in self._unpacked)
@@ -470,5 +462,4 @@ class FlashAttnFunc(Rule):
     def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
         flags, ported = self._scan()
         body = without_stops(self, original.body, updated.body, flags, ported, "flash_attn")
-        body = self._local.body(self.ctx.module, body)
         return updated if body is updated.body else updated.with_changes(body=body)
