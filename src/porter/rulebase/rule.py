@@ -296,6 +296,11 @@ class TextFinding:
     severity: str = ""
 
 
+#: The file names of the text rules' two kinds of file: configs and shell scripts.
+CONFIG_PATTERNS = ("*.yaml", "*.yml", "*.json", "*.toml", "*.cfg", "*.ini")
+SHELL_PATTERNS = ("*.sh", "*.bash", "*.zsh", "*.slurm", "*.sbatch")
+
+
 class TextRule(BaseRule):
     """Base class of the rules for files that are not Python source (configs, shell
     scripts, dependency manifests). A text rule sees the decoded text of files whose

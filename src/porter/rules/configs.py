@@ -8,11 +8,9 @@ import re
 from typing import Iterator
 
 from porter.rulebase.cuda_packages import is_cuda_only_module
-from porter.rulebase.rule import INFO, Example, Safety, TextRule
+from porter.rulebase.rule import CONFIG_PATTERNS, INFO, SHELL_PATTERNS, Example, Safety, TextRule
 from porter.rulebase.syntax import hides_gpus
 
-CONFIG_PATTERNS = ("*.yaml", "*.yml", "*.json", "*.toml", "*.cfg", "*.ini")
-SHELL_PATTERNS = ("*.sh", "*.bash", "*.zsh", "*.slurm", "*.sbatch")
 
 # A key that names a device, set to a CUDA device, at the start of a line:
 # `device: cuda` (YAML), `- device: cuda:0`, `device = "cuda"` (TOML, INI), `"device": "cuda"` (JSON).

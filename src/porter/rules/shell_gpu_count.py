@@ -5,8 +5,7 @@ from __future__ import annotations
 import re
 from textwrap import dedent
 
-from porter.rulebase.rule import Example, Safety, TextRule
-from porter.rules.configs import SHELL_PATTERNS
+from porter.rulebase.rule import SHELL_PATTERNS, Example, Safety, TextRule
 
 #: ``python -c`` / ``python3 -c`` / ``"$PYTHON" -c`` on the line, before any comment.
 _PYTHON_C = re.compile(r"""(?:\bpython[\w.]*|\$\{?PYTHON\}?)["']?\s+-c\s""")
