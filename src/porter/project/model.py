@@ -33,7 +33,7 @@ from porter.project.cuda_gated import cuda_gated_modules
 from porter.project.flags import unread_flags
 from porter.project.import_fallbacks import caught_triton_modules
 from porter.project.loaders import mapped_wrappers
-from porter.project.unreached import unreached_modules
+from porter.project.unreached import other_vendor_modules, unreached_modules
 from porter.project.value_flow import FlowFacts, Kind, Scope
 from porter.project.value_flow import build as build_flow
 
@@ -62,6 +62,8 @@ class ProjectModel:
     caught_triton: frozenset[str] = frozenset()
     #: files nothing of the tree reaches: no script, test, notebook, config or import (porter.project.unreached)
     unreached: frozenset[str] = frozenset()
+    #: file -> which other accelerator's backend it is (porter.project.unreached)
+    other_vendor: dict[str, str] = field(default_factory=dict)
     #: a class of the tree derives from Trainer's arguments (``TrainingArguments``, TRL's
     #: ``SFTConfig``...): TP708 makes its ``__post_init__`` call porter_runtime.training_arguments
     trainer_arguments_class: bool = False
@@ -81,6 +83,17 @@ class ProjectModel:
         top = module.split(".")[0]
         return any(f"{base}{top}{tail}" in self.modules
                    for base in ("", "src/", "python/") for tail in ("/__init__.py", ".py"))
+
+    def never_runs_here(self, rel: str) -> str:
+        """Why the module ``rel`` never runs on a Mac as the tree is written, or "": the tree
+        imports it only where CUDA is, nothing of the tree reaches it, or it is another
+        accelerator's backend. What porter finds there is for information (porter.engine.stages.notes)."""
+        if rel in self.cuda_gated:
+            return "the tree imports this module only in code run where CUDA is"
+        if rel in self.unreached:
+            return "no script, test, notebook, config or module of the tree imports or runs this module"
+        vendor = self.other_vendor.get(rel)
+        return f"this module is {vendor}, which neither a Mac nor CUDA runs" if vendor else ""
 
     def overrides_method(self, class_name: str, method: str) -> bool:
         return method in self.overrides.get(class_name, ())
@@ -140,6 +153,7 @@ def build_from(sources: Mapping[str, bytes], texts: Optional[Mapping[str, bytes]
                         unread_flags=unread_flags(sources), mapped_wrappers=mapped_wrappers(sources, modules),
                         cuda_gated=cuda_gated_modules(sources, modules),
                         caught_triton=caught_triton_modules(sources, modules), unreached=unreached,
+                        other_vendor=other_vendor_modules(sources),
                         trainer_arguments_class=any(_TRAINER_ARGUMENTS.search(data) for data in sources.values()),
                         cuda_default_type=any(sets_cuda_default_type(data) for data in sources.values()))
 

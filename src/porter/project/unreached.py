@@ -1,5 +1,6 @@
-"""Modules of the tree that nothing of the tree runs: no script, test, notebook or config
-reaches them, and no other module imports them.
+"""Modules of the tree that never run on a Mac as the tree is written: those nothing of the
+tree runs (no script, test, notebook or config reaches them, and no other module imports
+them), and another accelerator's backend (the last section).
 
 HazyResearch/based carries two copies of flash-attn's ``ops`` package (``based/ops/`` and
 ``train/ops/``): fused dense layers, Triton kernels, apex-style norms. Its model and
@@ -30,6 +31,31 @@ dotted name ends that way (``import utils`` reaches each ``utils.py``), an impor
 in a file counts (in a function, under a guard, in a docstring's example), and a tree that
 is not read whole (a single file, a path inside the tree) or has nothing that runs by itself
 (a library of modules and package ``__init__`` files only) reaches everything.
+
+
+Another accelerator's backend (``other_vendor_modules``)
+--------------------------------------------------------
+Code for an Ascend NPU, an Intel XPU, a TPU, written beside the CUDA path and chosen only
+on that device, runs, but never on a Mac.
+
+Liger-Kernel keeps a Triton port of every kernel for Ascend NPUs in
+``src/liger_kernel/ops/backends/_ascend/ops/``; its registry loads that package only when
+the device is ``"npu"``. A Mac never runs it, nor does a CUDA machine, and porter's 94
+findings there (each kernel "needs a CUDA GPU") were all labelled false (blind round 10).
+What porter finds in such a module is listed for information (porter.engine.stages.notes);
+its rewrites are made as anywhere else.
+
+A module is another vendor's when both hold:
+
+- a folder on its path is named for the vendor (a word of the folder's name, split at
+  ``_``, ``-`` and ``.``: ``_ascend``, ``npu_ops``, ``xpu``, ``backends/tpu``), and
+- the vendor's own words are in the module or in that folder's ``__init__.py``
+  (``torch_npu``, ``"npu"``, ``Ascend``): a folder called ``tpu`` that is about
+  something else says nothing of XLA.
+
+The module's file name alone never makes it one (``npu_utils.py`` beside ``train.py`` is
+imported on every device), and a folder named for CUDA's own platforms (``cuda``, ``rocm``:
+ROCm builds of torch answer to "cuda") is not another vendor's.
 """
 
 from __future__ import annotations
@@ -206,3 +232,34 @@ def notebook_code(data: bytes) -> bytes:
     code: Sequence = [c.get("source", "") for c in cells if isinstance(c, dict) and c.get("cell_type") == "code"]
     return "\n".join("".join(p for p in s if isinstance(p, str)) if isinstance(s, list) else str(s)
                      for s in code).encode("utf-8", "replace")
+
+#: vendor -> (the words of a folder's name that name it, the words in code that confirm it)
+_VENDORS: dict[str, tuple[frozenset[str], re.Pattern[bytes]]] = {
+    "an Ascend NPU": (frozenset({"npu", "ascend"}), re.compile(rb"(?i)\b(?:npu|ascend|torch_npu)\b")),
+    "an Intel XPU": (frozenset({"xpu"}), re.compile(rb"(?i)\b(?:xpu|intel_extension_for_pytorch)\b")),
+    "a TPU (XLA)": (frozenset({"tpu", "xla"}), re.compile(rb"(?i)\b(?:torch_xla|xla|tpu)\b")),
+    "a Moore Threads GPU (MUSA)": (frozenset({"musa"}), re.compile(rb"(?i)\b(?:musa|torch_musa)\b")),
+    "a Cambricon MLU": (frozenset({"mlu", "cambricon"}), re.compile(rb"(?i)\b(?:mlu|torch_mlu)\b")),
+    "a Gaudi HPU": (frozenset({"hpu", "habana", "gaudi"}), re.compile(rb"(?i)\b(?:hpu|habana_frameworks)\b")),
+    "a Graphcore IPU": (frozenset({"ipu", "poptorch"}), re.compile(rb"(?i)\b(?:ipu|poptorch)\b")),
+}
+_WORDS = re.compile(r"[A-Za-z0-9]+")
+
+
+def other_vendor_modules(sources: Mapping[str, bytes]) -> dict[str, str]:
+    """File -> "a backend for VENDOR (under FOLDER/)" for each file of ``sources`` (the
+    tree's Python files) that is another accelerator's backend (module docstring)."""
+    found: dict[str, str] = {}
+    for rel, data in sources.items():
+        parts = rel.split("/")[:-1]
+        for depth in range(len(parts) - 1, -1, -1):
+            words = {w.lower() for w in _WORDS.findall(parts[depth])}
+            vendor = next((v for v, (names, _) in _VENDORS.items() if words & names), None)
+            if vendor is None:
+                continue
+            folder = "/".join(parts[: depth + 1])
+            init = sources.get(f"{folder}/__init__.py", b"")
+            if _VENDORS[vendor][1].search(data) or _VENDORS[vendor][1].search(init):
+                found[rel] = f"a backend for {vendor} (under `{folder}/`)"
+            break
+    return found

@@ -76,6 +76,8 @@ class CudaOnlyPackage(GuardTracker, Rule):
     code = "TP603"
     name = "cuda-only-package"
     safety = Safety.REVIEW
+    #: A note in a module whose top level already imports a CUDA-only package (its finding comes first).
+    restates_requirement = True
     # Only import statements are reported, so only the functions and classes that hold
     # one are parsed; the module-wide looks (is the import used, are all the uses of
     # an extension in CUDA branches: then it is TP604's) ask for the whole file when a

@@ -60,6 +60,8 @@ class CudaStream(_EventStreams, Rule):
     code = "PT110"
     name = "cuda-stream"
     safety = Safety.REVIEW
+    #: A note in a module whose top level already imports a CUDA-only package (its finding comes first).
+    restates_requirement = True
     needs = Needs(
         calls_only=True,
         targets=frozenset(twin_table({name: name for name in (
@@ -115,6 +117,8 @@ class EventStream(_EventStreams, Rule):
     code = "PT113"
     name = "event-stream"
     safety = Safety.SAFE
+    #: A note in a module whose top level already imports a CUDA-only package (its finding comes first).
+    restates_requirement = True
     needs = Needs(calls_only=True, targets=frozenset(twin_table({"current_stream": "current_stream"}, "streams")))
 
     valid = [

@@ -63,6 +63,8 @@ class TritonKernel(Rule):
     code = "TP601"
     name = "triton-kernel"
     safety = Safety.REVIEW
+    #: A note in a module whose top level already imports a CUDA-only package (its finding comes first).
+    restates_requirement = True
     needs = Needs(
         whole_file=True,  # launch sites anywhere in the module, by line
         targets=_TRITON_DECORATORS,

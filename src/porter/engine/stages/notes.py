@@ -41,20 +41,18 @@ _KINDS = ("device", "test", "gpus")
 
 
 def cuda_only_notes(findings: Sequence[Finding], data: bytes, keep: Collection[str] = (),
-                    gated_module: bool = False, restating: Collection[str] = (),
-                    unreached_module: bool = False) -> list[Finding]:
+                    restating: Collection[str] = (), never_runs: str = "") -> list[Finding]:
     """``findings`` with each one that needs a human, but lies in code only run where
     CUDA is, made a note that names the guard. ``keep``: the codes of the rules whose
     finding there is about the device split itself (``Rule.device_split``): they stay.
-    ``gated_module``: the tree imports this file only where CUDA is (porter.project.cuda_gated).
     ``restating``: the codes of the rules whose finding only states a CUDA requirement
     (``Rule.restates_requirement``): a note where the module's top level imports a
     CUDA-only package porter left as is (that import's finding states it first).
-    ``unreached_module``: nothing of the tree imports or runs this file (porter.project.unreached)."""
+    ``never_runs``: why the whole module never runs on a Mac (ProjectModel.never_runs_here), or ""."""
     if not any(f.needs_human for f in findings):
         return list(findings)
-    if gated_module or unreached_module:
-        return module_notes(findings, gated_module, unreached_module)
+    if never_runs:
+        return module_notes(findings, never_runs)
     tree = parse(data)
     if tree is None:
         return list(findings)
@@ -70,15 +68,14 @@ def cuda_only_notes(findings: Sequence[Finding], data: bytes, keep: Collection[s
     return _one_per_construct(findings, regions, keep)
 
 
-def module_notes(findings: Sequence[Finding], gated_module: bool, unreached_module: bool) -> list[Finding]:
+def module_notes(findings: Sequence[Finding], never_runs: str) -> list[Finding]:
     """``findings`` with each one that needs a human made a note, where the whole module
-    never runs off CUDA: the tree imports it only where CUDA is (``gated_module``), or
-    nothing of the tree imports or runs it (``unreached_module``)."""
-    if not (gated_module or unreached_module):
+    never runs on a Mac, for the reason ``never_runs`` says (ProjectModel.never_runs_here):
+    the tree imports it only where CUDA is, nothing of the tree imports or runs it, or it
+    is another accelerator's backend. "": ``findings`` as they are."""
+    if not never_runs:
         return list(findings)
-    why = "the tree imports this module only in code run where CUDA is" if gated_module else \
-        "no script, test, notebook, config or module of the tree imports or runs this module"
-    return [dataclasses.replace(f, severity=INFO, message=f"{f.message} (for information: {why})")
+    return [dataclasses.replace(f, severity=INFO, message=f"{f.message} (for information: {never_runs})")
             if f.needs_human else f for f in findings]
 
 
@@ -88,15 +85,36 @@ def _restated(findings: Sequence[Finding], tree, rewritten: Collection[int],
     imports a CUDA-only package porter left as is: the module never imports off CUDA
     until that import's finding is acted on, and the requirement it restates goes with it
     (tinyllama's fused cross-entropy: ``import xentropy_cuda_lib``, then
-    ``assert input.is_cuda`` in the loss that wraps it)."""
+    ``assert input.is_cuda`` in the loss that wraps it). One requirement, one finding:
+    the first such import's own finding stays, and the module's later CUDA-only imports,
+    its Triton kernels and its streams are notes (Liger-Kernel's CuTe DSL and cuTile
+    modules, blind round 10: up to 20 findings each for one ``import cutlass``). Once a
+    human guards that import, the next run finds no such import and they need a human again."""
     if not any(f.code in restating and f.needs_human for f in findings):
         return list(findings)
     line = top_level_cuda_import(tree, rewritten)
     if line is None:
         return list(findings)
-    return [dataclasses.replace(f, severity=INFO, message=f"{f.message} (for information: the module already needs "
-                                f"CUDA through its CUDA-only import at line {line}, whose finding comes first)")
-            if f.code in restating and f.needs_human else f for f in findings]
+    return [restated(f, line) if f.code in restating and f.needs_human and f.line != line else f for f in findings]
+
+
+def restated(finding: Finding, line: int) -> Finding:
+    """``finding`` made a note: the module's CUDA-only import at ``line`` states it first."""
+    return dataclasses.replace(finding, severity=INFO, message=f"{finding.message} (for information: the module "
+                               f"already needs CUDA through its CUDA-only import at line {line}, whose finding "
+                               f"comes first)")
+
+
+def restated_touchpoints(extra: Sequence[Finding], data: bytes, rewritten: Collection[int]) -> list[Finding]:
+    """The catch-all's findings (``extra``) made notes where the module's top level imports a
+    CUDA-only package porter left as is (``_restated``), but the one on that import's line."""
+    if not any(f.needs_human for f in extra):
+        return list(extra)
+    tree = parse(data)
+    line = None if tree is None else top_level_cuda_import(tree, rewritten)
+    if line is None:
+        return list(extra)
+    return [restated(f, line) if f.needs_human and f.line != line else f for f in extra]
 
 
 def _one_per_construct(findings: Sequence[Finding], regions: Sequence[Region], keep: Collection[str]) -> list[Finding]:

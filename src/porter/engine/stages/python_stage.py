@@ -27,7 +27,7 @@ from porter.edits.roundtrip import restore_untouched
 from porter.edits.runtime_import import add_runtime_import
 from porter.edits.unused_imports import remove_unused
 from porter.engine.stages.context import ignore_comments
-from porter.engine.stages.notes import cuda_only_notes, module_notes
+from porter.engine.stages.notes import cuda_only_notes, module_notes, restated_touchpoints
 from porter.engine.options import Options
 from porter.engine.prefilter import SyntaxFacts, byte_candidates, candidate_rules
 from porter.engine.results import FileResult, SourceResult
@@ -62,11 +62,9 @@ def migrate_source(
                              candidates=candidates, segments=segments)
     keep = {r.code for r in options.source_rules if r.device_split}
     project = options.project
-    gated = project is not None and path in project.cuda_gated
-    unreached = project is not None and path in project.unreached
     restating = {r.code for r in options.source_rules if r.restates_requirement}
-    result.findings = cuda_only_notes(result.findings, data, keep, gated_module=gated, restating=restating,
-                                      unreached_module=unreached)
+    result.findings = cuda_only_notes(result.findings, data, keep, restating=restating,
+                                      never_runs=project.never_runs_here(path) if project is not None else "")
     return result
 
 
@@ -222,9 +220,10 @@ def add_ledger(result: FileResult, data: bytes, options: Options) -> None:
         return
     if any(r.code == ledger.CODE for r in options.rules):
         extra = ledger.catch_all(result.path, data, result.ledger)
+        extra = restated_touchpoints(extra, data, {f.line for f in result.findings if f.action == "rewrite"})
         project = options.project
         if extra and project is not None:  # a module that never runs off CUDA, as in migrate_source
-            extra = module_notes(extra, result.path in project.cuda_gated, result.path in project.unreached)
+            extra = module_notes(extra, project.never_runs_here(result.path))
         if extra:
             result.findings = sorted(result.findings + extra, key=lambda f: (f.line, f.column, f.code))
 
