@@ -1,7 +1,8 @@
 """TP706 on a launch script, with the repository around it: `--tf32 True`,
 `--deepspeed` and a bitsandbytes `--optim` are notes where the repository's own
-TrainingArguments class is ported to call porter_runtime.training_arguments (which drops
-them off CUDA: LLaVA's and FastChat's scripts), findings where it is not, and the
+TrainingArguments class (or transformers', in its parser) is ported to call
+porter_runtime.training_arguments (which drops them off CUDA: LLaVA's and FastChat's
+scripts), findings where it is not, and the
 `deepspeed` launcher is a finding either way."""
 
 from pathlib import Path
@@ -38,6 +39,15 @@ PLAIN = dedent("""\
     parser = transformers.HfArgumentParser((transformers.TrainingArguments,))
     """)
 
+#: arguments built from a config the script reads: nothing of the tree reaches their checks
+BUILT = dedent("""\
+    import json
+
+    import transformers
+
+    args = transformers.TrainingArguments(**json.load(open("train.json")))
+    """)
+
 
 def _script_findings(tmp_path: Path, train_py: str) -> list[tuple[int, str, str]]:
     (tmp_path / "llava" / "train").mkdir(parents=True)
@@ -57,7 +67,14 @@ def test_options_the_ported_class_drops_are_notes_and_the_launcher_a_finding(tmp
                              (7, "--deepspeed", "info"), (7, "the", "")]
 
 
-def test_without_a_class_of_the_repository_every_option_is_a_finding(tmp_path):
+def test_transformers_own_class_in_the_parser_is_ported_too(tmp_path):
+    """TP709 wraps it in porter_runtime.training_arguments_class, which asks the same hook."""
     found = _script_findings(tmp_path, PLAIN)
+    assert sorted(found) == [(3, "--deepspeed", "info"), (5, "--tf32", "info"), (6, "this", "info"),
+                             (7, "--deepspeed", "info"), (7, "the", "")]
+
+
+def test_without_a_class_the_runtime_asks_every_option_is_a_finding(tmp_path):
+    found = _script_findings(tmp_path, BUILT)
     assert sorted(found) == [(3, "--deepspeed", ""), (5, "--tf32", ""), (6, "this", ""),
                              (7, "--deepspeed", ""), (7, "the", "")]

@@ -65,7 +65,8 @@ class ProjectModel:
     #: file -> which other accelerator's backend it is (porter.project.unreached)
     other_vendor: dict[str, str] = field(default_factory=dict)
     #: a class of the tree derives from Trainer's arguments (``TrainingArguments``, TRL's
-    #: ``SFTConfig``...): TP708 makes its ``__post_init__`` call porter_runtime.training_arguments
+    #: ``SFTConfig``...), or a parser of the tree fills one: TP708 makes the class's
+    #: ``__post_init__`` call porter_runtime.training_arguments, TP709 the parser's class
     trainer_arguments_class: bool = False
     #: the tree sets a CUDA default tensor type (``torch.set_default_tensor_type(torch.cuda.FloatTensor)``):
     #: PT912 gives the legacy ``torch.Tensor([...])`` constructors of the tree the default device
@@ -188,7 +189,8 @@ def sets_cuda_default_type(data: bytes) -> bool:
     return b"set_default_tensor_type" in data and \
         CUDA_DEFAULT_TYPE.search(re.sub(rb"#[^\n]*", b"", data)) is not None
 _TRAINER_ARGUMENTS = re.compile(
-    rb"class[ \t]+\w+[ \t]*\([^)]*\b(?:Seq2Seq)?(?:TrainingArguments|SFTConfig|DPOConfig|GRPOConfig|RewardConfig|ORPOConfig|KTOConfig)\b")
+    rb"(?:class[ \t]+\w+|HfArgumentParser|TrlParser)[ \t]*\([^)]*\b(?:Seq2Seq)?"
+    rb"(?:TrainingArguments|SFTConfig|DPOConfig|GRPOConfig|RewardConfig|ORPOConfig|KTOConfig)\b")
 
 
 # -- which names other modules read ----------------------------------------------

@@ -323,7 +323,8 @@ class ShellHfCudaOptions(TextRule):
     line for a Mac without these options (`--optim adamw_torch` for a paged AdamW).
 
     Where the repository derives its own class from `TrainingArguments` (or TRL's
-    `SFTConfig`...), TP708 makes that class call `porter_runtime.training_arguments`,
+    `SFTConfig`...), or its `HfArgumentParser` fills transformers' own, TP708 (TP709)
+    makes that class call `porter_runtime.training_arguments`,
     which unsets `tf32` and `deepspeed` and swaps a bitsandbytes optimizer for
     `adamw_torch` off CUDA: those options are then notes (for information). The
     `deepspeed` launcher stays a finding.
@@ -356,8 +357,8 @@ class ShellHfCudaOptions(TextRule):
                 kind = next(k for k in ("flag", "ds", "optim", "launcher") if match.group(k))
                 message, suggestion = _HF_ADVICE[kind]
                 if hooked and kind != "launcher":
-                    self.flag(number, f"{message} (for information: the repository's TrainingArguments class calls "
-                              "porter_runtime.training_arguments, which drops it off CUDA)",
+                    self.flag(number, f"{message} (for information: the TrainingArguments the repository parses "
+                              "calls porter_runtime.training_arguments, which drops it off CUDA)",
                               column=match.start(kind) + 1, before=line, suggestion=suggestion, severity=INFO)
                     continue
                 self.flag(number, message, column=match.start(kind) + 1, before=line, suggestion=suggestion)

@@ -5,6 +5,9 @@ a ported ``from_pretrained(...)`` / ``TrainingArguments(...)`` means the same th
 """
 from __future__ import annotations
 
+import copyreg
+import dataclasses
+import json
 import os
 
 from typing import Any, Optional, TypeVar
@@ -130,8 +133,60 @@ def training_arguments(args: Any) -> None:
                        "installed); left unset: the model's own layers compute the same loss, unfused")
         args.use_liger_kernel = False
     if getattr(args, "fsdp", None):
-        config = getattr(args, "fsdp_config", None)
-        if config is None or isinstance(config, dict):
-            args.fsdp_config = {**(config or {}), "sync_module_states": "false"}
+        config = _fsdp_config(getattr(args, "fsdp_config", None))
+        if config is not None:
+            config.pop("fsdp_sync_module_states", None)  # transformers strips "fsdp_" after: it would win
+            args.fsdp_config = {**config, "sync_module_states": "false"}
             _log.info_once("training_arguments.fsdp", "TrainingArguments: FSDP does not sync module states here "
                            "(no CUDA device for the broadcast); every rank loads the same weights")
+
+
+def _fsdp_config(config: Any) -> Optional[dict]:
+    """``TrainingArguments.fsdp_config`` as a dict: ``{}`` for None, a copy of a dict, the
+    JSON file a path names (``--fsdp_config fsdp_config.json``, which transformers would
+    read next); None for what can't be read, left for transformers to judge."""
+    if config is None:
+        return {}
+    if isinstance(config, dict):
+        return dict(config)
+    if isinstance(config, (str, os.PathLike)) and os.path.isfile(config):
+        try:
+            with open(config, encoding="utf-8") as handle:
+                loaded = json.load(handle)
+        except (OSError, ValueError):
+            return None
+        return loaded if isinstance(loaded, dict) else None
+    return None
+
+
+#: transformers' / TRL's argument classes -> the same class, with the runtime asked first
+_HOOKED: dict = {}
+
+
+def training_arguments_class(cls: T) -> T:
+    """``HfArgumentParser((ModelArguments, TrainingArguments))`` / ``TrlParser(...)`` with
+    transformers' or TRL's own argument class: on CUDA ``cls`` itself, so the original runs
+    as it was. Elsewhere a dataclass subclass of ``cls``, with the same name and fields, whose
+    ``__post_init__`` calls :func:`training_arguments` before transformers checks the options
+    the command line gave (``--tf32 True``, ``--fsdp_config fsdp.json``, ``--bf16`` on MPS),
+    as a repository's own subclass does once TP708 ports it. Trainer takes it as ``cls``, and
+    it pickles as ``cls`` (Trainer's ``training_args.bin`` loads where porter_runtime is not)."""
+    if _device.is_cuda() or not isinstance(cls, type) or not dataclasses.is_dataclass(cls):
+        return cls
+    hooked = _HOOKED.get(cls)
+    if hooked is None:
+        base: Any = cls
+
+        def __post_init__(self: Any) -> None:
+            training_arguments(self)
+            base.__post_init__(self)
+
+        def __reduce_ex__(self: Any, protocol: Any) -> Any:
+            # what pickle's protocols 0 and 1 write for a plain object, with the parent's class
+            return copyreg._reconstructor, (base, object, None), dict(self.__dict__)  # type: ignore[attr-defined]
+
+        # no @dataclass again: the parent's fields, __init__ (which calls __post_init__) and __repr__ hold
+        namespace = {"__post_init__": __post_init__, "__reduce_ex__": __reduce_ex__, "__module__": cls.__module__,
+                     "__qualname__": cls.__qualname__, "__doc__": cls.__doc__}
+        hooked = _HOOKED[cls] = type(cls.__name__, (cls,), namespace)
+    return hooked  # type: ignore[return-value]
