@@ -143,3 +143,18 @@ def test_the_port_runs_on_the_cpu(tmp_path):
                          env={"CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin"})
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip().endswith("torch.Size([4, 8])")
+
+
+def test_the_tree_s_own_kernel_package_is_not_a_cuda_only_import(tmp_path):
+    """Liger-Kernel imports ``liger_kernel`` (a CUDA-only package to everyone else) in its own
+    ops: that import states no requirement, so the kernels keep their findings."""
+    ops = "import torch\nfrom liger_kernel.ops.utils import ensure_contiguous\n" + KERNEL.replace("import torch\n", "")
+    root = make_tree(tmp_path / "repo", {
+        "train.py": "import torch\nfrom liger_kernel.ops.swiglu import dyt\n\nif __name__ == '__main__':\n"
+                    "    print(dyt(torch.ones(4).cuda(), 0.5))\n",
+        "liger_kernel/__init__.py": "", "liger_kernel/ops/__init__.py": "",
+        "liger_kernel/ops/utils.py": "def ensure_contiguous(fn):\n    return fn\n",
+        "liger_kernel/ops/swiglu.py": ops,
+    })
+    found = report_of(root, tmp_path, "own")["liger_kernel/ops/swiglu.py"]
+    assert [code for _, code in needing(found)] == ["TP601"]

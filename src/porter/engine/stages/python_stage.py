@@ -18,7 +18,7 @@ import dataclasses
 import os
 import re
 import warnings
-from typing import Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 import libcst as cst
 
@@ -41,6 +41,7 @@ from porter.files.sources import (
 )
 from porter.project.touchpoints import ledger
 from porter.project.vendoring.runtime_home import LazyBootstrap, runtime_home_fields
+from porter.rulebase.cuda_packages import is_cuda_only_module
 from porter.rulebase.rule import RUNTIME, Finding, Rule, WholeFile
 
 #: Set to "0" to parse every file whole (porter.engine.stages.segments); the output is the same.
@@ -64,7 +65,8 @@ def migrate_source(
     project = options.project
     restating = {r.code for r in options.source_rules if r.restates_requirement}
     result.findings = cuda_only_notes(result.findings, data, keep, restating=restating,
-                                      never_runs=project.never_runs_here(path) if project is not None else "")
+                                      never_runs=project.never_runs_here(path) if project is not None else "",
+                                      cuda_module=cuda_only_outside(project))
     return result
 
 
@@ -220,12 +222,21 @@ def add_ledger(result: FileResult, data: bytes, options: Options) -> None:
         return
     if any(r.code == ledger.CODE for r in options.rules):
         extra = ledger.catch_all(result.path, data, result.ledger)
-        extra = restated_touchpoints(extra, data, {f.line for f in result.findings if f.action == "rewrite"})
         project = options.project
+        extra = restated_touchpoints(extra, data, {f.line for f in result.findings if f.action == "rewrite"},
+                                     cuda_only_outside(project))
         if extra and project is not None:  # a module that never runs off CUDA, as in migrate_source
             extra = module_notes(extra, project.never_runs_here(result.path))
         if extra:
             result.findings = sorted(result.findings + extra, key=lambda f: (f.line, f.column, f.code))
+
+
+def cuda_only_outside(project) -> Callable[[str], bool]:
+    """Whether an import of a dotted name is of a CUDA-only package the tree does not itself
+    provide (ProjectModel.provides: Liger-Kernel's own ``liger_kernel``)."""
+    if project is None:
+        return is_cuda_only_module
+    return lambda module: is_cuda_only_module(module) and not project.provides(module)
 
 
 def ledger_source(data: bytes, path: str = "<string>") -> SourceResult:
