@@ -26,7 +26,8 @@ from porter.rulebase.syntax import (
 
 
 _DDP = frozenset({"torch.nn.parallel.DistributedDataParallel",
-                  "torch.nn.parallel.distributed.DistributedDataParallel"})
+                  "torch.nn.parallel.distributed.DistributedDataParallel",
+                  "mmcv.parallel.MMDistributedDataParallel", "mmengine.model.MMDistributedDataParallel"})
 
 
 class DdpDeviceIds(Rule):
@@ -57,8 +58,13 @@ class DdpDeviceIds(Rule):
     `**` are ported the same way (detectron2's `create_ddp_model`:
     `kwargs["device_ids"] = [comm.get_local_rank()]`, then `DDP(model, **kwargs)`).
 
+    OpenMMLab's `MMDistributedDataParallel` (mmcv, mmengine) is DDP with the same
+    arguments, and is ported the same way.
+
     Known limits:
     A `device_ids` list built elsewhere (`device_ids=ids`) is reported, not rewritten.
+    A copy of mmcv inside the repository (ControlNet's `annotator.uniformer.mmcv`) is
+    not known to be mmcv.
     Through a conditional, the other class (`NullDDP`) also gets None off CUDA. A
     name bound to DDP is tracked per file, not per scope.
     """
@@ -109,6 +115,14 @@ class DdpDeviceIds(Rule):
             "import porter_runtime\nimport torch.nn as nn\n\nwrapper = nn.parallel.DistributedDataParallel if distributed else Identity\n\n"
             "def wrap(model, gpu):\n    return wrapper(model, device_ids=porter_runtime.ddp_device_ids(gpu), "
             "output_device=porter_runtime.ddp_output_device(gpu))\n",
+        ),
+        Example(  # mmseg's apis/train.py
+            "from mmcv.parallel import MMDistributedDataParallel\n\n"
+            "model = MMDistributedDataParallel(\n    model.to(device),\n    device_ids=[local_rank],\n"
+            "    broadcast_buffers=False)\n",
+            "import porter_runtime\nfrom mmcv.parallel import MMDistributedDataParallel\n\n"
+            "model = MMDistributedDataParallel(\n    model.to(device),\n"
+            "    device_ids=porter_runtime.ddp_device_ids(local_rank),\n    broadcast_buffers=False)\n",
         ),
         Example(  # detectron2's create_ddp_model: the ids set in the kwargs DDP is given
             "from torch.nn.parallel import DistributedDataParallel\n\n\n"
