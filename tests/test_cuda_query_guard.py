@@ -4,8 +4,11 @@ through the real CLI, left as written by ``--write``; the same shape around anyt
 stays a finding."""
 
 import json
+import runpy
 import sys
 from pathlib import Path
+
+import torch
 
 from click.testing import CliRunner
 
@@ -139,3 +142,61 @@ def setup(args):
     assert [e["status"] for e in data["files"]] != ["error"]
     pt202 = {f["line"]: f.get("severity", "") for e in data["files"] for f in e["findings"] if f["code"] == "PT202"}
     assert pt202[9] == "info" and pt202.get(5) != "info"
+
+
+GPU_COUNT_SKIP = '''\
+import pytest
+import torch
+
+
+@pytest.mark.parametrize(
+    "tp_size",
+    [
+        pytest.param(
+            2,
+            marks=pytest.mark.skipif(
+                not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+                reason="requires >= 2 GPUs",
+            ),
+        ),
+    ],
+)
+def test_tensor_parallel(tp_size):
+    assert tp_size == 2
+'''
+
+
+def test_a_ported_count_still_shields_on_the_second_run(tmp_path):
+    """Liger-Kernel's megatron test (blind round 10): the count PT104 ports is still a
+    question about CUDA's devices, so the check stays a note and `--check` is clean after `--write`."""
+    root = make_tree(tmp_path / "repo", {"test/test_tp.py": GPU_COUNT_SKIP})
+    assert porter("migrate", root, "--write") == 0
+    assert "not torch.cuda.is_available() or porter_runtime.device_count() < 2" in (root / "test/test_tp.py").read_text()
+    report = tmp_path / "r.json"
+    assert porter("migrate", root, "--check", "--report", report) == 0
+    assert gauntlet.review_findings(json.loads(report.read_text())) == []
+
+
+EARLY_EXIT_ON_COUNT = '''\
+import torch
+
+
+def casting_devices(model):
+    if torch.cuda.device_count() == 0:
+        return [None]
+    devices = ["cpu", "cuda:0"]
+    if torch.cuda.device_count() > 1:
+        devices.append(f"cuda:{torch.cuda.device_count() - 1}")
+    return [None] + [d for d in devices if d != str(model.device)]
+'''
+
+
+def test_a_count_compared_with_zero_is_a_test_for_cuda_and_stays(tmp_path):
+    """detectron2's tests/test_export_torchscript.py (blind round 9): ported, the count of 1
+    off CUDA ran the CUDA cases on a Mac, and a second run found their "cuda:..." unported."""
+    root = make_tree(tmp_path / "repo", {"tests/test_export.py": EARLY_EXIT_ON_COUNT})
+    porter("migrate", root, "--write")
+    assert (root / "tests/test_export.py").read_text() == EARLY_EXIT_ON_COUNT
+    assert porter("migrate", root, "--check") == 0
+    ported = runpy.run_path(str(root / "tests/test_export.py"))
+    assert ported["casting_devices"](torch.nn.Linear(2, 2)) == [None]  # without CUDA, as the original

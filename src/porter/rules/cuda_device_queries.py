@@ -4,8 +4,11 @@
 
 from __future__ import annotations
 
+import libcst as cst
+
 from porter.rulebase.rule import Example, Needs, Rule, Safety
 from porter.rulebase.families.devices.twin_calls import TwinCall, twin_table
+from porter.rulebase.syntax import int_value
 from porter.rulebase.families.thirdparty.uses import example_code
 
 
@@ -33,6 +36,11 @@ class CudaDeviceQuery(TwinCall, Rule):
     `DeviceProperties` named tuple with `name`, `type`, `total_memory`,
     `multi_processor_count`, `major=0` and `minor=0`.
 
+    A count compared with 0 (`torch.cuda.device_count() == 0`, `> 0`, `< 1`) is a
+    test for CUDA, as `torch.cuda.is_available()` is, and stays as written: what it
+    guards is CUDA's code (detectron2's tests return early `if device_count() == 0`
+    and then name `"cuda:0"`), which a count of 1 off CUDA would run on a Mac.
+
     Known limits:
     `device_count()` used as a process count (`mp.spawn(nprocs=...)`, a world size) is
     rewritten like any other use and gives 1 process off CUDA. Attributes of CUDA's
@@ -50,8 +58,24 @@ class CudaDeviceQuery(TwinCall, Rule):
     })
     needs = Needs(calls_only=True, targets=frozenset(table))
 
+    def visit_Comparison(self, node: cst.Comparison) -> None:
+        """A count compared with 0 is left as written (the class's docstring)."""
+        if len(node.comparisons) == 1 and isinstance(node.left, cst.Call) and not node.left.args:
+            op, right = type(node.comparisons[0].operator), int_value(node.comparisons[0].comparator)
+            if right is not None and (right == 0 and op in (cst.Equal, cst.NotEqual, cst.GreaterThan, cst.LessThanEqual)
+                                      or right == 1 and op in (cst.LessThan, cst.GreaterThanEqual)):
+                self._tests = getattr(self, "_tests", set()) | {node.left}
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        if original in getattr(self, "_tests", ()) and self.matches(original.func) == "torch.cuda.device_count":
+            return updated
+        return super().leave_Call(original, updated)
+
     valid = [
         "def n(torch):\n    return torch.cuda.device_count()\n",
+        Example(  # detectron2's tests/test_export_torchscript.py: a test for CUDA, and CUDA's code after it
+            "import torch\n\n\ndef devices():\n    if torch.cuda.device_count() == 0:\n        return [None]\n"
+            "    return ['cpu', 'cuda:0']\n"),
         "import mylib as torch\nname = torch.cuda.get_device_name(0)\n",
         "import torch\nn = torch.mps.device_count()\n",
     ]

@@ -28,10 +28,12 @@ from porter.rulebase.conditions.availability_checks import availability_test
 from porter.rulebase.rule import Rule
 from porter.rulebase.walk import nodes_of
 
-#: torch.cuda queries about the CUDA device itself.
+#: torch.cuda queries about the CUDA device itself, and the runtime's twins that porter
+#: writes for some of them (a second run must read the ported check as the first did).
 CUDA_QUERIES = frozenset(f"torch.cuda.{n}" for n in (
     "is_bf16_supported", "get_device_capability", "get_device_properties", "get_device_name",
-    "get_arch_list", "mem_get_info", "device_count")) | {"porter_runtime.is_bf16_supported"}
+    "get_arch_list", "mem_get_info", "device_count")) | frozenset(f"porter_runtime.{n}" for n in (
+        "is_bf16_supported", "get_device_properties", "mem_get_info", "device_count"))
 
 
 def shielded_check(rule: Rule, node: cst.BooleanOperation) -> Optional[cst.Call]:
