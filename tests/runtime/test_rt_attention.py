@@ -185,10 +185,46 @@ def test_dropout_runs_on_every_path():
         assert out.shape == q.shape and torch.isfinite(out).all()
 
 
-def test_return_attn_probs_off_cuda_is_a_clear_error():
-    q, k, v = _inputs(4, 4, 2, 2, torch.float32)
-    with pytest.raises(NotImplementedError, match="return_attn_probs"):
-        porter_runtime.attention(q, k, v, return_attn_probs=True)
+def _lse_reference(q, k, v, causal):
+    """softmax(q·kᵀ/√d) v and its log-sum-exp, (B,S,H,D) in, lse (B,H,Sq), written out here."""
+    s = torch.einsum("bqhd,bkhd->bhqk", q, k) * q.shape[-1] ** -0.5
+    if causal:  # bottom-right aligned, as flash-attn's
+        sq, sk = s.shape[-2:]
+        s = s.masked_fill(torch.ones(sq, sk, dtype=torch.bool).tril(sk - sq).logical_not(), float("-inf"))
+    lse = torch.logsumexp(s, -1)
+    # a row that sees no key: flash-attn writes +inf (its output there is 0)
+    lse = torch.where(torch.isneginf(lse), torch.full_like(lse, float("inf")), lse)
+    return torch.einsum("bhqk,bkhd->bqhd", torch.softmax(s, -1).nan_to_num(0.0), v), lse
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_return_attn_probs_off_cuda_gives_the_lse_and_its_gradient(causal):
+    """ring-flash-attention's tests take the reference's LSE (``return_attn_probs=True``) and
+    backpropagate through it (blind round 11)."""
+    q, k, v = _inputs(5, 7, 3, 3, torch.float32)
+    out, lse, dropout_mask = porter_runtime.attention(q, k, v, causal=causal, return_attn_probs=True)
+    ref_out, ref_lse = _lse_reference(q, k, v, causal)
+    assert dropout_mask is None and lse.dtype == torch.float32 and lse.shape == ref_lse.shape
+    torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lse, ref_lse, atol=1e-5, rtol=1e-5)
+    grads = torch.autograd.grad((out * out).sum() + lse.sum(), (q, k, v))
+    ref_grads = torch.autograd.grad((ref_out * ref_out).sum() + ref_lse.sum(), (q, k, v))
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    packed = porter_runtime.attention_qkvpacked(torch.stack((q, q, q), 2), causal=causal, return_attn_probs=True)
+    torch.testing.assert_close(packed[1], _lse_reference(q, q, q, causal)[1], atol=1e-5, rtol=1e-5)
+
+
+def test_return_attn_probs_varlen_off_cuda_gives_each_sequence_s_lse():
+    q, k, v, cu_q, cu_k, mq, mk = _varlen_case(torch.float32, h=2, hk=2)
+    out, lse, _ = porter_runtime.attention_varlen(q, k, v, cu_q, cu_k, mq, mk, causal=True, return_attn_probs=True)
+    assert lse.shape == (q.shape[1], q.shape[0])  # (H, total_q), as flash-attn 2's varlen
+    torch.testing.assert_close(out, porter_runtime.attention_varlen(q, k, v, cu_q, cu_k, mq, mk, causal=True),
+                               atol=1e-5, rtol=1e-5)
+    for b in range(len(cu_q) - 1):
+        rq, rk = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
+        _, ref_lse = _lse_reference(q[None, rq], k[None, rk], v[None, rk], True)
+        torch.testing.assert_close(lse[:, rq], ref_lse[0], atol=1e-5, rtol=1e-5)
 
 
 def test_block_table_off_cuda_is_a_clear_error():

@@ -86,10 +86,13 @@ def test_return_attn_probs_error_on_cuda_says_why_not_that_cuda_is_missing(simul
     assert "on CUDA" not in message.replace("CUDA kernels", "")
 
 
-def test_return_attn_probs_error_off_cuda_names_the_device(simulate):
+def test_block_table_error_off_cuda_names_the_device(simulate):
     simulate("mps")
+    q, k, v = (x[0] for x in _qkv(torch.float32))
+    cu = torch.tensor([0, q.shape[0]], dtype=torch.int32)
     with pytest.raises(NotImplementedError, match="this machine runs mps, not CUDA"):
-        porter_runtime.attention(*_qkv(torch.float32), return_attn_probs=True)
+        porter_runtime.attention_varlen(q, k, v, cu, cu, q.shape[0], q.shape[0],
+                                        block_table=torch.zeros(1, 1, dtype=torch.int32))
 
 
 def test_nothing_warns_off_cuda(simulate, monkeypatch):

@@ -74,9 +74,11 @@ class FlashAttnFunc(Rule):
     fp16/bf16 inputs they call the same flash_attn function with the caller's
     arguments. Elsewhere they compute flash-attn's semantics with
     scaled_dot_product_attention (bottom-right causal and window masks, GQA/MQA,
-    ALiBi, softcap, zero rows for empty windows). Calls passing `return_attn_probs`
-    (other than `False`) or a paged `block_table` need flash_attn's own kernels and
-    are reported instead, as are calls with `*args`/`**kwargs`, unknown keywords, or
+    ALiBi, softcap, zero rows for empty windows); with `return_attn_probs=True` they
+    return `(out, softmax_lse, None)`, the log-sum-exp computed in PyTorch and
+    differentiable (ring attention's references backpropagate through it), and no
+    encoded dropout mask. Calls passing a paged `block_table` need flash_attn's own
+    kernels and are reported instead, as are calls with `*args`/`**kwargs`, unknown keywords, or
     positional arguments after `causal` (their meaning changed between releases).
     `fa3_attention` calls FA3's own function on CUDA where `flash_attn_interface`
     imports and returns what it returns (`(out, lse)` in some releases, so
@@ -120,6 +122,13 @@ class FlashAttnFunc(Rule):
             "out = flash_attn_func(q, k, v, dropout_p=0.1, causal=True)  # (B, S, H, D)\n",
             "import porter_runtime\nimport torch\n\n"
             "out = porter_runtime.attention(q, k, v, dropout_p=0.1, causal=True)  # (B, S, H, D)\n",
+        ),
+        # a reference that needs the log-sum-exp (ring-flash-attention's tests)
+        Example(
+            "from flash_attn import flash_attn_qkvpacked_func\n\n"
+            "out, lse, _ = flash_attn_qkvpacked_func(qkv, 0.0, causal=True, return_attn_probs=True)\n",
+            "import porter_runtime\n\n"
+            "out, lse, _ = porter_runtime.attention_qkvpacked(qkv, 0.0, causal=True, return_attn_probs=True)\n",
         ),
         # alias through the interface module
         Example(
@@ -370,9 +379,6 @@ class FlashAttnFunc(Rule):
         # nothing shows which release's result this expects: a finding
         Example("from flash_attn.flash_attn_interface import _flash_attn_forward\n"
                 "result = _flash_attn_forward(q, k, v, 0.0, scale, True)\n"),
-        # only flash_attn's kernels return the softmax statistics: a finding
-        Example("from flash_attn import flash_attn_func\n"
-                "out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True)\n"),
         Example("import flash_attn\nout = flash_attn.flash_attn_varlen_func("
                 "q, k, v, cu_q, cu_k, mq, mk, block_table=table)\n"),
         # positional arguments after `causal` changed meaning between releases

@@ -95,12 +95,30 @@ def _sdpa_options(options: dict[str, Any], why: Optional[str] = None) -> dict[st
         raise NotImplementedError(
             "return_attn_probs=True returns flash-attn's internal softmax_lse and dropout "
             f"mask, which only flash_attn's CUDA kernels compute; {where}. porter_runtime "
-            "computes attention with scaled_dot_product_attention and cannot return them.")
+            "computes attention with scaled_dot_product_attention here and cannot return them.")
     if options.pop("block_table", None) is not None:
         raise NotImplementedError("a paged KV cache (block_table) needs flash_attn's CUDA "
                                   f"kernels; {where}")
     options.pop("deterministic", None)  # SDPA off CUDA is deterministic without dropout
     return options
+
+
+def _with_lse(kind: str, tensors: tuple, options: dict[str, Any]) -> tuple:
+    """flash-attn's ``(out, softmax_lse, S_dmask)`` for ``return_attn_probs=True`` off CUDA:
+    the attention and its log-sum-exp (float32; (B, H, Sq), or (H, total_q) for varlen) from
+    the PyTorch twin of flash_attn's private forward (internals.py), differentiable through
+    ``out`` and the log-sum-exp, as ring attention's references need. ``S_dmask``, the encoded
+    dropout mask only flash_attn's kernels make, is None."""
+    from . import internals
+    left, right = options["window_size"]
+    result = internals.flash_attn_forward(*tensors, **{
+        "dropout_p": options["dropout_p"], "softmax_scale": options["softmax_scale"], "causal": options["causal"],
+        "window_size_left": left, "window_size_right": right, "softcap": options["softcap"],
+        "alibi_slopes": options["alibi_slopes"]}) if kind == "forward" else internals.flash_attn_varlen_forward(
+        *tensors, dropout_p=options["dropout_p"], softmax_scale=options["softmax_scale"], causal=options["causal"],
+        window_size_left=left, window_size_right=right, softcap=options["softcap"],
+        alibi_slopes=options["alibi_slopes"])
+    return result[0], result[1], None
 
 
 def _options(dropout_p: float, softmax_scale: Optional[float], causal: bool,
@@ -121,13 +139,15 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: floa
     CUDA + flash_attn + fp16/bf16: flash_attn_func(q, k, v, <same options>).
     Elsewhere (MPS, CPU, CUDA fp32): SDPA with flash-attn's semantics (bottom-right
     causal/window masks, GQA/MQA, ALiBi, softcap, zero rows for empty windows).
-    ``return_attn_probs=True`` raises NotImplementedError there.
+    ``return_attn_probs=True``: ``(out, softmax_lse, None)`` off CUDA (:func:`_with_lse`).
     """
     options = _options(dropout_p, softmax_scale, causal, window_size, softcap,
                        alibi_slopes, deterministic, return_attn_probs)
     flash, why = _flash_fn("flash_attn_func", q.dtype)
     if flash is not None:
         return flash(q, k, v, **_changed(options))
+    if return_attn_probs and why is None:
+        return _with_lse("forward", (q, k, v), options)
     return _attn_core.dense(q, k, v, **_sdpa_options(options, why))
 
 
@@ -144,6 +164,8 @@ def attention_qkvpacked(qkv: torch.Tensor, dropout_p: float = 0.0,
     if flash is not None:
         return flash(qkv, **_changed(options))
     q, k, v = qkv.unbind(2)
+    if return_attn_probs and why is None:
+        return _with_lse("forward", (q, k, v), options)
     return _attn_core.dense(q, k, v, **_sdpa_options(options, why))
 
 
@@ -160,6 +182,8 @@ def attention_kvpacked(q: torch.Tensor, kv: torch.Tensor, dropout_p: float = 0.0
     if flash is not None:
         return flash(q, kv, **_changed(options))
     k, v = kv.unbind(2)
+    if return_attn_probs and why is None:
+        return _with_lse("forward", (q, k, v), options)
     return _attn_core.dense(q, k, v, **_sdpa_options(options, why))
 
 
@@ -181,6 +205,9 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         extra = {"block_table": block_table} if block_table is not None else {}
         return flash(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                      **_changed(options), **extra)
+    if return_attn_probs and why is None and block_table is None:
+        return _with_lse("varlen_forward", (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k),
+                         options)
     options["block_table"] = block_table
     options = _sdpa_options(options, why)
     slopes = options.pop("alibi_slopes")

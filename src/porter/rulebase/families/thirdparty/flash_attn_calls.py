@@ -63,10 +63,8 @@ V1_CLASS = "flash_attn.flash_attention.FlashAttention"
 
 
 def _needs_flash(call: cst.Call) -> Optional[str]:
-    """The argument only flash_attn's kernels can honour, if the call passes one."""
-    probs = keyword(call, "return_attn_probs")
-    if probs is not None and not literal_is(probs.value, "False"):
-        return "return_attn_probs"
+    """The argument only flash_attn's kernels can honour, if the call passes one
+    (``return_attn_probs=True`` is not one: the twins return ``(out, softmax_lse, None)``)."""
     table = keyword(call, "block_table")
     if table is not None and not literal_is(table.value, "None"):
         return "block_table"
