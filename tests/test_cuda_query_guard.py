@@ -200,3 +200,29 @@ def test_a_count_compared_with_zero_is_a_test_for_cuda_and_stays(tmp_path):
     assert porter("migrate", root, "--check") == 0
     ported = runpy.run_path(str(root / "tests/test_export.py"))
     assert ported["casting_devices"](torch.nn.Linear(2, 2)) == [None]  # without CUDA, as the original
+
+
+SEVERAL_GPU_TEST = '''\
+import unittest
+
+import torch
+
+
+@unittest.skipUnless(torch.cuda.device_count() >= 2, "requires two CUDA devices")
+class TestShardedMuon(unittest.TestCase):
+    @property
+    def device_type(self):
+        return "cuda"
+
+    def test_world(self):
+        self.assertEqual(torch.device(self.device_type).type, "cuda")
+'''
+
+
+def test_a_ported_several_gpu_skip_still_skips_on_the_second_run(tmp_path):
+    """torchtitan's flex_shard tests: `skipUnless(device_count() >= 2)` guards "cuda"; once PT104
+    ports the count (1 off CUDA: still skipped on a Mac), the second run still reads it as a gate."""
+    root = make_tree(tmp_path / "repo", {"tests/test_dist_muon.py": SEVERAL_GPU_TEST})
+    assert porter("migrate", root, "--write") == 0
+    assert "porter_runtime.device_count() >= 2" in (root / "tests/test_dist_muon.py").read_text()
+    assert porter("migrate", root, "--check") == 0

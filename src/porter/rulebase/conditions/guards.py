@@ -12,10 +12,10 @@ Three kinds: ``"device"`` regions hang on a test of the device (porter can port 
 guard, and then its body must be ported too); ``"import"`` regions hang on a CUDA-only
 import succeeding; ``"test"`` regions are tests skipped off CUDA (porter.rulebase.conditions.test_gates:
 ``@unittest.skipIf(not torch.cuda.is_available(), ...)``, ``@skip_if_lt_x_gpu(4)``); ``"gpus"``
-regions run only with several GPUs (``if opts.num_gpus > 1:``), which a Mac never has:
-porter.engine.stages.notes lists what is found there, and rewrites stay. Positions are 1-based lines and 0-based character columns, the
-way LibCST counts them (``ast`` counts UTF-8 bytes).
-"""
+regions run only with several GPUs (``if opts.num_gpus > 1:``, a ported
+``porter_runtime.device_count() >= 2``), which a Mac never has: porter.engine.stages.notes
+lists what is found there, and rewrites stay. Positions: 1-based lines, 0-based character
+columns, as LibCST counts them (``ast`` counts UTF-8 bytes)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from porter.rulebase.cuda_packages import IMPORT_ROOTS, is_cuda_only_module
 from porter.rulebase.matching import ast_dotted_name
-from porter.rulebase.conditions.test_gates import gated_definition, gated_module
+from porter.rulebase.conditions.test_gates import gated_definition, gated_module, several_count, several_gpus
 
 Position = tuple[int, int]  # (line, column)
 Span = tuple[Position, Position]
@@ -108,9 +108,6 @@ _CUDA_VALUES = frozenset({"torch.version.cuda", "torch.testing._internal.common_
 _CUDA_CALLS = frozenset({"torch.cuda.is_available", "torch.cuda.is_initialized",
                          "torch.distributed.is_nccl_available"})
 _AVAILABLE = re.compile(r"^(?:is_|has_)?(\w+?)_(?:is_)?available$")
-#: A count of GPUs (``opts.num_gpus``, ``n_gpu``, ``args.ngpus``): more than one means
-#: several CUDA devices, and a Mac has one GPU, so code run only then is CUDA's.
-_GPU_COUNT = re.compile(r"^(?:num_gpus?|n_gpus?|ngpus?|gpu_count|num_devices_gpu)$")
 _EXIT_CALLS = {"sys.exit", "exit", "quit", "os._exit"}
 
 
@@ -208,11 +205,14 @@ class GuardFinder:
             key = ast_dotted_name(left)
             if key is not None and key in self.flags and self.flags[key][1] == "import":
                 return isinstance(op, ast.IsNot), "import", (self.flags[key][2],)
-        several = _several_gpus(left, op, right)
+        several = several_gpus(left, op, right)
         if several is not None:
             return several, "gpus", ()
-        count = isinstance(left, ast.Call) and self.names.qualname(left.func) == "torch.cuda.device_count"
-        if count and isinstance(right, ast.Constant) and isinstance(right.value, int):
+        counted = self.names.qualname(left.func) if isinstance(left, ast.Call) else None
+        if counted == "porter_runtime.device_count" and isinstance(right, ast.Constant):  # PT104's: 1 off CUDA
+            several = several_count(op, right.value) if type(right.value) is int else None
+            return None if several is None else (several, "gpus", ())
+        if counted == "torch.cuda.device_count" and isinstance(right, ast.Constant) and isinstance(right.value, int):
             n = right.value
             positive = {ast.Gt: n >= 0, ast.GtE: n >= 1, ast.NotEq: n == 0}
             negative = {ast.Eq: n == 0, ast.Lt: n <= 1, ast.LtE: n == 0}
@@ -366,19 +366,6 @@ class GuardFinder:
                 found = self.polarity(nodes[0].value)
                 if found is not None:
                     self.flags[key] = (found[0], found[1], self.span(nodes[0].value))
-
-
-def _several_gpus(left: ast.AST, op: ast.cmpop, right: ast.AST) -> Optional[bool]:
-    """``num_gpus > 1`` (True), ``num_gpus == 1`` / ``<= 1`` / ``< 2`` (False), else None."""
-    name = left.attr if isinstance(left, ast.Attribute) else getattr(left, "id", "")
-    if not _GPU_COUNT.match(name) or not isinstance(right, ast.Constant) or type(right.value) is not int:
-        return None
-    n = right.value
-    if (isinstance(op, ast.Gt) and n == 1) or (isinstance(op, ast.GtE) and n == 2):
-        return True
-    if (isinstance(op, ast.Eq) and n == 1) or (isinstance(op, ast.LtE) and n == 1) or (isinstance(op, ast.Lt) and n == 2):
-        return False
-    return None
 
 
 def child_blocks(stmt: ast.AST, nested: bool = True) -> Iterator[list[ast.stmt]]:

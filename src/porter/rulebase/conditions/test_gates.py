@@ -114,3 +114,25 @@ def mocks_cuda(node: ast.stmt) -> Optional[int]:
         if target and (target.startswith("torch.cuda.") or target.rsplit(".", 1)[-1] in _MOCKED_ENTRY_POINTS):
             return decorator.lineno
     return None
+
+
+#: A count of GPUs (``opts.num_gpus``, ``n_gpu``, ``args.ngpus``): more than one means
+#: several CUDA devices, and a Mac has one GPU, so code run only then is CUDA's.
+_GPU_COUNT = re.compile(r"^(?:num_gpus?|n_gpus?|ngpus?|gpu_count|num_devices_gpu)$")
+
+
+def several_gpus(left: ast.AST, op: ast.cmpop, right: ast.AST) -> Optional[bool]:
+    """``num_gpus > 1`` (True), ``num_gpus == 1`` / ``<= 1`` / ``< 2`` (False), else None."""
+    name = left.attr if isinstance(left, ast.Attribute) else getattr(left, "id", "")
+    if not _GPU_COUNT.match(name) or not isinstance(right, ast.Constant) or type(right.value) is not int:
+        return None
+    return several_count(op, right.value)
+
+
+def several_count(op: ast.cmpop, n: int) -> Optional[bool]:
+    """``count > 1`` / ``>= 2`` (True), ``== 1`` / ``<= 1`` / ``< 2`` (False), else None."""
+    if (isinstance(op, ast.Gt) and n >= 1) or (isinstance(op, ast.GtE) and n >= 2):
+        return True
+    if (isinstance(op, ast.Eq) and n == 1) or (isinstance(op, ast.LtE) and n == 1) or (isinstance(op, ast.Lt) and n == 2):
+        return False
+    return None
