@@ -31,7 +31,7 @@ finding, so the split's stays: on a Mac it now picks the CUDA type.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Collection, Sequence
+from typing import Callable, Collection, Optional, Sequence
 
 from porter.rulebase.conditions.guards import Region, cuda_regions, guard_ported, parse, within
 from porter.rulebase.conditions.import_tails import import_tails, top_level_cuda_import
@@ -43,7 +43,8 @@ _KINDS = ("device", "test", "gpus")
 
 def cuda_only_notes(findings: Sequence[Finding], data: bytes, keep: Collection[str] = (),
                     restating: Collection[str] = (), never_runs: str = "",
-                    cuda_module: Callable[[str], bool] = is_cuda_only_module) -> list[Finding]:
+                    cuda_module: Callable[[str], bool] = is_cuda_only_module,
+                    ported: Optional[bytes] = None) -> list[Finding]:
     """``findings`` with each one that needs a human, but lies in code only run where
     CUDA is, made a note that names the guard. ``keep``: the codes of the rules whose
     finding there is about the device split itself (``Rule.device_split``): they stay.
@@ -52,7 +53,8 @@ def cuda_only_notes(findings: Sequence[Finding], data: bytes, keep: Collection[s
     CUDA-only package porter left as is (that import's finding states it first).
     ``never_runs``: why the whole module never runs on a Mac (ProjectModel.never_runs_here), or "".
     ``cuda_module``: whether an import of a dotted name is of a CUDA-only package (not one
-    the tree itself provides: Liger-Kernel imports ``liger_kernel``)."""
+    the tree itself provides: Liger-Kernel imports ``liger_kernel``). ``ported``: the
+    module as porter writes it (an import it removed was not left as is)."""
     if not any(f.needs_human for f in findings):
         return list(findings)
     if never_runs:
@@ -62,7 +64,8 @@ def cuda_only_notes(findings: Sequence[Finding], data: bytes, keep: Collection[s
         return list(findings)
     rewrites = [(f.line, f.column - 1) for f in findings if f.action == "rewrite"]
     if restating:
-        findings = _restated(findings, tree, {line for line, _ in rewrites}, restating, cuda_module)
+        findings = _restated(findings, tree, {line for line, _ in rewrites}, restating, cuda_module,
+                             None if ported is None or ported == data else parse(ported))
     regions = [r for r in cuda_regions(tree, data) if r.kind in _KINDS
                and not (r.kind == "device" and guard_ported(r, rewrites))]
     regions += import_tails(tree, {line for line, _ in rewrites})
@@ -84,7 +87,7 @@ def module_notes(findings: Sequence[Finding], never_runs: str) -> list[Finding]:
 
 
 def _restated(findings: Sequence[Finding], tree, rewritten: Collection[int], restating: Collection[str],
-              cuda_module: Callable[[str], bool]) -> list[Finding]:
+              cuda_module: Callable[[str], bool], ported=None) -> list[Finding]:
     """Each finding of a rule in ``restating`` made a note where the module's top level
     imports a CUDA-only package porter left as is: the module never imports off CUDA
     until that import's finding is acted on, and the requirement it restates goes with it
@@ -96,7 +99,7 @@ def _restated(findings: Sequence[Finding], tree, rewritten: Collection[int], res
     human guards that import, the next run finds no such import and they need a human again."""
     if not any(f.code in restating and f.needs_human for f in findings):
         return list(findings)
-    line = top_level_cuda_import(tree, rewritten, cuda_module)
+    line = top_level_cuda_import(tree, rewritten, cuda_module, ported)
     if line is None:
         return list(findings)
     return [restated(f, line) if f.code in restating and f.needs_human and f.line != line else f for f in findings]
@@ -110,13 +113,15 @@ def restated(finding: Finding, line: int) -> Finding:
 
 
 def restated_touchpoints(extra: Sequence[Finding], data: bytes, rewritten: Collection[int],
-                         cuda_module: Callable[[str], bool] = is_cuda_only_module) -> list[Finding]:
+                         cuda_module: Callable[[str], bool] = is_cuda_only_module,
+                         ported: Optional[bytes] = None) -> list[Finding]:
     """The catch-all's findings (``extra``) made notes where the module's top level imports a
     CUDA-only package porter left as is (``_restated``), but the one on that import's line."""
     if not any(f.needs_human for f in extra):
         return list(extra)
     tree = parse(data)
-    line = None if tree is None else top_level_cuda_import(tree, rewritten, cuda_module)
+    kept = None if ported is None or ported == data else parse(ported)
+    line = None if tree is None else top_level_cuda_import(tree, rewritten, cuda_module, kept)
     if line is None:
         return list(extra)
     return [restated(f, line) if f.needs_human and f.line != line else f for f in extra]

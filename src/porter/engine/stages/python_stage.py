@@ -66,7 +66,7 @@ def migrate_source(
     restating = {r.code for r in options.source_rules if r.restates_requirement}
     result.findings = cuda_only_notes(result.findings, data, keep, restating=restating,
                                       never_runs=project.never_runs_here(path) if project is not None else "",
-                                      cuda_module=cuda_only_outside(project))
+                                      cuda_module=cuda_only_outside(project), ported=result.new)
     return result
 
 
@@ -224,7 +224,7 @@ def add_ledger(result: FileResult, data: bytes, options: Options) -> None:
         extra = ledger.catch_all(result.path, data, result.ledger)
         project = options.project
         extra = restated_touchpoints(extra, data, {f.line for f in result.findings if f.action == "rewrite"},
-                                     cuda_only_outside(project))
+                                     cuda_only_outside(project), result.new)
         if extra and project is not None:  # a module that never runs off CUDA, as in migrate_source
             extra = module_notes(extra, project.never_runs_here(result.path))
         if extra:

@@ -45,11 +45,16 @@ def import_tails(tree: ast.Module, rewritten_lines: Collection[int],
 
 
 def top_level_cuda_import(tree: ast.Module, rewritten_lines: Collection[int],
-                          cuda_module: Callable[[str], bool] = is_cuda_only_module) -> Optional[int]:
+                          cuda_module: Callable[[str], bool] = is_cuda_only_module,
+                          ported: Optional[ast.Module] = None) -> Optional[int]:
     """The line of the first CUDA-only import porter left as is at the module's own top
-    level (not under ``try``, ``if`` or a definition), or None."""
+    level (not under ``try``, ``if`` or a definition), or None. ``ported``: the module as
+    porter writes it; an import it no longer holds (the clean-up removed it with its last
+    use) was not left as is."""
+    kept = None if ported is None else {ast.dump(s) for s in ported.body if isinstance(s, (ast.Import, ast.ImportFrom))}
     return next((stmt.lineno for stmt in tree.body
-                 if _imports_cuda(stmt, cuda_module) and stmt.lineno not in rewritten_lines), None)
+                 if _imports_cuda(stmt, cuda_module) and stmt.lineno not in rewritten_lines
+                 and (kept is None or ast.dump(stmt) in kept)), None)
 
 
 def _blocks(tree: ast.AST) -> Iterator[list[ast.stmt]]:
