@@ -58,16 +58,20 @@ class CudaDeviceQuery(TwinCall, Rule):
     })
     needs = Needs(calls_only=True, targets=frozenset(table))
 
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._tests: set[cst.Call] = set()
+
     def visit_Comparison(self, node: cst.Comparison) -> None:
         """A count compared with 0 is left as written (the class's docstring)."""
         if len(node.comparisons) == 1 and isinstance(node.left, cst.Call) and not node.left.args:
             op, right = type(node.comparisons[0].operator), int_value(node.comparisons[0].comparator)
             if right is not None and (right == 0 and op in (cst.Equal, cst.NotEqual, cst.GreaterThan, cst.LessThanEqual)
                                       or right == 1 and op in (cst.LessThan, cst.GreaterThanEqual)):
-                self._tests = getattr(self, "_tests", set()) | {node.left}
+                self._tests.add(node.left)
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        if original in getattr(self, "_tests", ()) and self.matches(original.func) == "torch.cuda.device_count":
+        if original in self._tests and self.matches(original.func) == "torch.cuda.device_count":
             return updated
         return super().leave_Call(original, updated)
 

@@ -48,6 +48,8 @@ class HfArgumentParserTrainingArgs(Rule):
 
     valid = [
         "from transformers import HfArgumentParser\nparser = HfArgumentParser((ModelArguments, DataArguments))\n",
+        # a lookalike: another library's parser and class
+        "from mylib import HfArgumentParser, TrainingArguments\nparser = HfArgumentParser((TrainingArguments,))\n",
         Example(  # the repository's own subclass: TP708 ports the class itself
             "from transformers import HfArgumentParser\nfrom args import TrainingArguments\n"
             "parser = HfArgumentParser((ModelArguments, TrainingArguments))\n"),

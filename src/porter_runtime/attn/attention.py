@@ -111,13 +111,10 @@ def _with_lse(kind: str, tensors: tuple, options: dict[str, Any]) -> tuple:
     dropout mask only flash_attn's kernels make, is None."""
     from . import internals
     left, right = options["window_size"]
-    result = internals.flash_attn_forward(*tensors, **{
-        "dropout_p": options["dropout_p"], "softmax_scale": options["softmax_scale"], "causal": options["causal"],
-        "window_size_left": left, "window_size_right": right, "softcap": options["softcap"],
-        "alibi_slopes": options["alibi_slopes"]}) if kind == "forward" else internals.flash_attn_varlen_forward(
-        *tensors, dropout_p=options["dropout_p"], softmax_scale=options["softmax_scale"], causal=options["causal"],
-        window_size_left=left, window_size_right=right, softcap=options["softcap"],
-        alibi_slopes=options["alibi_slopes"])
+    forward = internals.flash_attn_forward if kind == "forward" else internals.flash_attn_varlen_forward
+    result = forward(*tensors, dropout_p=options["dropout_p"], softmax_scale=options["softmax_scale"],
+                     causal=options["causal"], window_size_left=left, window_size_right=right,
+                     softcap=options["softcap"], alibi_slopes=options["alibi_slopes"])
     return result[0], result[1], None
 
 
