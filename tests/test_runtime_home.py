@@ -513,3 +513,49 @@ def test_a_nested_package_named_like_a_top_level_one_keeps_its_own_copy_on_a_sec
     assert not (root / "tests" / "porter_runtime").exists() and snapshot(root) == ported
     ran = _runs(root / "projects" / "TensorMask", "-m", "unittest", "tests.test_swap_align2nat")
     assert ran.returncode == 0, ran.stderr
+
+
+def test_a_package_of_a_nested_project_imports_the_runtime_by_the_name_pip_installs(tmp_path):
+    """Grounded-Segment-Anything's ``GroundingDINO/``: a project with its own setup.py inside
+    the repository, whose package imports itself as ``groundingdino`` while the root's demos
+    reach it as ``GroundingDINO.groundingdino``. The port once wrote ``from
+    GroundingDINO.groundingdino import porter_runtime``, which fails where GroundingDINO is
+    installed on its own, as its README says: CUDA too (blind round 11, wrong). Now the
+    package holds a copy, imported by its own name, that a plain ``pip install`` ships."""
+    repo = _tree(tmp_path / "repo", {
+        "requirements.txt": "torch\n",
+        "GroundingDINO/setup.py": "from setuptools import find_packages, setup\n\n"
+                                  "setup(name='groundingdino', version='0.1', packages=find_packages())\n",
+        "GroundingDINO/groundingdino/__init__.py": "",
+        "GroundingDINO/groundingdino/util/__init__.py": "",
+        "GroundingDINO/groundingdino/util/box_ops.py": "def area(n):\n    return n * 2\n",
+        "GroundingDINO/groundingdino/util/inference.py":
+            "import torch\n\nfrom groundingdino.util.box_ops import area\n\n\n"
+            "def load_model(n):\n    return torch.ones(area(n)).cuda()\n",
+        "demo.py": "import os\nimport sys\n\nsys.path.append(os.path.join(os.getcwd(), 'GroundingDINO'))\n\n"
+                   "from GroundingDINO.groundingdino.util.inference import load_model\n\nprint(load_model(2).shape)\n",
+    })
+    assert run_porter("migrate", repo, "--write", "-q").returncode == 0
+    text = (repo / "GroundingDINO/groundingdino/util/inference.py").read_text()
+    assert "from groundingdino import porter_runtime\n" in text, text
+    assert (repo / "GroundingDINO/groundingdino/porter_runtime/VENDORED.txt").is_file()
+    proc = _runs(repo, "demo.py")  # from the tree, as the root's demos run
+    assert proc.returncode == 0 and "torch.Size([4])" in proc.stdout, proc.stderr
+    assert run_porter("migrate", repo, "--diff", "-q").stdout == b""
+
+    # installed on its own, not editable: pip copies the package away from the tree
+    target = tmp_path / "site"
+    install = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                              "--no-index", "--target", str(target), str(repo / "GroundingDINO")],
+                             capture_output=True, text=True, timeout=300)
+    assert install.returncode == 0, install.stderr
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "use.py").write_text("import groundingdino.porter_runtime as r\n"
+                                      "from groundingdino.util.inference import load_model\n\n"
+                                      "print(load_model(3).shape, r.__file__)\n")
+    ran = subprocess.run(python_without_porter("use.py"),
+                         cwd=elsewhere, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(target)})
+    assert ran.returncode == 0 and "torch.Size([6])" in ran.stdout, ran.stderr
+    assert str(target) in ran.stdout  # the installed copy, not the tree's

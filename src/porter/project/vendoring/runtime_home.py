@@ -7,6 +7,9 @@ the runtime"):
 - a module of a package, in a repository that builds (pyproject.toml, setup.py or
   setup.cfg) or under ``src/``: a copy inside its top-level package, like pip's own
   ``_vendor`` (``from mypkg import porter_runtime``), shipped by the package's build;
+- a package of a project inside the repository with a build of its own (``GroundingDINO/``
+  and its setup.py): a copy inside the package, imported by the name pip installs it as
+  (``from groundingdino import porter_runtime``), where the package imports itself by it;
 - a package inside folders without ``__init__.py`` that the tree imports by its full
   name (``ldm.models.diffusion``): a copy inside it, ``from ldm.models.diffusion import
   porter_runtime``;
@@ -33,7 +36,7 @@ from typing import Iterable, Optional, Union
 
 from porter.project.vendoring.runtime_copy import RUNTIME, Home, _is_file, _shown, is_pointer, is_vendored
 from porter.project.vendoring.runtime_probes import (_build_may_ship, _entries, _installable, _namespace_name, _package_imports,
-                                           _package_name, _reach, _top_package)
+                                           _package_name, _reach, _top_package, imports_itself, nested_project)
 
 
 class LayoutError(Exception):
@@ -106,6 +109,12 @@ class Layout:
         top = _top_package(file, self.root)
         nested = _namespace_name(top, self.root) if top is not None else None
         imported = list(imported)
+        if top is not None and top.parent != self.root and nested_project(top, self.root) is not None \
+                and (nested is None or imports_itself(top)):
+            # a package of a project that builds on its own inside the repository: pip
+            # installs it by its own name, and may copy it away from the tree (a pointer's
+            # path would not follow), so a copy of its own, imported by that name
+            return Home(top / RUNTIME, top.name), ""
         if nested is not None:
             ships = self.installable and _build_may_ship(self.root, nested)
             return (Home(top / RUNTIME, nested) if ships else self._pointer_or_copy(top / RUNTIME, nested)), ""

@@ -171,6 +171,37 @@ def _reach(graph: dict, start: str) -> set:
     return seen - {start}
 
 
+def nested_project(top: Path, root: Path) -> Optional[Path]:
+    """The folder between the root and the package ``top`` that builds on its own (a
+    setup.py or a pyproject.toml): Grounded-Segment-Anything's ``GroundingDINO/``, which its
+    README installs with ``pip install -e GroundingDINO``, shipping ``groundingdino`` under
+    that name. None for a package of the repository's own build, or of none."""
+    folder = top.parent
+    while folder != root and root in folder.parents:
+        if _installable(folder):
+            return folder
+        folder = folder.parent
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def imports_itself(top: Path) -> bool:
+    """Whether a module of the package ``top`` imports the package by its own name
+    (``from groundingdino.util import box_ops`` inside ``groundingdino/``): then that name
+    imports wherever the package runs, whatever longer name a script reaches it by."""
+    own = re.compile(rb"^[ \t]*(?:from|import)[ \t]+" + re.escape(top.name.encode()) + rb"[.\s]", re.M)
+    for base, dirs, files in os.walk(top):
+        dirs[:] = [d for d in dirs if d not in ("__pycache__", RUNTIME) and not d.startswith(".")]
+        for name in files:
+            if name.endswith(".py"):
+                try:
+                    if own.search(read_bounded(Path(base, name), 1 << 20, follow=False)):
+                        return True
+                except OSError:
+                    continue
+    return False
+
+
 def _build_may_ship(root: Path, dotted: str) -> bool:
     """Whether the build could install the namespace package ``dotted``, which then needs
     a copy of its own. Not when it names its packages (``find_packages()``, ``find:``, a
