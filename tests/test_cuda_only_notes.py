@@ -267,3 +267,46 @@ def test_a_setting_many_configs_repeat_is_one_finding(tmp_path):
     assert "severity" not in found[("recipes/configs/eval.yaml", "PT701")]
     data = json.loads(report.read_text())
     assert len(gauntlet.review_findings(data)) == 2
+
+
+MARKED_TESTS = '''\
+import pytest
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dim", [8])
+def test_fused_loss(dim):
+    major, _ = torch.cuda.get_device_capability()
+    x = torch.randn(2, dim).cuda()
+    assert x.is_cuda and major >= 8
+
+
+@pytest.mark.gpu
+class TestSharded:
+    def test_generate(self, model):
+        return FSDP(model, device_id=torch.cuda.current_device())
+
+
+def test_on_any_device():
+    x = torch.randn(2, 8).cuda()
+    assert x.is_cuda
+'''.replace("    assert x.is_cuda\n", "    assert x.sum() != 0\n", 2)
+
+
+def test_a_test_the_project_marks_as_a_gpu_test_is_notes(tmp_path):
+    """llm-foundry (blind round 11): ``@pytest.mark.gpu`` tests, which its pytest config
+    deselects (``addopts = "-m 'not gpu'"``), as OLMo's do, were four false findings. The
+    marked test's CUDA assertion is a note, not a finding; rewrites are made, as in any test
+    skipped off CUDA, and the unmarked test's CUDA assertion is still a finding."""
+    root = make_tree(tmp_path / "repo", {"tests/test_model.py": MARKED_TESTS})
+    report = tmp_path / "r.json"
+    assert porter("migrate", root, "--write") == 0
+    assert porter("migrate", root, "--check", "--report", report) == 0
+    data = json.loads(report.read_text())
+    assert gauntlet.review_findings(data) == [] and data["summary"]["notes"] >= 1
+    unmarked = make_tree(tmp_path / "unmarked", {"tests/test_model.py": MARKED_TESTS.replace("@pytest.mark.gpu\n", "")})
+    assert porter("migrate", unmarked, "--check", "--report", report) == 1
+    found = [(f["code"], f["line"]) for f in gauntlet.review_findings(json.loads(report.read_text()))]
+    assert ("PT910", 10) in found and not any(line > 18 for _, line in found), found

@@ -3,7 +3,8 @@
 A test class or function under ``@unittest.skipIf(not torch.cuda.is_available(), ...)``,
 ``@unittest.skipUnless(torch.cuda.is_available(), ...)``, ``@pytest.mark.skipif(not
 torch.cuda.is_available(), ...)`` or a CUDA-only test decorator of torch's own test
-helpers (``skip_if_lt_x_gpu(4)``, ``requires_nccl()``, ``onlyCUDA``) is skipped off CUDA:
+helpers (``skip_if_lt_x_gpu(4)``, ``requires_nccl()``, ``onlyCUDA``) is skipped off CUDA, and
+one the project tags as a GPU test (``@pytest.mark.gpu``) runs only where it selects those:
 nothing in it runs on a Mac, so nothing in it needs porting or a human there, as a
 module whose ``pytestmark`` skips it off CUDA. porter.rulebase.conditions.guards turns each into a
 region of kind ``"test"``.
@@ -24,6 +25,11 @@ from porter.rulebase.matching import ast_dotted_name
 _CUDA_ONLY_DECORATOR = re.compile(
     r"^(?:skip_if_lt_x_gpu|skip_if_no_gpu|skip_if_no_cuda|skipIfNoCuda|skipIfNoCUDA|skip_but_pass_in_sandcastle_if_no_gpu"
     r"|requires_nccl|requires_cuda|requires_gpu|requires_multi_gpu|onlyCUDA|cuda_only|gpu_only)$")
+
+#: pytest markers by which a project tags its GPU tests (``@pytest.mark.gpu``, deselected by
+#: llm-foundry's and OLMo's ``addopts = "-m 'not gpu'"``; whisper's ``requires_cuda``): the
+#: project says the test needs a GPU, so what it does there is CUDA's.
+_GPU_MARK = re.compile(r"^(?:gpu|gpus|cuda|multi_?gpu|multigpus|requires_?gpus?|requires_?cuda|gpu_only|cuda_only)$")
 
 def is_test_path(rel: str) -> bool:
     """Whether a file (its path in the tree, ``/``-separated) is test code: ``test_*.py``,
@@ -54,6 +60,9 @@ def cuda_only_marker(marker: ast.AST, polarity: Polarity) -> Optional[tuple]:
             return (True,) + tuple(found[1:])
         return None
     if _CUDA_ONLY_DECORATOR.match(last):
+        return True, "test", ()
+    dotted = ast_dotted_name(marker.func if isinstance(marker, ast.Call) else marker) or ""
+    if _GPU_MARK.match(last) and dotted.startswith(("pytest.mark.", "mark.")):
         return True, "test", ()
     return None
 
