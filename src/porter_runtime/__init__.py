@@ -65,7 +65,7 @@ _EXPORTS = {
     "attn_implementation": "thirdparty.huggingface", "cuda_option": "thirdparty.huggingface",
     "training_arguments": "thirdparty.huggingface", "quantized_load": "thirdparty.huggingface",
     "training_arguments_class": "thirdparty.huggingface",
-    "load_state_dict": "_idioms", "require_device": "_idioms",
+    "load_state_dict": "_idioms", "require_device": "_idioms", "off_device": "_idioms",
     "set_default_tensor_type": "_idioms", "legacy_tensor_type": "_idioms", "tensor_type": "_idioms",
     "max_memory_allocated": "twins.memory", "max_memory_reserved": "twins.memory",
     "mem_get_info": "twins.memory", "memory_allocated": "twins.memory", "memory_reserved": "twins.memory",

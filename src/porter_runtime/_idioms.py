@@ -6,6 +6,7 @@ on the resolved device, and says so once.
 """
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Callable, Optional, Union
@@ -45,6 +46,44 @@ def require_device(message: Union[str, Callable[[], Any], None] = None) -> torch
 # -- default device and tensor type --------------------------------------------
 
 _default_device_set = False
+
+
+#: What off_device met already on the device (a module or tensor, weakly: it stays collectable).
+_met: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+def off_device(obj: Any, device: Any) -> bool:
+    """What ``if self._model.device != self.device:`` becomes where that branch moves the
+    model to the device and then does more (LAVIS's runner, and MiniGPT-4's copy of it:
+    the DistributedDataParallel wrap, the wrapped model it returns).
+
+    CUDA: exactly ``obj.device != device``. The model starts on the host and the branch
+    runs once. Elsewhere the port builds it on the device it runs on (the CPU, or MPS
+    where a model is made there), so the test as written never holds and the rest of
+    the branch never runs (LAVIS's ``runner.model`` is None). So the first time an object
+    is met already on ``device`` the test holds, as on CUDA for a model built on the
+    host, and after that it is the test as written.
+    """
+    differs = bool(obj.device != device)
+    if _device.is_cuda():
+        return differs
+    if differs:
+        _remember(obj)
+        return True
+    try:
+        if obj in _met:
+            return False
+    except TypeError:  # not hashable: the test as written
+        return False
+    _remember(obj)
+    return True
+
+
+def _remember(obj: Any) -> None:
+    try:
+        _met.add(obj)
+    except TypeError:  # no weak reference to it: met again, it is the test as written
+        pass
 
 
 def set_default_tensor_type(t: Any) -> None:

@@ -290,3 +290,36 @@ def test_a_tensor_on_the_device_is_named_as_cuda_names_it_off_cuda(simulate):
     assert porter_runtime.tensor_type(torch.ones(2)) == "torch.cuda.FloatTensor"
     assert porter_runtime.tensor_type(torch.ones(2, dtype=torch.bfloat16)) == "torch.cuda.BFloat16Tensor"
     assert porter_runtime.tensor_type(torch.ones(2, dtype=torch.int64)) == "torch.cuda.LongTensor"
+
+
+# -- off_device (PT914): the move-once branch -------------------------------
+
+class _Model(nn.Module):
+    """LAVIS's BaseModel: ``device`` is the first parameter's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+
+def test_off_device_is_the_test_as_written_on_cuda(simulate):
+    simulate("cuda")
+    model = _Model()  # on the host; a CUDA device it is not on
+    assert porter_runtime.off_device(model, torch.device("cuda:0")) is True
+    assert porter_runtime.off_device(model, torch.device("cuda:0")) is True  # not moved: still off
+    assert porter_runtime.off_device(model, torch.device("cpu")) is False  # where it is: as written, every time
+
+
+@pytest.mark.parametrize("kind", ["cpu", "mps"])
+def test_off_device_holds_once_for_a_model_met_on_the_device(simulate, kind):
+    simulate(kind)
+    model, other = _Model(), _Model()
+    cpu = torch.device("cpu")
+    assert porter_runtime.off_device(model, cpu) is True  # as on CUDA for a model built on the host
+    assert porter_runtime.off_device(model, cpu) is False  # then as written
+    assert porter_runtime.off_device(other, cpu) is True  # each object once
+    assert porter_runtime.off_device(model, torch.device("meta")) is True  # elsewhere: as written
