@@ -310,3 +310,22 @@ def test_a_test_the_project_marks_as_a_gpu_test_is_notes(tmp_path):
     assert porter("migrate", unmarked, "--check", "--report", report) == 1
     found = [(f["code"], f["line"]) for f in gauntlet.review_findings(json.loads(report.read_text()))]
     assert ("PT910", 10) in found and not any(line > 18 for _, line in found), found
+
+
+def test_a_cpu_fallback_through_a_star_imported_torch_is_no_finding(tmp_path):
+    """Grounded-SAM's grounded_fast_sam.py (blind round 11, false): no ``import torch`` of its
+    own, torch through ``from FastSAM.tools import *``, and a device that already falls back
+    to the CPU. Its ``"cuda"`` is in the arm of ``torch.cuda.is_available()``: guarded."""
+    root = make_tree(tmp_path / "repo", {
+        "tools.py": "import torch\n\n\ndef load(path, device):\n    return torch.zeros(2, device=device)\n",
+        "demo.py": "import argparse\n\nfrom tools import *\n\n\ndef parse_args():\n"
+                   "    parser = argparse.ArgumentParser()\n"
+                   '    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n'
+                   '    parser.add_argument("--device", type=str, default=device)\n'
+                   "    return parser.parse_args()\n\n\nprint(load('x', parse_args().device).device)\n",
+    })
+    report = tmp_path / "r.json"
+    assert porter("migrate", root, "--check", "--report", report) == 0
+    data = json.loads(report.read_text())
+    assert gauntlet.review_findings(data) == []
+    assert data["ledger"]["counts"]["unaccounted"] == 0 and data["ledger"]["counts"]["guarded"] == 1

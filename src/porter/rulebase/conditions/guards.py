@@ -66,6 +66,13 @@ def statements(tree: ast.AST) -> Iterator[ast.stmt]:
             stack.extend(child_blocks(stmt))
 
 
+#: What a name the file never imports stands for when the file star-imports a module
+#: (``from FastSAM.tools import *``, ``from utils import *``): that module's own ``import
+#: torch`` (Grounded-SAM's grounded_fast_sam.py tests ``torch.cuda.is_available()`` and
+#: gets torch only that way). Only torch's conventional names.
+STAR_IMPORTED = {"torch": "torch", "nn": "torch.nn"}
+
+
 class Names:
     """What each name of a file stands for, from its imports (flow-insensitive: a name
     imported twice as different things resolves to neither)."""
@@ -86,6 +93,10 @@ class Names:
                         found.setdefault(alias.asname or alias.name, set()).add("porter_runtime")
                     elif alias.name != "*" and node.module and not node.level:
                         found.setdefault(alias.asname or alias.name, set()).add(f"{node.module}.{alias.name}")
+        if any(isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names)
+               for node in getattr(tree, "body", ())):
+            for name, target in STAR_IMPORTED.items():
+                found.setdefault(name, {target})
         self.imported = {name: next(iter(v)) for name, v in found.items() if len(v) == 1}
 
     def qualname(self, node: ast.AST) -> Optional[str]:
