@@ -28,7 +28,9 @@ a scratch folder, and on the copy ``port``:
 5. the recipe, with CUDA hidden, on the original and on the port: pass, or the failing step
    and the deepest line of the tree in its traceback;
 6. the recipe on a fresh copy of the port under the runtime's MPS emulation
-   (``PORTER_EMULATE=mps``, what ``porter verify --emulate mps`` sets): a Mac in the loop.
+   (``PORTER_EMULATE=mps``, what ``porter verify --emulate mps`` sets), with the CUDA-only
+   packages pip put in the recipe's environment hidden as ``porter verify`` hides them: a
+   Mac in the loop.
    A recipe that passes on the CPU and fails here is a Mac-only failure; the operators
    that fell back to the CPU are listed with their calls and first call site.
 
@@ -544,7 +546,10 @@ def run_recipe(entry: Entry, tree: Path, venv: Path, log: Path, extra: Optional[
             return "fail", f"prepare: {last_error(proc.stdout + proc.stderr, tree)}"
         for step in load_steps(entry):
             command = step.command.replace("{tree}", str(tree))
-            env = child_env(venv, {**(extra or {}), **{k: v.replace("{tree}", str(tree)) for k, v in step.env.items()}})
+            own = {k: v.replace("{tree}", str(tree)) for k, v in step.env.items()}
+            if "PYTHONPATH" in own and "PYTHONPATH" in (extra or {}):  # the step's, after the guard's folder
+                own["PYTHONPATH"] = os.pathsep.join([extra["PYTHONPATH"], own["PYTHONPATH"]])
+            env = child_env(venv, {**(extra or {}), **own})
             started = time.perf_counter()
             proc = run(command, cwd=tree, env=env, timeout=step.timeout, check=False, shell=True, merged=True)
             out.write(f"$ {command}  (exit {proc.returncode}, {time.perf_counter() - started:.1f} s)\n"
@@ -669,6 +674,22 @@ def measure_cuda_unchanged(entry: Entry, original: Path, port: Path, venv: Path,
             for r in differing[:3]]))
 
 
+def mac_packages(folder: Path, roots: list) -> dict:
+    """The environment under which the recipe's interpreters see the packages a Mac has:
+    ``porter verify``'s guard as their ``sitecustomize``, which makes the CUDA-only
+    packages installed in the recipe's environment (xformers, triton, flash_attn: pip
+    installs them on Linux) not installed, as ``porter verify --emulate mps`` does, and
+    lets the code find porter_runtime only in ``roots``. Without it an installed xformers
+    hid the very import a Mac fails on (mistral-inference, blind round 12)."""
+    import porter.verify
+    from porter.rulebase.cuda_packages import verify_hidden
+
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(Path(porter.verify.__file__).parent / "guard.py", folder / "sitecustomize.py")
+    return {"PYTHONPATH": str(folder),
+            "PORTER_VERIFY_GUARD": json.dumps({"roots": roots, "allow": [], **verify_hidden()})}
+
+
 def run_emulated(entry: Entry, scratch: Path, venv: Path, row: Row) -> None:
     """The recipe on the port under the runtime's MPS emulation (step 6)."""
     from porter.project.vendoring.runtime_modules import supply  # the emulation's modules: a sized copy lacks them
@@ -678,8 +699,9 @@ def run_emulated(entry: Entry, scratch: Path, venv: Path, row: Row) -> None:
     shutil.rmtree(reports, ignore_errors=True)
     reports.mkdir()
     tree = scratch / "port-mps" / entry.subdir
-    extra = {"PORTER_EMULATE": "mps", "PORTER_EMULATE_REPORT_DIR": str(reports),
-             **supply(scratch / "runtime-extra", "emulate")}
+    supplied = supply(scratch / "runtime-extra", "emulate")
+    extra = {"PORTER_EMULATE": "mps", "PORTER_EMULATE_REPORT_DIR": str(reports), **supplied,
+             **mac_packages(scratch / "mac-guard", [str(tree), *supplied.values()])}
     row.recipe_mps, row.recipe_mps_failure = run_recipe(entry, tree, venv, scratch / "recipe-mps.log", extra)
     started, row.mps_fallbacks = emulation_results(reports)
     if not started and row.recipe_mps == "pass":

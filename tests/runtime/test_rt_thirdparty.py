@@ -435,6 +435,29 @@ def test_xformers_block_diagonal_matches_reference(simulate, kind, kv_seqlens):
     torch.testing.assert_close(out.double(), _xformers_reference(q, k, v, want_mask), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_xformers_padded_keys_match_reference_and_never_read_the_padding(simulate, causal):
+    """mistral-inference's decode mask (blind round 12): queries packed, each sequence's
+    keys in its own padded block of a KV cache made with ``torch.empty``. The padding
+    holds NaN here; xformers never reads it, and neither may the twin."""
+    simulate("cpu")
+    q_lens, kv_lens, padding = [1, 3], [4, 6], 8
+    kind = xb.BlockDiagonalCausalWithOffsetPaddedKeysMask if causal else xb.BlockDiagonalPaddedKeysMask
+    bias = kind.from_seqlens(q_seqlen=q_lens, kv_padding=padding, kv_seqlen=kv_lens)
+    m, n = sum(q_lens), padding * len(kv_lens)
+    q, k, v = _bmhk(1, m, n, seed=11)
+    want_mask = torch.full((m, n), float("-inf"))
+    for i, (q0, ql, kl) in enumerate(zip([0, 1], q_lens, kv_lens)):
+        want_mask[q0:q0 + ql, i * padding:i * padding + kl] = _causal(ql, kl, kl - ql if causal else 10**6)
+    torch.testing.assert_close(bias.materialize((m, n)), want_mask)
+    want = _xformers_reference(q, k, v, want_mask)
+    for j, kl in enumerate(kv_lens):  # what torch.empty may hold past each sequence's keys
+        k[0, j * padding + kl:(j + 1) * padding] = float("nan")
+        v[0, j * padding + kl:(j + 1) * padding] = float("nan")
+    out = porter_runtime.memory_efficient_attention(q, k, v, attn_bias=bias)
+    torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
+
+
 def test_xformers_3d_and_5d_inputs(simulate):
     simulate("cpu")
     gen = torch.Generator().manual_seed(3)

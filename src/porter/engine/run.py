@@ -378,7 +378,7 @@ def with_tree_context(config: RunConfig, rels: Sequence[str]) -> RunConfig:
     model = project.build(config.root, rels, whole=whole) if config.options.project is None else config.options.project
     context = TreeContext(local=known_modules.local(rels), declared=known_modules.declared(config.root),
                           root=str(config.root), sources=frozenset(r for r in rels if r.endswith((".py", ".ipynb"))),
-                          extensions=known_modules.extensions(config.root, rels))
+                          extensions=known_modules.extensions(config.root, rels), probes=model.import_probes)
     return replace(config, options=replace(config.options, ledger=context, project=model))
 
 

@@ -1,13 +1,17 @@
 """CUDA flags nothing reads: ``self.sync_cuda = th.cuda.is_available()`` and no ``.sync_cuda``
 anywhere else in the tree (guided-diffusion's TrainLoop). Such a flag decides nothing
 off CUDA: PT202 makes its finding a note. Byte searches over every source, as the
-project model's other facts."""
+project model's other facts. And the tree's import probes: functions that return False
+when their import of a CUDA-only package fails, whose callers guard CUDA-only code."""
 
 from __future__ import annotations
 
 import re
 from collections import Counter
 from typing import Mapping
+
+from porter.rulebase.conditions.guards import parse_uncached, probe_functions
+from porter.rulebase.cuda_packages import IMPORT_ROOTS
 
 #: ``.name = <...>cuda.is_available()`` (an attribute set from CUDA's availability).
 _SET = re.compile(rb"\.(\w+)[ \t]*=[ \t]*[\w.]*cuda\.is_available\(\)")
@@ -28,3 +32,22 @@ def unread_flags(sources: Mapping[str, bytes]) -> frozenset[str]:
             if name.encode() in data:
                 uses[name] += len(re.findall(rb"\." + re.escape(name.encode()) + rb"\b", data))
     return frozenset(name for name, count in sets.items() if uses[name] == count)
+
+
+#: An import of a CUDA-only package indented under something (a ``try`` in a function).
+_INDENTED_IMPORT = re.compile(rb"^[ \t]+(?:import|from)[ \t]+(" + b"|".join(
+    re.escape(root.encode()) for root in sorted(IMPORT_ROOTS)) + rb")\b", re.M)
+
+
+def import_probes(sources: Mapping[str, bytes]) -> frozenset[str]:
+    """The names of the tree's top-level functions that return False when their ``try``
+    import of a CUDA-only package fails (llm-foundry's ``is_flash_v2_installed()``, which
+    ``modeling_mpt.py`` imports and tests before ``from flash_attn import bert_padding``):
+    a call of one, in any module, holds only where that import succeeds."""
+    found: set[str] = set()
+    for data in sources.values():
+        if b"return False" in data and b"except" in data and _INDENTED_IMPORT.search(data):
+            tree = parse_uncached(data)
+            if tree is not None:
+                found.update(probe_functions(tree))
+    return frozenset(found)

@@ -30,7 +30,7 @@ from typing import Iterable, Mapping, Optional
 
 from porter.files.apply import read_or_none
 from porter.project.cuda_gated import cuda_gated_modules
-from porter.project.flags import unread_flags
+from porter.project.flags import import_probes, unread_flags
 from porter.project.import_fallbacks import caught_triton_modules
 from porter.project.loaders import mapped_wrappers
 from porter.project.unreached import other_vendor_modules, unreached_modules
@@ -54,6 +54,8 @@ class ProjectModel:
     roots: frozenset[str] = frozenset()
     #: attributes set from ``torch.cuda.is_available()`` and read nowhere (porter.project.flags)
     unread_flags: frozenset[str] = frozenset()
+    #: functions that return False where their import of a CUDA-only package fails (porter.project.flags)
+    import_probes: frozenset[str] = frozenset()
     #: (file, function): ``torch.load`` wrappers every caller passes ``map_location`` (porter.project.loaders)
     mapped_wrappers: frozenset[tuple[str, str]] = frozenset()
     #: files only code run where CUDA is imports (porter.project.cuda_gated)
@@ -151,7 +153,8 @@ def build_from(sources: Mapping[str, bytes], texts: Optional[Mapping[str, bytes]
         {rel: data for rel, data in texts.items() if rel.endswith(".ipynb")})
     return ProjectModel(modules=modules, exported=_exports(sources, modules),
                         overrides=_overrides(sources), flow=build_flow(sources), roots=roots,
-                        unread_flags=unread_flags(sources), mapped_wrappers=mapped_wrappers(sources, modules),
+                        unread_flags=unread_flags(sources), import_probes=import_probes(sources),
+                        mapped_wrappers=mapped_wrappers(sources, modules),
                         cuda_gated=cuda_gated_modules(sources, modules),
                         caught_triton=caught_triton_modules(sources, modules), unreached=unreached,
                         other_vendor=other_vendor_modules(sources),

@@ -135,11 +135,12 @@ class CudaOnlyPackage(GuardTracker, Rule):
     ]
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        super().visit_FunctionDef(node)
         self._functions.append(node.name.value)
 
     def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
         self._functions.pop()
-        return updated
+        return super().leave_FunctionDef(original, updated)
 
     def visit_Import(self, node: cst.Import) -> None:
         for alias in node.names:
@@ -175,6 +176,8 @@ class CudaOnlyPackage(GuardTracker, Rule):
         root = next((p for p in _PACKAGES if under(module, [p])), None)
         if root is None or self.guarded():
             return self._unused(node, module)
+        if self._under_probe():
+            return False  # `if is_flash_v2_installed():` holds only where the import succeeds
         if node in self._optional:
             return False
         if root in _DEPLOYMENT and self._functions:
@@ -221,3 +224,4 @@ class CudaOnlyPackage(GuardTracker, Rule):
         self.flag(node, f"`{module}` is imported but not used here; the import alone fails without "
                   "CUDA", suggestion="guard it with try/except ImportError, or drop it")
         return True
+

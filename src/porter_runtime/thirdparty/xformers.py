@@ -115,6 +115,25 @@ def _as_mask(bias: Any, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 
 def _with_mask(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
                p: float, scale: Optional[float]) -> torch.Tensor:
+    unread = _unread_keys(mask)
+    if unread is not None:  # never read, as xformers' kernels never read them: a KV cache's
+        k, v = k.masked_fill(unread, 0), v.masked_fill(unread, 0)  # padding may hold NaN
     out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                          attn_mask=mask, dropout_p=p, scale=scale)
     return out.transpose(1, 2).contiguous()
+
+
+def _unread_keys(mask: torch.Tensor) -> Optional[torch.Tensor]:
+    """Where ``mask`` ([..., Mq, Mk], float -inf or bool False: masked) masks a key for
+    every query, a [B or 1, Mk, H or 1, 1] selector of those keys; None where none is.
+    Attention gives such a key a weight of exactly 0, but an -inf added to a NaN score (a
+    slot of ``torch.empty`` memory) is NaN: mistral-inference's padded KV cache, read
+    with xformers' padded-keys mask, gave NaN logits (blind round 12)."""
+    masked = ~mask if mask.dtype == torch.bool else torch.isneginf(mask)
+    unread = masked.all(dim=-2)
+    if not bool(unread.any()):
+        return None
+    while unread.dim() < 3:
+        unread = unread.unsqueeze(0)
+    return unread.transpose(-1, -2)[..., None] if unread.dim() == 3 else None
+

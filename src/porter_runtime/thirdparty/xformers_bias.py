@@ -339,10 +339,76 @@ class BlockDiagonalCausalLocalAttentionFromBottomRightMask(BlockDiagonalCausalFr
                        from_bottomright=True)
 
 
+class _PaddedSeqLenInfo(_SeqLenInfo):
+    """Keys in blocks of ``padding`` slots, of which each sequence uses its first ``seqlen``
+    (a KV cache): xformers' _PaddedSeqLenInfo."""
+
+    def __init__(self, max_seqlen: int, seqstart_py: list[int], seqlen_py: Sequence[int]) -> None:
+        super().__init__(max_seqlen, seqstart_py)
+        self.seqlen_py = [int(n) for n in seqlen_py]
+
+    @classmethod
+    def from_seqlens_padded(cls, seqlens: Sequence[int], padding: int, *,
+                            device: Optional[Any] = None) -> "_PaddedSeqLenInfo":
+        if not all(int(n) <= padding for n in seqlens):
+            raise ValueError(f"Seqlens {list(seqlens)} Padding {padding}")
+        return cls(max((int(n) for n in seqlens), default=-1),
+                   list(range(0, len(seqlens) * padding + 1, padding)), seqlens)
+
+    def intervals(self) -> Iterator[tuple[int, int]]:
+        for (start, _), length in zip(super().intervals(), self.seqlen_py):
+            yield start, start + length
+
+    @property
+    def seqlen(self) -> torch.Tensor:
+        return torch.tensor(self.seqlen_py, dtype=torch.int32)
+
+
+class BlockDiagonalPaddedKeysMask(AttentionBias):
+    """Queries packed in a batch of one, each sequence's keys in its own padded block, of
+    which only the first ``kv_seqlen[i]`` are real: the decode mask of a KV cache. The
+    padding is never attended (materialized as -inf)."""
+
+    def __init__(self, q_seqinfo: _SeqLenInfo, k_seqinfo: _PaddedSeqLenInfo) -> None:
+        self.q_seqinfo, self.k_seqinfo = q_seqinfo, k_seqinfo
+
+    @classmethod
+    def from_seqlens(cls, q_seqlen: Sequence[int], kv_padding: int, kv_seqlen: Sequence[int],
+                     causal_diagonal: Any = None, *, device: Optional[Any] = None) -> Any:
+        real = _real(cls.__name__)
+        if real is not None:
+            kwargs = {} if device is None else {"device": device}
+            if causal_diagonal is not None:
+                kwargs["causal_diagonal"] = causal_diagonal
+            return real.from_seqlens(q_seqlen, kv_padding, kv_seqlen, **kwargs)
+        if len(q_seqlen) != len(kv_seqlen):
+            raise ValueError(f"{len(q_seqlen)} query sequences for {len(kv_seqlen)} key sequences")
+        return cls(_SeqLenInfo.from_seqlens(q_seqlen), _PaddedSeqLenInfo.from_seqlens_padded(kv_seqlen, kv_padding))
+
+    def _block(self, rows: int, cols: int, dtype: torch.dtype, device: Any) -> torch.Tensor:
+        return torch.zeros(rows, cols, dtype=dtype, device=device)
+
+    def materialize(self, shape: Sequence[int], dtype: torch.dtype = torch.float32,
+                    device: Union[str, torch.device] = "cpu") -> torch.Tensor:
+        mask = torch.full(tuple(shape[-2:]), -math.inf, dtype=dtype, device=device)
+        for (q0, q1), (k0, k1) in zip(self.q_seqinfo.intervals(), self.k_seqinfo.intervals()):
+            mask[q0:q1, k0:k1] = self._block(q1 - q0, k1 - k0, dtype, device)
+        return mask.expand(tuple(shape))
+
+
+class BlockDiagonalCausalWithOffsetPaddedKeysMask(BlockDiagonalPaddedKeysMask):
+    """The same, causal from the bottom right in each block: a sequence's new queries see
+    its cached keys and themselves (mistral-inference's decode mask)."""
+
+    def _block(self, rows: int, cols: int, dtype: torch.dtype, device: Any) -> torch.Tensor:
+        return _causal((rows, cols), dtype, device, from_bottomright=True)
+
+
 __all__ = [
     "AttentionBias", "LowerTriangularMask", "LowerTriangularMaskWithTensorBias",
     "LowerTriangularFromBottomRightMask", "BlockDiagonalMask", "BlockDiagonalCausalMask",
     "BlockDiagonalCausalFromBottomRightMask", "LowerTriangularFromBottomRightLocalAttentionMask",
     "LocalAttentionFromBottomRightMask", "BlockDiagonalCausalLocalAttentionMask",
-    "BlockDiagonalCausalLocalAttentionFromBottomRightMask",
+    "BlockDiagonalCausalLocalAttentionFromBottomRightMask", "BlockDiagonalPaddedKeysMask",
+    "BlockDiagonalCausalWithOffsetPaddedKeysMask",
 ]

@@ -41,6 +41,8 @@ class TreeContext:
     sources: frozenset[str] = frozenset()
     #: Extension modules the tree's own build compiles (CUDAExtension / CppExtension names).
     extensions: frozenset[str] = frozenset()
+    #: The tree's import probes (porter.project.flags.import_probes): a call of one guards.
+    probes: frozenset[str] = frozenset()
 
     def is_local(self, root: str) -> bool:
         return root in self.local

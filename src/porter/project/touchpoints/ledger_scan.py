@@ -53,7 +53,7 @@ class Scanner:
     def __init__(self, tree: ast.Module, data: bytes, context: TreeContext) -> None:
         self.tree = tree
         self.context = context
-        self.finder = GuardFinder(tree, data.splitlines(), self._cuda_module)
+        self.finder = GuardFinder(tree, data.splitlines(), self._cuda_module, context.probes)
         self.names = self.finder.names
         self.parents: dict[ast.AST, ast.AST] = {}
         self.found: list[tuple[ast.AST, str, str, str, Optional[str]]] = []

@@ -27,6 +27,7 @@ from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from porter.rulebase.cuda_packages import IMPORT_ROOTS, is_cuda_only_module
 from porter.rulebase.matching import ast_dotted_name
+from porter.rulebase.conditions.names import Names, child_blocks, statements  # noqa: F401 (re-exported)
 from porter.rulebase.conditions.test_gates import gated_definition, gated_module, several_count, several_gpus
 
 Position = tuple[int, int]  # (line, column)
@@ -57,57 +58,6 @@ def within(spans: Iterable[Span], position: Position) -> bool:
     return any(start <= position < end for start, end in spans)
 
 
-def statements(tree: ast.AST) -> Iterator[ast.stmt]:
-    """Every statement of a tree, at any depth (a tenth of the nodes: cheaper than ``ast.walk``)."""
-    stack = list(child_blocks(tree)) if not isinstance(tree, ast.stmt) else [[tree]]
-    while stack:
-        for stmt in stack.pop():
-            yield stmt
-            stack.extend(child_blocks(stmt))
-
-
-#: What a name the file never imports stands for when the file star-imports a module
-#: (``from FastSAM.tools import *``, ``from utils import *``): that module's own ``import
-#: torch`` (Grounded-SAM's grounded_fast_sam.py tests ``torch.cuda.is_available()`` and
-#: gets torch only that way). Only torch's conventional names.
-STAR_IMPORTED = {"torch": "torch", "nn": "torch.nn"}
-
-
-class Names:
-    """What each name of a file stands for, from its imports (flow-insensitive: a name
-    imported twice as different things resolves to neither)."""
-
-    def __init__(self, tree: ast.AST) -> None:
-        found: dict[str, set[str]] = {}
-        for node in statements(tree):
-            if isinstance(node, ast.Import):
-                for alias in node.names:
-                    if alias.asname:
-                        found.setdefault(alias.asname, set()).add(alias.name)
-                    else:
-                        root = alias.name.split(".")[0]
-                        found.setdefault(root, set()).add(root)
-            elif isinstance(node, ast.ImportFrom):
-                for alias in node.names:
-                    if alias.name == "porter_runtime":  # a vendored copy (`from mypkg import porter_runtime`)
-                        found.setdefault(alias.asname or alias.name, set()).add("porter_runtime")
-                    elif alias.name != "*" and node.module and not node.level:
-                        found.setdefault(alias.asname or alias.name, set()).add(f"{node.module}.{alias.name}")
-        if any(isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names)
-               for node in getattr(tree, "body", ())):
-            for name, target in STAR_IMPORTED.items():
-                found.setdefault(name, {target})
-        self.imported = {name: next(iter(v)) for name, v in found.items() if len(v) == 1}
-
-    def qualname(self, node: ast.AST) -> Optional[str]:
-        if isinstance(node, ast.Name):
-            return self.imported.get(node.id)
-        if isinstance(node, ast.Attribute):
-            base = self.qualname(node.value)
-            return f"{base}.{node.attr}" if base else None
-        return None
-
-
 _CUDA_STRING = re.compile(r"^cuda(:\d+)?$")
 #: Values that are truthy only in a CUDA build with CUDA present: the CUDA version of the
 #: build (None in CPU and MPS builds), torch's own test flags.
@@ -130,11 +80,13 @@ class GuardFinder:
     """Finds the CUDA-only regions of one parsed file."""
 
     def __init__(self, tree: ast.Module, lines: Sequence[bytes],
-                 cuda_module: Callable[[str], bool] = is_cuda_only_module) -> None:
+                 cuda_module: Callable[[str], bool] = is_cuda_only_module, probes: frozenset = frozenset()) -> None:
         self.tree = tree
         self.lines = lines
         self.names = Names(tree)
         self.cuda_module = cuda_module
+        #: the tree's import probes, by name (porter.project.flags.import_probes)
+        self.probes = probes
         #: name or dotted target → (polarity, kind, the span of its definition)
         self.flags: dict[str, tuple[bool, str, Span]] = {}
         self.regions: list[Region] = []
@@ -202,6 +154,8 @@ class GuardFinder:
                 polarity, kind, where = self.flags[key]
                 return polarity, kind, (where,)
         last = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+        if last in self.probes:
+            return True, "import", ()  # llm-foundry's is_flash_v2_installed(), from another module
         match = _AVAILABLE.match(last)
         if match and any(root in match.group(1) for root in IMPORT_ROOTS if len(root) > 3):
             return True, "import", ()  # is_flash_attn_2_available(), is_xformers_available(), ...
@@ -320,6 +274,9 @@ class GuardFinder:
                 spans = (self.span(node.body[0], node.body[-1]),)
                 self.regions.append(Region(self.span(body[0], body[-1]), node.lineno, "import", spans))
                 self._try_flags(node)
+                tail = _probe_tail(self.tree, node)
+                if tail:  # `except ImportError: return False`, then the function uses the import
+                    self.regions.append(Region(self.span(tail[0], tail[-1]), node.lineno, "import", spans))
 
     def imports_cuda(self, stmts: Sequence[ast.stmt]) -> bool:
         return any(self.cuda_module(name) for name in _imported_modules(stmts))
@@ -355,7 +312,8 @@ class GuardFinder:
             if value is None:
                 self.flags[name] = (True, "import", where)  # `flash_attn_func = None`: `is not None` holds with CUDA
         owner = _enclosing_function(self.tree, node)
-        if owner is not None and _returns(node.body, None) and all(_returns(h.body, False) for h in node.handlers):
+        if owner is not None and all(_returns(h.body, False) for h in node.handlers) \
+                and (_returns(node.body, None) or _returns(_probe_tail(self.tree, node), None)):
             self.flags[owner.name + "()"] = (True, "import", where)
 
     def _flags(self) -> None:
@@ -377,21 +335,6 @@ class GuardFinder:
                 found = self.polarity(nodes[0].value)
                 if found is not None:
                     self.flags[key] = (found[0], found[1], self.span(nodes[0].value))
-
-
-def child_blocks(stmt: ast.AST, nested: bool = True) -> Iterator[list[ast.stmt]]:
-    """The statement lists of a statement; with ``nested``, those of its ``except``
-    handlers and ``case`` clauses too."""
-    for name in ("body", "orelse", "finalbody"):
-        block = getattr(stmt, name, None)
-        if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
-            yield block
-    if not nested:
-        return
-    for handler in getattr(stmt, "handlers", ()):
-        yield handler.body
-    for case in getattr(stmt, "cases", ()):
-        yield case.body
 
 
 def _exits(body: Sequence[ast.stmt], names: Names, loops: bool = True) -> bool:
@@ -452,6 +395,35 @@ def _returns(body: Sequence[ast.stmt], value: Optional[bool]) -> bool:
                    and not (isinstance(s.value, ast.Constant) and not s.value.value) for s in body)
     return any(isinstance(s, ast.Return) and isinstance(s.value, ast.Constant) and s.value.value is value
                for s in body)
+
+
+def _probe_tail(tree: ast.AST, node: ast.Try) -> list[ast.stmt]:
+    """The statements after ``node`` in the function whose body it is, where every handler
+    of ``node`` returns: they run only when its import succeeded (llm-foundry's
+    ``is_flash_v2_installed``: ``try: import flash_attn`` / ``except: return False`` /
+    ``return version.parse(flash_attn.__version__) >= ...``)."""
+    if not node.handlers or not all(h.body and isinstance(h.body[-1], ast.Return) for h in node.handlers):
+        return []
+    owner = _enclosing_function(tree, node)
+    if owner is None:
+        return []
+    return owner.body[owner.body.index(node) + 1:]
+
+
+def probe_functions(tree: ast.Module, cuda_module: Callable[[str], bool] = is_cuda_only_module) -> list[str]:
+    """The names of the module's top-level functions that return False when their ``try``
+    import of a CUDA-only package fails (porter.project.flags.import_probes)."""
+    finder = GuardFinder(tree, [], cuda_module)
+    found = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for stmt in node.body:
+                if isinstance(stmt, ast.Try) and finder.is_import_guard(stmt) \
+                        and all(_returns(h.body, False) for h in stmt.handlers) \
+                        and (_returns(stmt.body, None) or _returns(_probe_tail(tree, stmt), None)):
+                    found.append(node.name)
+                    break
+    return found
 
 
 def _enclosing_function(tree: ast.AST, target: ast.AST) -> Optional[ast.FunctionDef]:

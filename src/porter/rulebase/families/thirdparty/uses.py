@@ -341,7 +341,21 @@ class GuardTracker:
         if not hasattr(self, "_try_stack"):
             self._try_stack: list[bool] = []
             self._if_stack: list[cst.If] = []
+            self._tails: list[bool] = []  # per function: after a guarding try whose handlers return
+            self._in_else: list[bool] = []  # per enclosing if: in its else (or elif) part
         return self._try_stack, self._if_stack
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._stacks()
+        self._tails.append(False)
+        after = getattr(super(), "visit_FunctionDef", None)  # a mixin after this one (TypeCheckUses)
+        if after is not None:
+            after(node)
+
+    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
+        self._tails.pop()
+        after = getattr(super(), "leave_FunctionDef", None)
+        return after(original, updated) if after is not None else updated
 
     def visit_Try(self, node: cst.Try) -> None:
         guards = any(_catches_import_error(h) and not only_raises(h.body) for h in node.handlers)
@@ -352,21 +366,60 @@ class GuardTracker:
 
     def leave_Try(self, original: cst.Try, updated: cst.Try) -> cst.Try:
         self._stacks()[0].pop()
+        if self._tails and _returns_on_failure(original, self.chain_roots):
+            self._tails[-1] = True  # `except ImportError: return False`: the rest runs only with the import
         return updated
 
     def visit_If(self, node: cst.If) -> None:
-        self._stacks()[1].append(node)
+        stack = self._stacks()[1]
+        if stack and stack[-1].orelse is node:
+            self._in_else[-1] = True  # an elif: no longer under the test above it
+        stack.append(node)
+        self._in_else.append(False)
+
+    def visit_Else(self, node: cst.Else) -> None:
+        if self._stacks()[1]:
+            self._in_else[-1] = True  # (a loop's or try's else too: then the if counts as left, the safe side)
 
     def leave_If(self, original: cst.If, updated: cst.If) -> cst.If:
         self._stacks()[1].pop()
+        self._in_else.pop()
         return updated
 
     def guarded(self) -> bool:
-        return any(self._stacks()[0])
+        return any(self._stacks()[0]) or (bool(self._tails) and self._tails[-1]) or self._under_import_probe()
+
+    def _under_import_probe(self) -> bool:
+        """In the body of ``if is_flash_v2_installed():``, a call of one of the tree's import
+        probes (porter.project.flags.import_probes), which holds only where the import does."""
+        project = getattr(getattr(self, "ctx", None), "project", None)
+        probes = project.import_probes if project is not None else ()
+        return bool(probes) and any(not in_else and isinstance(node.test, cst.Call) and called_name(node.test) in probes
+                                    for node, in_else in zip(self._stacks()[1], self._in_else))
 
     def flag_test(self) -> Optional[cst.If]:
         stack = self._stacks()[1]
         return stack[-1] if stack else None
+
+
+def called_name(call: cst.Call) -> str:
+    """The last name of what ``call`` calls (``is_flash_v2_installed``, ``attention.has_flash``)."""
+    func = call.func
+    return func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+
+
+def _returns_on_failure(node: cst.Try, roots: frozenset[str]) -> bool:
+    """A ``try`` that guards an import and whose every handler ends in ``return``: in the
+    function, what follows it runs only where the import succeeded (llm-foundry's
+    ``is_flash_v2_installed``: ``except: return False``, then ``flash_attn.__version__``)."""
+    if not node.handlers or import_chain(node, roots) is not None:
+        return False
+    for handler in node.handlers:
+        last = handler.body.body[-1] if isinstance(handler.body, cst.IndentedBlock) and handler.body.body else None
+        if not (_catches_import_error(handler) and isinstance(last, cst.SimpleStatementLine)
+                and isinstance(last.body[-1], cst.Return)):
+            return False
+    return True
 
 
 def _flag_test(test: cst.BaseExpression, flags: set[str]) -> Optional[str]:

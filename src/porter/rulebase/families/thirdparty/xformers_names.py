@@ -15,7 +15,8 @@ MODULES = ("xformers.ops", "xformers.ops.fmha")
 ATTENTION = frozenset(f"{m}.memory_efficient_attention" for m in MODULES)
 BIAS_NAMES = ("LowerTriangularMask", "LowerTriangularMaskWithTensorBias",
                "LowerTriangularFromBottomRightMask", "BlockDiagonalMask",
-               "BlockDiagonalCausalMask", "BlockDiagonalCausalFromBottomRightMask")
+               "BlockDiagonalCausalMask", "BlockDiagonalCausalFromBottomRightMask",
+               "BlockDiagonalPaddedKeysMask", "BlockDiagonalCausalWithOffsetPaddedKeysMask")
 BIASES = {f"{m}.{n}": n for m in (*MODULES, "xformers.ops.fmha.attn_bias") for n in BIAS_NAMES}
 CONSTRUCTORS = frozenset({"from_seqlens", "from_tensor_list"})
 #: xformers' tensor helpers with a twin in porter_runtime.xformers_ops: how many
