@@ -260,8 +260,10 @@ class XformersBias(Rule):
     What:
     Rewrites the construction of `LowerTriangularMask`,
     `LowerTriangularMaskWithTensorBias`, `LowerTriangularFromBottomRightMask`,
-    `BlockDiagonalMask`, `BlockDiagonalCausalMask` and
-    `BlockDiagonalCausalFromBottomRightMask` (called directly, or through
+    `BlockDiagonalMask`, `BlockDiagonalCausalMask`,
+    `BlockDiagonalCausalFromBottomRightMask` and the padded-keys masks of a KV cache,
+    `BlockDiagonalPaddedKeysMask` and `BlockDiagonalCausalWithOffsetPaddedKeysMask`
+    (called directly, or through
     `.from_seqlens(...)` / `.from_tensor_list(...)`) into the same call on
     `porter_runtime.xformers_bias`.
 
