@@ -340,7 +340,8 @@ class XformersUnsupported(GuardTracker, TypeCheckUses, UseFinder, Rule):
     Fix safety:
     Review only; each finding names the PyTorch replacement.
 
-    A module class (`SwiGLU`) only tested against is a note, since a type test runs no
+    A name in an annotation (`bias: Optional[BlockDiagonalMask]`) is a note, and so is a
+    module class (`SwiGLU`) only tested against, since a type test runs no
     kernel (porter.rulebase.families.type_checks); what fails is the import, reported on its
     own, and the construction. A bias class tested against stays a finding: off CUDA
     TP202 builds porter's stand-in, which is not xformers' class.
@@ -376,6 +377,18 @@ class XformersUnsupported(GuardTracker, TypeCheckUses, UseFinder, Rule):
                 """),
             line=7,
         ),
+        Example(  # only an annotation: a note (mistral-inference, blind round 12)
+            dedent("""\
+                from typing import Optional
+
+                from xformers.ops.fmha.attn_bias import AttentionBias
+
+
+                def attention(q, k, v, mask: Optional[AttentionBias] = None):
+                    return q
+                """),
+            line=6, message="only an annotation",
+        ),
         Example(  # only a type test's class: a note (the import is the PT999 finding)
             dedent("""\
                 import math
@@ -392,9 +405,20 @@ class XformersUnsupported(GuardTracker, TypeCheckUses, UseFinder, Rule):
         ),
     ]
 
+    def visit_Annotation(self, node: cst.Annotation) -> None:
+        self._in_annotation = getattr(self, "_in_annotation", 0) + 1
+
+    def leave_Annotation(self, original: cst.Annotation, updated: cst.Annotation) -> cst.Annotation:
+        self._in_annotation -= 1
+        return updated
+
     def on_use(self, node: cst.BaseExpression, name: str, call: Optional[cst.Call]) -> None:
         if self.guarded():
             return  # the try's body runs only where the import worked; its handler falls back
+        if call is None and getattr(self, "_in_annotation", 0):
+            self.note(node, f"`{name}` needs xformers (for information: only an annotation here, which runs no "
+                      "kernel; the import is reported on its own)", suggestion=_advice(name))
+            return
         if call is not None and (name in ATTENTION or bias_callee(self, call) is not None
                                  or name in HELPER_NAMES):
             return  # TP201 / TP202 / TP204
