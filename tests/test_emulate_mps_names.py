@@ -72,3 +72,37 @@ def test_a_repositorys_own_mac_check_passes_and_its_mac_branch_runs_on_the_devic
                                        "line": lines_of((tree / "train.py").read_text(), "torch.float64")}
     # without the emulation the branch is not taken: the CPU has no MPS
     assert verify(tree, "--run", "python train.py --mac-branch --f64")[0] == 0
+
+
+LOADER = """
+    import sys
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+
+    def main():
+        device = torch.device("cuda")
+        dtype = torch.float64 if "--f64" in sys.argv else torch.bfloat16
+        save_file({"w": torch.randn(3, 3).to(dtype)}, "ckpt.safetensors")
+        weights = load_file("ckpt.safetensors", device=str(device))
+        print("loaded", weights["w"].dtype, (weights["w"] @ weights["w"]).float().sum().item() != 0)
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_safetensors_loads_onto_the_emulated_device_by_its_name(tmp_path):
+    """flux (blind round 12): ``load_file(path, device=str(device))`` with the ported device
+    got "cpu:0", the emulated device's name, which safetensors refuses ("device cpu:0 is
+    invalid"): a failure no Mac has, where the name is "mps". Now it loads on the device,
+    and what a Mac refuses there (float64) is refused."""
+    root = write_tree(tmp_path / "repo", {"load.py": LOADER, "requirements.txt": "torch\nsafetensors\n"})
+    port(root)
+    code, data, _ = verify(root, "--emulate", "mps", "--run", "python load.py")
+    assert code == 0, data["run"]
+    assert "loaded torch.bfloat16 True" in data["run"]["output"]
+    code, data, _ = verify(root, "--emulate", "mps", "--run", "python load.py --f64")
+    assert code == 1 and "Cannot convert a MPS Tensor to float64 dtype" in data["run"]["error"]

@@ -19,6 +19,11 @@ Here, while the emulation runs:
   emptying the cache do nothing, seeding seeds the generator, memory queries count
   what this process holds; its generator is the CPU's (the numerics are the CPU's anyway).
 
+And a library that reads the device's name itself gets one it knows: safetensors'
+``load_file(path, device=...)`` / ``safe_open`` given the emulated device (``"cpu:0"``,
+which it refuses, or "mps") load on the CPU and move the tensors to the device, as a Mac
+loads them on MPS (flux, blind round 12).
+
 Left as it is: a device tensor's ``.device`` stays the emulated ``cpu:0`` (torch's own
 Python takes MPS-only paths on ``mps``), and ``torch.Generator(device="mps")`` fails.
 """
@@ -98,4 +103,56 @@ def answer_as_a_mac() -> None:
     mps.driver_allocated_memory = _allocated
     mps.recommended_max_memory = lambda: 16 * 2 ** 30
     mps.set_per_process_memory_fraction = lambda fraction: None
+    safetensors_take_the_device()
     MpsNames().__enter__()
+
+
+def _names_the_device(device: Any) -> bool:
+    """Whether ``device`` (a string, an index, a torch.device) is the emulated device."""
+    device = emulated(device)
+    if isinstance(device, str):
+        try:
+            device = torch.device(device)
+        except RuntimeError:
+            return False
+    return isinstance(device, torch.device) and device == _device.EMULATED
+
+
+class _OnTheDevice:
+    """A safetensors file opened on the CPU whose tensors come out on the emulated device."""
+
+    def __init__(self, opened: Any) -> None:
+        self._opened = opened
+
+    def __enter__(self) -> "_OnTheDevice":
+        self._opened.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self._opened.__exit__(*exc)
+
+    def get_tensor(self, name: str) -> torch.Tensor:
+        return self._opened.get_tensor(name).to(_device.EMULATED)
+
+    def get_tensors(self) -> dict:
+        return {k: v.to(_device.EMULATED) for k, v in self._opened.get_tensors().items()}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._opened, name)
+
+
+def safetensors_take_the_device() -> None:
+    """safetensors.torch's ``safe_open`` (which its ``load_file`` calls by name) given the
+    emulated device: open on the CPU, hand the tensors out on the device."""
+    try:
+        import safetensors.torch as st
+    except Exception:  # not installed (or broken): nothing reads the name
+        return
+    real = st.safe_open
+
+    def safe_open(filename: Any, framework: str, device: Any = "cpu", **kwargs: Any) -> Any:
+        if _names_the_device(device):
+            return _OnTheDevice(real(filename, framework, device="cpu", **kwargs))
+        return real(filename, framework, device=device, **kwargs)
+
+    st.safe_open = safe_open
