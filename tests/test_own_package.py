@@ -54,3 +54,37 @@ def test_check_after_write_reports_no_more_than_before(tmp_path):
     after = _findings(root)
     assert len(after) <= len(before)
     assert not [f for f in after if f[1] == "TP603"]
+
+
+#: Vim's layout (blind round 12): mamba_ssm vendored as a project of its own, with its
+#: setup.py, in a folder that is no Python name; the models put it on sys.path.
+NESTED = {
+    "mamba-1p1p1/setup.py": "from setuptools import find_packages, setup\n\n"
+                            "setup(name='mamba_ssm', packages=find_packages())\n",
+    **{f"mamba-1p1p1/{rel}": text for rel, text in TREE.items() if rel.startswith("mamba_ssm/")},
+    "vim/models_mamba.py": (
+        "import sys\n\nsys.path.insert(0, '../mamba-1p1p1')\n\n"
+        "from mamba_ssm.modules.block import make  # noqa: E402\n\n"
+        "print(make().shape)\n"),
+}
+
+
+def test_a_package_vendored_as_a_nested_project_is_the_trees_own(tmp_path):
+    """Vim's ``mamba-1p1p1/mamba_ssm``: TP603 named the tree's own vendored package
+    CUDA-only, and on the second pass the ``from mamba_ssm import porter_runtime`` the
+    first added too, so ``--check`` after ``--write`` was not clean. The ported model
+    runs on the CPU."""
+    import os
+    import subprocess
+
+    from porter_test_utils import python_without_porter
+
+    root = make_tree(tmp_path / "repo", NESTED)
+    assert not [f for f in _findings(root) if f[1] == "TP603"]
+    proc = run_porter("migrate", root, "--write", "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    assert "from mamba_ssm import porter_runtime" in (root / "mamba-1p1p1/mamba_ssm/modules/block.py").read_text()
+    assert not [f for f in _findings(root) if f[1] == "TP603"]
+    ran = subprocess.run(python_without_porter("models_mamba.py"), cwd=root / "vim", capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": ""})
+    assert ran.returncode == 0 and "torch.Size([8])" in ran.stdout, ran.stderr

@@ -73,6 +73,8 @@ class ProjectModel:
     #: the tree sets a CUDA default tensor type (``torch.set_default_tensor_type(torch.cuda.FloatTensor)``):
     #: PT912 gives the legacy ``torch.Tensor([...])`` constructors of the tree the default device
     cuda_default_type: bool = False
+    #: the folders of nested projects (_nested_bases), found once
+    _bases: Optional[tuple] = field(default=None, repr=False, compare=False)
 
     def read_elsewhere(self, rel: str, name: str) -> bool:
         """Whether another module of the tree reads ``name`` from the module ``rel``."""
@@ -85,7 +87,15 @@ class ProjectModel:
         A repository that holds kernels is not a CUDA-only package to itself."""
         top = module.split(".")[0]
         return any(f"{base}{top}{tail}" in self.modules
-                   for base in ("", "src/", "python/") for tail in ("/__init__.py", ".py"))
+                   for base in ("", "src/", "python/", *self._nested_bases()) for tail in ("/__init__.py", ".py"))
+
+    def _nested_bases(self) -> tuple[str, ...]:
+        """The folders of the projects inside the tree that build on their own (a setup.py
+        beside the package: Vim's ``mamba-1p1p1/`` vendors ``mamba_ssm``), and their ``src/``."""
+        if self._bases is None:
+            found = sorted({rel[:-len("setup.py")] for rel in self.modules if rel.endswith("/setup.py")})
+            self._bases = tuple(base + tail for base in found for tail in ("", "src/"))
+        return self._bases
 
     def never_runs_here(self, rel: str) -> str:
         """Why the module ``rel`` never runs on a Mac as the tree is written, or "": the tree
