@@ -330,3 +330,36 @@ def test_an_import_the_port_removed_is_accounted_for_beside_one_it_kept(tmp_path
     lines = {f.line for f in next(f for f in result.files if f.path == "moba_efficient.py").findings
              if f.code == "PT999"}
     assert 2 not in lines
+
+
+def test_a_ddp_device_list_is_ported_only_by_a_rewrite_of_all_of_it(tmp_path):
+    """mmseg's train_segmentor in a vendored mmcv (LAVIS's annotator, ControlNet's, blind
+    round 12): ``device_ids=[torch.cuda.current_device()]``. The rewrite of the call inside
+    the list counted as porting the list, so the first run was silent and the run after
+    ``--write`` found ``[porter_runtime.current_device()]``: ``--check`` not clean. Now both
+    runs report it. DataParallel's ``device_ids`` is inert: it keeps the module off CUDA."""
+    root = write(tmp_path, {
+        "train.py": """\
+            import torch
+            from annotator.uniformer.mmcv.parallel import MMDataParallel, MMDistributedDataParallel
+
+
+            def wrap(model, cfg, distributed):
+                if distributed:
+                    return MMDistributedDataParallel(model.cuda(), device_ids=[torch.cuda.current_device()])
+                return MMDataParallel(model.cuda(cfg.gpu_ids[0]), device_ids=cfg.gpu_ids)
+        """,
+        "requirements.txt": "torch\n",
+    })
+    found, result = touchpoints(root)
+    states = {(t.line, t.kind): t.state for t in found["train.py"]}
+    assert states[(7, "ddp-device")] == "unaccounted" and states[(8, "ddp-device")] == "inert"
+    first = [(f.code, f.message) for f in next(f for f in result.files if f.path == "train.py").findings
+             if f.action == "review"]
+    assert [code for code, _ in first] == ["PT999"]
+    from porter_test_utils import run_porter
+
+    assert run_porter("migrate", root, "--write", "-q").returncode == 0
+    check = run_porter("migrate", root, "--check", "--output-format", "json")
+    again = [x["code"] for f in json.loads(check.stdout)["files"] for x in f["findings"] if x["action"] == "review"]
+    assert again == ["PT999"]

@@ -559,3 +559,33 @@ def test_a_package_of_a_nested_project_imports_the_runtime_by_the_name_pip_insta
                          env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(target)})
     assert ran.returncode == 0 and "torch.Size([6])" in ran.stdout, ran.stderr
     assert str(target) in ran.stdout  # the installed copy, not the tree's
+
+
+def test_a_package_that_imports_itself_by_a_longer_name_imports_the_runtime_by_it(tmp_path):
+    """LAVIS's ``lavis/common/annotator/uniformer`` (a copy of ControlNet's annotator, blind
+    round 12, wrong): its modules import it as ``annotator.uniformer`` (``annotator/`` has no
+    ``__init__.py``; whoever runs it puts ``lavis/common`` on sys.path). The port wrote
+    ``from uniformer import porter_runtime``, which imports on no layout where the package
+    does; now the runtime comes by the package's own name."""
+    repo = _tree(tmp_path / "repo", {
+        "requirements.txt": "torch\n",
+        "lavis/__init__.py": "",
+        "lavis/common/__init__.py": "",
+        "lavis/common/annotator/util.py": "",
+        "lavis/common/annotator/uniformer/__init__.py": "",
+        "lavis/common/annotator/uniformer/mmcv/__init__.py": "SCALE = 2\n",
+        "lavis/common/annotator/uniformer/mmseg/__init__.py": "",
+        "lavis/common/annotator/uniformer/mmseg/apis/__init__.py": "",
+        "lavis/common/annotator/uniformer/mmseg/apis/inference.py":
+            "import torch\n\nimport annotator.uniformer.mmcv as mmcv\n\n\n"
+            "def segment(n):\n    return torch.zeros(n * mmcv.SCALE).cuda()\n",
+        "demo.py": "import sys\n\nsys.path.insert(0, 'lavis/common')\n\n"
+                   "from annotator.uniformer.mmseg.apis.inference import segment  # noqa: E402\n\n"
+                   "print(segment(2).shape)\n",
+    })
+    assert run_porter("migrate", repo, "--write", "-q").returncode == 0
+    text = (repo / "lavis/common/annotator/uniformer/mmseg/apis/inference.py").read_text()
+    assert "from annotator.uniformer import porter_runtime\n" in text, text
+    proc = _runs(repo, "demo.py")
+    assert proc.returncode == 0 and "torch.Size([4])" in proc.stdout, proc.stderr
+    assert run_porter("migrate", repo, "--diff", "-q").stdout == b""

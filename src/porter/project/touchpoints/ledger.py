@@ -81,7 +81,8 @@ def account(
     out = []
     for node, kind, what, why, inert in scanner.found:
         start, end = scanner.finder.start(node), scanner.finder.end(node)
-        state, detail = _state(scanner, node, (start, end), by_start, starts, open_regions, inert, ignores)
+        state, detail = _state(scanner, node, (start, end), by_start, starts, open_regions, inert, ignores,
+                               whole=kind == "ddp-device")
         if state == "unaccounted" and new is not None and kind.endswith("import"):
             state, detail = _removed(node, what.split()[-1], new, findings) or (state, detail)
         if state == "unaccounted" and what == "'nccl'":
@@ -108,8 +109,13 @@ class _Starts:
         return [f for _, _, f in sorted(chosen, key=lambda entry: entry[1])]
 
 
-def _state(scanner, node, span, by_start, findings, regions: Sequence[Region], inert, ignores) -> tuple[str, str]:
-    found = _covering(scanner, node, span, by_start, findings)
+def _state(scanner, node, span, by_start, findings, regions: Sequence[Region], inert, ignores,
+           whole: bool = False) -> tuple[str, str]:
+    """``whole``: only a rewrite of all of the touchpoint ports it (DDP's ``device_ids=[...]``:
+    a rewrite of ``torch.cuda.current_device()`` inside the list still hands DDP a device
+    index off CUDA, and the next run would find ``[porter_runtime.current_device()]`` unported)."""
+    found = [f for f in _covering(scanner, node, span, by_start, findings)
+             if not (whole and f.action == "rewrite" and (f.line, f.column - 1) > span[0])]
     rewrite = next((f for f in found if f.action == "rewrite"), None)
     if rewrite is not None:
         return "rewritten", rewrite.code

@@ -275,8 +275,13 @@ class Scanner:
         func = node.func
         if isinstance(func, ast.Attribute) and func.attr == "cuda" and self.names.qualname(func) is None:
             self._add(node, "cuda-method", ".cuda()", "moves to a CUDA device: raises where CUDA is absent")
+        called = (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")) or ""
         for kw in node.keywords:
-            if kw.arg in ("device_ids", "output_device"):
+            if kw.arg in ("device_ids", "output_device") and "DataParallel" in called \
+                    and "Distributed" not in called:  # DataParallel (mmcv's too) drops them without CUDA
+                self._add(kw.value, "ddp-device", f"{kw.arg}=", "",
+                          "DataParallel keeps the module as it is where CUDA is absent, whatever devices it names")
+            elif kw.arg in ("device_ids", "output_device"):
                 none = isinstance(kw.value, ast.Constant) and kw.value.value is None
                 ported = isinstance(kw.value, ast.Call) and (self.names.qualname(kw.value.func) or "").startswith(
                     "porter_runtime.")

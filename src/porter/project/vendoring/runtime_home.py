@@ -36,7 +36,7 @@ from typing import Iterable, Optional, Union
 
 from porter.project.vendoring.runtime_copy import RUNTIME, Home, _is_file, _shown, is_pointer, is_vendored
 from porter.project.vendoring.runtime_probes import (_build_may_ship, _entries, _installable, _namespace_name, _package_imports,
-                                           _package_name, _reach, _top_package, imports_itself, nested_project)
+                                           _package_name, _reach, _top_package, nested_project, own_name)
 
 
 class LayoutError(Exception):
@@ -109,12 +109,16 @@ class Layout:
         top = _top_package(file, self.root)
         nested = _namespace_name(top, self.root) if top is not None else None
         imported = list(imported)
-        if top is not None and top.parent != self.root and nested_project(top, self.root) is not None \
-                and (nested is None or imports_itself(top)):
+        own = own_name(top) if top is not None and top.parent != self.root else None
+        if top is not None and top.parent != self.root and (own is not None or nested is None) \
+                and nested_project(top, self.root) is not None:
             # a package of a project that builds on its own inside the repository: pip
             # installs it by its own name, and may copy it away from the tree (a pointer's
             # path would not follow), so a copy of its own, imported by that name
-            return Home(top / RUNTIME, top.name), ""
+            return Home(top / RUNTIME, own or top.name), ""
+        if own is not None and "." in own and own != nested:
+            # its modules import it by a longer name (LAVIS's annotator.uniformer): so does the runtime
+            return self._pointer_or_copy(top / RUNTIME, own), ""
         if nested is not None:
             ships = self.installable and _build_may_ship(self.root, nested)
             return (Home(top / RUNTIME, nested) if ships else self._pointer_or_copy(top / RUNTIME, nested)), ""
@@ -196,6 +200,9 @@ def home_of_import(layout: "Layout", file: Path, package: str) -> Home:
         return layout.root_home
     top = _top_package(file.absolute(), layout.root)
     bases = [layout.root, layout.root / "src"] + ([top.parent] if top is not None else [])
+    parts = package.split(".")
+    if top is not None and len(parts) > 1 and top.parts[-len(parts):] == tuple(parts):
+        bases.insert(0, top.parents[len(parts) - 1])  # the package's own longer name (annotator.uniformer)
     if top is not None and top.name == package.split(".")[0]:
         # the file's own package, as the first --write placed its copy: detectron2's
         # projects/TensorMask/tests imports `from tests import porter_runtime`, which must

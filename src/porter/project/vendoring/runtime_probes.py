@@ -185,21 +185,30 @@ def nested_project(top: Path, root: Path) -> Optional[Path]:
 
 
 @functools.lru_cache(maxsize=64)
-def imports_itself(top: Path) -> bool:
-    """Whether a module of the package ``top`` imports the package by its own name
-    (``from groundingdino.util import box_ops`` inside ``groundingdino/``): then that name
+def own_name(top: Path) -> Optional[str]:
+    """The name the package ``top``'s own modules import it by, where they do: its folder's
+    name (``from groundingdino.util import box_ops`` inside ``groundingdino/``), or that
+    name under the folders above it (``import annotator.uniformer.mmcv as mmcv`` inside
+    LAVIS's ``lavis/common/annotator/uniformer/``, a copy of ControlNet's). That name
     imports wherever the package runs, whatever longer name a script reaches it by."""
-    own = re.compile(rb"^[ \t]*(?:from|import)[ \t]+" + re.escape(top.name.encode()) + rb"[.\s]", re.M)
+    own = re.compile(rb"^[ \t]*(?:from|import)[ \t]+((?:\w+\.)*)" + re.escape(top.name.encode()) + rb"[.\s]", re.M)
+    above = [part for part in reversed(top.parent.parts)]
+    counts: dict[str, int] = {}
     for base, dirs, files in os.walk(top):
         dirs[:] = [d for d in dirs if d not in ("__pycache__", RUNTIME) and not d.startswith(".")]
         for name in files:
-            if name.endswith(".py"):
-                try:
-                    if own.search(read_bounded(Path(base, name), 1 << 20, follow=False)):
-                        return True
-                except OSError:
-                    continue
-    return False
+            if not name.endswith(".py"):
+                continue
+            try:
+                text = read_bounded(Path(base, name), 1 << 20, follow=False)
+            except OSError:
+                continue
+            for match in own.finditer(text):
+                prefix = match.group(1).decode().rstrip(".").split(".") if match.group(1) else []
+                if list(reversed(prefix)) == above[:len(prefix)]:  # the folders above it, by their names
+                    dotted = ".".join(prefix + [top.name])
+                    counts[dotted] = counts.get(dotted, 0) + 1
+    return max(counts, key=lambda n: (counts[n], len(n))) if counts else None
 
 
 def _build_may_ship(root: Path, dotted: str) -> bool:
