@@ -109,7 +109,7 @@ BROKEN = {
     "pkg/streams.py": '''
         import torch
 
-        COPY_STREAM = torch.cuda.Stream()
+        COPY_STREAM = torch.cuda.CUDAGraph()
         ''',
     "pkg/kernels.py": '''
         import importlib
@@ -142,7 +142,7 @@ def test_unported_cuda_import_fails_and_is_named_or_not(tmp_path):
     tree = write_tree(tmp_path / "repo", BROKEN)
     port(tree)
     attn_line = lines_of((tree / "pkg/attn.py").read_text(), "import flash_attn_2_cuda")
-    stream_line = lines_of((tree / "pkg/streams.py").read_text(), "torch.cuda.Stream()")
+    stream_line = lines_of((tree / "pkg/streams.py").read_text(), "torch.cuda.CUDAGraph()")
     code, data, _ = verify(tree)
     assert code == 1
     mods = by_path(data)
@@ -163,9 +163,9 @@ def test_unported_cuda_import_fails_and_is_named_or_not(tmp_path):
                                   "silenced_at": None, "missing_dependency": None}
     for path in ("pkg/streams.py", "train.py"):
         m = mods[path]
-        assert "torch.cuda.Stream requires CUDA support" in m["error"]
+        assert "Tried to instantiate dummy base class CUDAGraph" in m["error"]
         assert m["location"] == {"path": "pkg/streams.py", "line": stream_line}
-        assert m["mapping"]["text"] == f"named by finding PT110 at pkg/streams.py:{stream_line}"
+        assert m["mapping"]["text"] == f"named by finding PT999 at pkg/streams.py:{stream_line}"
     assert data["summary"] | {"seconds": 0} == {
         "modules": 7, "ok": 2, "failed": 5, "timeout": 0, "crashed": 0, "named": 2, "not_named": 3,
         "missing_dependency": 0, "other": 0, "skipped": 0, "seconds": 0}
@@ -178,7 +178,7 @@ def test_unported_cuda_import_fails_and_is_named_or_not(tmp_path):
     assert f"NOT NAMED by porter: silenced by `# porter: ignore` at pkg/attn.py:{attn_line}" in out
     assert ("pkg/kernels.py:4: ModuleNotFoundError: No module named 'fused_kernels_cuda'\n"
             "           → CUDA: NOT NAMED by porter (a porter bug: please report it)") in out
-    assert f"named by finding PT110 at pkg/streams.py:{stream_line}" in out
+    assert f"named by finding PT999 at pkg/streams.py:{stream_line}" in out
     assert "a print at import time" not in out
     assert "7 modules: 2 ok, 5 failed, 0 timed out; CUDA: 2 named by porter's report, 3 NOT NAMED" in out
 
@@ -277,7 +277,7 @@ CLEAN = {
             assert os.environ["CUDA_VISIBLE_DEVICES"] == "" and not torch.cuda.is_available()
             print(build()(torch.ones(1, 4)).shape)
             if "--stream" in sys.argv:
-                side = torch.cuda.Stream()
+                side = torch.cuda.CUDAGraph()
             if "--raw" in sys.argv:
                 torch.ones(1).cuda()  # porter: ignore
 
@@ -299,10 +299,10 @@ def test_run_command_passes_and_fails_with_its_line_mapped(tmp_path):
     code, data, _ = verify(tree, "--run", "python run.py --stream")
     assert code == 1
     run = data["run"]
-    line = lines_of(source, "torch.cuda.Stream()")
+    line = lines_of(source, "torch.cuda.CUDAGraph()")
     assert run["status"] == "failed" and run["returncode"] == 1
     assert run["location"] == {"path": "run.py", "line": line}
-    assert run["mapping"]["text"] == f"named by finding PT110 at run.py:{line}"
+    assert run["mapping"]["text"] == f"named by finding PT999 at run.py:{line}"
     assert all(m["status"] == "ok" for m in data["modules"])
 
     text = run_porter("verify", tree, "-j", "1", "--run", "python run.py --raw")

@@ -33,7 +33,7 @@ TRAIN = '''
 
     def step(rank):
         if rank == 1 and "--stream" in sys.argv:
-            side = torch.cuda.Stream()
+            side = torch.cuda.CUDAGraph()
         if rank == 1 and "--raw" in sys.argv:
             torch.ones(1).cuda()  # porter: ignore
         if rank == 1 and "--tokenizer" in sys.argv:
@@ -76,14 +76,14 @@ def test_torchrun_rank_failure_is_mapped_to_its_line_and_named(tree):
     """Before: the last traceback (torchrun's ChildFailedError, all inside torch) was read,
     so the failure had no line and said "exit 1: ====...". Now rank 1's own traceback."""
     source = (tree / "train.py").read_text()
-    line = lines_of(source, "torch.cuda.Stream()")
+    line = lines_of(source, "torch.cuda.CUDAGraph()")
     code, data, _ = verify(tree, "--run", TORCHRUN.format(port=_free_port()) + " --stream")
     run = data["run"]
     assert code == 1 and run["status"] == "failed" and run["rank"] == 1
     assert run["location"] == {"path": "train.py", "line": line}
-    assert run["error"] == "exit 1: rank 1: RuntimeError: torch.cuda.Stream requires CUDA support"
+    assert run["error"] == "exit 1: rank 1: RuntimeError: Tried to instantiate dummy base class CUDAGraph"
     assert run["mapping"]["cause"] == "cuda" and run["mapping"]["named"]
-    assert run["mapping"]["text"] == f"named by finding PT110 at train.py:{line}"
+    assert run["mapping"]["text"] == f"named by finding PT999 at train.py:{line}"
 
     text = run_porter("verify", tree, "-j", "1", "--run", TORCHRUN.format(port=_free_port()) + " --raw")
     out = text.stdout.decode()
@@ -219,7 +219,7 @@ def test_interleaved_mpi_ranks_are_read_apart(tmp_path):
 
 def test_classes_in_the_summary_line(tmp_path):
     tree = write_tree(tmp_path / "repo", {
-        "a.py": "import torch\n\nS = torch.cuda.Stream()\n",
+        "a.py": "import torch\n\nS = torch.cuda.CUDAGraph()\n",
         "b.py": "import lab_metrics_toolkit\n",
         "c.py": "raise ValueError('config file missing')\n",
         "d.py": "import torch\n\nONE = torch.zeros(1).cuda()  # porter: ignore\n",

@@ -83,6 +83,8 @@ _EXPORTS = {
     "xformers_bias": "thirdparty.xformers_bias", "xformers_ops": "thirdparty.xformers_ops",
     "triton_stand_in": "thirdparty.triton_stand_in", "twins_stand_in": "thirdparty.libs",
     "Event": "twins.timing", "WallClockEvent": "twins.timing", "current_stream": "twins.timing", "nvtx_range": "twins.timing",
+    "Stream": "twins.timing", "stream": "twins.timing", "default_stream": "twins.timing",
+    "record_stream": "twins.timing", "DeviceQueue": "twins.timing",
     "nvtx_range_pop": "twins.timing", "nvtx_range_push": "twins.timing",
     "DeviceProperties": "twins.device_calls", "current_device": "twins.device_calls",
     "cuda_device": "twins.device_calls", "device_module": "twins.device_module",

@@ -378,3 +378,20 @@ def test_mesh_device_type_resolves_a_cuda_value_off_cuda():
     assert porter_runtime.mesh_device_type(torch.device("cuda")) == "cpu"
     for value in ("cpu", "meta", None):
         assert porter_runtime.mesh_device_type(value) == value
+
+
+def test_streams_are_cudas_on_cuda_and_the_one_queue_elsewhere(simulate):
+    machine = simulate("cuda")
+    made = machine.record(torch.cuda, "Stream", "side")
+    entered = machine.record(torch.cuda, "stream", "context")
+    assert porter_runtime.Stream(priority=-1) == "side" and made.calls == [((None, -1), {})]
+    assert porter_runtime.stream("side") == "context" and entered.calls == [(("side",), {})]
+    simulate("cpu")
+    side = porter_runtime.Stream(priority=-1)
+    with porter_runtime.stream(side):
+        x = torch.ones(2) * 3
+    porter_runtime.current_stream().wait_stream(side)
+    porter_runtime.record_stream(x, porter_runtime.current_stream())  # nothing to mark: one queue
+    assert side.query() and side == porter_runtime.default_stream() and x.sum().item() == 6.0
+    event = side.record_event()
+    event.synchronize()

@@ -1,4 +1,12 @@
-"""Events for timing and NVTX-style profiler ranges, per device."""
+"""Events for timing, streams and NVTX-style profiler ranges, per device.
+
+Streams: CUDA's own on CUDA; elsewhere the device's one queue, in order. MPS and the CPU
+have no user streams. Code that overlaps work with a side stream (a loader that copies
+the next batch on ``torch.cuda.Stream()`` while the model runs, then
+``current_stream().wait_stream(side)`` and ``tensor.record_stream(...)``: LAVIS's and
+MiniGPT-4's ``PrefetchLoader``) computes the same on one queue: every stream's work
+still runs, in program order, and every wait is already met. Only the overlap, a matter
+of speed, is gone."""
 from __future__ import annotations
 
 import contextlib
@@ -165,11 +173,78 @@ def nvtx_range(msg: str, *args: Any, **kwargs: Any) -> Iterator[None]:
 
 
 def current_stream(device: Any = None) -> Any:
-    """Twin of ``torch.cuda.current_stream(device)`` where it is the stream an event is
-    recorded on or waits on (``start.record(torch.cuda.current_stream(device))``):
-    CUDA's current stream on CUDA; None elsewhere, which every ``Event`` twin's
-    ``record`` and ``wait`` take as "the device's default stream" (MPS and the CPU
-    have no user streams)."""
+    """Twin of ``torch.cuda.current_stream(device)``: CUDA's current stream on CUDA;
+    elsewhere the device's one queue (porter_runtime.twins.streams.DeviceQueue: MPS and
+    the CPU have no user streams), which every ``Event`` twin's ``record`` and ``wait``
+    take as the stream they are given (``start.record(torch.cuda.current_stream(device))``)."""
     if _device.hardware_type() == "cuda":
         return torch.cuda.current_stream(device)
-    return None
+    return DeviceQueue(device)
+
+
+class DeviceQueue:
+    """Off CUDA, the stand-in of a ``torch.cuda.Stream``: the device's one queue."""
+
+    priority = 0
+
+    def __init__(self, device: Any = None, priority: int = 0, **_: Any) -> None:
+        self.device = _device.device()
+
+    def wait_stream(self, stream: Any) -> None:
+        """Its work is already ahead in the one queue."""
+
+    def wait_event(self, event: Any) -> None:
+        """The event's work is already ahead in the one queue."""
+
+    def record_event(self, event: Any = None) -> Any:
+        event = event if event is not None else Event()
+        event.record(self)
+        return event
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        if self.device.type == "mps":
+            torch.mps.synchronize()
+
+    def __enter__(self) -> "DeviceQueue":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, DeviceQueue)
+
+    def __hash__(self) -> int:
+        return hash(DeviceQueue)
+
+
+def Stream(device: Any = None, priority: int = 0, **kwargs: Any) -> Any:
+    """Twin of ``torch.cuda.Stream(device, priority)``: CUDA's on CUDA, the device's one
+    queue (a :class:`DeviceQueue`) elsewhere."""
+    if _device.hardware_type() == "cuda":
+        return torch.cuda.Stream(device, priority, **kwargs)
+    return DeviceQueue(device, priority)
+
+
+def stream(stream: Any) -> Any:
+    """Twin of ``torch.cuda.stream(stream)``: CUDA's context on CUDA; elsewhere work stays on
+    the device's one queue."""
+    if _device.hardware_type() == "cuda":
+        return torch.cuda.stream(stream)
+    return contextlib.nullcontext()
+
+
+def default_stream(device: Any = None) -> Any:
+    """Twin of ``torch.cuda.default_stream(device)``."""
+    if _device.hardware_type() == "cuda":
+        return torch.cuda.default_stream(device)
+    return DeviceQueue(device)
+
+
+def record_stream(tensor: torch.Tensor, s: Any) -> None:
+    """``tensor.record_stream(s)`` on CUDA; elsewhere nothing: one queue frees memory in order."""
+    if _device.hardware_type() == "cuda":
+        tensor.record_stream(s)
