@@ -31,16 +31,15 @@ def _moved(stmt: cst.BaseStatement) -> Optional[tuple[cst.BaseExpression, cst.Ba
     return what, call.args[0].value
 
 
-def _compared(test: cst.BaseExpression) -> Optional[tuple[cst.BaseExpression, cst.BaseExpression]]:
-    """(X, D) of ``X.device != D`` or ``D != X.device``."""
+def _compared(test: cst.BaseExpression) -> list[tuple[cst.BaseExpression, cst.BaseExpression]]:
+    """The (X, D) readings of ``X.device != D`` (or ``D != X.device``): both sides may be a
+    ``.device`` (``self.device != self._model.device``)."""
     if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1 \
             or not isinstance(test.comparisons[0].operator, cst.NotEqual):
-        return None
+        return []
     left, right = test.left, test.comparisons[0].comparator
-    for side, other in ((left, right), (right, left)):
-        if isinstance(side, cst.Attribute) and side.attr.value == "device":
-            return side.value, other
-    return None
+    return [(side.value, other) for side, other in ((left, right), (right, left))
+            if isinstance(side, cst.Attribute) and side.attr.value == "device"]
 
 
 class DeviceMoveGuard(Rule):
@@ -79,6 +78,8 @@ class DeviceMoveGuard(Rule):
 
     valid = [
         # the branch only moves: the same off CUDA
+        "def model(self):\n    if self.device != self._model.device:\n        self._model = self._model.to(self.device)\n"
+        "    return self._model\n",
         "def model(self):\n    if self._model.device != self.device:\n        self._model = self._model.to(self.device)\n"
         "    return self._model\n",
         # the branch moves something else
@@ -88,6 +89,13 @@ class DeviceMoveGuard(Rule):
         "def f(x, d):\n    if x.device != d:\n        x = x.to(torch.float32)\n        log(x)\n",
     ]
     invalid = [
+        Example(  # the device on the left
+            "def model(self):\n    if self.device != self._model.device:\n        self._model = self._model.to(self.device)\n"
+            "        self._wrapped_model = self._model\n    return self._wrapped_model\n",
+            "import porter_runtime\ndef model(self):\n    if porter_runtime.off_device(self._model, self.device):\n"
+            "        self._model = self._model.to(self.device)\n        self._wrapped_model = self._model\n"
+            "    return self._wrapped_model\n",
+        ),
         Example(
             example_code("""
             import torch
@@ -148,17 +156,17 @@ class DeviceMoveGuard(Rule):
     ]
 
     def leave_If(self, original: cst.If, updated: cst.If) -> cst.If:
-        compared = _compared(original.test)
         body = original.body.body if isinstance(original.body, cst.IndentedBlock) else ()
-        if compared is None or len(body) < 2:
+        moved = _moved(body[0]) if len(body) >= 2 else None
+        if moved is None:
             return updated
-        moved = _moved(body[0])
-        if moved is None or not (moved[0].deep_equals(compared[0]) and moved[1].deep_equals(compared[1])):
+        readings = _compared(original.test)
+        which = next((i for i, (what, where) in enumerate(readings)
+                      if moved[0].deep_equals(what) and moved[1].deep_equals(where)), None)
+        new_readings = _compared(updated.test)
+        if which is None or len(new_readings) != len(readings):
             return updated
-        new_compared = _compared(updated.test)
-        if new_compared is None:
-            return updated
-        call = self.runtime_call("off_device", new_compared[0], new_compared[1])
+        call = self.runtime_call("off_device", *new_readings[which])
         self.rewrite(original.test, call, "this branch moves the model to the device and then does more: off CUDA "
                      "the port builds the model where it runs, so the test would never hold and the rest would never "
                      "run; porter_runtime.off_device holds the first time, as on CUDA for a model built on the host")
