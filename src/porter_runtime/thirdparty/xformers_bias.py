@@ -385,6 +385,15 @@ class BlockDiagonalPaddedKeysMask(AttentionBias):
             raise ValueError(f"{len(q_seqlen)} query sequences for {len(kv_seqlen)} key sequences")
         return cls(_SeqLenInfo.from_seqlens(q_seqlen), _PaddedSeqLenInfo.from_seqlens_padded(kv_seqlen, kv_padding))
 
+    def make_paged(self, block_tables: torch.Tensor, page_size: int, paged_type: Any) -> Any:
+        """xformers' paged KV cache: CUDA-only kernels, no stand-in."""
+        raise NotImplementedError(f"{type(self).__name__}.make_paged: xformers' paged attention has no stand-in "
+                                  "off CUDA; keep the cache unpaged there (porter_runtime)")
+
+    def make_local_attention(self, window_left: int, window_right: int
+                             ) -> "BlockDiagonalLocalAttentionPaddedKeysMask":
+        return BlockDiagonalLocalAttentionPaddedKeysMask(self.q_seqinfo, self.k_seqinfo, window_left, window_right)
+
     def _block(self, rows: int, cols: int, dtype: torch.dtype, device: Any) -> torch.Tensor:
         return torch.zeros(rows, cols, dtype=dtype, device=device)
 
@@ -400,8 +409,35 @@ class BlockDiagonalCausalWithOffsetPaddedKeysMask(BlockDiagonalPaddedKeysMask):
     """The same, causal from the bottom right in each block: a sequence's new queries see
     its cached keys and themselves (mistral-inference's decode mask)."""
 
+    def __init__(self, q_seqinfo: _SeqLenInfo, k_seqinfo: _PaddedSeqLenInfo, causal_diagonal: Any = None) -> None:
+        super().__init__(q_seqinfo, k_seqinfo)
+        self.causal_diagonal = causal_diagonal  # unused, as in xformers (kept for old callers)
+
     def _block(self, rows: int, cols: int, dtype: torch.dtype, device: Any) -> torch.Tensor:
         return _causal((rows, cols), dtype, device, from_bottomright=True)
+
+
+class BlockDiagonalLocalAttentionPaddedKeysMask(BlockDiagonalPaddedKeysMask):
+    """The same, with each block's keys seen through a window from the bottom right
+    (``LocalAttentionFromBottomRightMask``'s), not causal."""
+
+    def __init__(self, q_seqinfo: _SeqLenInfo, k_seqinfo: _PaddedSeqLenInfo, window_left: int,
+                 window_right: int) -> None:
+        super().__init__(q_seqinfo, k_seqinfo)
+        self.window_left, self.window_right = window_left, window_right
+
+    @classmethod
+    def from_seqlens_local(cls, q_seqlen: Sequence[int], kv_padding: int, kv_seqlen: Sequence[int],
+                           window_left: int, window_right: int) -> Any:
+        real = _real(cls.__name__)
+        if real is not None:
+            return real.from_seqlens_local(q_seqlen, kv_padding, kv_seqlen, window_left, window_right)
+        return cls(_SeqLenInfo.from_seqlens(q_seqlen), _PaddedSeqLenInfo.from_seqlens_padded(kv_seqlen, kv_padding),
+                   window_left, window_right)
+
+    def _block(self, rows: int, cols: int, dtype: torch.dtype, device: Any) -> torch.Tensor:
+        return LocalAttentionFromBottomRightMask(self.window_left, self.window_right).materialize(
+            (rows, cols), dtype=dtype, device=device)
 
 
 __all__ = [
@@ -410,5 +446,5 @@ __all__ = [
     "BlockDiagonalCausalFromBottomRightMask", "LowerTriangularFromBottomRightLocalAttentionMask",
     "LocalAttentionFromBottomRightMask", "BlockDiagonalCausalLocalAttentionMask",
     "BlockDiagonalCausalLocalAttentionFromBottomRightMask", "BlockDiagonalPaddedKeysMask",
-    "BlockDiagonalCausalWithOffsetPaddedKeysMask",
+    "BlockDiagonalCausalWithOffsetPaddedKeysMask", "BlockDiagonalLocalAttentionPaddedKeysMask",
 ]
