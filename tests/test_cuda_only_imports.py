@@ -169,3 +169,20 @@ def test_code_behind_another_modules_import_probe_needs_no_human(tmp_path):
     (root / "modeling.py").write_text(GUARDED_BY_PROBE.replace("is_flash_v2_installed()", "USE_FLASH"))
     proc = run_porter("migrate", root, "--check", "--report", report)
     assert proc.returncode == 1 and json.loads(report.read_text())["summary"]["findings"] >= 1
+
+
+def test_a_try_that_imports_nothing_guards_nothing_after_it(tmp_path):
+    """Only a ``try`` that imports makes its ``except: return`` a probe: after a plain
+    ``try: ... except: return None`` the function's flash-attn call still needs a human."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "attn.py").write_text(
+        "from flash_attn import flash_attn_with_kvcache\n\n\n"
+        "def attend(q, k_cache, v_cache, spec):\n"
+        "    try:\n        causal = bool(spec['causal'])\n    except:\n        return None\n"
+        "    return flash_attn_with_kvcache(q, k_cache, v_cache, causal=causal)\n")
+    report = tmp_path / "r.json"
+    run_porter("migrate", root, "--report", report)
+    lines = [x["line"] for f in json.loads(report.read_text())["files"] for x in f["findings"]
+             if x["action"] == "review" and x.get("severity") != "info"]
+    assert 9 in lines, lines  # the call after a try that imports nothing is not guarded

@@ -414,6 +414,10 @@ def _returns_on_failure(node: cst.Try, roots: frozenset[str]) -> bool:
     ``is_flash_v2_installed``: ``except: return False``, then ``flash_attn.__version__``)."""
     if not node.handlers or import_chain(node, roots) is not None:
         return False
+    body = node.body.body if isinstance(node.body, cst.IndentedBlock) else ()
+    if not any(isinstance(stmt, cst.SimpleStatementLine) and isinstance(small, (cst.Import, cst.ImportFrom))
+               for stmt in body for small in getattr(stmt, "body", ())):
+        return False  # no import tried: a handler's return says nothing about one
     for handler in node.handlers:
         last = handler.body.body[-1] if isinstance(handler.body, cst.IndentedBlock) and handler.body.body else None
         if not (_catches_import_error(handler) and isinstance(last, cst.SimpleStatementLine)
