@@ -127,7 +127,7 @@ def test_mps_event_is_torch_mps_event(simulate, monkeypatch):
     monkeypatch.setattr(torch.mps, "Event", FakeMpsEvent)
     event = porter_runtime.Event(enable_timing=True, blocking=True)
     assert isinstance(event, FakeMpsEvent) and made == [{"enable_timing": True}]
-    event.record(porter_runtime.current_stream())  # None off CUDA: MPS has one queue
+    event.record(porter_runtime.current_stream())  # the one queue off CUDA
     event.wait(None)
     assert calls == ["record", "wait"]
 

@@ -230,9 +230,9 @@ class EventStream(_EventStreams, Rule):
 
     Fix safety:
     Safe. On CUDA `porter_runtime.current_stream(d)` is `torch.cuda.current_stream(d)`,
-    so the event is recorded where the original recorded it. Elsewhere it is None,
-    which the runtime's `Event` twins take as the device's one queue (MPS and the CPU
-    have no user streams).
+    so the event is recorded where the original recorded it. Elsewhere it is the
+    device's one queue (a `DeviceQueue`: MPS and the CPU have no user streams), which the
+    runtime's `Event` twins record on.
 
     Known limits:
     A stream kept in a variable before it reaches the event is reported by PT110.
