@@ -681,13 +681,11 @@ def mac_packages(folder: Path, roots: list) -> dict:
     installs them on Linux) not installed, as ``porter verify --emulate mps`` does, and
     lets the code find porter_runtime only in ``roots``. Without it an installed xformers
     hid the very import a Mac fails on (mistral-inference, blind round 12)."""
-    import porter.verify
-    from porter.rulebase.cuda_packages import verify_hidden
+    from porter.verify.command import HERE, guard_setting
 
     folder.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(Path(porter.verify.__file__).parent / "guard.py", folder / "sitecustomize.py")
-    return {"PYTHONPATH": str(folder),
-            "PORTER_VERIFY_GUARD": json.dumps({"roots": roots, "allow": [], **verify_hidden()})}
+    shutil.copyfile(HERE / "guard.py", folder / "sitecustomize.py")
+    return {"PYTHONPATH": str(folder), "PORTER_VERIFY_GUARD": guard_setting(roots)}
 
 
 def run_emulated(entry: Entry, scratch: Path, venv: Path, row: Row) -> None:

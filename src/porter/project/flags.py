@@ -49,5 +49,5 @@ def import_probes(sources: Mapping[str, bytes]) -> frozenset[str]:
         if b"return False" in data and b"except" in data and _INDENTED_IMPORT.search(data):
             tree = parse_uncached(data)
             if tree is not None:
-                found.update(probe_functions(tree))
+                found.update(probe_functions(tree, data))
     return frozenset(found)

@@ -194,6 +194,11 @@ def argument_pair(original: cst.Call, updated: cst.Call, name: str,
     return found, updated.args[list(original.args).index(found)]
 
 
+def callee_name(func: cst.BaseExpression) -> str:
+    """The last name of what a call calls (``is_flash_v2_installed``, ``attention.has_flash``), or ""."""
+    return func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+
+
 def bound_names(node: cst.CSTNode) -> list[str]:
     """The names an import statement binds (``import a.b`` binds ``a``)."""
     if not isinstance(node, (cst.Import, cst.ImportFrom)) or isinstance(node.names, cst.ImportStar):

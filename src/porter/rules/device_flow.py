@@ -9,7 +9,7 @@ import libcst as cst
 
 from porter.project.query import Scoped, is_cuda_index
 from porter.rulebase.rule import Example, Needs, Rule, Safety
-from porter.rulebase.syntax import argument_pair, replace_arg
+from porter.rulebase.syntax import argument_pair, callee_name, replace_arg
 
 
 def _in_the_flow(project, path: str) -> bool:
@@ -228,8 +228,7 @@ class CudaIndexFlow(Scoped, Rule):
         """An index passed to a parameter every definition of the callee uses only as a device."""
         if name is not None and name.split(".")[0] not in self.ctx.project.roots:
             return updated  # a third-party callee
-        func = original.func
-        callee = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+        callee = callee_name(original.func)
         definitions = self.ctx.project.flow.callees.get(callee, ())
         if not definitions or any(a.star for a in original.args):
             return updated

@@ -27,6 +27,7 @@ from porter.rulebase.rule import BYTES_GAP, Example, Needs, Rule, Safety, string
 from porter.rulebase.syntax import (
     argument,
     argument_pair,
+    callee_name,
     int_value,
     replace_arg,
 )
@@ -118,8 +119,7 @@ class _DeviceIndexUses(cst.CSTVisitor):
             self.found.update(filter(None, (dotted_name(t.target) for t in node.targets)))
 
     def visit_Call(self, node: cst.Call) -> None:
-        func = node.func
-        method = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+        method = callee_name(node.func)
         use = _INDEX_USES.get(method)
         if use is None:
             return

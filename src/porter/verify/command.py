@@ -78,13 +78,19 @@ def child_environment(root: Path, guard_dir: Path, allow: Sequence[str], python:
     env.update({
         "PYTHONDONTWRITEBYTECODE": "1",  # leave no __pycache__ in the user's tree
         "MPLBACKEND": "Agg",  # a plot at import time opens no window
-        "PORTER_VERIFY_GUARD": json.dumps({"roots": roots, "allow": list(allow), **verify_hidden()}),
+        "PORTER_VERIFY_GUARD": guard_setting(roots, allow),
         RUN_MARK: guard_dir.name,  # unique to the run: what processes.sweep looks for
     })
     env["PYTHONPATH"] = os.pathsep.join([str(guard_dir), *filter(None, [os.environ.get("PYTHONPATH")])])
     # `python` in a --run command is the interpreter that imports the modules
     env["PATH"] = os.pathsep.join([os.path.dirname(os.path.abspath(python)), *filter(None, [env.get("PATH")])])
     return env
+
+
+def guard_setting(roots: Sequence[str], allow: Sequence[str] = ()) -> str:
+    """The guard's configuration (``PORTER_VERIFY_GUARD``): porter_runtime found only in
+    ``roots``, the CUDA-only packages porter's table names hidden but ``allow``."""
+    return json.dumps({"roots": list(roots), "allow": list(allow), **verify_hidden()})
 
 
 def _guard_folder() -> Path:

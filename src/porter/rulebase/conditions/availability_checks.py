@@ -14,6 +14,7 @@ from typing import Optional, Union
 import libcst as cst
 
 from porter.rulebase.rule import Rule, string_value
+from porter.rulebase.syntax import callee_name
 from porter.rulebase.walk import nodes_of
 
 IS_AVAILABLE = "torch.cuda.is_available"
@@ -71,9 +72,7 @@ def _is_report(stmt: cst.BaseSmallStatement) -> bool:
     """``print(...)``, ``logger.error(...)``, ``warnings.warn(...)``: a line that only reports."""
     if not isinstance(stmt, cst.Expr) or not isinstance(stmt.value, cst.Call):
         return False
-    func = stmt.value.func
-    name = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else ""
-    return name in _REPORTS
+    return callee_name(stmt.value.func) in _REPORTS
 
 
 def requirement(rule: Rule, node: Union[cst.Assert, cst.If]) -> Optional[tuple[Optional[cst.BaseExpression]]]:

@@ -410,20 +410,13 @@ def _probe_tail(tree: ast.AST, node: ast.Try) -> list[ast.stmt]:
     return owner.body[owner.body.index(node) + 1:]
 
 
-def probe_functions(tree: ast.Module, cuda_module: Callable[[str], bool] = is_cuda_only_module) -> list[str]:
-    """The names of the module's top-level functions that return False when their ``try``
-    import of a CUDA-only package fails (porter.project.flags.import_probes)."""
-    finder = GuardFinder(tree, [], cuda_module)
-    found = []
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for stmt in node.body:
-                if isinstance(stmt, ast.Try) and finder.is_import_guard(stmt) \
-                        and all(_returns(h.body, False) for h in stmt.handlers) \
-                        and (_returns(stmt.body, None) or _returns(_probe_tail(tree, stmt), None)):
-                    found.append(node.name)
-                    break
-    return found
+def probe_functions(tree: ast.Module, data: bytes, cuda_module: Callable[[str], bool] = is_cuda_only_module) -> list[str]:
+    """The names of the module's functions that return False when their ``try`` import of
+    a CUDA-only package fails: the ``name()`` flags the guard pass sets
+    (porter.project.flags.import_probes)."""
+    finder = GuardFinder(tree, data.splitlines(), cuda_module)
+    finder.find(expressions=False)
+    return [key[:-2] for key, (holds, kind, _) in finder.flags.items() if key.endswith("()") and holds and kind == "import"]
 
 
 def _enclosing_function(tree: ast.AST, target: ast.AST) -> Optional[ast.FunctionDef]:

@@ -15,6 +15,7 @@ from porter.rulebase.cuda_packages import IMPORT_ROOTS
 from porter.rulebase.conditions.guards import IMPORT_ERRORS
 from porter.rulebase.evidence import Clause, InFile, TriesImport, Uses
 from porter.rulebase.matching import Ambiguous, dotted_name
+from porter.rulebase.syntax import callee_name
 from porter.rulebase.walk import code_children
 
 
@@ -394,18 +395,12 @@ class GuardTracker:
         probes (porter.project.flags.import_probes), which holds only where the import does."""
         project = getattr(getattr(self, "ctx", None), "project", None)
         probes = project.import_probes if project is not None else ()
-        return bool(probes) and any(not in_else and isinstance(node.test, cst.Call) and called_name(node.test) in probes
+        return bool(probes) and any(not in_else and isinstance(node.test, cst.Call) and callee_name(node.test.func) in probes
                                     for node, in_else in zip(self._stacks()[1], self._in_else))
 
     def flag_test(self) -> Optional[cst.If]:
         stack = self._stacks()[1]
         return stack[-1] if stack else None
-
-
-def called_name(call: cst.Call) -> str:
-    """The last name of what ``call`` calls (``is_flash_v2_installed``, ``attention.has_flash``)."""
-    func = call.func
-    return func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
 
 
 def _returns_on_failure(node: cst.Try, roots: frozenset[str]) -> bool:
