@@ -186,3 +186,17 @@ def test_a_try_that_imports_nothing_guards_nothing_after_it(tmp_path):
     lines = [x["line"] for f in json.loads(report.read_text())["files"] for x in f["findings"]
              if x["action"] == "review" and x.get("severity") != "info"]
     assert 9 in lines, lines  # the call after a try that imports nothing is not guarded
+
+
+def test_a_try_with_a_block_in_it_is_read_without_error(tmp_path):
+    """The probe check reads a ``try`` whose body holds a block (an ``if``) as well as an
+    import: it once iterated the block and stopped the file with an internal error."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "attn.py").write_text(
+        "def has_flash(strict):\n"
+        "    try:\n        if strict:\n            pass\n        import flash_attn  # noqa: F401\n"
+        "    except ImportError:\n        return False\n    return True\n")
+    report = tmp_path / "r.json"
+    run_porter("migrate", root, "--report", report)
+    assert all(f["error"] is None for f in json.loads(report.read_text())["files"])

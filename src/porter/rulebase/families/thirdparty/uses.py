@@ -410,8 +410,8 @@ def _returns_on_failure(node: cst.Try, roots: frozenset[str]) -> bool:
     if not node.handlers or import_chain(node, roots) is not None:
         return False
     body = node.body.body if isinstance(node.body, cst.IndentedBlock) else ()
-    if not any(isinstance(stmt, cst.SimpleStatementLine) and isinstance(small, (cst.Import, cst.ImportFrom))
-               for stmt in body for small in getattr(stmt, "body", ())):
+    if not any(isinstance(small, (cst.Import, cst.ImportFrom))
+               for stmt in body if isinstance(stmt, cst.SimpleStatementLine) for small in stmt.body):
         return False  # no import tried: a handler's return says nothing about one
     for handler in node.handlers:
         last = handler.body.body[-1] if isinstance(handler.body, cst.IndentedBlock) and handler.body.body else None
