@@ -30,7 +30,7 @@ from typing import Iterable, Mapping, Optional
 
 from porter.files.apply import read_or_none
 from porter.project.cuda_gated import cuda_gated_modules
-from porter.project.flags import import_probes, unread_flags
+from porter.project.flags import cuda_device_options, import_probes, unread_flags
 from porter.project.import_fallbacks import caught_triton_modules
 from porter.project.loaders import mapped_wrappers
 from porter.project.unreached import other_vendor_modules, unreached_modules
@@ -73,6 +73,8 @@ class ProjectModel:
     #: the tree sets a CUDA default tensor type (``torch.set_default_tensor_type(torch.cuda.FloatTensor)``):
     #: PT912 gives the legacy ``torch.Tensor([...])`` constructors of the tree the default device
     cuda_default_type: bool = False
+    #: options the tree's commands give a CUDA device (``--device "cuda"`` in a README; porter.project.flags)
+    cuda_device_options: frozenset[str] = frozenset()
     #: the folders of nested projects (_nested_bases), found once
     _bases: Optional[tuple] = field(default=None, repr=False, compare=False)
 
@@ -88,6 +90,12 @@ class ProjectModel:
         top = module.split(".")[0]
         return any(f"{base}{top}{tail}" in self.modules
                    for base in ("", "src/", "python/", *self._nested_bases()) for tail in ("/__init__.py", ".py"))
+
+    def caught_module(self, module: str) -> bool:
+        """Whether an absolute import of ``module`` reaches a file of ``caught_triton``: a
+        module of the tree left to fail where Triton is absent, its importers catching it."""
+        return any(self.modules.get(rel, "") == module or self.modules.get(rel, "").endswith("." + module)
+                   for rel in self.caught_triton)
 
     def _nested_bases(self) -> tuple[str, ...]:
         """The folders of the projects inside the tree that build on their own (a setup.py
@@ -169,7 +177,8 @@ def build_from(sources: Mapping[str, bytes], texts: Optional[Mapping[str, bytes]
                         caught_triton=caught_triton_modules(sources, modules), unreached=unreached,
                         other_vendor=other_vendor_modules(sources),
                         trainer_arguments_class=any(_TRAINER_ARGUMENTS.search(data) for data in sources.values()),
-                        cuda_default_type=any(sets_cuda_default_type(data) for data in sources.values()))
+                        cuda_default_type=any(sets_cuda_default_type(data) for data in sources.values()),
+                        cuda_device_options=cuda_device_options({**sources, **(texts or {})}))
 
 
 def _import_targets(index: "_Index", rel: str, data: bytes) -> list[str]:

@@ -187,7 +187,8 @@ class CudaOnlyPackage(GuardTracker, Rule):
             return True
         if root == "triton" and self.ctx.project is not None and self.ctx.path in self.ctx.project.caught_triton:
             self.note(node, f"`{module}` is CUDA-only, but every import of this module in the repository catches "
-                      "its ImportError and falls back (for information)", suggestion=_PACKAGES[root])
+                      "its ImportError, so what runs without it is the importers' fallback (PT911 reports one the code "
+                      "calls anyway) (for information)", suggestion=_PACKAGES[root])
             return True
         flag = self.flag_test()
         behind = f" (behind `if {self.ctx.code_for(flag.test).strip()}:`; keep it false off CUDA)" \
