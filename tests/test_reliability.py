@@ -284,6 +284,27 @@ def test_gitignore_character_classes_and_escapes_are_honoured(tmp_path):
     assert sorted(p.name for p in found.files) == ["gen_a.py", "skipx.py"]
 
 
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_a_gitignored_folder_git_tracks_is_ported_as_git_reads_it(tmp_path):
+    """Vim's root .gitignore lists causal-conv1d/, which the repository commits: git's
+    rules are for untracked files, so the tracked package is the user's code; an ignored
+    file git does not track, inside it or beside it, stays skipped."""
+    from porter.engine.discover import discover
+
+    root = make_repo(tmp_path / "repo", {
+        ".gitignore": b"causal-conv1d/\nscratch.py\n",
+        "causal-conv1d/causal_conv1d/interface.py": CUDA, "main.py": CUDA, "scratch.py": CUDA})
+    assert sorted(p.name for p in discover([root], root).files) == ["main.py"]  # no repository: the rules decide
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "init", "-q"], cwd=root, check=True)
+    subprocess.run([*git, "add", "-f", "main.py", "causal-conv1d/causal_conv1d/interface.py"], cwd=root, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "x"], cwd=root, check=True)
+    (root / "causal-conv1d" / "causal_conv1d" / "build_tmp.py").write_bytes(CUDA)  # ignored, untracked
+    found = discover([root], root)
+    assert sorted(p.relative_to(root).as_posix() for p in found.files) == [
+        "causal-conv1d/causal_conv1d/interface.py", "main.py"]
+
+
 def test_a_tree_1200_folders_deep_is_walked(tmp_path):
     from porter.engine.discover import discover
 

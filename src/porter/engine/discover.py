@@ -2,7 +2,9 @@
 
 Skipped: ``.git`` and other VCS folders, virtual environments (any folder holding a
 ``pyvenv.cfg``, or named like one), build and cache folders, the vendored runtime, paths
-matching ``--exclude`` globs, and whatever ``.gitignore`` files ignore. Symbolic links
+matching ``--exclude`` globs, and whatever ``.gitignore`` files ignore, except what git
+tracks (a vendored package a ``.gitignore`` names but the repository commits, as git
+itself reads it: ignore rules are for untracked files). Symbolic links
 are never followed: a link is reported and skipped, so porter can't write outside the
 tree or walk in a loop.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
@@ -220,10 +223,53 @@ def _walk(top: Path, root: Path, excludes, skip_resolved, found: Discovery, patt
         loaded = GitIgnore.load(root / folder)
         if loaded:
             ignores.append(loaded)
-    yield from _walk_dir(top, root, excludes, skip_resolved, found, ignores, patterns)
+    yield from _walk_dir(top, root, excludes, skip_resolved, found, ignores, patterns, _Tracked(root))
 
 
-def _walk_dir(top: Path, root, excludes, skip_resolved, found, ignores, patterns) -> Iterator[Path]:
+class _Tracked:
+    """What git tracks under the root, asked once and only when a ``.gitignore`` rule
+    first matches: a tracked file, and a folder holding one, is never ignored. Empty
+    where git or a repository is not there (a tarball: the rules alone decide)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._paths: Optional[frozenset[str]] = None
+        #: ignored folders walked because git tracks files in them
+        self.ignored_dirs: set[str] = set()
+
+    def inside_ignored(self, rel: str) -> bool:
+        if not self.ignored_dirs:
+            return False
+        parent = rel.rpartition("/")[0]
+        while parent:
+            if parent in self.ignored_dirs:
+                return True
+            parent = parent.rpartition("/")[0]
+        return False
+
+    def holds(self, rel: str) -> bool:
+        if self._paths is None:
+            self._paths = _git_tracked(self.root)
+        return rel in self._paths
+
+
+def _git_tracked(root: Path) -> frozenset[str]:
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z", "--", "."], cwd=root, capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return frozenset()
+    if listed.returncode != 0:
+        return frozenset()
+    found: set[str] = set()
+    for raw in listed.stdout.split(b"\0"):
+        rel = raw.decode("utf-8", "surrogateescape")
+        while rel and rel not in found:
+            found.add(rel)
+            rel = rel.rpartition("/")[0]
+    return frozenset(found)
+
+
+def _walk_dir(top: Path, root, excludes, skip_resolved, found, ignores, patterns, tracked: _Tracked) -> Iterator[Path]:
     """The files under ``top`` in sorted order, depth first, with an explicit stack of
     folders being listed: a tree 1,200 folders deep is no deeper for Python's stack."""
     stack = [_listing(top, root, found, ignores)]
@@ -236,8 +282,13 @@ def _walk_dir(top: Path, root, excludes, skip_resolved, found, ignores, patterns
         path = Path(entry.path)
         rel = relative_posix(path, root)
         is_dir = entry.is_dir(follow_symlinks=False)
-        if _excluded(rel, excludes) or _gitignored(path, is_dir, ignores):
+        if _excluded(rel, excludes):
             continue
+        if _gitignored(path, is_dir, ignores) or tracked.inside_ignored(rel):
+            if not tracked.holds(rel):
+                continue
+            if is_dir:
+                tracked.ignored_dirs.add(rel)  # what git does not track inside it stays ignored
         if entry.is_symlink():
             # a link to a file the run would read is said so (and --out copies it as a link)
             if any(fnmatch.fnmatch(entry.name, p) for p in patterns) or entry.name.endswith(".py") or _links_to_dir(entry):
