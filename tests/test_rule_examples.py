@@ -15,9 +15,10 @@ INVALID = [(rule, i, example) for rule in RULES for i, example in enumerate(rule
 
 def migrate(rule, code: str, path: str = "example.py", project=()):
     options = Options(rules=[rule], unsafe_fixes=True)
-    if project:  # the example's repository: its other modules, and the example itself
-        options = Options(rules=[rule], unsafe_fixes=True,
-                          project=build_from({**{p: c.encode() for p, c in project}, path: code.encode()}))
+    if project:  # the example's repository: its other modules (and texts: a README), and the example itself
+        sources = {**{p: c.encode() for p, c in project if p.endswith(".py")}, path: code.encode()}
+        texts = {p: c.encode() for p, c in project if not p.endswith(".py")}
+        options = Options(rules=[rule], unsafe_fixes=True, project=build_from(sources, texts or None))
     if issubclass(rule, TextRule):
         return migrate_text(code.encode(), options, path=path)
     if not issubclass(rule, Rule):  # the ledger's catch-all, PT999 (porter.project.touchpoints.ledger)

@@ -51,7 +51,7 @@ _EXPORTS = {
     "compile": "_compile",
     "dataloader_kwargs": "_data", "map_location": "_data", "mpi_workers": "_data", "pin_memory": "_data",
     "pin_memory_device": "_data", "pin_tensor": "_data", "to_device": "_data", "unguarded_workers": "_data",
-    "device": "_device", "device_str": "_device", "device_type": "_device",
+    "device": "_device", "device_option": "_device", "device_str": "_device", "device_type": "_device",
     "is_accelerator_available": "_device", "is_cuda": "_device",
     "barrier_device_ids": "_dist", "ddp_device_ids": "_dist", "ddp_output_device": "_dist",
     "dist_backend": "_dist", "init_process_group": "_dist", "ShardedGradScaler": "_dist",

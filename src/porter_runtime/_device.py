@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import torch
 
@@ -272,6 +272,22 @@ def device_str(index: DeviceLike = None) -> str:
     :func:`device` call.
     """
     return str(_device(index, announce=False))
+
+
+def device_option(value: Any) -> Any:
+    """The ``type=`` of a command-line device option the repository's own commands give
+    ``"cuda"`` (``--device "cuda"`` in its README): a CUDA device (``"cuda"``,
+    ``"cuda:1"``) becomes :func:`device_str` of it, anything else is returned as given.
+    On CUDA that is the same string; on a Mac the README's command runs on MPS."""
+    if not isinstance(value, str) or not value.lower().startswith("cuda"):
+        return value
+    try:
+        requested = torch.device(value)
+    except (RuntimeError, ValueError):
+        return value  # not a device ("cuda_graphs"): argparse hands it on as before
+    if requested.type != "cuda":
+        return value
+    return device_str(value)
 
 
 def device_type() -> str:

@@ -51,3 +51,21 @@ def test_an_old_torch_on_mps_is_said_once(simulate, monkeypatch):
     monkeypatch.setattr(_compat, "at_least", lambda major, minor: (2, 4) >= (major, minor))
     with pytest.warns(UserWarning, match="needs torch 2.5 or newer there"):
         porter_runtime.device()
+
+
+@pytest.mark.parametrize("machine", ["cuda", "mps", "cpu"])
+def test_device_option_parses_a_cuda_request_to_the_resolved_device(simulate, machine):
+    """PT007's ``type=``: the README's ``--device "cuda"`` on every machine; on CUDA every
+    string comes back as it was given."""
+    simulate(machine)
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--device", type=porter_runtime.device_option, default="cpu")
+    parser.add_argument("--gpu", type=porter_runtime.device_option, default="0")
+    expected = {"cuda": ("cuda", "cuda:1"), "mps": ("mps", "mps"), "cpu": ("cpu", "cpu")}[machine]
+    assert parser.parse_args(["--device", "cuda"]).device == expected[0]
+    assert parser.parse_args(["--device=cuda:1"]).device == expected[1]
+    assert parser.parse_args([]).device == "cpu"
+    for given in ("cpu", "mps", "0", "0,1", "cuda_graphs", "CUDA"):  # not a CUDA device string, or not a device
+        assert parser.parse_args(["--device", given]).device == given
+    assert parser.parse_args([]).gpu == "0"
+    assert porter_runtime.device_option(None) is None

@@ -51,3 +51,21 @@ def import_probes(sources: Mapping[str, bytes]) -> frozenset[str]:
             if tree is not None:
                 found.update(probe_functions(tree, data))
     return frozenset(found)
+
+
+#: ``--device cuda``, ``--device=cuda:0``, ``--eval-device "cuda"`` in a command line: an
+#: option whose name holds "device", given a CUDA device.
+_CUDA_OPTION = re.compile(
+    rb"(?<![\w-])(--?[\w-]*device[\w-]*)(?:[ \t]*=[ \t]*|[ \t]+)[\"']?cuda(?::\d+)?[\"']?(?![\w:-])",
+    re.IGNORECASE)
+
+
+def cuda_device_options(texts: Mapping[str, bytes]) -> frozenset[str]:
+    """The options the tree's own commands (a README, a shell script, a notebook's
+    ``!python`` line, a Makefile, a module's usage line) give a CUDA device: ``--device "cuda"`` in Grounded-SAM's
+    README reaches ``model.to(args.device)`` in a script with nothing else CUDA-like."""
+    found: set[str] = set()
+    for data in texts.values():
+        if b"cuda" in data or b"CUDA" in data:
+            found.update(m.group(1).decode("ascii", "replace") for m in _CUDA_OPTION.finditer(data))
+    return frozenset(found)
