@@ -7,6 +7,7 @@ from __future__ import annotations
 import libcst as cst
 
 from porter.rulebase.rule import Example, Needs, Rule, Safety
+from porter.rulebase.families.devices.count_tests import tested_counts
 from porter.rulebase.families.devices.twin_calls import TwinCall, twin_table
 from porter.rulebase.syntax import int_value
 from porter.rulebase.families.thirdparty.uses import example_code
@@ -39,7 +40,12 @@ class CudaDeviceQuery(TwinCall, Rule):
     A count compared with 0 (`torch.cuda.device_count() == 0`, `> 0`, `< 1`) is a
     test for CUDA, as `torch.cuda.is_available()` is, and stays as written: what it
     guards is CUDA's code (detectron2's tests return early `if device_count() == 0`
-    and then name `"cuda:0"`), which a count of 1 off CUDA would run on a Mac.
+    and then name `"cuda:0"`), which a count of 1 off CUDA would run on a Mac. So is a
+    count one step from such a test: assigned to a name that its function compares
+    with 0 (or tests for truth), or passed to a function or class of the module whose
+    parameter is (detectron2's demo hands it to `AsyncPredictor(cfg, num_gpus=...)`,
+    which picks `"cuda:{i}" if num_gpus > 0 else "cpu"`;
+    porter.rulebase.families.devices.count_tests).
 
     Known limits:
     `device_count()` used as a process count (`mp.spawn(nprocs=...)`, a world size) is
@@ -56,7 +62,7 @@ class CudaDeviceQuery(TwinCall, Rule):
         "get_device_name": "device_name",
         "get_device_properties": "get_device_properties",
     })
-    needs = Needs(calls_only=True, targets=frozenset(table))
+    needs = Needs(calls_only=True, targets=frozenset(table), whole_file=True)  # a count tested in a helper (count_tests)
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -70,6 +76,10 @@ class CudaDeviceQuery(TwinCall, Rule):
                                       or right == 1 and op in (cst.LessThan, cst.GreaterThanEqual)):
                 self._tests.add(node.left)
 
+    def visit_Module(self, node: cst.Module) -> None:
+        self._tests |= tested_counts(node, lambda call: not call.args
+                                     and self.matches(call.func) == "torch.cuda.device_count")
+
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         if original in self._tests and self.matches(original.func) == "torch.cuda.device_count":
             return updated
@@ -80,6 +90,23 @@ class CudaDeviceQuery(TwinCall, Rule):
         Example(  # detectron2's tests/test_export_torchscript.py: a test for CUDA, and CUDA's code after it
             "import torch\n\n\ndef devices():\n    if torch.cuda.device_count() == 0:\n        return [None]\n"
             "    return ['cpu', 'cuda:0']\n"),
+        Example(  # detectron2's demo/predictor.py: the helper picks "cpu" for a count of 0
+            example_code("""
+            import torch
+
+
+            class VisualizationDemo:
+                def __init__(self, cfg, parallel=False):
+                    if parallel:
+                        num_gpu = torch.cuda.device_count()
+                        self.predictor = AsyncPredictor(cfg, num_gpus=num_gpu)
+
+
+            class AsyncPredictor:
+                def __init__(self, cfg, num_gpus: int = 1):
+                    for gpuid in range(max(num_gpus, 1)):
+                        cfg.MODEL.DEVICE = "cuda:{}".format(gpuid) if num_gpus > 0 else "cpu"
+            """)),
         "import mylib as torch\nname = torch.cuda.get_device_name(0)\n",
         "import torch\nn = torch.mps.device_count()\n",
     ]
