@@ -9,10 +9,12 @@ import libcst as cst
 from porter.rulebase.families.thirdparty.flash_attn_calls import (
     FA3,
     FUNCTIONS,
+    OPS,
     PRIVATE,
     PRIVATE_TARGETS,
     TARGETS,
     V1_CLASS,
+    rebound,
 )
 from porter.rulebase.rule import Example, Needs, Rule, Safety
 from porter.rulebase.families.thirdparty.uses import (
@@ -73,9 +75,10 @@ class FlashAttnUnsupported(GuardTracker, UseFinder, Rule):
 
     What:
     Reports every use of a flash_attn name that TP101 does not rewrite:
-    `flash_attn_with_kvcache`, `flash_attn.layers.*` (rotary), `flash_attn.ops.*`
-    (fused norms, dense, activations), `flash_attn.modules.*`, `flash_attn.losses.*`,
-    `flash_attn.bert_padding`, FlashAttention-3's `flash_attn_interface`, and the
+    `flash_attn_with_kvcache`, `flash_attn.layers.*` (rotary; TP103 rewrites calls of
+    `apply_rotary_emb`), `flash_attn.ops.*` (fused norms, dense, activations; TP103
+    rewrites calls of the Triton `layer_norm_fn` / `rms_norm_fn`), `flash_attn.modules.*`, `flash_attn.losses.*`,
+    `flash_attn.bert_padding` used other than by a call, FlashAttention-3's `flash_attn_interface`, and the
     attention functions used as values (`attn_fn = flash_attn_func`).
 
     Why:
@@ -105,10 +108,10 @@ class FlashAttnUnsupported(GuardTracker, UseFinder, Rule):
     invalid = [
         Example("from flash_attn import flash_attn_with_kvcache\n"
                 "out = flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=n)\n"),
-        Example("import flash_attn.layers.rotary as rot\ny = rot.apply_rotary_emb(x, cos, sin)\n"),
+        Example("import flash_attn.layers.rotary as rot\nemb = rot.RotaryEmbedding(64)\n"),
         Example("from flash_attn.ops.rms_norm import RMSNorm\nnorm = RMSNorm(512)\n"),
         Example("from flash_attn import flash_attn_func as fa\nATTENTION = {'flash': fa}\n"),
-        Example("from flash_attn.bert_padding import unpad_input\nx, idx, cu, m, _ = unpad_input(h, mask)\n"),
+        Example("from flash_attn.bert_padding import unpad_input\nUNPAD = {'flash': unpad_input}\n"),
         Example("from flash_attn_interface import flash_attn_func as fa3\nATTENTION = {'fa3': fa3}\n"),
     ]
 
@@ -117,6 +120,9 @@ class FlashAttnUnsupported(GuardTracker, UseFinder, Rule):
             return  # the try's body runs only where the import worked; its handler falls back
         if call is not None and name in _PORTED_CALLS:
             return  # TP101 rewrites or reports it
+        if call is not None and name in OPS and not (isinstance(call.func, cst.Name)
+                                                     and rebound(self.ctx.module, call.func.value)):
+            return  # TP103 rewrites it
         what = f"`{name}`" + (" (called)" if call is not None else "")
         self.flag(call or node, f"{what} needs the flash_attn package, which does not build "
                   "without CUDA", suggestion=_advice(name))

@@ -10,6 +10,7 @@ import libcst as cst
 
 from porter.rulebase.rule import Rule, keyword
 from porter.rulebase.syntax import literal_is
+from porter.rulebase.walk import nodes_of
 from porter.rulebase.families.thirdparty.uses import (
     UseFinder,
     arguments_fit,
@@ -223,3 +224,26 @@ def private_problem(call: cst.Call, function: str, use: Optional[tuple]
             "between releases, and this call does not show which release it was written for",
             f"call porter_runtime.{twin}(..., flash_attn_release=\"2.6\") (or \"2.5\", \"2.7\": the "
             "release this code targets); it runs flash_attn's own function on CUDA"), None
+
+
+#: flash_attn's other ops with a runtime twin (porter_runtime/attn/flash_ops.py): the
+#: padding helpers, the rotary embedding and the Triton norm's functions (TP103).
+OPS = {
+    "flash_attn.bert_padding.unpad_input": "unpad_input",
+    "flash_attn.bert_padding.pad_input": "pad_input",
+    "flash_attn.bert_padding.index_first_axis": "index_first_axis",
+    "flash_attn.layers.rotary.apply_rotary_emb": "apply_rotary_emb",
+    "flash_attn.ops.triton.layer_norm.layer_norm_fn": "layer_norm_fn",
+    "flash_attn.ops.triton.layer_norm.rms_norm_fn": "rms_norm_fn",
+}
+
+
+def rebound(module: cst.Module, name: str) -> bool:
+    """Whether the module binds ``name`` otherwise than by an import (an ``except
+    ImportError:`` fallback, a function of its own): its own choice, left to it."""
+    for node in nodes_of(module, (cst.FunctionDef, cst.ClassDef, cst.AssignTarget)):
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)) and node.name.value == name:
+            return True
+        if isinstance(node, cst.AssignTarget) and isinstance(node.target, cst.Name) and node.target.value == name:
+            return True
+    return False
