@@ -77,7 +77,7 @@ _EXPORTS = {
     "clock_rate": "twins.memory",
     "AdamATan2": "thirdparty.adam_atan2", "timm_mixup": "thirdparty.timm",
     "lightning_accelerator": "thirdparty.lightning", "lightning_strategy": "thirdparty.lightning",
-    "lightning_args": "thirdparty.lightning",
+    "lightning_args": "thirdparty.lightning", "lightning_options": "thirdparty.lightning",
     "FusedAdam": "thirdparty.apex", "FusedLAMB": "thirdparty.apex",
     "FusedLayerNorm": "thirdparty.apex", "FusedRMSNorm": "thirdparty.apex",
     "memory_efficient_attention": "thirdparty.xformers",

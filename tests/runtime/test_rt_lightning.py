@@ -71,3 +71,22 @@ def test_options_from_the_command_line_are_chosen_for_this_machine_off_cuda(simu
     assert (args.accelerator, args.strategy, args.gpus, args.precision) == (accelerator, "auto", None, "bf16")
     plain = argparse.Namespace(accelerator="cpu", strategy="ddp")  # nothing CUDA asked: as it was
     assert vars(porter_runtime.lightning_args(plain)) == {"accelerator": "cpu", "strategy": "ddp"}
+
+
+class _Config(dict):
+    """Stands for an OmegaConf trainer config: a mapping the port must not change."""
+
+
+@pytest.mark.parametrize("kind, accelerator", [("cuda", "gpu"), ("mps", "mps"), ("cpu", "cpu")])
+def test_options_from_a_mapping_are_chosen_for_this_machine(simulate, kind, accelerator):
+    """``pl.Trainer(logger=logger, **porter_runtime.lightning_options(config.trainer))``
+    (S4's Hydra config, ``accelerator: gpu``): the mapping itself on CUDA, a copy elsewhere."""
+    simulate(kind)
+    config = _Config(accelerator="gpu", strategy="auto", devices=1, max_epochs=2, gpus=1)
+    chosen = porter_runtime.lightning_options(config)
+    assert config == {"accelerator": "gpu", "strategy": "auto", "devices": 1, "max_epochs": 2, "gpus": 1}
+    if kind == "cuda":
+        assert chosen is config
+    else:
+        assert chosen == {"accelerator": accelerator, "strategy": "auto", "devices": 1, "max_epochs": 2, "gpus": None}
+    assert porter_runtime.lightning_options({"max_epochs": 1}) == {"max_epochs": 1}

@@ -55,11 +55,14 @@ class LightningCudaChoices(Rule):
     `gpus=N` written in a `Trainer(...)` call becomes `gpus=porter_runtime.cuda_option(N)`:
     N on CUDA, None (no GPU asked for) elsewhere.
 
+    Options passed as a mapping (`pl.Trainer(logger=logger, **config.trainer)`, S4's
+    Hydra trainer config with `accelerator: gpu`; `Trainer(**vars(args))`) become
+    `**porter_runtime.lightning_options(config.trainer)`: the mapping itself on CUDA,
+    elsewhere a dict copy whose accelerator, strategy and `gpus` are chosen as above.
+
     Known limits:
-    Only keywords of the call itself and `from_argparse_args`: a config dict filled first
-    (`trainer_config["accelerator"] = "gpu"`, then `Trainer(**trainer_config)`), a
-    `Trainer(**vars(args))` and `devices=N` greater than one on a Mac (Lightning takes one
-    MPS device) are not rewritten.
+    Only the call's own keywords and mappings, and `from_argparse_args`; `devices=N`
+    greater than one on a Mac (Lightning takes one MPS device) is not rewritten.
     """
 
     code = "TP403"
@@ -191,6 +194,33 @@ class LightningCudaChoices(Rule):
                 trainer.fit(model, dataloader)
                 """),
         ),
+        Example(  # state-spaces/s4's train.py: configs/trainer/default.yaml says `accelerator: gpu`
+            dedent("""\
+                import pytorch_lightning as pl
+
+
+                def create_trainer(config, logger, callbacks, profiler):
+                    return pl.Trainer(
+                        logger=logger,
+                        callbacks=callbacks,
+                        profiler=profiler,
+                        **config.trainer,
+                    )
+                """),
+            dedent("""\
+                import porter_runtime
+                import pytorch_lightning as pl
+
+
+                def create_trainer(config, logger, callbacks, profiler):
+                    return pl.Trainer(
+                        logger=logger,
+                        callbacks=callbacks,
+                        profiler=profiler,
+                        **porter_runtime.lightning_options(config.trainer),
+                    )
+                """),
+        ),
         Example(  # an accelerator read from a config
             "import lightning as L\n\n\ndef build(cfg):\n"
             "    return L.Trainer(accelerator=cfg.trainer.accelerator, devices=cfg.trainer.devices)\n",
@@ -214,6 +244,10 @@ class LightningCudaChoices(Rule):
                                 "(--accelerator gpu, --strategy deepspeed_stage_2); porter_runtime keeps them on "
                                 "CUDA and chooses what runs here elsewhere")
         for i, arg in enumerate(args):
+            if arg.star == "**" and not _is_runtime(arg.value):
+                args[i] = arg.with_changes(value=self.runtime_call("lightning_options", arg.value))
+                said.append("options (from a mapping)")
+                continue
             keyword = arg.keyword.value if arg.keyword is not None else None
             value = string_value(arg.value)
             if keyword == "accelerator" and (str(value).lower() in ("cuda", "gpu")
@@ -251,4 +285,5 @@ def _is_runtime(node: cst.BaseExpression) -> bool:
     """Already ``porter_runtime.lightning_strategy(...)`` (or its accelerator or namespace
 twin: a second run), whatever the binding."""
     return isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and \
-        node.func.attr.value in ("lightning_strategy", "lightning_accelerator", "lightning_args", "cuda_option")
+        node.func.attr.value in ("lightning_strategy", "lightning_accelerator", "lightning_args", "cuda_option",
+                                "lightning_options")

@@ -63,3 +63,20 @@ def lightning_args(args: Any) -> Any:
         _log.info_once("lightning_gpus", f"porter_runtime: Lightning's gpus={args.gpus!r} needs CUDA; unset here")
         args.gpus = None
     return args
+
+
+def lightning_options(options: Any) -> Any:
+    """``Trainer(**options)`` / ``Fabric(**options)``: ``options`` itself on CUDA; elsewhere
+    a plain dict copy (a Hydra / OmegaConf trainer config stays as it was) whose
+    ``accelerator`` and ``strategy`` the two functions above choose, without Lightning 1.x's
+    ``gpus`` count where it asked for GPUs."""
+    if _device.is_cuda():
+        return options
+    chosen = dict(options)
+    for name, choose in (("accelerator", lightning_accelerator), ("strategy", lightning_strategy)):
+        if name in chosen and chosen[name] is not None:
+            chosen[name] = choose(chosen[name])
+    if chosen.get("gpus") not in (None, 0, "0", ""):
+        _log.info_once("lightning_gpus", f"porter_runtime: Lightning's gpus={chosen['gpus']!r} needs CUDA; unset here")
+        chosen["gpus"] = None
+    return chosen
