@@ -1,7 +1,7 @@
 """Casts that ported code spells as methods (``x.double()``), kept exact on CUDA."""
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, Optional, TypeVar
 
 import torch
 
@@ -34,3 +34,29 @@ def to_dtype(obj: T, dtype: torch.dtype) -> T:
     if isinstance(device, torch.device) and device.type != "cuda" and _device.kind_of(device) == "mps":
         dtype = _dtypes.supported_dtype(dtype, device)
     return obj.to(dtype)  # type: ignore[attr-defined, no-any-return]
+
+
+def as_tensor(data: Any, dtype: Optional[torch.dtype] = None, device: Any = None) -> torch.Tensor:
+    """Twin of ``torch.as_tensor(data, dtype=dtype, device=device)`` for data that may be a
+    NumPy (or torch) float64 array going to the device (SAM's point grids).
+
+    The same call wherever the target is not MPS, and wherever a dtype is given. To MPS,
+    which can't hold float64, float64 / complex128 data gets ``supported_dtype``:
+    float32 / complex64, warned once.
+    """
+    return torch.as_tensor(data, dtype=_mps_dtype(data, dtype, device), device=device)
+
+
+def _mps_dtype(data: Any, dtype: Optional[torch.dtype], device: Any) -> Optional[torch.dtype]:
+    if dtype is not None or device is None:
+        return dtype
+    try:
+        target = torch.device(device)
+    except (RuntimeError, TypeError):
+        return dtype
+    if target.type == "cuda" or _device.kind_of(target) != "mps":
+        return dtype
+    kind = str(getattr(data, "dtype", ""))
+    wide = {"float64": torch.float64, "torch.float64": torch.float64,
+            "complex128": torch.complex128, "torch.complex128": torch.complex128}.get(kind)
+    return _dtypes.supported_dtype(wide, target) if wide is not None else dtype

@@ -331,3 +331,49 @@ def test_flex_attention_the_accelerator_and_host_copies_behave_as_on_a_mac(tmp_p
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["True True True", "no backward", "[0.0, 0.0]", "[0.5, 0.5]"]
+
+
+@pytest.mark.parametrize("machine", ["cuda", "mps", "cpu"])
+def test_as_tensor_keeps_float64_except_to_mps(simulate, machine, recwarn):
+    """PT610's twin: SAM's float64 point grid made on the device."""
+    import numpy as np
+
+    simulate(machine)
+    points = np.linspace(0.0, 1.0, 6).reshape(3, 2)
+    target = porter_runtime.device()
+    want = torch.float32 if machine == "mps" else torch.float64
+    cpu = porter_runtime.as_tensor(points, device="cpu")
+    assert cpu.dtype == torch.float64  # a tensor that stays on the CPU keeps float64 on a Mac too
+    if machine == "cpu":
+        made = porter_runtime.as_tensor(points, device=target)
+        assert made.dtype == want and made.device.type == "cpu"
+    kept = porter_runtime.as_tensor(points, dtype=torch.float16, device="cpu")
+    assert kept.dtype == torch.float16
+    ints = porter_runtime.as_tensor(np.arange(3), device="cpu")
+    assert ints.dtype == torch.int64
+
+
+def test_as_tensor_to_mps_asks_for_float32(simulate, monkeypatch):
+    """The dtype chosen for an MPS target (the tensor itself can't be made on this machine)."""
+    import numpy as np
+
+    from porter_runtime import _cast
+
+    simulate("mps")
+    with pytest.warns(UserWarning, match="float64"):
+        assert _cast._mps_dtype(np.zeros(2), None, "mps") == torch.float32
+    assert _cast._mps_dtype(np.zeros(2, dtype=np.float32), None, "mps") is None
+    assert _cast._mps_dtype(np.zeros(2), torch.float16, "mps") == torch.float16
+    assert _cast._mps_dtype(np.zeros(2), None, "cpu") is None
+    simulate("cuda")
+    assert _cast._mps_dtype(np.zeros(2), None, "cuda:0") is None
+
+
+def test_as_tensor_of_a_float64_grid_lands_on_the_emulated_device_as_float32(emulated):
+    import numpy as np
+
+    points = np.linspace(0.0, 1.0, 6).reshape(3, 2)
+    with pytest.warns(UserWarning, match="float64"):
+        made = porter_runtime.as_tensor(points, device=porter_runtime.device())
+    assert made.dtype == torch.float32 and made.device.type == "cpu"
+    torch.testing.assert_close(made, torch.as_tensor(points).float())
