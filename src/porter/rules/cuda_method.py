@@ -43,7 +43,9 @@ class CudaMethod(Rule):
     (`Net().cuda()`, `model = Net(); model.cuda()`): a class of the repository that
     defines or inherits its own `cuda` (porter.project) then gets a finding. A file that
     defines its own `def cuda(...)` method gets findings instead of rewrites, and a call on an imported module
-    (`mylib.cuda()`) is left alone. Calls with `*args`/`**kwargs` are findings.
+    (`mylib.cuda()`) is left alone, as is a `.cuda()` inside a method named `cuda` (a class's own
+    move, `return Boxes(self.data.cuda(), ...)`: what `.cuda()` means for that class, whose
+    callers are ported or named). Calls with `*args`/`**kwargs` are findings.
     """
 
     code = "PT001"
@@ -52,6 +54,9 @@ class CudaMethod(Rule):
     needs = Needs(methods=frozenset({"cuda"}))
 
     valid = [
+        # a result class's own `cuda` method (ultralytics' Results, vendored in MobileSAMv2): it is
+        # what `.cuda()` means for the class; a caller's `results.cuda()` is ported or named
+        "class Boxes:\n    def cuda(self):\n        return Boxes(self.data.cuda(), self.orig_shape)\n",
         # lookalike: a function of an imported module, not a tensor method
         "import mylib\nmylib.cuda()\n",
         # shadowed: the file defines its own cuda() method... and never calls it
@@ -117,6 +122,7 @@ class CudaMethod(Rule):
         self._own_cuda = bool(_DEFINES_CUDA.search(ctx.source))
         self._receivers: dict = {}  # porter.project.query's cache of this file's instances
         self._storages: list[Optional[str]] = []  # per enclosing function: its storage parameter
+        self._methods: list[str] = []  # the enclosing functions' names
 
     def visit_Lambda(self, node: cst.Lambda) -> None:
         self._storages.append(_storage_param(node.params))
@@ -127,9 +133,11 @@ class CudaMethod(Rule):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._storages.append(_storage_param(node.params))
+        self._methods.append(node.name.value)
 
     def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
         self._storages.pop()
+        self._methods.pop()
         return updated
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
@@ -138,6 +146,8 @@ class CudaMethod(Rule):
             return updated
         if self.qualname(func.value) is not None:
             return updated  # ``module.cuda()``: an imported function, not a tensor method
+        if self._methods and self._methods[-1] == "cuda":
+            return updated  # a class's own `cuda` method: what `.cuda()` means; its callers are ported or named
         owner = receiver_overrides(self.ctx.project, self.ctx.module, func.value, "cuda", self._receivers)
         if owner is not None:
             self.flag(original, f"`{owner}` (a class of this repository) defines its own `cuda`, which `.to()` would skip; "

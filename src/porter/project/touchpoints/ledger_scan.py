@@ -63,6 +63,13 @@ class Scanner:
         root = name.split(".")[0]
         return not self.context.is_local(root) and (is_cuda_only_module(name) or not self.context.resolves(root))
 
+    def _in_method(self, node: ast.AST, name: str) -> bool:
+        """Whether the innermost function around ``node`` is named ``name``."""
+        here = self.parents.get(node)
+        while here is not None and not isinstance(here, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            here = self.parents.get(here)
+        return isinstance(here, (ast.FunctionDef, ast.AsyncFunctionDef)) and here.name == name
+
     def _add(self, node: ast.AST, kind: str, what: str, why: str, inert: Optional[str] = None) -> None:
         self.found.append((node, kind, what, why, inert))
 
@@ -274,7 +281,9 @@ class Scanner:
     def _call(self, node: ast.Call) -> None:
         func = node.func
         if isinstance(func, ast.Attribute) and func.attr == "cuda" and self.names.qualname(func) is None:
-            self._add(node, "cuda-method", ".cuda()", "moves to a CUDA device: raises where CUDA is absent")
+            own = "inside a method named `cuda`: the class's own move, which its callers' `.cuda()` reaches" \
+                if self._in_method(node, "cuda") else None
+            self._add(node, "cuda-method", ".cuda()", "moves to a CUDA device: raises where CUDA is absent", own)
         called = (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")) or ""
         for kw in node.keywords:
             if kw.arg in ("device_ids", "output_device") and "DataParallel" in called \
