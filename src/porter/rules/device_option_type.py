@@ -19,7 +19,9 @@ class DeviceOptionType(Rule):
     "device" (`python demo.py --device "cuda"`, `--eval_device=cuda:0`), each
     `parser.add_argument("--device", ...)` of that option gets
     `type=porter_runtime.device_option` (in place of `type=str`). An option with
-    `choices=` or an `action=`, or with a `type` of its own, is left as it is.
+    `choices=`, an `action=` or `nargs=` (I-JEPA's `--devices cuda:0 cuda:1` is a list of
+    GPUs, one process each, whose default argparse never converts), or with a `type` of
+    its own, is left as it is.
 
     Why:
     A default of `"cpu"` (or one porter already ported, PT005) does not help when the
@@ -48,6 +50,10 @@ class DeviceOptionType(Rule):
     valid = [
         # no command of the repository gives --device a CUDA device (the examples' tree has none)
         "parser.add_argument('--device', type=str, default='cpu')\n",
+        Example(  # a list of GPUs, one process each (I-JEPA's main.py)
+            "parser.add_argument('--devices', type=str, nargs='+', default=['cuda:0'])\n",
+            project=(("README.md", "python main.py --fname configs/in1k_vith14_ep300.yaml --devices cuda:0 cuda:1\n"),),
+        ),
         Example(  # choices would refuse the resolved device's name
             "parser.add_argument('--device', default='cuda', choices=['cuda', 'cpu'])\n",
             project=(("README.md", "python train.py --device cuda\n"),),
@@ -90,8 +96,8 @@ class DeviceOptionType(Rule):
         names = [string_value(a.value) for a in positional(original)]
         if not given or not any(name in given for name in names if name):
             return updated
-        if keyword(original, "choices") is not None or keyword(original, "action") is not None:
-            return updated
+        if any(keyword(original, k) is not None for k in ("choices", "action", "nargs")):
+            return updated  # choices refuse "mps"; a list of devices (`--devices cuda:0 cuda:1`) counts processes
         kind = keyword(updated, "type")
         if kind is not None and not (isinstance(kind.value, cst.Name) and kind.value.value == "str"):
             return updated  # a type of its own (or porter's already)
