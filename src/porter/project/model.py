@@ -73,6 +73,9 @@ class ProjectModel:
     #: the tree sets a CUDA default tensor type (``torch.set_default_tensor_type(torch.cuda.FloatTensor)``):
     #: PT912 gives the legacy ``torch.Tensor([...])`` constructors of the tree the default device
     cuda_default_type: bool = False
+    #: the tree's Lightning checkpoint loads may get a map_location: a class derives from
+    #: ``LightningModule`` and none defines its own ``load_from_checkpoint`` (TP404)
+    lightning_loads: bool = False
     #: options the tree's commands give a CUDA device (``--device "cuda"`` in a README; porter.project.flags)
     cuda_device_options: frozenset[str] = frozenset()
     #: the folders of nested projects (_nested_bases), found once
@@ -178,7 +181,8 @@ def build_from(sources: Mapping[str, bytes], texts: Optional[Mapping[str, bytes]
                         other_vendor=other_vendor_modules(sources),
                         trainer_arguments_class=any(_TRAINER_ARGUMENTS.search(data) for data in sources.values()),
                         cuda_default_type=any(sets_cuda_default_type(data) for data in sources.values()),
-                        cuda_device_options=cuda_device_options({**sources, **(texts or {})}))
+                        cuda_device_options=cuda_device_options({**sources, **(texts or {})}),
+                        lightning_loads=lightning_loads(sources))
 
 
 def _import_targets(index: "_Index", rel: str, data: bytes) -> list[str]:
@@ -210,6 +214,18 @@ def sets_cuda_default_type(data: bytes) -> bool:
     line breaks inside the call allowed)."""
     return b"set_default_tensor_type" in data and \
         CUDA_DEFAULT_TYPE.search(re.sub(rb"#[^\n]*", b"", data)) is not None
+#: ``class Model(pl.LightningModule):`` / ``(L.LightningModule, Mixin)``
+_LIGHTNING_MODULE = re.compile(rb"class[ \t]+\w+[ \t]*\([^)]*\bLightningModule\b")
+_OWN_LOADER = re.compile(rb"def[ \t]+load_from_checkpoint\b")
+
+
+def lightning_loads(sources: Mapping[str, bytes]) -> bool:
+    """A class of the tree derives from ``LightningModule`` and no module defines its own
+    ``load_from_checkpoint`` (whose parameters porter could not know)."""
+    lightning = any(b"LightningModule" in d and _LIGHTNING_MODULE.search(d) for d in sources.values())
+    return lightning and not any(b"load_from_checkpoint" in d and _OWN_LOADER.search(d) for d in sources.values())
+
+
 _TRAINER_ARGUMENTS = re.compile(
     rb"(?:class[ \t]+\w+|HfArgumentParser|TrlParser)[ \t]*\([^)]*\b(?:Seq2Seq)?"
     rb"(?:TrainingArguments|SFTConfig|DPOConfig|GRPOConfig|RewardConfig|ORPOConfig|KTOConfig)\b")

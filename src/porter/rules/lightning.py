@@ -287,3 +287,87 @@ twin: a second run), whatever the binding."""
     return isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and \
         node.func.attr.value in ("lightning_strategy", "lightning_accelerator", "lightning_args", "cuda_option",
                                 "lightning_options")
+
+
+class LightningCheckpointLocation(Rule):
+    """`Model.load_from_checkpoint(path)` gets `map_location=porter_runtime.map_location()`.
+
+    What:
+    In a repository with a class derived from Lightning's `LightningModule` and no
+    `load_from_checkpoint` of its own, a call `X.load_from_checkpoint(path, ...)` that
+    gives no `map_location` (by keyword, or as the second positional argument, where
+    Lightning's signature has it) gets `map_location=porter_runtime.map_location()`.
+
+    Why:
+    A checkpoint a GPU trained holds CUDA storages, and Lightning's loader, like
+    `torch.load`, puts them back on CUDA: `RuntimeError: Attempting to deserialize object
+    on a CUDA device but torch.cuda.is_available() is False` (S4's `generate.py` and
+    `checkpoints/evaluate.py`, blind round 13).
+
+    Fix safety:
+    Safe. On CUDA `porter_runtime.map_location()` is None, Lightning's own default, so the
+    call is the same. Elsewhere it is the CPU on a Mac (Lightning then moves the model as
+    it always does) and the resolved device otherwise, as PT601 does for `torch.load`.
+
+    Known limits:
+    The receiver is not resolved: in such a repository every `load_from_checkpoint` call
+    is taken for Lightning's. A call with `**kwargs` is left alone.
+    """
+
+    code = "TP404"
+    name = "lightning-checkpoint-location"
+    safety = Safety.SAFE
+    needs = Needs(words=frozenset({"load_from_checkpoint"}), project=lambda project, rel: project.lightning_loads)
+
+    valid = [
+        # no LightningModule in the repository (the example's tree): another library's loader
+        "model = Model.load_from_checkpoint(path)\n",
+        Example(
+            "model = SequenceLightningModule.load_from_checkpoint(path, 'cpu')\n",
+            project=(("train.py", "import pytorch_lightning as pl\n\nclass SequenceLightningModule(pl.LightningModule):\n"
+                                  "    pass\n"),),
+        ),
+    ]
+    invalid = [
+        Example(  # state-spaces/s4's generate.py
+            dedent("""\
+                from train import SequenceLightningModule
+
+
+                def load(ckpt_path, config):
+                    model = SequenceLightningModule.load_from_checkpoint(ckpt_path, config=config)
+                    return model.eval()
+                """),
+            dedent("""\
+                import porter_runtime
+                from train import SequenceLightningModule
+
+
+                def load(ckpt_path, config):
+                    model = SequenceLightningModule.load_from_checkpoint(ckpt_path, config=config, map_location=porter_runtime.map_location())
+                    return model.eval()
+                """),
+            path="generate.py",
+            project=(("train.py", "import pytorch_lightning as pl\n\nclass SequenceLightningModule(pl.LightningModule):\n"
+                                  "    pass\n"),),
+        ),
+    ]
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        func = original.func
+        project = self.ctx.project
+        if not isinstance(func, cst.Attribute) or func.attr.value != "load_from_checkpoint" \
+                or project is None or not project.lightning_loads:
+            return updated
+        if any(a.star for a in original.args) or any(a.keyword is not None and a.keyword.value == "map_location"
+                                                      for a in original.args):
+            return updated
+        if len([a for a in original.args if a.keyword is None]) != 1:
+            return updated  # no path, or the second positional argument is map_location
+        last = updated.args[-1]
+        args = [*updated.args[:-1], last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+                cst.Arg(self.runtime_call("map_location"), keyword=cst.Name("map_location"),
+                        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                              whitespace_after=cst.SimpleWhitespace("")))]
+        return self.rewrite(original, updated.with_changes(args=args),
+                            "a Lightning checkpoint a GPU wrote loads where it runs (None, Lightning's default, on CUDA)")
