@@ -29,7 +29,7 @@ def lightning_accelerator(name: Any) -> Any:
     if _device.is_cuda() or str(name).lower() not in ("cuda", "gpu"):
         return name
     chosen = "mps" if _device.hardware_type() == "mps" else "cpu"
-    _log.info_once("lightning_accelerator", f"porter_runtime: Lightning's accelerator={name!r} needs CUDA; "
+    _log.info_once("lightning_accelerator", f"Lightning's accelerator={name!r} needs CUDA; "
                    f"using accelerator={chosen!r} here")
     return chosen
 
@@ -42,7 +42,7 @@ def lightning_strategy(strategy: Any) -> Any:
     name = strategy if isinstance(strategy, str) else type(strategy).__name__
     if not any(word in name.lower() for word in _GPU_ONLY):
         return strategy
-    _log.warn_once("lightning_strategy", f"porter_runtime: Lightning's {name} strategy runs on CUDA only; "
+    _log.warn_once("lightning_strategy", f"Lightning's {name} strategy runs on CUDA only; "
                    "using strategy='auto' here (one device, or DDP over Gloo): the model is not sharded")
     return "auto"
 
@@ -60,7 +60,7 @@ def lightning_args(args: Any) -> Any:
         if isinstance(value, str):
             setattr(args, name, choose(value))
     if getattr(args, "gpus", None) not in (None, 0, "0", ""):
-        _log.info_once("lightning_gpus", f"porter_runtime: Lightning's gpus={args.gpus!r} needs CUDA; unset here")
+        _log.info_once("lightning_gpus", f"Lightning's gpus={args.gpus!r} needs CUDA; unset here")
         args.gpus = None
     return args
 
@@ -77,6 +77,6 @@ def lightning_options(options: Any) -> Any:
         if name in chosen and chosen[name] is not None:
             chosen[name] = choose(chosen[name])
     if chosen.get("gpus") not in (None, 0, "0", ""):
-        _log.info_once("lightning_gpus", f"porter_runtime: Lightning's gpus={chosen['gpus']!r} needs CUDA; unset here")
+        _log.info_once("lightning_gpus", f"Lightning's gpus={chosen['gpus']!r} needs CUDA; unset here")
         chosen["gpus"] = None
     return chosen

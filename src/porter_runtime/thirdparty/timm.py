@@ -35,6 +35,6 @@ def timm_mixup(mixup: Any) -> Any:
             function.__defaults__ = tuple(_device.device_str() if d == "cuda" else d for d in defaults)
             changed.append(name)
     if changed:
-        _log.info_once("timm_mixup", f"porter_runtime: timm's {' and '.join(changed)} default to device='cuda' "
+        _log.info_once("timm_mixup", f"timm's {' and '.join(changed)} default to device='cuda' "
                        f"(timm < 0.5); Mixup's targets are made on {_device.device_str()} instead")
     return mixup
