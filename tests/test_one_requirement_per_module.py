@@ -163,14 +163,16 @@ def test_the_tree_s_own_kernel_package_is_not_a_cuda_only_import(tmp_path):
 def test_an_import_the_port_removes_states_nothing(tmp_path):
     """FastChat's llama_flash_attn_monkey_patch.py: TP101 ports the flash_attn function, and the
     clean-up removes its import, so the next CUDA-only import (`flash_attn.bert_padding`, which
-    stays) is the one that needs a human, on the first run as on the run after `--write`."""
+    stays for `index_put_first_axis`, which has no twin) is the one that needs a human, on the
+    first run as on the run after `--write`."""
     patch = ("import torch\n"
              "from flash_attn.flash_attn_interface import flash_attn_varlen_qkvpacked_func\n"
-             "from flash_attn.bert_padding import unpad_input, pad_input\n\n\n"
+             "from flash_attn.bert_padding import index_put_first_axis, unpad_input, pad_input\n\n\n"
              "def forward(qkv, mask, cu, max_s):\n"
              "    x, idx, cu, max_s = unpad_input(qkv, mask)\n"
              "    out = flash_attn_varlen_qkvpacked_func(x, cu, max_s, 0.0, causal=True)\n"
-             "    return pad_input(out, idx, qkv.shape[0], qkv.shape[1]), torch.cuda.get_device_capability()\n")
+             "    full = index_put_first_axis(out, idx, qkv.shape[0] * qkv.shape[1])\n"
+             "    return pad_input(out, idx, qkv.shape[0], qkv.shape[1]), full, torch.cuda.get_device_capability()\n")
     root = make_tree(tmp_path / "repo", {"train.py": "import patch\n\nif __name__ == '__main__':\n    print(patch)\n",
                                          "patch.py": patch})
     first = needing(report_of(root, tmp_path, "first")["patch.py"])
