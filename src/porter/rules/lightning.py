@@ -317,7 +317,8 @@ class LightningCheckpointLocation(Rule):
     code = "TP404"
     name = "lightning-checkpoint-location"
     safety = Safety.SAFE
-    needs = Needs(words=frozenset({"load_from_checkpoint"}), project=lambda project, rel: project.lightning_loads)
+    needs = Needs(words=frozenset({"load_from_checkpoint"}), whole_file=True,
+                  project=lambda project, rel: project.lightning_loads)
 
     valid = [
         # no LightningModule in the repository (the example's tree): another library's loader
