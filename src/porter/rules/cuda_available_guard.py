@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 from textwrap import dedent
-from typing import Union
 
-import libcst as cst
-
-from porter.rulebase.conditions.availability_checks import IS_AVAILABLE, availability_test, else_requirement
-from porter.rulebase.families.availability.choices import gated_choice, statement_choice, ternary_choice
-from porter.rulebase.families.availability.guard import NOTE, SUGGESTION, GuardDecisions
+from porter.rulebase.conditions.availability_checks import IS_AVAILABLE
+from porter.rulebase.families.availability.guard import GuardDecisions
 from porter.rulebase.families.availability.roles import AvailabilityRoles
-from porter.rulebase.families.availability.sides import cuda_residue
 from porter.rulebase.evidence import ReadsFlag, Uses
 from porter.rulebase.rule import Example, Needs, Rule, Safety
 
@@ -39,7 +34,9 @@ class CudaAvailableGuard(GuardDecisions, AvailabilityRoles, Rule):
     `torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 8`
     outside an `if` test; porter.rulebase.conditions.cuda_query_guard), and
     any use in a function (or module) that also asks `torch.backends.mps.is_available()`:
-    its own device choice already has an MPS branch; and a flag set from it that
+    its own device choice already has an MPS branch; and any use in test code (a test's
+    CUDA gate or case, which the suite skips off CUDA) or in a module that builds CUDA
+    kernels (`setup.py`, `cpp_extension`: only CUDA compiles them); and a flag set from it that
     nothing reads (`self.sync_cuda = torch.cuda.is_available()` with no other
     `.sync_cuda` in the repository); and a module's own flag that only requirements
     read (`HAS_CUDA = torch.cuda.is_available()` then `if not HAS_CUDA: raise ...`,
@@ -356,13 +353,33 @@ class CudaAvailableGuard(GuardDecisions, AvailabilityRoles, Rule):
                 """),
             line=4, message="only keeps a question about CUDA's own device",
         ),
-        Example(  # the same shield in an assignment, a capability compared
+        Example("import torch\n\nuse_bf16 = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 8\n",
+                line=3, message="only keeps a question about CUDA's own device"),  # the same shield, assigned
+        Example(  # torchtune's tests: a flag for the GPU tests' skipif, in test code, is a note
             dedent("""\
+                import pytest
                 import torch
 
-                use_bf16 = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 8
+                cuda_available = torch.cuda.is_available()
+
+                @pytest.mark.skipif(not cuda_available, reason="The test requires GPUs to run.")
+                def test_get_dtype_bf16():
+                    assert torch.cuda.is_bf16_supported()
                 """),
-            line=3, message="only keeps a question about CUDA's own device",
+            path="tests/training/test_precision.py", line=4, message="in test code",
+        ),
+        Example(  # S4's optional kernels: the guard decides whether nvcc compiles them, a note
+            dedent("""\
+                import torch.cuda
+                from setuptools import setup
+                from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CUDAExtension
+
+                ext_modules = []
+                if torch.cuda.is_available() and CUDA_HOME is not None:
+                    ext_modules.append(CUDAExtension("structured_kernels", ["cauchy.cpp", "cauchy_cuda.cu"]))
+                setup(name="structured_kernels", ext_modules=ext_modules, cmdclass={"build_ext": BuildExtension})
+                """),
+            path="extensions/kernels/setup.py", line=6, message="in a module that builds CUDA kernels",
         ),
         Example(  # an early exit right before a CUDA device query: a note
             dedent("""\
@@ -465,36 +482,3 @@ class CudaAvailableGuard(GuardDecisions, AvailabilityRoles, Rule):
                 """),
         ),
     ]
-
-    def __init__(self, ctx) -> None:
-        super().__init__(ctx)
-        self._elifs: set[int] = set()  # ids of the `elif` branches seen
-
-    def visit_If(self, node: cst.If) -> None:
-        if isinstance(node.orelse, cst.If):
-            self._elifs.add(id(node.orelse))
-        super().visit_If(node)
-
-    def leave_If(self, original: cst.If, updated: cst.If) -> Union[cst.If, cst.Else]:
-        if statement_choice(self, original) is not None:
-            return updated
-        found = else_requirement(self, original) if id(original) in self._elifs else None
-        if found is not None and cuda_residue(self, original.body, updated.body) is None:
-            return self._required(original, updated, found[0])
-        return self._guard(original, updated, original.body, updated.body)
-
-    def leave_IfExp(self, original: cst.IfExp, updated: cst.IfExp) -> cst.IfExp:
-        if ternary_choice(self, original) is not None or gated_choice(self, original) is not None:
-            return updated  # PT201's
-        return self._guard(original, updated, original.body, updated.body)
-
-    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
-        if original in self._handled or availability_test(self, original) is None:
-            return updated
-        role = self.availability_role(original)
-        if role is not None:
-            self.note(original, f"{NOTE}; {role}: for information", suggestion=SUGGESTION)
-            return updated
-        self._report(original, NOTE + "; if it means \"is there an accelerator\", use "
-                  f"`{SUGGESTION}` (and `porter_runtime.device()` for the device)", suggestion=SUGGESTION)
-        return updated

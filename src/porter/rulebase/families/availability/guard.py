@@ -12,9 +12,14 @@ import libcst as cst
 
 from porter.rulebase.matching import dotted_name
 
-from porter.rulebase.conditions.availability_checks import availability_test, requirement
+from porter.rulebase.conditions.availability_checks import availability_test, else_requirement, requirement
 from porter.rulebase.conditions.test_gates import is_test_path
-from porter.rulebase.families.availability.choices import accelerator_test
+from porter.rulebase.families.availability.choices import (
+    accelerator_test,
+    gated_choice,
+    statement_choice,
+    ternary_choice,
+)
 from porter.rulebase.families.availability.sides import (
     availability_calls,
     cuda_residue,
@@ -29,7 +34,41 @@ NOTE = ("`torch.cuda.is_available()` is False without CUDA, so on a Mac this tak
 
 
 class GuardDecisions:
-    """The decisions of PT202, mixed into the rule (with AvailabilityRoles and Rule)."""
+    """The visitor and the decisions of PT202, mixed into the rule (with AvailabilityRoles
+    and Rule)."""
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._elifs: set[int] = set()  # ids of the `elif` branches seen
+
+    def visit_If(self, node: cst.If) -> None:
+        if isinstance(node.orelse, cst.If):
+            self._elifs.add(id(node.orelse))
+        super().visit_If(node)
+
+    def leave_If(self, original: cst.If, updated: cst.If) -> Union[cst.If, cst.Else]:
+        if statement_choice(self, original) is not None:
+            return updated
+        found = else_requirement(self, original) if id(original) in self._elifs else None
+        if found is not None and cuda_residue(self, original.body, updated.body) is None:
+            return self._required(original, updated, found[0])
+        return self._guard(original, updated, original.body, updated.body)
+
+    def leave_IfExp(self, original: cst.IfExp, updated: cst.IfExp) -> cst.IfExp:
+        if ternary_choice(self, original) is not None or gated_choice(self, original) is not None:
+            return updated  # PT201's
+        return self._guard(original, updated, original.body, updated.body)
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        if original in self._handled or availability_test(self, original) is None:
+            return updated
+        role = self.availability_role(original)
+        if role is not None:
+            self.note(original, f"{NOTE}; {role}: for information", suggestion=SUGGESTION)
+            return updated
+        self._report(original, NOTE + "; if it means \"is there an accelerator\", use "
+                  f"`{SUGGESTION}` (and `porter_runtime.device()` for the device)", suggestion=SUGGESTION)
+        return updated
 
     def _required(self, original: cst.If, updated: cst.If, message) -> Union[cst.If, cst.Else]:
         """``elif torch.cuda.is_available(): <setup> else: <report and stop>`` becomes
@@ -101,10 +140,21 @@ class GuardDecisions:
         return updated.with_changes(test=new_test)
 
     def _report(self, node: cst.CSTNode, message: str, *, suggestion: str) -> None:
-        """A finding, or a note where the function (or module) asks for MPS itself."""
+        """A finding, or a note where the function (or module) asks for MPS itself, in
+        test code (a test's CUDA gate or CUDA case: the suite skips it off CUDA, or runs
+        it on the CPU), and in a module that builds CUDA kernels (the check decides what
+        is compiled, which needs CUDA on every machine)."""
         if self._asks_for_mps():
             self.note(node, message + "; this code also asks `torch.backends.mps.is_available()`, so it picks "
                       "MPS on a Mac as written: for information", suggestion=suggestion)
+        elif is_test_path(self.ctx.path):
+            self.note(node, message + "; in test code, where it gates a test's CUDA case: off CUDA the suite "
+                      "skips that case or runs it on the CPU, as it does on any machine without CUDA: for "
+                      "information", suggestion=suggestion)
+        elif builds_kernels(self.ctx):
+            self.note(node, message + "; in a module that builds CUDA kernels, where it decides what is "
+                      "compiled or loaded, which needs CUDA on any machine, a Mac included: for information",
+                      suggestion=suggestion)
         else:
             self.flag(node, message, suggestion=suggestion)
 
@@ -124,6 +174,17 @@ class GuardDecisions:
             if "rank" in name or name in ("gpu", "gpu_id", "gpu_idx", "device_id", "device_index", "local_gpu"):
                 return code
         return None
+
+
+#: What a module that compiles or loads CUDA kernels names: ``setup.py`` of a
+#: ``CUDAExtension``, a module that ``cpp_extension.load``s ``.cu`` sources.
+_KERNEL_BUILD = (b"CUDAExtension", b"CUDA_HOME", b"cpp_extension")
+
+
+def builds_kernels(ctx) -> bool:
+    """Whether the file builds CUDA kernels: a ``setup.py``, or a module that names
+    torch's extension builder (s4's and detectron2's ``setup.py``, xLSTM's ``cuda_init``)."""
+    return ctx.path.rsplit("/", 1)[-1] == "setup.py" or any(token in ctx.source for token in _KERNEL_BUILD)
 
 
 #: Calls that only release, collect or measure CUDA memory, or wait for the GPU: skipped,
