@@ -50,6 +50,10 @@ def test_device_guards(code, line, guard):
     ("def f(torch):\n    if torch.cuda.is_available():\n        x = 1\n", 3),  # shadowed: not the module
     ("import mylib as torch\nif torch.cuda.is_available():\n    x = 1\n", 3),  # a lookalike
     ("import torch\nuse_cuda = torch.cuda.is_available()\nuse_cuda = False\nif use_cuda:\n    y = 1\n", 5),
+    # a setting read from the environment says "cuda" on a Mac too (picotron's DEVICE)
+    ("import os\nif os.getenv('DEVICE', 'cuda') == 'cuda':\n    y = 1\n", 3),
+    ("import os\nif os.environ.get('DEVICE') == 'cuda':\n    y = 1\n", 3),
+    ("from os import environ\nif environ['DEVICE'] == 'cuda':\n    y = 1\n", 3),
 ])
 def test_not_guards(code, line):
     assert line not in guarded_lines(code)

@@ -79,6 +79,12 @@ class TorchDeviceCuda(Rule):
             "import torch\ndev = torch.device(type='cuda', index=local_rank)\n",
             "import porter_runtime\ndev = porter_runtime.device(local_rank)\n",
         ),
+        Example(  # picotron: the DEVICE setting says "cuda" on a Mac too, so its test guards nothing
+            "import os\nimport torch\n\nrank = int(os.getenv('LOCAL_RANK', 0))\n"
+            "device = torch.device('cuda', rank) if os.getenv('DEVICE', 'cuda') == 'cuda' else torch.device('cpu')\n",
+            "import porter_runtime\nimport os\nimport torch\n\nrank = int(os.getenv('LOCAL_RANK', 0))\n"
+            "device = porter_runtime.device(rank) if os.getenv('DEVICE', 'cuda') == 'cuda' else torch.device('cpu')\n",
+        ),
     ]
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:

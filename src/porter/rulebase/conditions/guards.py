@@ -163,6 +163,8 @@ class GuardFinder:
 
     def _compare_test(self, left: ast.AST, op: ast.cmpop, right: ast.AST) -> Optional[tuple[bool, str, tuple]]:
         if isinstance(op, (ast.Eq, ast.NotEq)) and (_is_cuda_string(left) or _is_cuda_string(right)):
+            if self._environment(right if _is_cuda_string(left) else left):
+                return None  # picotron's `os.getenv("DEVICE", "cuda") == "cuda"`: a setting, CUDA or not
             return isinstance(op, ast.Eq), "device", ()
         if isinstance(op, (ast.In, ast.NotIn)) and isinstance(left, ast.Constant) and left.value == "cuda":
             return isinstance(op, ast.In), "device", ()
@@ -186,6 +188,15 @@ class GuardFinder:
             if negative.get(type(op)):
                 return False, "device", ()
         return None
+
+    def _environment(self, node: ast.AST) -> bool:
+        """Whether ``node`` reads an environment variable (``os.getenv(...)``,
+        ``os.environ.get(...)``, ``os.environ[...]``): a setting the program or its
+        launcher chose, which says "cuda" on a Mac too when that is its default, so a
+        test of it is no test of CUDA."""
+        if isinstance(node, ast.Call):
+            return self.names.qualname(node.func) in ("os.getenv", "os.environ.get")
+        return isinstance(node, ast.Subscript) and self.names.qualname(node.value) == "os.environ"
 
     # -- the walk ----------------------------------------------------------
     def find(self, expressions: bool = True) -> list[Region]:
