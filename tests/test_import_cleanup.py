@@ -388,7 +388,9 @@ def test_an_import_nested_in_a_functions_branch_goes_with_its_last_use(tmp_path)
     """ChatGLM-6B's vendored Trainer imports FSDP's ShardedGradScaler inside an `elif`
     of a method; once PT503 made the call porter_runtime.ShardedGradScaler() the import
     was left unused (a new ruff F401, blind round 9). It goes now, at any depth; an
-    import that is its block's only statement stays, and so does one still used."""
+    import that is its block's only statement becomes `pass` (llm-foundry's `try: from
+    flash_attn import bert_padding, flash_attn_interface` / `except ImportError as e: raise
+    e`, whose uses TP101 and TP103 ported: left, it failed off CUDA); one still used stays."""
     code = dedent("""\
         import torch
 
@@ -416,12 +418,23 @@ def test_an_import_nested_in_a_functions_branch_goes_with_its_last_use(tmp_path)
                 return scaler, ShardedGradScaler
 
 
+        def unpad(x, indices):
+            try:
+                from flash_attn import bert_padding  # type: ignore # isort: skip
+            except ImportError as e:
+                raise e
+            return bert_padding.pad_input(bert_padding.index_first_axis(x, indices), indices, 1, 4)
+
+
         print(type(Trainer().setup(True)).__name__, type(Trainer().setup(False)).__name__)
+        print(unpad(torch.arange(8.0).reshape(4, 2), torch.tensor([0, 2])).tolist())
         """)
     new = migrate(code, "trainer.py").new.decode()
     assert "FSDPShardedGradScaler" not in new
     assert "            self.scaler = porter_runtime.ShardedGradScaler()\n" in new
-    assert new.count("from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler\n") == 2
+    assert new.count("from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler\n") == 1
+    assert "        if True:\n            pass\n" in new
+    assert "flash_attn" not in new and "    try:\n        pass\n    except ImportError as e:\n" in new
     script = tmp_path / "trainer.py"
     script.write_text(new)
     (tmp_path / "porter_runtime").symlink_to(Path(__import__("porter_runtime").__file__).parent)
@@ -430,4 +443,4 @@ def test_an_import_nested_in_a_functions_branch_goes_with_its_last_use(tmp_path)
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path,
                           env={"CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin", "PORTER_QUIET": "1"})
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "ShardedGradScaler GradScaler"
+    assert done.stdout.splitlines() == ["ShardedGradScaler GradScaler", "[[[0.0, 1.0], [0.0, 0.0], [4.0, 5.0], [0.0, 0.0]]]"]

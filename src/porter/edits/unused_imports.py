@@ -402,7 +402,7 @@ def _remove_dead_local_imports(new_module: cst.Module, ctx: RulePass) -> cst.Mod
     whose call a rule rewrote still fails off CUDA each time the function runs: an
     absolute import among a function's own statements (at any depth) goes (one name of
     it, or the line) when the function used the name before the rewrites and no longer
-    does, as top-level imports do; never the last statement of its block. Functions
+    does, as top-level imports do; the only statement of its block becomes ``pass``. Functions
     are matched by their path (``Block.forward``); a line marked ``# porter: ignore``
     stays. Only names a replaced node read can have lost their use."""
     tree = parse(ctx.source)
@@ -420,6 +420,7 @@ def _remove_dead_local_imports(new_module: cst.Module, ctx: RulePass) -> cst.Mod
     ctx.module.visit(before)
     new_module.visit(after)
     edits: dict[int, set[str]] = {}  # id of a new import line -> the names it loses
+    sole: set[int] = set()  # ... that loses all of them and is its block's only statement
     for path, function in after.found.items():
         old = before.found.get(path)
         if function is None or old is None or not isinstance(function.body, cst.IndentedBlock):
@@ -427,7 +428,7 @@ def _remove_dead_local_imports(new_module: cst.Module, ctx: RulePass) -> cst.Mod
         old_lines = [line for line, _ in _function_lines(old)]
         for line, siblings in _function_lines(function):
             names = _local_import_names(line)
-            if not names or siblings < 2 or taken.counts.keys().isdisjoint(n for n, _ in names):
+            if not names or taken.counts.keys().isdisjoint(n for n, _ in names):
                 continue
             twin = next((o for o in old_lines if o.deep_equals(line)), None)
             if twin is None or ctx.ignored(twin):
@@ -435,15 +436,22 @@ def _remove_dead_local_imports(new_module: cst.Module, ctx: RulePass) -> cst.Mod
             dead = {name for name, _ in names if _loads(old, name) > 0 and _loads(function, name) == 0}
             if dead:
                 edits[id(line)] = dead
+                if siblings < 2 and dead >= {name for name, _ in names}:
+                    sole.add(id(line))
     if not edits:
         return new_module
-    return new_module.visit(_DropLocalNames(edits))
+    return new_module.visit(_DropLocalNames(edits, sole))
 
 
 class _DropLocalNames(cst.CSTTransformer):
-    def __init__(self, edits: dict[int, set[str]]) -> None:
+    """Drops the dead names; an import line that is its block's only statement (llm-foundry's
+    ``try: from flash_attn import bert_padding, flash_attn_interface`` / ``except ImportError
+    as e: raise e``) becomes ``pass``, so that the block stays and the import no longer fails."""
+
+    def __init__(self, edits: dict[int, set[str]], sole: set[int]) -> None:
         super().__init__()
         self.edits = edits
+        self.sole = sole
         self.removed: set[int] = set()
 
     def leave_SimpleStatementLine(self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine):
@@ -463,6 +471,8 @@ class _DropLocalNames(cst.CSTTransformer):
                     names[-1] = names[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
                     small = small.with_changes(names=names)
             kept_smalls.append(small)
+        if not kept_smalls and id(original) in self.sole:
+            return cst.SimpleStatementLine([cst.Pass()], leading_lines=updated.leading_lines)
         if not kept_smalls:
             self.removed.add(id(original))
             return cst.RemoveFromParent()
