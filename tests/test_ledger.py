@@ -158,6 +158,13 @@ def test_a_local_module_shadows_the_table(tmp_path):
      "porter_runtime.device"),
     ("import porter_runtime\nimport torch\nporter_runtime.set_default_tensor_type(torch.cuda.HalfTensor)\n", "inert",
      "handed to `porter_runtime.set_default_tensor_type`"),  # llama's generation.py, second pass
+    # a name that picks a kernel, not a device: S4's backend, flash-linear-attention's conv_backend, StyleGAN's impl
+    ("class SSMKernel:\n    def __init__(self, d, backend: str = 'cuda'):\n        self.backend = backend\n", "inert",
+     "`backend` picks an implementation"),
+    ("y = bias_act(x, b, impl='cuda')\n", "inert", "`impl` picks an implementation"),
+    ("layer = Mamba2(d, conv_backend=\"cuda\")\n", "inert", "`conv_backend` picks"),
+    ("def f(device: str = 'cuda'):\n    return device\n", "unaccounted", "names a CUDA device"),
+    ("import torch.distributed as dist\ndist.init_process_group(backend='nccl')\n", "unaccounted", "NCCL"),
 ])
 def test_states(tmp_path, code, state, detail):
     """The ledger's own judgement: no rule runs."""

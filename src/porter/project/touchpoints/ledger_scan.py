@@ -32,6 +32,10 @@ _MESSAGE_CALLS = frozenset({
     "add_text", "logger", "format", "join", "deprecate", "warn_once",
 })
 _MESSAGE_KEYWORDS = frozenset({"help", "description", "msg", "message", "metavar", "epilog", "desc", "doc", "title"})
+#: Names of a parameter or keyword that picks an implementation, not a device: S4's
+#: ``backend: str = 'cuda'`` (its Cauchy kernel, else pykeops, else naive PyTorch),
+#: flash-linear-attention's ``conv_backend="cuda"`` (causal-conv1d's kernels), StyleGAN's ``impl='cuda'``.
+_IMPLEMENTATION = re.compile(r"^(?:\w+_)?(?:backend|impl|implementation|kernel)$")
 _COMPARING = frozenset({"startswith", "endswith", "find", "count", "index", "rfind", "match", "search", "fullmatch"})
 _ENV_READS = frozenset({"get", "getenv", "setdefault", "pop", "putenv", "unsetenv"})
 
@@ -362,6 +366,21 @@ class Scanner:
             return "prose, not a device, backend or variable name"
         return None
 
+    def _implementation_name(self, parent: ast.AST, child: ast.AST) -> Optional[str]:
+        """The name of the parameter (by its default) or keyword that ``child``, a
+        ``"cuda"`` string, is given to, where that name picks an implementation
+        (``backend``, ``impl``, ``conv_backend``, ...); None otherwise, and for ``"nccl"``."""
+        if not isinstance(child, ast.Constant) or child.value.strip() == "nccl":
+            return None
+        if isinstance(parent, ast.keyword):
+            name = parent.arg
+        elif isinstance(parent, ast.arguments):
+            param = selectors.defaulted_parameter(parent, child)
+            name = param.arg if param is not None else None
+        else:
+            return None
+        return name if name and _IMPLEMENTATION.match(name) else None
+
     def _selects_by_name(self, arguments: ast.arguments, default: ast.AST) -> bool:
         """A parameter default only compared by name (porter.project.selectors)."""
         function = self.parents.get(arguments)
@@ -383,6 +402,9 @@ class Scanner:
             return "compared with: a comparison can't fail off CUDA"
         if isinstance(parent, ast.arguments) and self._selects_by_name(parent, child):
             return "the default of a parameter that is only compared by name (`impl == 'cuda'`), never a device"
+        picked = self._implementation_name(parent, child)
+        if picked is not None:
+            return f"`{picked}` picks an implementation (CUDA's kernel or another), not a device"
         if isinstance(parent, ast.keyword) and parent.arg in _MESSAGE_KEYWORDS:
             return "message text"
         if isinstance(parent, ast.keyword) and parent.arg == "choices":
