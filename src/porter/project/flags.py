@@ -42,11 +42,12 @@ _INDENTED_IMPORT = re.compile(rb"^[ \t]+(?:import|from)[ \t]+(" + b"|".join(
 def import_probes(sources: Mapping[str, bytes]) -> frozenset[str]:
     """The names of the tree's top-level functions that return False when their ``try``
     import of a CUDA-only package fails (llm-foundry's ``is_flash_v2_installed()``, which
-    ``modeling_mpt.py`` imports and tests before ``from flash_attn import bert_padding``):
-    a call of one, in any module, holds only where that import succeeds."""
+    ``modeling_mpt.py`` imports and tests before ``from flash_attn import bert_padding``),
+    and of its module flags set True by such a ``try`` (Megatron-LM's ``HAVE_TE``): a call
+    of one, or the flag imported into any module, holds only where that import succeeds."""
     found: set[str] = set()
     for data in sources.values():
-        if b"return False" in data and b"except" in data and _INDENTED_IMPORT.search(data):
+        if b"except" in data and _INDENTED_IMPORT.search(data):
             tree = parse_uncached(data)
             if tree is not None:
                 found.update(probe_functions(tree, data))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from textwrap import dedent
 
 import libcst as cst
@@ -13,6 +14,7 @@ from porter.rulebase.evidence import Imports
 from porter.rulebase.families.thirdparty.kernel_builds import COMPILED_MODULES, imports_of, lone_import, optional_import
 from porter.rulebase.families.thirdparty.triton_imports import made_importable
 from porter.rulebase.families.thirdparty.uses import GuardTracker, under, uses
+from porter.rulebase.matching import ast_dotted_name as dotted_name_ast
 from porter.rulebase.matching import dotted_name
 from porter.rulebase.rule import Example, Needs, Rule, Safety
 from porter.rulebase.syntax import bound_names
@@ -104,6 +106,37 @@ class CudaOnlyPackage(GuardTracker, Rule):
         "from .mamba_ssm import Mamba\n",
         "from numba import njit, prange\n",  # numba's CPU target
         "try:\n    import cupy as xp\nexcept ImportError:\n    import numpy as xp\n",
+        # Megatron-LM: imports only type checkers read, and imports behind a flag that a
+        # `try` import sets, here or in the module the flag comes from (its `else` too)
+        "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    import transformer_engine as te\n",
+        dedent("""\
+            try:
+                import transformer_engine
+                HAVE_TE = True
+            except (ImportError, ModuleNotFoundError):
+                HAVE_TE = False
+
+            if HAVE_TE:
+                try:
+                    from transformer_engine.pytorch import quantized_model_init as model_init
+                except ImportError:
+                    from transformer_engine.pytorch import fp8_model_init as model_init
+            """),
+        Example(
+            dedent("""\
+                from megatron.core.utils import HAVE_TE
+
+                def fp8_model_init_class():
+                    if not HAVE_TE:
+                        return None
+                    else:
+                        from transformer_engine.pytorch import fp8_model_init
+                        return fp8_model_init
+                """),
+            path="megatron/core/fp8_utils.py",
+            project=(("megatron/core/utils.py", "try:\n    import transformer_engine  # noqa: F401\n\n"
+                      "    HAVE_TE = True\nexcept ImportError:\n    HAVE_TE = False\n"),),
+        ),
     ]
     invalid = [
         Example("import deepspeed\nengine, opt, _, _ = deepspeed.initialize(model=model, config=cfg)\n"),
@@ -198,19 +231,38 @@ class CudaOnlyPackage(GuardTracker, Rule):
         return True
 
     def _under_probe(self) -> bool:
-        """Inside ``if has_flash():``, where ``has_flash`` is a function of this module that
-        returns False when its ``try: import flash_attn`` fails (nanotron's
-        ``is_flash_attn_greater_or_equal_2_10()``): the import never runs off CUDA."""
-        tests = [i.test for i in self._stacks()[1]]
-        calls = {t.func.value for t in tests if isinstance(t, cst.Call) and not t.args and isinstance(t.func, cst.Name)}
-        if not calls:
+        """Inside an ``if`` whose test holds only where a CUDA-only import succeeded, as the
+        guard pass reads it: ``if has_flash():`` (a function of this module or an import
+        probe of the tree, porter.project.flags), ``if HAVE_TE and ...:`` where the flag is
+        set by a ``try`` import here or in the module it comes from (Megatron-LM's), the
+        ``else`` of ``if not HAVE_TE:``; and ``if TYPE_CHECKING:``, which never runs. The
+        import never runs off CUDA."""
+        stack, in_else = self._stacks()[1], self._in_else
+        if not stack:
             return False
-        tree = parse_ast(self.ctx.module.code.encode())
-        if tree is None:
-            return False
-        finder = GuardFinder(tree, self.ctx.module.code.encode().splitlines(), is_cuda_only_module)
-        finder.find(expressions=False)
-        return any(finder.flags.get(f"{name}()", (False, ""))[:2] == (True, "import") for name in calls)
+        finder = self._guard_pass()
+        for node, else_part in zip(stack, in_else):
+            test = parse_ast(self.ctx.code_for(node.test).strip().encode())
+            expr = test.body[0].value if test is not None and len(test.body) == 1 \
+                and isinstance(test.body[0], ast.Expr) else None
+            if expr is None:
+                continue
+            if not else_part and dotted_name_ast(expr) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+                return True
+            found = finder.polarity(expr) if finder is not None else None
+            if found is not None and found[1] == "import" and found[0] is not else_part:
+                return True
+        return False
+
+    def _guard_pass(self):
+        if not hasattr(self, "_finder"):
+            data = self.ctx.module.code.encode()
+            tree = parse_ast(data)
+            probes = self.ctx.project.import_probes if self.ctx.project is not None else frozenset()
+            self._finder = None if tree is None else GuardFinder(tree, data.splitlines(), is_cuda_only_module, probes)
+            if self._finder is not None:
+                self._finder.find(expressions=False)
+        return self._finder
 
     def _unused(self, node: cst.CSTNode, module: str) -> bool:
         """flash_attn, xformers, apex, ... have rules of their own for every use; an import

@@ -139,6 +139,8 @@ class GuardFinder:
         if key is not None and key in self.flags:
             polarity, kind, where = self.flags[key]
             return polarity, kind, (where,)
+        if isinstance(test, ast.Name) and test.id in self.probes and self.names.qualname(test) is not None:
+            return True, "import", ()  # `from megatron.core.utils import HAVE_TE`: another module's flag
         return None
 
     def _call_test(self, call: ast.Call) -> Optional[tuple[bool, str, tuple[Span, ...]]]:
@@ -423,11 +425,12 @@ def _probe_tail(tree: ast.AST, node: ast.Try) -> list[ast.stmt]:
 
 def probe_functions(tree: ast.Module, data: bytes, cuda_module: Callable[[str], bool] = is_cuda_only_module) -> list[str]:
     """The names of the module's functions that return False when their ``try`` import of
-    a CUDA-only package fails: the ``name()`` flags the guard pass sets
-    (porter.project.flags.import_probes)."""
+    a CUDA-only package fails, and of its flags such a ``try`` sets True: the ``name()``
+    and ``name`` flags the guard pass sets (porter.project.flags.import_probes)."""
     finder = GuardFinder(tree, data.splitlines(), cuda_module)
     finder.find(expressions=False)
-    return [key[:-2] for key, (holds, kind, _) in finder.flags.items() if key.endswith("()") and holds and kind == "import"]
+    return [key[:-2] if key.endswith("()") else key for key, (holds, kind, _) in finder.flags.items()
+            if holds and kind == "import" and "." not in key]
 
 
 def _enclosing_function(tree: ast.AST, target: ast.AST) -> Optional[ast.FunctionDef]:
