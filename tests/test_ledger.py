@@ -103,6 +103,31 @@ def test_an_unresolved_import_is_named_with_its_line(tmp_path):
     assert "PyTorch implementation" in finding.suggestion
 
 
+def test_an_extension_built_through_an_alias_of_cudaextension_is_named(tmp_path):
+    """Deformable-DETR's models/ops/setup.py binds `extension = CUDAExtension` where CUDA is and
+    calls `extension("MultiScaleDeformableAttention", ...)`: the import of that name fails off
+    CUDA (a silent blocker at first contact, round 14), now named as the build's extension."""
+    root = write(tmp_path, {
+        "models/ops/functions/ms_deform_attn_func.py": "import torch\n\nimport MultiScaleDeformableAttention as MSDA\n",
+        "models/ops/setup.py": """\
+            import torch
+            from setuptools import setup
+            from torch.utils.cpp_extension import CUDA_HOME, CppExtension, CUDAExtension
+
+            def get_extensions():
+                extension = CppExtension
+                if torch.cuda.is_available() and CUDA_HOME is not None:
+                    extension = CUDAExtension
+                return [extension("MultiScaleDeformableAttention", ["src/vision.cpp"])]
+
+            setup(name="MultiScaleDeformableAttention", ext_modules=get_extensions())
+        """,
+    })
+    found, _ = touchpoints(root)
+    [t] = found["models/ops/functions/ms_deform_attn_func.py"]
+    assert (t.line, t.state) == (3, "unaccounted") and "the repository's own build compiles" in t.detail
+
+
 def test_an_undeclared_import_with_no_sign_of_cuda_is_no_finding(tmp_path):
     """Real repositories import pip packages their manifests forget (mpi4py, submitit,
     natsort): not installed here, but nothing says CUDA, so nothing for a human."""

@@ -112,6 +112,9 @@ def declared(root: Path) -> frozenset[str]:
 
 #: The name of a CUDA extension a build script compiles: ``CUDAExtension("pkg.fused_cuda", ...)``.
 _CUDA_EXTENSION = re.compile(r"""\bCUDAExtension\(\s*(?:name\s*=\s*)?["']([\w.]+)["']""")
+#: A name a build script binds to ``CUDAExtension`` and calls instead (Deformable-DETR's and
+#: GroundingDINO's ``extension = CUDAExtension`` when CUDA is there, ``CppExtension`` else).
+_EXTENSION_ALIAS = re.compile(r"^[ \t]*(\w+)[ \t]*=[ \t]*CUDAExtension[ \t]*(?:#.*)?$", re.M)
 
 
 def extensions(root: Path, rel_paths: Iterable[str]) -> frozenset[str]:
@@ -126,7 +129,10 @@ def extensions(root: Path, rel_paths: Iterable[str]) -> frozenset[str]:
             text = text_bounded(root / rel)
         except OSError:
             continue
-        for name in _CUDA_EXTENSION.findall(text):
+        names = _CUDA_EXTENSION.findall(text)
+        for alias in _EXTENSION_ALIAS.findall(text):  # `extension = CUDAExtension`, then `extension("name", ...)`
+            names += re.findall(r"\b" + alias + r"""\(\s*(?:name\s*=\s*)?["']([\w.]+)["']""", text)
+        for name in names:
             found.update({name.rsplit(".", 1)[-1], name.split(".")[0]})
     return frozenset(found)
 

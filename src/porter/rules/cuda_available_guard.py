@@ -36,7 +36,8 @@ class CudaAvailableGuard(GuardDecisions, AvailabilityRoles, Rule):
     any use in a function (or module) that also asks `torch.backends.mps.is_available()`:
     its own device choice already has an MPS branch; and any use in test code (a test's
     CUDA gate or case, which the suite skips off CUDA) or in a module that builds CUDA
-    kernels (`setup.py`, `cpp_extension`: only CUDA compiles them); and a flag set from it that
+    kernels (`setup.py`, `cpp_extension`: only CUDA compiles them), unless its other
+    branch raises (then the build stops off CUDA: a finding); and a flag set from it that
     nothing reads (`self.sync_cuda = torch.cuda.is_available()` with no other
     `.sync_cuda` in the repository); and a module's own flag that only requirements
     read (`HAS_CUDA = torch.cuda.is_available()` then `if not HAS_CUDA: raise ...`,
@@ -380,6 +381,19 @@ class CudaAvailableGuard(GuardDecisions, AvailabilityRoles, Rule):
                 setup(name="structured_kernels", ext_modules=ext_modules, cmdclass={"build_ext": BuildExtension})
                 """),
             path="extensions/kernels/setup.py", line=6, message="in a module that builds CUDA kernels",
+        ),
+        Example(  # Deformable-DETR's ops: the other branch raises, so the README's build stops off CUDA
+            dedent("""\
+                import torch
+                from torch.utils.cpp_extension import CUDA_HOME, CppExtension, CUDAExtension
+
+                extension = CppExtension
+                if torch.cuda.is_available() and CUDA_HOME is not None:
+                    extension = CUDAExtension
+                else:
+                    raise NotImplementedError('Cuda is not availabel')
+                """),
+            path="models/ops/setup.py", line=5, message="its other branch raises",
         ),
         Example(  # an early exit right before a CUDA device query: a note
             dedent("""\

@@ -62,6 +62,7 @@ class GuardDecisions:
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
         if original in self._handled or availability_test(self, original) is None:
             return updated
+        self._raises_off_cuda = False
         role = self.availability_role(original)
         if role is not None:
             self.note(original, f"{NOTE}; {role}: for information", suggestion=SUGGESTION)
@@ -83,6 +84,7 @@ class GuardDecisions:
 
     def _guard(self, original, updated, body, new_body):
         test = original.test
+        self._raises_off_cuda = isinstance(original, cst.If) and _else_raises(original)
         if isinstance(original, cst.If) and requirement(self, original) is not None:
             return updated  # PT903
         if isinstance(original, cst.If) and self._skips_distributed(original):
@@ -151,6 +153,12 @@ class GuardDecisions:
             self.note(node, message + "; in test code, where it gates a test's CUDA case: off CUDA the suite "
                       "skips that case or runs it on the CPU, as it does on any machine without CUDA: for "
                       "information", suggestion=suggestion)
+        elif builds_kernels(self.ctx) and getattr(self, "_raises_off_cuda", False):
+            self.flag(node, "`torch.cuda.is_available()` picks the CUDA build in a module that builds CUDA "
+                      "kernels, and its other branch raises: without CUDA (a Mac's too) the build stops here, "
+                      "where no kernel can be compiled either way",
+                      suggestion="off CUDA, build the CPU operators (CppExtension) or none, and let the code that "
+                                 "imports them fall back")
         elif builds_kernels(self.ctx):
             self.note(node, message + "; in a module that builds CUDA kernels, where it decides what is "
                       "compiled or loaded, which needs CUDA on any machine, a Mac included: for information",
@@ -218,6 +226,15 @@ def _housekeeping_only(rule, body: cst.BaseSuite) -> bool:
             if not isinstance(call, cst.Call) or rule.qualname(call.func) not in _HOUSEKEEPING:
                 return False
     return True
+
+
+def _else_raises(node: cst.If) -> bool:
+    """Whether the ``else`` of ``if <CUDA>:`` ends by raising (Deformable-DETR's setup.py:
+    ``else: raise NotImplementedError('Cuda is not availabel')``)."""
+    orelse = node.orelse
+    lines = orelse.body.body if isinstance(orelse, cst.Else) and isinstance(orelse.body, cst.IndentedBlock) else []
+    last = lines[-1] if lines else None
+    return isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[-1], cst.Raise)
 
 
 #: What skips the rest of a test: ``pytest.skip(...)``, ``self.skipTest(...)``,
