@@ -377,3 +377,42 @@ def test_as_tensor_of_a_float64_grid_lands_on_the_emulated_device_as_float32(emu
         made = porter_runtime.as_tensor(points, device=porter_runtime.device())
     assert made.dtype == torch.float32 and made.device.type == "cpu"
     torch.testing.assert_close(made, torch.as_tensor(points).float())
+
+
+TRACED = '''\
+import numpy as np
+import torch
+import porter_runtime
+
+
+class Linear(torch.nn.Module):  # edm2's MPConv: a Python number divided by numpy's
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(4, 4))
+
+    def forward(self, x, gain=1):
+        w = self.weight.to(torch.float32)
+        w = w * (gain / np.sqrt(w[0].numel()))
+        return x @ w
+
+
+device = porter_runtime.device()
+model = Linear().to(device)
+x = torch.randn(2, 4, device=device)
+traced = torch.jit.trace(model, (x,))
+print(torch.allclose(traced(x), model(x)), traced(x).device == x.device)
+try:
+    traced(x).double()
+except TypeError as error:
+    print("float64 refused:", "MPS" in str(error))
+'''
+
+
+def test_tracing_runs_as_on_a_mac_and_the_traced_module_keeps_the_rules():
+    """edm2's count_flops.py traces its network with torch.jit.trace: under the emulation the
+    modes replayed the tracer's graph with Python numbers as tensors and it raised, where a Mac
+    traces (blind round 13). The tracer now runs with the modes off; what it made runs under them."""
+    env = {**os.environ, "PORTER_EMULATE": "mps", "PORTER_QUIET": "1", "PYTHONPATH": SRC}
+    out = subprocess.run([sys.executable, "-W", "ignore", "-c", TRACED], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert out.stdout.splitlines() == ["True True", "float64 refused: True"], out.stderr

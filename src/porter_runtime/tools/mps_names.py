@@ -24,12 +24,20 @@ And a library that reads the device's name itself gets one it knows: safetensors
 which it refuses, or "mps") load on the CPU and move the tensors to the device, as a Mac
 loads them on MPS (flux, blind round 12).
 
+And tracing (``torch.jit.trace`` / ``trace_module``, ``torch.onnx.export``) runs as on a
+Mac, where no Python mode stands between the tracer and the operators: the emulation's
+modes step aside while the tracer records and checks (they replayed its graph with
+Python numbers as tensors: edm2's ``count_flops.py``, MobileSAM's ONNX export, blind
+round 13), and apply again when the traced module runs.
+
 Left as it is: a device tensor's ``.device`` stays the emulated ``cpu:0`` (torch's own
 Python takes MPS-only paths on ``mps``), and ``torch.Generator(device="mps")`` fails.
 """
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import functools
+from typing import Any, Iterator
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -104,6 +112,7 @@ def answer_as_a_mac() -> None:
     mps.recommended_max_memory = lambda: 16 * 2 ** 30
     mps.set_per_process_memory_fraction = lambda fraction: None
     safetensors_take_the_device()
+    trace_without_the_modes()
     MpsNames().__enter__()
 
 
@@ -156,3 +165,40 @@ def safetensors_take_the_device() -> None:
         return real(filename, framework, device=device, **kwargs)
 
     st.safe_open = safe_open
+
+
+@contextlib.contextmanager
+def _no_modes() -> Iterator[None]:
+    """Neither the emulation's torch-function modes nor its dispatch mode, for a while."""
+    try:  # torch's private helpers (2.0 and later); without them tracing runs as before
+        from torch.overrides import _pop_mode_temporarily
+        from torch.utils._python_dispatch import _disable_current_modes
+        depth = torch._C._len_torch_function_stack
+    except (ImportError, AttributeError):
+        yield
+        return
+    with contextlib.ExitStack() as stack:
+        while depth() > 0:
+            stack.enter_context(_pop_mode_temporarily())
+        stack.enter_context(_disable_current_modes())
+        yield
+
+
+def _stepping_aside(real: Any) -> Any:
+    @functools.wraps(real)
+    def traced(*args: Any, **kwargs: Any) -> Any:
+        with _no_modes():
+            return real(*args, **kwargs)
+    return traced
+
+
+def trace_without_the_modes() -> None:
+    """The tracers run with the emulation's modes off (see the module's docstring)."""
+    jit = torch.jit
+    for name in ("trace", "trace_module"):
+        if hasattr(jit, name) and not hasattr(getattr(jit, name), "__wrapped__"):
+            setattr(jit, name, _stepping_aside(getattr(jit, name)))
+    onnx = getattr(torch, "onnx", None)
+    export = getattr(onnx, "export", None)
+    if export is not None and not hasattr(export, "__wrapped__"):
+        onnx.export = _stepping_aside(export)
