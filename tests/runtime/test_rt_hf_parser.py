@@ -54,7 +54,7 @@ def parse(cls, argv: list[str]):
     """What HfArgumentParser.parse_args_into_dataclasses does for one dataclass."""
     parser = argparse.ArgumentParser()
     for field in dataclasses.fields(cls):
-        kind = bool if field.name in ("tf32", "bf16") else str
+        kind = bool if field.name in ("tf32", "bf16", "fp16", "fp16_full_eval", "bf16_full_eval") else str
         parser.add_argument(f"--{field.name}", type=(lambda v: v.lower() == "true") if kind is bool else str,
                             default=field.default)
     return cls(**vars(parser.parse_args(argv)))
@@ -103,3 +103,60 @@ def test_anything_else_is_returned_as_given(simulate):
     simulate("mps")
     assert porter_runtime.training_arguments_class(dict) is dict  # not a dataclass
     assert porter_runtime.training_arguments_class("TrainingArguments") == "TrainingArguments"
+
+
+@dataclasses.dataclass
+class HalfArguments:
+    """transformers 4.37's fp16 check (it refuses fp16 without CUDA, NPU or XPU; bf16 passes on
+    the CPU), and Firefly's own requirement that exactly one of the two is on."""
+    output_dir: str = "out"
+    fp16: bool = False
+    bf16: bool = False
+    fp16_full_eval: bool = False
+    bf16_full_eval: bool = False
+
+    def __post_init__(self):
+        if (self.fp16 or self.fp16_full_eval) and not torch.cuda.is_available():
+            raise ValueError("FP16 Mixed precision training with AMP or APEX (`--fp16`) and FP16 half precision "
+                             "evaluation (`--fp16_full_eval`) can only be used on CUDA or NPU devices or certain "
+                             "XPU devices (with IPEX).")
+        assert sum([self.fp16, self.bf16]) == 1, "only one of fp16 and bf16 can be True"
+
+
+@pytest.fixture
+def transformers_437(tmp_path, monkeypatch):
+    """An installed transformers whose training_args module holds 4.37's refusal (what the
+    runtime reads), put first on the path."""
+    package = tmp_path / "site" / "transformers"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "training_args.py").write_text(
+        'MESSAGE = "FP16 Mixed precision training with AMP or APEX (`--fp16`) and FP16 half precision evaluation"\n')
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    for name in [m for m in __import__("sys").modules if m == "transformers" or m.startswith("transformers.")]:
+        monkeypatch.delitem(__import__("sys").modules, name)
+    from porter_runtime.thirdparty import huggingface
+    monkeypatch.setattr(huggingface, "_FP16_REFUSED", None)
+    return huggingface
+
+
+def test_fp16_that_transformers_refuses_off_cuda_becomes_bf16_on_the_cpu(simulate, transformers_437):
+    """Firefly's configs set fp16 and its train.py asserts one of fp16 and bf16: a silent blocker
+    of round 14 (transformers 4.37 refuses fp16 on the CPU). On CUDA the class is left as it is."""
+    simulate("cpu")
+    with pytest.raises(ValueError, match="FP16 Mixed precision"):
+        parse(HalfArguments, ["--fp16", "True"])  # the original, off CUDA
+    args = parse(porter_runtime.training_arguments_class(HalfArguments), ["--fp16", "True"])
+    assert (args.fp16, args.bf16) == (False, True)
+    simulate("cuda")
+    assert porter_runtime.training_arguments_class(HalfArguments) is HalfArguments
+
+
+def test_fp16_stays_where_transformers_takes_it(simulate, transformers_437, monkeypatch):
+    """A transformers without the refusal (4.4x on) keeps fp16 on the CPU."""
+    simulate("cpu")
+    monkeypatch.setattr(transformers_437, "_FP16_REFUSED", False)
+    args = HalfArguments.__new__(porter_runtime.training_arguments_class(HalfArguments))
+    args.fp16, args.bf16, args.fp16_full_eval, args.bf16_full_eval = True, False, False, False
+    porter_runtime.training_arguments(args)
+    assert (args.fp16, args.bf16) == (True, False)

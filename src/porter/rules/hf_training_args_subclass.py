@@ -46,7 +46,10 @@ class HfTrainingArgumentsSubclass(Rule):
     class default of QLoRA-style scripts, or the 8-bit ones) with `"adamw_torch"` and
     a warning: the same AdamW update, its state in 32 bits. It unsets
     `use_liger_kernel` and `deepspeed` with a warning: the model's own layers compute
-    what Liger's fused ones do, and Trainer trains without ZeRO.
+    what Liger's fused ones do, and Trainer trains without ZeRO. Where the installed
+    transformers refuses `fp16` off CUDA (before 4.4x), `fp16` becomes `bf16` with a
+    warning where bf16 is taken (the CPU), else float32: mixed precision stays on, and
+    a script that asserts one of the two (Firefly) still finds one.
 
     Known limits:
     Only classes that name one of these bases directly are seen; a `TrainingArguments`

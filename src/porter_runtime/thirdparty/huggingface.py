@@ -69,6 +69,47 @@ def _bf16_accepted() -> bool:
         return True
 
 
+#: transformers' own refusal of ``fp16`` without CUDA, NPU or XPU (up to 4.3x; later ones allow it)
+_FP16_REFUSAL = b"FP16 Mixed precision training with AMP or APEX"
+
+
+def _fp16_refused() -> bool:
+    """Whether the installed transformers refuses ``fp16=True`` off CUDA: its
+    ``training_args`` module holds the check's message (read once, not imported)."""
+    global _FP16_REFUSED
+    if _FP16_REFUSED is None:
+        try:
+            import importlib.util
+            spec = importlib.util.find_spec("transformers.training_args")
+            with open(spec.origin, "rb") as source:  # type: ignore[union-attr, arg-type]
+                _FP16_REFUSED = _FP16_REFUSAL in source.read()
+        except (ImportError, AttributeError, TypeError, ValueError, OSError):
+            _FP16_REFUSED = False
+    return _FP16_REFUSED
+
+
+_FP16_REFUSED: Optional[bool] = None
+
+
+def _fp16_off_cuda(args: Any) -> None:
+    """``fp16=True`` (or ``fp16_full_eval``) where transformers refuses it off CUDA: bf16
+    instead, where transformers takes bf16 on this device (the CPU; MPS where its check
+    allows), else float32; a warning says which. Mixed precision stays on, and a
+    repository that asserts one of fp16 and bf16 (Firefly's train.py) still finds one."""
+    for fp16, bf16 in (("fp16", "bf16"), ("fp16_full_eval", "bf16_full_eval")):
+        if not getattr(args, fp16, False):
+            continue
+        setattr(args, fp16, False)
+        if _device.device_type() == "cpu" or _bf16_accepted():
+            setattr(args, bf16, True)
+            _log.warn_once(f"training_arguments.{fp16}", f"TrainingArguments: {fp16}=True needs a CUDA GPU in this "
+                           f"transformers; using {bf16}=True (bfloat16 mixed precision) on "
+                           f"{_device.device_type()} instead")
+        else:
+            _log.warn_once(f"training_arguments.{fp16}", f"TrainingArguments: {fp16}=True needs a CUDA GPU in this "
+                           "transformers, and so does bf16 here; training in float32")
+
+
 def cuda_option(value: T) -> Optional[T]:
     """``value`` on CUDA; None (the option's default: not set) elsewhere. For options
     that only mean something on CUDA and make transformers refuse to start without it,
@@ -96,7 +137,9 @@ def training_arguments(args: Any) -> None:
     layers are Triton kernels, and the model's own layers compute the same loss. On the CPU
     accelerate is told its device is plain ``"cpu"`` (``ACCELERATE_TORCH_DEVICE``; its
     multi-CPU ``"cpu:<rank>"`` breaks Trainer's resume in ``torch.load``); on MPS ``bf16``
-    is unset with a warning where transformers' own check would refuse it there."""
+    is unset with a warning where transformers' own check would refuse it there; ``fp16``,
+    which transformers before 4.4x refuses off CUDA, becomes ``bf16`` where that is taken
+    (:func:`_fp16_off_cuda`)."""
     if _device.is_cuda():
         return
     optim = getattr(args, "optim", None)
@@ -106,6 +149,8 @@ def training_arguments(args: Any) -> None:
                        "optimizer; using optim=adamw_torch (the same AdamW update, 32-bit state kept in memory)")
         args.optim = "adamw_torch"
     _gloo_teardown.release_gloo_at_exit()  # accelerate's Gloo group, which Trainer code never destroys
+    if (getattr(args, "fp16", False) or getattr(args, "fp16_full_eval", False)) and _fp16_refused():
+        _fp16_off_cuda(args)
     if _device.device_type() == "cpu":
         # accelerate's multi-CPU state names its device "cpu:<rank>", which Trainer's resume
         # then hands torch.load as map_location ("don't know how to restore data location ...
