@@ -205,9 +205,14 @@ class DoubleOnDevice(DeviceMoves, Rule):
     is. On MPS it is `x.float()`, which converts the same tensors, with one warning
     naming float64 and the reason.
 
+    Also `x.double()` where `x` is a function's local name that every assignment there
+    binds to a moved tensor (`value = torch.rand(n, d).cuda() * 0.01`, then
+    `f(value.double())`: Deformable-DETR's operator tests).
+
     Known limits:
     Only a move in the same expression (`.cuda()`, `.to("cuda")`,
-    `.to(porter_runtime.device())`) or a buffer / parameter is seen. A file that
+    `.to(porter_runtime.device())`), a local name bound only to one, or a buffer /
+    parameter is seen. A file that
     defines its own `double` method gets findings instead. A module whose float64
     buffers never leave the CPU gets float32 ones on a Mac too (with the warning).
     """
@@ -221,6 +226,9 @@ class DoubleOnDevice(DeviceMoves, Rule):
         "y = x.double()\n",
         "y = x.double().to(device)\n",
         "import numpy as np\ny = np.double(3).cuda()\n",
+        # a name also bound to a host tensor: not known to be on the device
+        "import torch\n\ndef f(flag):\n    x = torch.rand(2).cuda()\n    if flag:\n        x = torch.rand(2)\n"
+        "    return x.double()\n",
     ]
     invalid = [
         Example(
@@ -237,6 +245,31 @@ class DoubleOnDevice(DeviceMoves, Rule):
             "y = porter_runtime.double(tensor([1.0])).to(porter_runtime.device(), non_blocking=True)\n",
         ),
         Example("class P:\n    def double(self):\n        return self\n\np = P().double().cuda()\n"),
+        Example(  # Deformable-DETR's operator test: local names bound to moved tensors, then made float64
+            dedent("""\
+                import torch
+
+
+                @torch.no_grad()
+                def check_forward_equal_with_pytorch_double():
+                    value = torch.rand(N, S, M, D).cuda() * 0.01
+                    weights = torch.rand(N, Lq, M, L, P).cuda() + 1e-5
+                    weights /= weights.sum(-1, keepdim=True)
+                    return attention_core(value.double(), weights.double()).detach().cpu()
+                """),
+            dedent("""\
+                import porter_runtime
+                import torch
+
+
+                @torch.no_grad()
+                def check_forward_equal_with_pytorch_double():
+                    value = torch.rand(N, S, M, D).cuda() * 0.01
+                    weights = torch.rand(N, Lq, M, L, P).cuda() + 1e-5
+                    weights /= weights.sum(-1, keepdim=True)
+                    return attention_core(porter_runtime.double(value), porter_runtime.double(weights)).detach().cpu()
+                """),
+        ),
         Example(  # a float64 noise schedule: buffers move to the device with the module
             dedent("""\
                 import torch
@@ -269,12 +302,24 @@ class DoubleOnDevice(DeviceMoves, Rule):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._own = bool(_DEFINES_DOUBLE.search(ctx.source))
+        self._on_device: list[frozenset[str]] = []  # per enclosing function: names that hold moved tensors
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._on_device.append(_moved_names(self, node))
+
+    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
+        self._on_device.pop()
+        return updated
 
     def visit_Call(self, node: cst.Call) -> None:
         super().visit_Call(node)
         state = _module_state(self, node)
         if state is not None:
             self._moved.add(id(state))
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "double" and isinstance(func.value, cst.Name) \
+                and self._on_device and func.value.value in self._on_device[-1]:
+            self._moved.add(id(node))  # Deformable-DETR's test.py: `value = torch.rand(...).cuda() * 0.01`
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         func = original.func
@@ -307,3 +352,75 @@ def _module_state(rule: Rule, call: cst.Call) -> Optional[cst.BaseExpression]:
     else:
         return None
     return given.value if given is not None else None
+
+
+class _Assignments(cst.CSTVisitor):
+    """Each name's assigned values in one function's own code (not nested definitions)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.values: dict[str, list[Optional[cst.BaseExpression]]] = {}
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            if isinstance(target.target, cst.Name):
+                self.values.setdefault(target.target.value, []).append(node.value)
+            else:  # a tuple, a starred name: values unknown
+                for name in _names_in(target.target):
+                    self.values.setdefault(name, []).append(None)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if isinstance(node.target, cst.Name):
+            self.values.setdefault(node.target.value, []).append(node.value)
+
+    def visit_For(self, node: cst.For) -> None:
+        for name in _names_in(node.target):
+            self.values.setdefault(name, []).append(None)
+
+    def visit_WithItem(self, node: cst.WithItem) -> None:
+        if node.asname is not None:
+            for name in _names_in(node.asname.name):
+                self.values.setdefault(name, []).append(None)
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        for name in _names_in(node.target):
+            self.values.setdefault(name, []).append(None)
+
+
+def _names_in(node: cst.CSTNode) -> list[str]:
+    found: list[str] = []
+
+    class _Collect(cst.CSTVisitor):
+        def visit_Name(self, name: cst.Name) -> None:
+            found.append(name.value)
+
+    node.visit(_Collect())
+    return found
+
+
+def _on_the_device(rule, value: Optional[cst.BaseExpression]) -> bool:
+    """A moved tensor: a device move, or arithmetic with one (``x.cuda() * 0.01``)."""
+    if value is None:
+        return False
+    if isinstance(value, cst.BinaryOperation):
+        return _on_the_device(rule, value.left) or _on_the_device(rule, value.right)
+    return is_device_move(rule, value)
+
+
+def _moved_names(rule, function: cst.FunctionDef) -> frozenset[str]:
+    """The function's local names every assignment binds to a moved tensor (none is a parameter)."""
+    found = _Assignments()
+    function.body.visit(found)
+    params = {p.name.value for p in (*function.params.params, *function.params.posonly_params,
+                                      *function.params.kwonly_params)}
+    return frozenset(name for name, values in found.values.items()
+                     if name not in params and all(_on_the_device(rule, v) for v in values))
