@@ -55,7 +55,7 @@ _EXPORTS = {
     "pin_memory_device": "_data", "pin_tensor": "_data", "to_device": "_data", "unguarded_workers": "_data",
     "device": "_device", "device_option": "_device", "device_str": "_device", "device_type": "_device",
     "is_accelerator_available": "_device", "is_cuda": "_device",
-    "barrier_device_ids": "_dist", "ddp_device_ids": "_dist", "ddp_output_device": "_dist",
+    "barrier_device_ids": "_dist", "data_parallel": "_dist", "ddp_device_ids": "_dist", "ddp_output_device": "_dist",
     "dist_backend": "_dist", "init_process_group": "_dist", "ShardedGradScaler": "_dist",
     "fsdp_sync_module_states": "_dist", "fsdp_syncing": "_dist", "is_multiprocess_launch": "_dist",
     "mesh_device_type": "_dist",

@@ -74,6 +74,20 @@ def ddp_device_ids(local_rank: int) -> Optional[list[int]]:
     return [local_rank] if _device.is_cuda() else None
 
 
+def data_parallel(module: Any, inputs: Any, device_ids: Any = None, output_device: Any = None, dim: int = 0,
+                  module_kwargs: Any = None) -> Any:
+    """``torch.nn.parallel.data_parallel(module, inputs, ...)``, the function: torch's own
+    on CUDA. Elsewhere ``module(*inputs, **module_kwargs)``, which is what the
+    ``nn.DataParallel`` class does without a GPU; torch's function raises there ("device
+    type could not be determined" on a CPU; BigGAN's sampling during training)."""
+    if _device.is_cuda():
+        from torch.nn.parallel import data_parallel as torch_data_parallel
+        return torch_data_parallel(module, inputs, device_ids, output_device, dim, module_kwargs)
+    if not isinstance(inputs, tuple):
+        inputs = (inputs,) if inputs is not None else ()
+    return module(*inputs, **(module_kwargs or {}))
+
+
 def ddp_output_device(x: T) -> Optional[T]:
     """DDP ``output_device``: ``x`` on CUDA, None elsewhere."""
     return x if _device.is_cuda() else None
