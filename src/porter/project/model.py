@@ -70,6 +70,10 @@ class ProjectModel:
     #: ``SFTConfig``...), or a parser of the tree fills one: TP708 makes the class's
     #: ``__post_init__`` call porter_runtime.training_arguments, TP709 the parser's class
     trainer_arguments_class: bool = False
+    #: some module names Trainer's arguments at all (``TrainingArguments``, ``HfArgumentParser``,
+    #: TRL's configs): without one, ``--deepspeed`` / ``--tf32`` on a launch line are the
+    #: script's own options (Baichuan-7B's DeepSpeed engine script), not Trainer's (TP706)
+    trainer_options: bool = False
     #: the tree sets a CUDA default tensor type (``torch.set_default_tensor_type(torch.cuda.FloatTensor)``):
     #: PT912 gives the legacy ``torch.Tensor([...])`` constructors of the tree the default device
     cuda_default_type: bool = False
@@ -180,6 +184,7 @@ def build_from(sources: Mapping[str, bytes], texts: Optional[Mapping[str, bytes]
                         caught_triton=caught_triton_modules(sources, modules), unreached=unreached,
                         other_vendor=other_vendor_modules(sources),
                         trainer_arguments_class=any(_TRAINER_ARGUMENTS.search(data) for data in sources.values()),
+                        trainer_options=any(_TRAINER_OPTIONS.search(data) for data in sources.values()),
                         cuda_default_type=any(sets_cuda_default_type(data) for data in sources.values()),
                         cuda_device_options=cuda_device_options({**sources, **(texts or {})}),
                         lightning_loads=lightning_loads(sources))
@@ -229,6 +234,10 @@ def lightning_loads(sources: Mapping[str, bytes]) -> bool:
 _TRAINER_ARGUMENTS = re.compile(
     rb"(?:class[ \t]+\w+|HfArgumentParser|TrlParser)[ \t]*\([^)]*\b(?:Seq2Seq)?"
     rb"(?:TrainingArguments|SFTConfig|DPOConfig|GRPOConfig|RewardConfig|ORPOConfig|KTOConfig)\b")
+
+
+_TRAINER_OPTIONS = re.compile(
+    rb"\b(?:(?:Seq2Seq)?TrainingArguments|HfArgumentParser|TrlParser|(?:SFT|DPO|GRPO|Reward|ORPO|KTO)Config)\b")
 
 
 # -- which names other modules read ----------------------------------------------

@@ -329,6 +329,10 @@ class ShellHfCudaOptions(TextRule):
     `adamw_torch` off CUDA: those options are then notes (for information). The
     `deepspeed` launcher stays a finding.
 
+    In a repository none of whose modules names Trainer's arguments (`TrainingArguments`,
+    `HfArgumentParser`, TRL's configs), the options are the script's own (Baichuan-7B's
+    `--deepspeed --deepspeed_config` for DeepSpeed's engine): only the launcher is reported.
+
     Known limits:
     Options built in variables (`$DS_ARGS`) are not seen. Whether the script's Python
     entry point uses the repository's class is not checked.
@@ -348,13 +352,23 @@ class ShellHfCudaOptions(TextRule):
         Example("#!/bin/bash\npython finetune.py \\\n    --bf16 True \\\n    --tf32 True \\\n"
                 "    --optim paged_adamw_32bit\n", path="finetune.sh"),
         Example("deepspeed --num_gpus 1 train.py --deepspeed configs/zero2.json\n", path="run.sh"),
+        Example(  # Baichuan-7B: train.py drives DeepSpeed's engine itself; only the launcher is reported
+            "deepspeed --hostfile config/hostfile \\\n    train.py \\\n    --deepspeed \\\n"
+            "    --deepspeed_config config/deepspeed.json\n",
+            path="scripts/train.sh", line=1, message="the deepspeed launcher",
+            project=(("train.py", "import deepspeed\nimport argparse\n\nparser = argparse.ArgumentParser()\n"
+                      "parser = deepspeed.add_config_arguments(parser)\n"),),
+        ),
     ]
 
     def check(self, text: str) -> str:
         hooked = bool(getattr(self.project, "trainer_arguments_class", False))
+        trainer = self.project is None or getattr(self.project, "trainer_options", True)
         for number, line in _lines(text):
             for match in _HF_FLAGS.finditer(_uncommented(line)):
                 kind = next(k for k in ("flag", "ds", "optim", "launcher") if match.group(k))
+                if not trainer and kind != "launcher":
+                    continue  # no module parses Trainer's arguments: the script's own option
                 message, suggestion = _HF_ADVICE[kind]
                 if hooked and kind != "launcher":
                     self.flag(number, f"{message} (for information: the TrainingArguments the repository parses "
