@@ -329,3 +329,41 @@ def test_a_cpu_fallback_through_a_star_imported_torch_is_no_finding(tmp_path):
     data = json.loads(report.read_text())
     assert gauntlet.review_findings(data) == []
     assert data["ledger"]["counts"]["unaccounted"] == 0 and data["ledger"]["counts"]["guarded"] == 1
+
+
+FA3 = '''\
+import torch
+from flash_attn import flash_attn_func as flash_attn_func_v2
+
+try:
+    from flash_attn_interface import flash_attn_func as flash_attn_func_v3
+
+    SUPPORT_FA3 = True
+except:
+    SUPPORT_FA3 = False
+
+
+def flash_attn_func(q, k, v):
+    if SUPPORT_FA3:
+        return flash_attn_func_v3(q, k, v)[0]
+    return flash_attn_func_v2(q, k, v)
+
+
+print(flash_attn_func(*(torch.randn(1, 4, 2, 8) for _ in range(3))).shape)
+'''
+
+
+def test_code_under_a_flag_its_own_try_import_sets_is_a_note_and_the_port_runs(tmp_path):
+    """Open-Sora's mmdit/math.py (blind round 14): FlashAttention-3's call runs only under
+    `if SUPPORT_FA3:`, a flag the failed `try` import leaves False off CUDA, where the FA2
+    call beside it is ported. The FA3 finding is a note; the port runs on the CPU."""
+    root = make_tree(tmp_path / "repo", {"mmdit_math.py": FA3})
+    report = tmp_path / "r.json"
+    assert porter("migrate", root, "--write") == 0
+    assert porter("migrate", root, "--check", "--report", report) == 0
+    fa3 = findings(report)[("mmdit_math.py", "TP101")]
+    assert fa3["severity"] == "info" and "its CUDA-only import succeeded, line 14" in fa3["message"]
+    import subprocess
+    done = subprocess.run([sys.executable, str(root / "mmdit_math.py")], capture_output=True, text=True, cwd=root,
+                          env={"PATH": "/usr/bin:/bin", "PORTER_QUIET": "1", "CUDA_VISIBLE_DEVICES": ""}, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "torch.Size([1, 4, 2, 8])", done.stderr

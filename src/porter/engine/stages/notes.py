@@ -7,7 +7,8 @@ rule 16). Code under a CUDA guard porter did not port (``if x.is_cuda:``, the CU
 run on a Mac, nor does code run only with several GPUs (``if opts.num_gpus > 1:``, a Mac
 has one): what porter finds there is listed for information, as ruff lists a note,
 and blocks nothing. The regions are porter.rulebase.conditions.guards'; ``try: import flash_attn``
-bodies are not among them (the import's own finding is what a human must see). Code after
+bodies are not among them (the import's own finding is what a human must see), but the
+body of ``if SUPPORT_FA3:``, a flag such a ``try`` with a fallback sets, is. Code after
 an import porter left as is in the same function or branch (``import tensorrt`` in a
 TensorRT arm) is: porter.rulebase.conditions.import_tails.
 
@@ -66,13 +67,23 @@ def cuda_only_notes(findings: Sequence[Finding], data: bytes, keep: Collection[s
     if restating:
         findings = _restated(findings, tree, {line for line, _ in rewrites}, restating, cuda_module,
                              None if ported is None or ported == data else parse(ported))
-    regions = [r for r in cuda_regions(tree, data) if r.kind in _KINDS
+    tests = _if_lines(tree)
+    regions = [r for r in cuda_regions(tree, data) if (r.kind in _KINDS or (r.kind == "import" and r.guard_line in tests))
                and not (r.kind == "device" and guard_ported(r, rewrites))]
     regions += import_tails(tree, {line for line, _ in rewrites})
     if not regions:
         return list(findings)
     findings = [_note(f, regions) if f.needs_human and f.code not in keep else f for f in findings]
     return _one_per_construct(findings, regions, keep)
+
+
+def _if_lines(tree) -> set[int]:
+    """The lines of the module's ``if`` statements and ternaries: an "import" region that
+    hangs on one is the body of ``if SUPPORT_FA3:`` (a flag a ``try`` import with a
+    fallback sets, or a probe), which runs only where that import succeeded (Open-Sora's
+    FlashAttention-3 calls beside its FA2 ones); a ``try`` body's region hangs on the ``try``."""
+    import ast
+    return {node.lineno for node in ast.walk(tree) if isinstance(node, (ast.If, ast.IfExp))}
 
 
 def module_notes(findings: Sequence[Finding], never_runs: str) -> list[Finding]:
@@ -161,7 +172,8 @@ def _note(finding: Finding, regions: Sequence[Region]) -> Finding:
     if region is None:
         return finding
     why = {"test": "a test skipped off CUDA", "gpus": "code run only with several GPUs",
-           "import-tail": "code run only after a CUDA-only import porter left as is"}.get(region.kind, "code run only where CUDA is")
+           "import-tail": "code run only after a CUDA-only import porter left as is",
+           "import": "code run only where its CUDA-only import succeeded"}.get(region.kind, "code run only where CUDA is")
     return dataclasses.replace(finding, severity=INFO,
                                message=f"{finding.message} (for information: {why}, line {region.guard_line})")
 
