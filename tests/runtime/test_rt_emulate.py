@@ -21,6 +21,23 @@ SRC = str(Path(porter_runtime.__file__).resolve().parents[1])
 HERE = os.path.relpath(__file__)
 
 
+@pytest.fixture(autouse=True)
+def _torch_as_it_was():
+    """The tests below install the emulation's patches in this process (host moves,
+    data constructors, the checkpoint loader): each test leaves torch as it found it, so
+    that later test files in the same worker run on torch's own functions."""
+    import torch.serialization as serialization
+    own = {name: torch.Tensor.__dict__.get(name) for name in ("cpu", "to", "device")}
+    functions = {name: getattr(torch, name) for name in ("tensor", "as_tensor")}
+    loaders = list(serialization._package_registry)
+    yield
+    for name, value in own.items():  # torch's own: Tensor's, or the one it inherits from TensorBase
+        setattr(torch.Tensor, name, value if value is not None else torch._C.TensorBase.__dict__[name])
+    for name, value in functions.items():
+        setattr(torch, name, value)
+    serialization._package_registry[:] = loaders
+
+
 @pytest.fixture
 def emulated(monkeypatch):
     monkeypatch.setenv("PORTER_EMULATE", "mps")
