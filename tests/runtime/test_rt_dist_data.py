@@ -195,3 +195,30 @@ def test_mpi_workers_are_dropped_only_where_a_spawned_worker_cannot_init_mpi(sim
     monkeypatch.delenv("PMI_FD")
     monkeypatch.setenv("PMI_PORT", "host:4242")  # Intel MPI / MPICH over a port
     assert porter_runtime.mpi_workers("2") == ("2" if machine == "cuda" else 0)
+
+
+class _Generator(torch.nn.Module):  # BigGAN's G(z, G.shared(y)), sampled through data_parallel
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+
+    def forward(self, z, y, scale=1.0):
+        return self.linear(z + y) * scale
+
+
+def test_data_parallel_calls_the_module_off_cuda_and_torchs_function_on_cuda(simulate, monkeypatch):
+    """torch.nn.parallel.data_parallel raises off CUDA ("device type could not be determined"
+    on a CPU); the twin calls the module there, with torch's handling of a lone input."""
+    G, z, y = _Generator(), torch.randn(2, 4), torch.randn(2, 4)
+    simulate("cpu")
+    with pytest.raises(RuntimeError, match="device type could not be determined"):
+        torch.nn.parallel.data_parallel(G, (z, y))
+    assert torch.equal(porter_runtime.data_parallel(G, (z, y)), G(z, y))
+    assert torch.equal(porter_runtime.data_parallel(G, (z, y), module_kwargs={"scale": 2.0}), G(z, y, scale=2.0))
+    lone = torch.nn.Linear(4, 3)
+    assert torch.equal(porter_runtime.data_parallel(lone, z, device_ids=[0, 1]), lone(z))
+    simulate("cuda")
+    seen = []
+    monkeypatch.setattr(torch.nn.parallel, "data_parallel", lambda *args: seen.append(args) or "torch's")
+    assert porter_runtime.data_parallel(G, (z,), [0, 1], 0, 0, {"y": y}) == "torch's"
+    assert seen == [(G, (z,), [0, 1], 0, 0, {"y": y})]
