@@ -242,10 +242,9 @@ class CudaOnlyPackage(GuardTracker, Rule):
             return False
         finder = self._guard_pass()
         for node, else_part in zip(stack, in_else):
-            test = parse_ast(self.ctx.code_for(node.test).strip().encode())
-            expr = test.body[0].value if test is not None and len(test.body) == 1 \
-                and isinstance(test.body[0], ast.Expr) else None
-            if expr is None:
+            try:  # the test alone (not through the guard pass's one-file parse cache)
+                expr = ast.parse(self.ctx.code_for(node.test).strip(), mode="eval").body
+            except (SyntaxError, ValueError, RecursionError):
                 continue
             if not else_part and dotted_name_ast(expr) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
                 return True

@@ -189,6 +189,7 @@ def _stepping_aside(real: Any) -> Any:
     def traced(*args: Any, **kwargs: Any) -> Any:
         with _no_modes():
             return real(*args, **kwargs)
+    traced._porter_emulation = True  # type: ignore[attr-defined]
     return traced
 
 
@@ -196,9 +197,9 @@ def trace_without_the_modes() -> None:
     """The tracers run with the emulation's modes off (see the module's docstring)."""
     jit = torch.jit
     for name in ("trace", "trace_module"):
-        if hasattr(jit, name) and not hasattr(getattr(jit, name), "__wrapped__"):
+        if hasattr(jit, name) and not getattr(getattr(jit, name), "_porter_emulation", False):
             setattr(jit, name, _stepping_aside(getattr(jit, name)))
     onnx = getattr(torch, "onnx", None)
     export = getattr(onnx, "export", None)
-    if export is not None and not hasattr(export, "__wrapped__"):
+    if export is not None and not getattr(export, "_porter_emulation", False):
         onnx.export = _stepping_aside(export)
