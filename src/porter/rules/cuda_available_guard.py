@@ -393,7 +393,7 @@ class CudaAvailableGuard(GuardDecisions, AvailabilityRoles, Rule):
                 else:
                     raise NotImplementedError('Cuda is not availabel')
                 """),
-            path="models/ops/setup.py", line=5, message="its other branch raises",
+            path="models/ops/setup.py", line=5, message="its other branch stops the program",
         ),
         Example(  # an early exit right before a CUDA device query: a note
             dedent("""\

@@ -31,6 +31,7 @@ finding, so the split's stays: on a Mac it now picks the CUDA type.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 from typing import Callable, Collection, Optional, Sequence
 
@@ -82,7 +83,6 @@ def _if_lines(tree) -> set[int]:
     hangs on one is the body of ``if SUPPORT_FA3:`` (a flag a ``try`` import with a
     fallback sets, or a probe), which runs only where that import succeeded (Open-Sora's
     FlashAttention-3 calls beside its FA2 ones); a ``try`` body's region hangs on the ``try``."""
-    import ast
     return {node.lineno for node in ast.walk(tree) if isinstance(node, (ast.If, ast.IfExp))}
 
 

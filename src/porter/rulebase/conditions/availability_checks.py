@@ -144,6 +144,12 @@ def else_requirement(rule: Rule, node: cst.If) -> Optional[tuple[Optional[cst.Ba
     return _reports_then_stops(rule, node.orelse.body)
 
 
+def else_stops(rule: Rule, node: cst.If) -> bool:
+    """Whether the ``else`` of ``if <test>:`` only reports and stops the program, whatever
+    the test (Deformable-DETR's ``setup.py``: ``else: raise NotImplementedError(...)``)."""
+    return isinstance(node.orelse, cst.Else) and _reports_then_stops(rule, node.orelse.body) is not None
+
+
 def _reports_then_stops(rule: Rule, body: cst.BaseSuite) -> Optional[tuple[Optional[cst.BaseExpression]]]:
     """(message or None,) when ``body`` only reports and then stops the program."""
     if not isinstance(body, cst.IndentedBlock) or body.header.comment is not None or any(l.comment for l in body.footer):

@@ -12,7 +12,12 @@ import libcst as cst
 
 from porter.rulebase.matching import dotted_name
 
-from porter.rulebase.conditions.availability_checks import availability_test, else_requirement, requirement
+from porter.rulebase.conditions.availability_checks import (
+    availability_test,
+    else_requirement,
+    else_stops,
+    requirement,
+)
 from porter.rulebase.conditions.test_gates import is_test_path
 from porter.rulebase.families.availability.choices import (
     accelerator_test,
@@ -62,7 +67,6 @@ class GuardDecisions:
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
         if original in self._handled or availability_test(self, original) is None:
             return updated
-        self._raises_off_cuda = False
         role = self.availability_role(original)
         if role is not None:
             self.note(original, f"{NOTE}; {role}: for information", suggestion=SUGGESTION)
@@ -84,7 +88,6 @@ class GuardDecisions:
 
     def _guard(self, original, updated, body, new_body):
         test = original.test
-        self._raises_off_cuda = isinstance(original, cst.If) and _else_raises(original)
         if isinstance(original, cst.If) and requirement(self, original) is not None:
             return updated  # PT903
         if isinstance(original, cst.If) and self._skips_distributed(original):
@@ -133,7 +136,8 @@ class GuardDecisions:
             return updated
         if residue is not None:
             self._report(test, f"{NOTE}; the code it guards still needs CUDA (`{residue}`), so it is not "
-                      "rewritten; port the guarded code, then test the runtime", suggestion=f"if {SUGGESTION}:")
+                      "rewritten; port the guarded code, then test the runtime", suggestion=f"if {SUGGESTION}:",
+                         stops=isinstance(original, cst.If) and else_stops(self, original))
             return updated
         new_test = self.rewrite(original.test, accelerator_test(self, original.test, updated.test),
                                 "the guard now also admits MPS and XPU")
@@ -141,7 +145,7 @@ class GuardDecisions:
             return updated  # suppressed by a `# porter: ignore` comment
         return updated.with_changes(test=new_test)
 
-    def _report(self, node: cst.CSTNode, message: str, *, suggestion: str) -> None:
+    def _report(self, node: cst.CSTNode, message: str, *, suggestion: str, stops: bool = False) -> None:
         """A finding, or a note where the function (or module) asks for MPS itself, in
         test code (a test's CUDA gate or CUDA case: the suite skips it off CUDA, or runs
         it on the CPU), and in a module that builds CUDA kernels (the check decides what
@@ -153,9 +157,9 @@ class GuardDecisions:
             self.note(node, message + "; in test code, where it gates a test's CUDA case: off CUDA the suite "
                       "skips that case or runs it on the CPU, as it does on any machine without CUDA: for "
                       "information", suggestion=suggestion)
-        elif builds_kernels(self.ctx) and getattr(self, "_raises_off_cuda", False):
+        elif builds_kernels(self.ctx) and stops:
             self.flag(node, "`torch.cuda.is_available()` picks the CUDA build in a module that builds CUDA "
-                      "kernels, and its other branch raises: without CUDA (a Mac's too) the build stops here, "
+                      "kernels, and its other branch stops the program: without CUDA (a Mac's too) the build stops here, "
                       "where no kernel can be compiled either way",
                       suggestion="off CUDA, build the CPU operators (CppExtension) or none, and let the code that "
                                  "imports them fall back")
@@ -226,15 +230,6 @@ def _housekeeping_only(rule, body: cst.BaseSuite) -> bool:
             if not isinstance(call, cst.Call) or rule.qualname(call.func) not in _HOUSEKEEPING:
                 return False
     return True
-
-
-def _else_raises(node: cst.If) -> bool:
-    """Whether the ``else`` of ``if <CUDA>:`` ends by raising (Deformable-DETR's setup.py:
-    ``else: raise NotImplementedError('Cuda is not availabel')``)."""
-    orelse = node.orelse
-    lines = orelse.body.body if isinstance(orelse, cst.Else) and isinstance(orelse.body, cst.IndentedBlock) else []
-    last = lines[-1] if lines else None
-    return isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[-1], cst.Raise)
 
 
 #: What skips the rest of a test: ``pytest.skip(...)``, ``self.skipTest(...)``,
