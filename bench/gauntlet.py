@@ -160,8 +160,11 @@ def git_dir(entry: Entry, mirror: Path, clone: bool) -> Path:
 
 
 def snapshot(entry: Entry, mirror: Path, clone: bool) -> Path:
-    """The tree at the pinned commit, extracted once into the cache (read-only by convention)."""
-    target = cache_dir() / "src" / f"{entry.name}-{entry.commit[:12]}"
+    """The tree at the pinned commit, extracted once into the cache (read-only by convention),
+    as a clone has it: a git repository whose index tracks every file of the commit. Without
+    one, discovery applied the repository's ``.gitignore`` to files git tracks (Open-Sora's
+    ``opensora/datasets/`` under a ``datasets`` line, round 14), which a clone never does."""
+    target = cache_dir() / "trees" / f"{entry.name}-{entry.commit[:12]}"
     if (target / ".gauntlet-complete").is_file():
         return target
     shutil.rmtree(target, ignore_errors=True)
@@ -172,8 +175,25 @@ def snapshot(entry: Entry, mirror: Path, clone: bool) -> Path:
         subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
     else:  # a snapshot may lack its largest blobs: take the file that are there
         extract_present_blobs(repo, entry.commit, target)
+    track_as_clone(target, entry.commit)
     (target / ".gauntlet-complete").write_text(entry.commit + "\n")
     return target
+
+
+def track_as_clone(tree: Path, commit: str) -> None:
+    """Make ``tree`` a git repository that tracks every file in it, committed once (a fixed
+    author and date, so two extractions are the same). ``-f``: the extracted files are the
+    commit's, so a ``.gitignore`` line that matches one of them matches a tracked file."""
+    quiet = {"capture_output": True, "check": True, "cwd": tree}
+    stamp = "2000-01-01T00:00:00+0000"
+    env = {**os.environ, "GIT_AUTHOR_DATE": stamp, "GIT_COMMITTER_DATE": stamp}
+    subprocess.run(["git", "init", "-q"], **quiet)
+    (tree / ".git" / "info").mkdir(exist_ok=True)
+    (tree / ".git" / "info" / "exclude").write_text(".gauntlet-complete\n")
+    subprocess.run(["git", "add", "-A", "-f", "--", "."], **quiet)
+    subprocess.run(["git", "-c", "user.name=gauntlet", "-c", "user.email=gauntlet@localhost",
+                    "-c", "commit.gpgsign=false", "commit", "-q", "--no-verify", "--allow-empty",
+                    "-m", f"snapshot of {commit}"], env=env, **quiet)
 
 
 def extract_present_blobs(repo: Path, commit: str, target: Path) -> None:
