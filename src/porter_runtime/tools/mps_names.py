@@ -30,6 +30,14 @@ modes step aside while the tracer records and checks (they replayed its graph wi
 Python numbers as tensors: edm2's ``count_flops.py``, MobileSAM's ONNX export, blind
 round 13), and apply again when the traced module runs.
 
+And an old-style Tensor subclass (``class Distribution(torch.Tensor)`` with no ``__new__``
+of its own) is built from a tensor or sizes as on a Mac: torch's legacy constructor,
+``Distribution(torch.randn(...))``, aliases its argument through the dispatcher, and
+under any Python dispatch mode the alias comes back already bound to a plain Tensor,
+which torch refuses to rebind ("the raw Tensor object is already associated to a python
+object"). Those constructors run with the modes off; the alias shares the storage, so a
+tensor made from one on the device stays on it (BigGAN's ``prepare_z_y``, blind round 14).
+
 Left as it is: a device tensor's ``.device`` stays the emulated ``cpu:0`` (torch's own
 Python takes MPS-only paths on ``mps``), and ``torch.Generator(device="mps")`` fails.
 """
@@ -113,6 +121,7 @@ def answer_as_a_mac() -> None:
     mps.set_per_process_memory_fraction = lambda fraction: None
     safetensors_take_the_device()
     trace_without_the_modes()
+    subclasses_build_as_on_a_mac()
     MpsNames().__enter__()
 
 
@@ -191,6 +200,38 @@ def _stepping_aside(real: Any) -> Any:
             return real(*args, **kwargs)
     traced._porter_emulation = True  # type: ignore[attr-defined]
     return traced
+
+
+def _legacy_construct(cls: type, *args: Any, **kwargs: Any) -> torch.Tensor:
+    with _no_modes():
+        return torch._C.TensorBase.__new__(cls, *args, **kwargs)
+
+
+def _build_without_the_modes(cls: type) -> None:
+    """``cls`` and its subclasses, where they take torch's legacy constructor (no ``__new__``
+    of their own: a wrapper subclass or ``nn.Parameter`` has one), build with the modes off."""
+    for sub in (cls, *cls.__subclasses__()):
+        if sub is not cls:
+            _build_without_the_modes(sub)
+        elif cls is not torch.Tensor and cls.__new__ is torch._C.TensorBase.__new__ \
+                and not cls.__module__.startswith("torch."):
+            cls.__new__ = staticmethod(_legacy_construct)  # type: ignore[assignment]
+
+
+def subclasses_build_as_on_a_mac() -> None:
+    """Old-style Tensor subclasses build as on a Mac (see the module's docstring): those
+    defined so far, and, through ``__init_subclass__``, those defined later."""
+    if getattr(torch.Tensor.__dict__.get("__init_subclass__"), "_porter_emulation", False):
+        return
+    previous = torch.Tensor.__init_subclass__
+
+    def __init_subclass__(cls: type, **kwargs: Any) -> None:
+        previous(**kwargs)
+        _build_without_the_modes(cls)
+
+    __init_subclass__._porter_emulation = True  # type: ignore[attr-defined]
+    torch.Tensor.__init_subclass__ = classmethod(__init_subclass__)  # type: ignore[assignment]
+    _build_without_the_modes(torch.Tensor)
 
 
 def trace_without_the_modes() -> None:
