@@ -437,6 +437,9 @@ def test_tracing_runs_as_on_a_mac_and_the_traced_module_keeps_the_rules():
 
 SUBCLASS = '''
 import torch
+
+seen = []
+torch.Tensor.__init_subclass__ = classmethod(lambda cls, **kwargs: seen.append(cls.__name__))  # the program's own hook
 import porter_runtime
 
 
@@ -464,7 +467,7 @@ z_.init_distribution("normal", mean=0, var=1.0)
 z_ = z_.to(porter_runtime.device())
 z_.sample_()
 print(type(z_).__name__, z_.device == porter_runtime.device(), type(Categorical(2, 3)).__name__,
-      type(torch.nn.Parameter(torch.ones(2))).__name__)
+      type(torch.nn.Parameter(torch.ones(2))).__name__, "Distribution" in seen and "Categorical" in seen)
 try:
     z_.double()
 except TypeError as error:
@@ -476,8 +479,8 @@ def test_an_old_style_tensor_subclass_builds_as_on_a_mac_and_its_tensors_keep_th
     """BigGAN's `Distribution(torch.randn(...))` (blind round 14): torch's legacy constructor
     refused to rebind the alias any Python dispatch mode returns, where a Mac builds it. It now
     builds with the modes off; the result shares the storage, so on the device it keeps MPS's
-    rules (float64 refused)."""
+    rules (float64 refused), and a hook of the program's own on new subclasses still runs."""
     env = {**os.environ, "PORTER_EMULATE": "mps", "PORTER_QUIET": "1", "PYTHONPATH": SRC}
     out = subprocess.run([sys.executable, "-W", "ignore", "-c", SUBCLASS], capture_output=True, text=True, env=env,
                          timeout=300)
-    assert out.stdout.splitlines() == ["Distribution True Categorical Parameter", "float64 refused: True"], out.stderr
+    assert out.stdout.splitlines() == ["Distribution True Categorical Parameter True", "float64 refused: True"], out.stderr

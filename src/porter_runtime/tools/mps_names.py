@@ -223,10 +223,13 @@ def subclasses_build_as_on_a_mac() -> None:
     defined so far, and, through ``__init_subclass__``, those defined later."""
     if getattr(torch.Tensor.__dict__.get("__init_subclass__"), "_porter_emulation", False):
         return
-    previous = torch.Tensor.__init_subclass__
+    previous = torch.Tensor.__dict__.get("__init_subclass__")  # a hook of the program's own, kept
 
     def __init_subclass__(cls: type, **kwargs: Any) -> None:
-        previous(**kwargs)
+        if isinstance(previous, classmethod):
+            previous.__func__(cls, **kwargs)
+        else:
+            super(torch.Tensor, cls).__init_subclass__(**kwargs)
         _build_without_the_modes(cls)
 
     __init_subclass__._porter_emulation = True  # type: ignore[attr-defined]
