@@ -88,6 +88,37 @@ def data_parallel(module: Any, inputs: Any, device_ids: Any = None, output_devic
     return module(*inputs, **(module_kwargs or {}))
 
 
+def convert_sync_batchnorm(module: Any, process_group: Any = None) -> Any:
+    """``nn.SyncBatchNorm.convert_sync_batchnorm(module, process_group)``: torch's own on
+    CUDA. Elsewhere ``module`` as it is, each process keeping its own BatchNorm statistics:
+    torch's SyncBatchNorm refuses tensors off CUDA in a process group ("expected input tensor
+    to be on GPU"), and DDP refuses a CPU model holding one (SwAV's pretraining)."""
+    if _device.is_cuda():
+        return torch.nn.SyncBatchNorm.convert_sync_batchnorm(module, process_group)
+    _log.info_once("sync_batchnorm", "SyncBatchNorm needs CUDA: each process keeps its own BatchNorm "
+                   "statistics here")
+    return module
+
+
+class _LocalSyncBatchNorm(torch.nn.SyncBatchNorm):
+    """A SyncBatchNorm that normalises with this process's batch: BatchNorm's forward, for
+    the inputs of any rank SyncBatchNorm takes."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return torch.nn.modules.batchnorm._BatchNorm.forward(self, input)
+
+
+def SyncBatchNorm(*args: Any, **kwargs: Any) -> torch.nn.SyncBatchNorm:  # noqa: N802 (torch's class name)
+    """``nn.SyncBatchNorm(...)``: torch's on CUDA; elsewhere a SyncBatchNorm (same
+    parameters, buffers and state-dict keys) that does not synchronise, as
+    ``convert_sync_batchnorm`` leaves BatchNorm there."""
+    if _device.is_cuda():
+        return torch.nn.SyncBatchNorm(*args, **kwargs)
+    _log.info_once("sync_batchnorm", "SyncBatchNorm needs CUDA: each process keeps its own BatchNorm "
+                   "statistics here")
+    return _LocalSyncBatchNorm(*args, **kwargs)
+
+
 def ddp_output_device(x: T) -> Optional[T]:
     """DDP ``output_device``: ``x`` on CUDA, None elsewhere."""
     return x if _device.is_cuda() else None

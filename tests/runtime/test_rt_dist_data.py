@@ -1,11 +1,18 @@
 """Distributed and DataLoader decisions per machine."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 import torch.distributed as dist
 
 import porter_runtime
+
+SRC = str(Path(porter_runtime.__file__).resolve().parents[1])
 
 EXPECTED = {
     "cuda": {"backend": "nccl", "ids": [3], "out": 3, "barrier": [0], "pin": True,
@@ -222,3 +229,54 @@ def test_data_parallel_calls_the_module_off_cuda_and_torchs_function_on_cuda(sim
     monkeypatch.setattr(torch.nn.parallel, "data_parallel", lambda *args: seen.append(args) or "torch's")
     assert porter_runtime.data_parallel(G, (z,), [0, 1], 0, 0, {"y": y}) == "torch's"
     assert seen == [(G, (z,), [0, 1], 0, 0, {"y": y})]
+
+
+SYNC_BN = '''
+import os, sys
+import torch
+import torch.distributed as dist
+import porter_runtime
+
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
+dist.init_process_group("gloo", rank=0, world_size=1)
+def net():
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU())
+
+
+try:
+    torch.nn.parallel.DistributedDataParallel(torch.nn.SyncBatchNorm.convert_sync_batchnorm(net()))
+except ValueError as error:
+    print("torch:", error)
+model = torch.nn.parallel.DistributedDataParallel(porter_runtime.convert_sync_batchnorm(net()))
+model(torch.randn(2, 3, 8, 8)).sum().backward()
+norm = porter_runtime.SyncBatchNorm(4)
+out = norm(torch.randn(2, 4, 5))
+print("twins:", type(model.module[1]).__name__, isinstance(norm, torch.nn.SyncBatchNorm),
+      bool(torch.allclose(out.mean((0, 2)), torch.zeros(4), atol=1e-5)), norm.num_batches_tracked.item())
+dist.destroy_process_group()
+'''
+
+
+def test_sync_batchnorm_twins_train_in_a_gloo_group_off_cuda(tmp_path):
+    """SwAV (blind round 15) converts its ResNet with nn.SyncBatchNorm.convert_sync_batchnorm
+    before DDP: off CUDA DDP refuses it. The twins leave BatchNorm as it is (convert) or build
+    a SyncBatchNorm that normalises with the process's own batch."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PORTER_QUIET": "1", "PYTHONPATH": SRC, "CUDA_VISIBLE_DEVICES": ""}
+    out = subprocess.run([sys.executable, "-W", "ignore", "-c", SYNC_BN, str(port)], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.stdout.splitlines() == ["torch: SyncBatchNorm layers only work with GPU modules",
+                                       "twins: BatchNorm2d True True 1"], out.stderr
+
+
+def test_sync_batchnorm_twins_are_torchs_on_cuda(simulate, monkeypatch):
+    seen = []
+    simulate("cuda")
+    monkeypatch.setattr(torch.nn.SyncBatchNorm, "convert_sync_batchnorm",
+                        classmethod(lambda cls, module, group=None: seen.append((module, group)) or "converted"))
+    net = torch.nn.BatchNorm1d(3)
+    assert porter_runtime.convert_sync_batchnorm(net, "group") == "converted" and seen == [(net, "group")]
+    assert type(porter_runtime.SyncBatchNorm(3, momentum=0.2)) is torch.nn.SyncBatchNorm

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Mapping
 
 from porter.files.safe_io import text_bounded
 
@@ -126,15 +126,28 @@ def extensions(root: Path, rel_paths: Iterable[str]) -> frozenset[str]:
         if rel.rsplit("/", 1)[-1] != "setup.py":
             continue
         try:
-            text = text_bounded(root / rel)
+            found |= extension_names(text_bounded(root / rel))
         except OSError:
             continue
-        names = _CUDA_EXTENSION.findall(text)
-        for alias in _EXTENSION_ALIAS.findall(text):  # `extension = CUDAExtension`, then `extension("name", ...)`
-            names += re.findall(r"\b" + alias + r"""\(\s*(?:name\s*=\s*)?["']([\w.]+)["']""", text)
-        for name in names:
-            found.update({name.rsplit(".", 1)[-1], name.split(".")[0]})
     return frozenset(found)
+
+
+def extension_names(text: str) -> set[str]:
+    """The import names of the CUDA extensions one build script (``setup.py``) compiles."""
+    names = _CUDA_EXTENSION.findall(text)
+    for alias in _EXTENSION_ALIAS.findall(text):  # `extension = CUDAExtension`, then `extension("name", ...)`
+        names += re.findall(r"\b" + alias + r"""\(\s*(?:name\s*=\s*)?["']([\w.]+)["']""", text)
+    return {part for name in names for part in (name.rsplit(".", 1)[-1], name.split(".")[0])}
+
+
+def extension_importers(sources: Mapping[str, bytes], names: Iterable[str]) -> frozenset[str]:
+    """The files of ``sources`` with a module-level ``import NAME`` (``as`` an alias) of one
+    of ``names``, compiled extensions: where TP608 may wire a reference path."""
+    wanted = sorted(set(names))
+    if not wanted:
+        return frozenset()
+    pattern = re.compile(rb"^import[ \t]+(?:" + b"|".join(re.escape(n.encode()) for n in wanted) + rb")\b", re.M)
+    return frozenset(rel for rel, data in sources.items() if pattern.search(data))
 
 
 def local(rel_paths: Iterable[str]) -> frozenset[str]:

@@ -32,10 +32,12 @@ from porter.files.apply import read_or_none
 from porter.project.cuda_gated import cuda_gated_modules
 from porter.project.flags import cuda_device_options, import_probes, unread_flags
 from porter.project.import_fallbacks import caught_triton_modules
+from porter.project.known_modules import extension_importers, extension_names
 from porter.project.loaders import mapped_wrappers
 from porter.project.unreached import other_vendor_modules, unreached_modules
 from porter.project.value_flow import FlowFacts, Kind, Scope
 from porter.project.value_flow import build as build_flow
+from porter.rulebase.cuda_packages import COMPILED
 
 #: The methods whose override a rewrite must not skip.
 OVERRIDABLE = ("cuda", "to")
@@ -82,6 +84,11 @@ class ProjectModel:
     lightning_loads: bool = False
     #: options the tree's commands give a CUDA device (``--device "cuda"`` in a README; porter.project.flags)
     cuda_device_options: frozenset[str] = frozenset()
+    #: the files that import, at module level, a compiled CUDA extension: one the tree's
+    #: setup.py builds or a known one (``selective_scan_cuda``): TP608's files
+    extension_importers: frozenset[str] = frozenset()
+    #: the import names of the CUDA extensions the tree's setup.py files build
+    built_extensions: frozenset[str] = frozenset()
     #: the folders of nested projects (_nested_bases), found once
     _bases: Optional[tuple] = field(default=None, repr=False, compare=False)
 
@@ -172,6 +179,7 @@ def build_from(sources: Mapping[str, bytes], texts: Optional[Mapping[str, bytes]
     modules = {rel: module_name(rel) for rel in sorted(sources)}
     roots = frozenset(part for name in modules.values() for part in name.split("."))
     index = _Index(modules)
+    built = _built_extensions(sources)
     unreached = frozenset() if texts is None else unreached_modules(
         sources, modules, lambda rel, data: _import_targets(index, rel, data),
         {rel: data for rel, data in texts.items() if not rel.endswith(".ipynb")},
@@ -187,7 +195,14 @@ def build_from(sources: Mapping[str, bytes], texts: Optional[Mapping[str, bytes]
                         trainer_options=any(_TRAINER_OPTIONS.search(data) for data in sources.values()),
                         cuda_default_type=any(sets_cuda_default_type(data) for data in sources.values()),
                         cuda_device_options=cuda_device_options({**sources, **(texts or {})}),
-                        lightning_loads=lightning_loads(sources))
+                        lightning_loads=lightning_loads(sources),
+                        built_extensions=frozenset(built),
+                        extension_importers=extension_importers(sources, built | set(COMPILED)))
+
+
+def _built_extensions(sources: Mapping[str, bytes]) -> set[str]:
+    return {name for rel, data in sources.items() if rel.rsplit("/", 1)[-1] == "setup.py"
+            for name in extension_names(data.decode("utf-8", "replace"))}
 
 
 def _import_targets(index: "_Index", rel: str, data: bytes) -> list[str]:

@@ -12,6 +12,7 @@ from porter.rulebase.conditions.guards import parse as parse_ast
 from porter.rulebase.cuda_packages import IMPORT_ROOTS, advice_for, is_cuda_only_module
 from porter.rulebase.evidence import Imports
 from porter.rulebase.families.thirdparty.kernel_builds import COMPILED_MODULES, imports_of, lone_import, optional_import
+from porter.rulebase.families.thirdparty.kernel_references import wired_import
 from porter.rulebase.families.thirdparty.triton_imports import made_importable
 from porter.rulebase.families.thirdparty.uses import GuardTracker, under, uses
 from porter.rulebase.matching import ast_dotted_name as dotted_name_ast
@@ -200,8 +201,9 @@ class CudaOnlyPackage(GuardTracker, Rule):
         found = lone_import(node)
         if found is not None and found[0] in COMPILED_MODULES:
             self.ctx.see_all_uses_of([found[1]])
-        if optional_import(self.ctx.module, node) is not None or made_importable(self.ctx, node):
-            self._optional.add(node.body[0])  # TP604 / TP605 make it optional
+        if optional_import(self.ctx.module, node) is not None or made_importable(self.ctx, node) \
+                or wired_import(self, node):
+            self._optional.add(node.body[0])  # TP604 / TP605 / TP608 make it optional
 
     def _report(self, node: cst.CSTNode, module: str) -> bool:
         if self.ctx.project is not None and self.ctx.project.provides(module):

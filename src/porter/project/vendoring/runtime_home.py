@@ -36,6 +36,7 @@ from typing import Iterable, Optional, Union
 
 from porter.project.vendoring.runtime_copy import RUNTIME, Home, _is_file, _shown, is_pointer, is_vendored
 from porter.project.vendoring.runtime_probes import (_build_may_ship, _entries, _installable, _namespace_name, _package_imports,
+                                           _script, reached_in_full,
                                            _package_name, _reach, _top_package, nested_project, own_name)
 
 
@@ -110,8 +111,16 @@ class Layout:
         nested = _namespace_name(top, self.root) if top is not None else None
         imported = list(imported)
         own = own_name(top) if top is not None and top.parent != self.root else None
+        both = top is not None and top.parent != self.root and nested is None and reached_in_full(top, self.root) \
+            and not _script(file)
+        # ``both``: a package its folder's scripts (or its own build) import by its own name
+        # (``functions``) that the tree also reaches by its full one (``models.ops.functions``,
+        # through a sibling it imports by that name): only a relative import finds the copy
+        # under both names (Deformable-DETR's models/ops)
         if top is not None and top.parent != self.root and (own is not None or nested is None) \
                 and nested_project(top, self.root) is not None:
+            if both and own is None:
+                return Home(top / RUNTIME, _relative(file, top)), ""
             # a package of a project that builds on its own inside the repository: pip
             # installs it by its own name, and may copy it away from the tree (a pointer's
             # path would not follow), so a copy of its own, imported by that name
@@ -127,6 +136,8 @@ class Layout:
             own = [top.name] if self.packages.get(top.name) == top else []
             name = self.base_package(own + imported) if own else top.name
             return Home(self.packages[name] / RUNTIME if own else top / RUNTIME, name), ""
+        if both:
+            return self._pointer_or_copy(top / RUNTIME, _relative(file, top)), ""
         if top is not None and top.parent != self.root:
             return self._pointer_or_copy(top / RUNTIME, top.name), ""
         if top is not None:
@@ -179,6 +190,11 @@ class Layout:
         return self.first_party
 
 
+def _relative(file: Path, top: Path) -> str:
+    """The dots of a relative import of ``top``'s copy from ``file`` (``.`` beside it)."""
+    return "." * len(file.absolute().parent.relative_to(top).parts) + "."
+
+
 def _beside(folder: Path, name: str) -> bool:
     """Whether ``import name`` in a file of ``folder`` finds a module of that folder (first on
     a script's ``sys.path``) rather than the root's namesake: gpt-fast's ``mixtral-moe/quantize.py``
@@ -189,6 +205,13 @@ def _beside(folder: Path, name: str) -> bool:
 def home_of_import(layout: "Layout", file: Path, package: str) -> Home:
     """The copy an existing ``from package import porter_runtime`` (or, with no package,
     ``import porter_runtime``) in ``file`` refers to."""
+    if package.startswith("."):  # a package reached under two names (Layout.home_for)
+        base = file.absolute().parent
+        for _ in range(len(package) - 1):
+            base = base.parent
+        folder = base / RUNTIME
+        return Home(folder, package, primary=layout.root_home) \
+            if is_pointer(folder.with_name(f"{RUNTIME}.py")) and not is_vendored(folder) else Home(folder, package)
     if not package:
         if layout.fixed is not None and not layout.fixed.package:
             return layout.fixed

@@ -105,6 +105,29 @@ def _namespace_name(top: Path, root: Path) -> Optional[str]:
     return None
 
 
+def reached_in_full(top: Path, root: Path) -> bool:
+    """Whether the tree imports, by its full dotted name from the root, the folder that holds
+    the package ``top`` (``from models.ops.modules import MSDeformAttn`` for
+    ``models/ops/functions``): its base is then on sys.path, and the package is reached by
+    that longer name too (a sibling's ``from ..functions import``)."""
+    try:
+        parts = top.relative_to(root).parts
+    except ValueError:
+        return False
+    if len(parts) < 2 or not all(part.isidentifier() for part in parts) or _maps_packages(root):
+        return False
+    return _imported_as(root, ".".join(parts[:-1]))
+
+
+def _script(file: Path) -> bool:
+    """Whether ``file`` runs as a script too (its ``if __name__ == "__main__":``), where a
+    relative import fails."""
+    try:
+        return re.search(rb"""^if\s+__name__\s*==\s*["']__main__["']""", file.read_bytes(), re.M) is not None
+    except OSError:
+        return True
+
+
 @functools.lru_cache(maxsize=64)
 def _imported_as(root: Path, dotted: str) -> bool:
     """Whether some Python file of the tree imports ``dotted`` (or a module in it) by

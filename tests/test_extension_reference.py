@@ -1,0 +1,177 @@
+"""TP608 through the real CLI: a compiled extension's kernels take the module's own
+PyTorch reference where the extension is missing, and keep the kernel where it is.
+
+The tree is laid out as Deformable-DETR's: ``models/ops/setup.py`` compiles the
+extension (and ships ``functions`` and ``modules`` as top-level packages), the model
+reaches ``models.ops.modules`` by its full name, and ``models/ops/test.py`` imports
+``functions`` by its short one. The ported tree then runs on this CPU-only machine from
+the root and from ``models/ops``; with a stand-in extension importable (a CUDA
+machine's build), the kernel runs, as before.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from porter_test_utils import python_without_porter, run_porter
+
+FILES = {
+    "models/__init__.py": "",
+    "models/ops/setup.py": """\
+        import torch
+        from setuptools import find_packages, setup
+        from torch.utils.cpp_extension import CUDA_HOME, CppExtension, CUDAExtension
+
+        extension = CppExtension
+        if torch.cuda.is_available() and CUDA_HOME is not None:
+            extension = CUDAExtension
+        setup(name="DeformScale", packages=find_packages(exclude=("configs", "tests")),
+              ext_modules=[extension("DeformScale", ["src/vision.cpp", "src/cuda/deform_scale_cuda.cu"])])
+        """,
+    "models/ops/functions/__init__.py": "from .deform_scale_func import DeformScaleFunction, bias_act\n",
+    "models/ops/functions/deform_scale_func.py": """\
+        import torch
+        from torch.autograd import Function
+        from torch.autograd.function import once_differentiable
+
+        import DeformScale as DS
+
+
+        class DeformScaleFunction(Function):
+            @staticmethod
+            def forward(ctx, value, weight, im2col_step):
+                ctx.im2col_step = im2col_step
+                ctx.save_for_backward(value, weight)
+                return DS.deform_scale_forward(value, weight, ctx.im2col_step)
+
+            @staticmethod
+            @once_differentiable
+            def backward(ctx, grad_output):
+                value, weight = ctx.saved_tensors
+                grad_value, grad_weight = DS.deform_scale_backward(value, weight, grad_output, ctx.im2col_step)
+                return grad_value, grad_weight, None
+
+
+        def deform_scale_core_pytorch(value, weight):
+            # for debug and test only, need to use cuda version instead
+            return value * weight.sigmoid()
+
+
+        def bias_act(x, b, alpha=0.2):
+            return DS.bias_act(x, b, alpha)
+
+
+        def bias_act_ref(x, b, alpha=0.2):
+            return torch.nn.functional.leaky_relu(x + b, alpha)
+        """,
+    "models/ops/modules/__init__.py": """\
+        import torch
+        from torch import nn
+
+        from ..functions import DeformScaleFunction, bias_act
+
+
+        class DeformScale(nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.weight = nn.Parameter(torch.linspace(-1, 1, dim))
+                self.bias = nn.Parameter(torch.full((dim,), 0.1))
+
+            def forward(self, x):
+                return bias_act(DeformScaleFunction.apply(x, self.weight, 64), self.bias)
+        """,
+    "models/net.py": """\
+        from models.ops.modules import DeformScale
+        """,
+    "models/ops/test.py": """\
+        import torch
+        from functions.deform_scale_func import DeformScaleFunction, deform_scale_core_pytorch
+
+        value = torch.rand(2, 8).cuda()
+        weight = torch.rand(8).cuda()
+        out = DeformScaleFunction.apply(value, weight, 64)
+        print("test.py", torch.equal(out, deform_scale_core_pytorch(value, weight)))
+        """,
+    "train.py": """\
+        import torch
+        from models.net import DeformScale
+
+        torch.manual_seed(0)
+        layer = DeformScale(8).cuda()
+        x = torch.rand(2, 8).cuda()
+        out = layer(x)
+        out.sum().backward()
+        expected = torch.nn.functional.leaky_relu(x * layer.weight.sigmoid() + layer.bias, 0.2)
+        print("train.py", torch.equal(out, expected), bool(layer.weight.grad.abs().sum() > 0))
+        """,
+}
+
+
+@pytest.fixture(scope="module")
+def ported(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("deform")
+    for rel, code in FILES.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(textwrap.dedent(code))
+    out = run_porter("migrate", root, "--write")
+    assert out.returncode in (0, 1), out.stderr.decode()
+    return root
+
+
+def test_the_kernel_module_takes_its_reference_and_imports_the_runtime_under_both_names(ported: Path):
+    code = (ported / "models/ops/functions/deform_scale_func.py").read_text()
+    assert "from . import porter_runtime" in code
+    assert "    import DeformScale as DS\nexcept ImportError:" in code
+    assert ("DeformScaleFunction = porter_runtime.reference_path(DeformScaleFunction, deform_scale_core_pytorch, DS)"
+            in code)
+    assert "bias_act = porter_runtime.reference_path(bias_act, bias_act_ref, DS)" in code
+    second = run_porter("migrate", ported, "--diff")
+    assert second.stdout.decode().strip() == "", second.stdout.decode()  # a second run changes nothing
+
+
+def test_the_port_runs_on_the_cpu_from_the_root_and_from_the_scripts_folder(ported: Path):
+    env = {**os.environ, "PORTER_QUIET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    root = subprocess.run(python_without_porter("train.py"), cwd=ported, capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert root.stdout.strip() == "train.py True True", root.stderr
+    ops = subprocess.run(python_without_porter("test.py"), cwd=ported / "models/ops", capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert ops.stdout.strip() == "test.py True", ops.stderr
+
+
+def test_where_the_extension_imports_the_kernel_runs_as_before(ported: Path, monkeypatch: pytest.MonkeyPatch):
+    """A CUDA machine's build: the extension imports, so the kernel class and function are
+    the module's own, untouched, and calls reach the extension."""
+    calls = []
+    ext = types.ModuleType("DeformScale")
+    ext.deform_scale_forward = lambda value, weight, step: calls.append("forward") or value * 2
+    ext.bias_act = lambda x, b, alpha: calls.append("bias_act") or x
+    monkeypatch.setitem(sys.modules, "DeformScale", ext)
+    monkeypatch.syspath_prepend(str(ported / "models/ops"))
+    for name in [m for m in sys.modules if m == "functions" or m.startswith("functions.")]:
+        monkeypatch.delitem(sys.modules, name)
+    import functions.deform_scale_func as module
+
+    value = torch.ones(2, 3)
+    assert torch.equal(module.DeformScaleFunction.apply(value, torch.zeros(3), 64), value * 2)
+    assert torch.equal(module.bias_act(value, torch.zeros(3)), value)
+    assert calls == ["forward", "bias_act"]
+    assert "apply" not in vars(module.DeformScaleFunction) and module.bias_act.__code__.co_name == "bias_act"
+
+
+def test_a_missing_extension_still_fails_the_import_where_torch_sees_cuda(ported: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.syspath_prepend(str(ported / "models/ops"))
+    for name in [m for m in sys.modules if m == "functions" or m.startswith("functions.") or m == "DeformScale"]:
+        monkeypatch.delitem(sys.modules, name)
+    with pytest.raises(ModuleNotFoundError, match="DeformScale"):
+        import functions.deform_scale_func  # noqa: F401
