@@ -42,9 +42,14 @@ def run_cells(notebook, cwd):
     for cell in nb.cells:
         if cell.cell_type != "code" or cell.source.startswith("%%"):
             continue
+        continued = False  # a shell line's backslash continuation, as IPython reads it
         for line in cell.source.splitlines():
             stripped = line.strip()
+            if continued:
+                continued = stripped.endswith("\\")
+                continue
             if stripped.startswith(("%", "!")) or "= !" in line:
+                continued = stripped.endswith("\\")
                 line = line[: len(line) - len(line.lstrip())] + "pass"
             lines.append(line)
     script = cwd / "_cells.py"
@@ -237,3 +242,23 @@ def test_a_notebook_loader_is_reported_only_when_its_workers_may_unpickle_the_no
     [entry] = json.loads(report.read_text())["files"]
     found = [(x["line"], x["message"]) for x in entry["findings"] if x["code"] == "PT403"]
     assert len(found) == 1 and found[0][1].startswith("cell 4") and "__main__" in found[0][1], found
+
+
+def test_a_shell_line_continued_by_backslashes_is_kept_and_the_notebook_ported(tmp_path):
+    """nerf_pl's extract_mesh.ipynb (blind round 15): a `!python extract_color_mesh.py \\` line
+    continued over several lines, as IPython reads it. Only the first line was masked, the
+    next ones failed to parse ("unexpected indent") and the whole notebook was a failed file."""
+    shell = ("!python extract_color_mesh.py \\\n   --root_dir $img_dir \\\n   --dataset_name blender \\\n"
+             "   --N_grid 256")
+    path = make_notebook(tmp_path / "repo" / "extract_mesh.ipynb", [
+        ("code", "import torch\nmodel = torch.nn.Linear(2, 2).cuda()"),
+        ("code", shell),
+        ("code", "x = torch.ones(1, 2).cuda()\nprint(model(x).shape)"),
+    ])
+    proc = run_porter("migrate", tmp_path / "repo", "--write")
+    assert proc.returncode == 0, proc.stderr
+    after = nbformat.read(str(path), as_version=4)
+    assert after.cells[1].source == shell
+    assert ".cuda()" not in after.cells[0].source + after.cells[2].source
+    out = run_cells(path, tmp_path / "repo")
+    assert out.stdout.strip() == "torch.Size([1, 2])", out.stderr

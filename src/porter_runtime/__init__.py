@@ -41,7 +41,7 @@ MPS_FALLBACK_SET = _enable_mps_fallback()
 _EXPORTS = {
     "GradScaler": "_amp", "amp_dtype": "_amp", "autocast": "_amp", "custom_bwd": "_amp",
     "custom_fwd": "_amp", "grad_scaler": "_amp", "cuda_amp_autocast": "_amp",
-    "attention": "attn.attention", "attention_kvpacked": "attn.attention",
+    "attention": "attn.attention", "flash_attn_version": "attn.attention", "attention_kvpacked": "attn.attention",
     "attention_qkvpacked": "attn.attention", "attention_varlen": "attn.attention",
     "attention_varlen_kvpacked": "attn.attention", "attention_varlen_qkvpacked": "attn.attention",
     "sdpa_kernel": "attn.sdpa", "flex_attention_call": "attn.flex",

@@ -105,3 +105,15 @@ def test_build_cuda_extension_builds_with_the_callers_arguments_on_cuda_only(sim
     simulate("mps")
     assert porter_runtime.build_cuda_extension(load, "ext", sources=["a.cu"]) is None
     assert len(load.calls) == 1
+
+
+def test_flash_attn_version_is_the_installed_one_on_cuda_and_the_twins_release_elsewhere(simulate, monkeypatch):
+    """LongLoRA (blind round 15) asserts `flash_attn_version >= "2.1.0"` before it uses a KV
+    cache: off CUDA the twins' release answers; on CUDA the import runs as it did."""
+    simulate("cpu")
+    assert porter_runtime.flash_attn_version() == "2.8.3" >= "2.1.0"
+    simulate("cuda")
+    with pytest.raises(ImportError):
+        porter_runtime.flash_attn_version()  # no flash_attn here: the import fails where it did
+    monkeypatch.setitem(sys.modules, "flash_attn", types.SimpleNamespace(__version__="2.0.4"))
+    assert porter_runtime.flash_attn_version() == "2.0.4"

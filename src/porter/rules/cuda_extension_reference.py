@@ -67,6 +67,7 @@ class CudaExtensionReference(Rule):
     safety = Safety.SAFE
     needs = Needs(
         whole_file=True,  # every use of the extension and every function of the module decide
+        targets=frozenset(COMPILED_MODULES),
         byte_patterns=imports_of(COMPILED_MODULES),
         project=lambda model, rel: rel in model.extension_importers,
     )

@@ -11,7 +11,9 @@ from porter.rulebase.conditions.guards import GuardFinder
 from porter.rulebase.conditions.guards import parse as parse_ast
 from porter.rulebase.cuda_packages import IMPORT_ROOTS, advice_for, is_cuda_only_module
 from porter.rulebase.evidence import Imports
+from porter.rulebase.families.thirdparty.idle_imports import guardable_unused
 from porter.rulebase.families.thirdparty.kernel_builds import COMPILED_MODULES, imports_of, lone_import, optional_import
+from porter.rulebase.families.thirdparty.flash_attn_calls import version_import
 from porter.rulebase.families.thirdparty.kernel_references import wired_import
 from porter.rulebase.families.thirdparty.triton_imports import made_importable
 from porter.rulebase.families.thirdparty.uses import GuardTracker, under, uses
@@ -64,7 +66,8 @@ class CudaOnlyPackage(GuardTracker, Rule):
     before any code runs: `ModuleNotFoundError: No module named 'mamba_ssm'`.
 
     Fix safety:
-    Review only: choosing the PyTorch path and wiring it in is a human decision.
+    Review only: choosing the PyTorch path and wiring it in is a human decision. An
+    unused import TP609 guards is not reported.
 
     An import of the repository's own code is never reported, whatever its name: in
     mamba itself, ``from mamba_ssm.models.config_mamba import MambaConfig`` (and the
@@ -198,12 +201,13 @@ class CudaOnlyPackage(GuardTracker, Rule):
         self._optional: set[cst.CSTNode] = set()
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        self._line = node
         found = lone_import(node)
         if found is not None and found[0] in COMPILED_MODULES:
             self.ctx.see_all_uses_of([found[1]])
         if optional_import(self.ctx.module, node) is not None or made_importable(self.ctx, node) \
-                or wired_import(self, node):
-            self._optional.add(node.body[0])  # TP604 / TP605 / TP608 make it optional
+                or wired_import(self, node) or (len(node.body) == 1 and version_import(node.body[0])):
+            self._optional.add(node.body[0])  # TP604 / TP605 / TP608 make it optional, TP104 rewrites it
 
     def _report(self, node: cst.CSTNode, module: str) -> bool:
         if self.ctx.project is not None and self.ctx.project.provides(module):
@@ -268,14 +272,16 @@ class CudaOnlyPackage(GuardTracker, Rule):
     def _unused(self, node: cst.CSTNode, module: str) -> bool:
         """flash_attn, xformers, apex, ... have rules of their own for every use; an import
         of one that nothing uses (imported for its side effects) fails all the same."""
-        if module.split(".")[0] not in IMPORT_ROOTS or self.guarded() or node in self._seen:
+        if module.split(".")[0] not in IMPORT_ROOTS or self.guarded() or node in self._seen or node in self._optional:
             return False
         bound = bound_names(node)
         if not bound or uses(self.ctx.module, bound, node) > 0 or self._under_probe():
             return False
         self.ctx.see_all_uses_of(bound)
         self._seen.add(node)
+        line = getattr(self, "_line", None)
+        if line is not None and guardable_unused(self, line) is not None:
+            return True  # TP609 guards it
         self.flag(node, f"`{module}` is imported but not used here; the import alone fails without "
                   "CUDA", suggestion="guard it with try/except ImportError, or drop it")
         return True
-

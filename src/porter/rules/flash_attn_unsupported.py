@@ -15,6 +15,7 @@ from porter.rulebase.families.thirdparty.flash_attn_calls import (
     TARGETS,
     V1_CLASS,
     rebound,
+    version_rewritten,
 )
 from porter.rulebase.rule import Example, Needs, Rule, Safety
 from porter.rulebase.families.thirdparty.uses import (
@@ -120,6 +121,9 @@ class FlashAttnUnsupported(GuardTracker, UseFinder, Rule):
             return  # the try's body runs only where the import worked; its handler falls back
         if call is not None and name in _PORTED_CALLS:
             return  # TP101 rewrites or reports it
+        if name == "flash_attn.__version__" and isinstance(node, cst.Name) \
+                and version_rewritten(self.ctx.module, node.value):
+            return  # TP104 rewrites its import
         if call is not None and name in OPS and not (isinstance(call.func, cst.Name)
                                                      and rebound(self.ctx.module, call.func.value)):
             return  # TP103 rewrites it

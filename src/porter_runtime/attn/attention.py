@@ -30,6 +30,24 @@ _flash: Any = _UNSET
 _flash_error = ""
 
 
+#: The flash-attn release whose semantics the PyTorch paths follow (tests/runtime/test_rt_real_api.py
+#: checks the twins' signatures against its sources).
+FLASH_ATTN_RELEASE = "2.8.3"
+
+
+def flash_attn_version() -> str:
+    """``from flash_attn import __version__``: where torch sees CUDA, the installed release's
+    (a missing flash_attn raises ImportError there, as the import did); elsewhere flash_attn's
+    own where it imports, else the release whose semantics the PyTorch paths follow, so a
+    version check guarding a feature the twins have (``past_key_value`` needs >= 2.1.0:
+    LongLoRA) passes as it does on CUDA with a current flash-attn."""
+    if _device.is_cuda():
+        from flash_attn import __version__
+        return __version__
+    module = flash_attn_module()
+    return str(getattr(module, "__version__", FLASH_ATTN_RELEASE)) if module is not None else FLASH_ATTN_RELEASE
+
+
 def flash_attn_module() -> Optional[ModuleType]:
     """The flash_attn module if it imports (checked once), else None."""
     global _flash, _flash_error

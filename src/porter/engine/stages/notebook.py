@@ -194,12 +194,16 @@ def mask(text: str) -> tuple[str, dict[str, str]]:
         return text, {}
     lines = text.splitlines(keepends=True)
     saved: dict[str, str] = {}
+    indent = None  # the magic line's, while its backslash continues it (``!python x.py \``, as IPython reads it)
     for i, line in enumerate(lines):
-        if _MAGIC.search(line.rstrip("\r\n")):
+        body = line.rstrip("\r\n")
+        if indent is None and _MAGIC.search(body):
             indent = line[: len(line) - len(line.lstrip())]
+        if indent is not None:
             key = f"{indent}pass  # porter-masked-line-{i}"
-            saved[key] = line.rstrip("\r\n")
-            lines[i] = key + line[len(line.rstrip("\r\n")):]
+            saved[key] = body
+            lines[i] = key + line[len(body):]
+            indent = indent if body.endswith("\\") else None
     return "".join(lines), saved
 
 

@@ -10,6 +10,7 @@ from typing import Union
 
 import libcst as cst
 
+from porter.rulebase.families.thirdparty.kernel_builds import extension_build_stop
 from porter.rulebase.matching import dotted_name
 
 from porter.rulebase.conditions.availability_checks import (
@@ -134,6 +135,8 @@ class GuardDecisions:
             self.note(test, f"{NOTE}; a test's CUDA case (`{residue}`), which runs only where CUDA is, as the "
                       "test intends; its other cases run: for information", suggestion=f"if {SUGGESTION}:")
             return updated
+        if residue is not None and extension_build_stop(self, original):
+            return updated  # PT203 builds no extension in its else
         if residue is not None:
             self._report(test, f"{NOTE}; the code it guards still needs CUDA (`{residue}`), so it is not "
                       "rewritten; port the guarded code, then test the runtime", suggestion=f"if {SUGGESTION}:",

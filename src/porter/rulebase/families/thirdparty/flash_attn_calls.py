@@ -8,6 +8,7 @@ from typing import Optional
 
 import libcst as cst
 
+from porter.rulebase.matching import dotted_name
 from porter.rulebase.rule import Rule, keyword
 from porter.rulebase.syntax import literal_is
 from porter.rulebase.walk import nodes_of
@@ -247,3 +248,22 @@ def rebound(module: cst.Module, name: str) -> bool:
         if isinstance(node, cst.AssignTarget) and isinstance(node.target, cst.Name) and node.target.value == name:
             return True
     return False
+
+
+def version_import(small: cst.BaseSmallStatement) -> Optional[str]:
+    """The name ``from flash_attn import __version__ [as name]`` binds, or None."""
+    if not isinstance(small, cst.ImportFrom) or small.relative or small.module is None \
+            or dotted_name(small.module) != "flash_attn" or isinstance(small.names, cst.ImportStar) \
+            or len(small.names) != 1 or dotted_name(small.names[0].name) != "__version__":
+        return None
+    alias = small.names[0].asname
+    if alias is None:
+        return "__version__"
+    return alias.name.value if isinstance(alias.name, cst.Name) else None
+
+
+def version_rewritten(module: cst.Module, name: str) -> bool:
+    """Whether ``name`` is bound by a module-level ``from flash_attn import __version__``
+    alone on its line, which TP104 rewrites."""
+    return any(isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+               and version_import(stmt.body[0]) == name for stmt in module.body)

@@ -9,7 +9,9 @@ from typing import Optional, Union
 import libcst as cst
 
 from porter.rulebase.cuda_packages import COMPILED
+from porter.rulebase.conditions.availability_checks import else_stops
 from porter.rulebase.matching import dotted_name
+from porter.rulebase.walk import nodes_of
 from porter.rulebase.rule import BYTES_GAP, Rule, keyword, string_value
 
 
@@ -204,3 +206,32 @@ def torch_alias(module: cst.Module) -> Optional[str]:
         if found is not None and found[0] == "torch":
             return found[1]
     return None
+
+
+def _ext_modules_builders(module: cst.Module) -> set[str]:
+    """The functions whose call is passed as ``ext_modules=`` (``setup(..., ext_modules=get_extensions())``)."""
+    found: set[str] = set()
+
+    class _Finder(cst.CSTVisitor):
+        def visit_Arg(self, node: cst.Arg) -> None:
+            if node.keyword is not None and node.keyword.value == "ext_modules" and isinstance(node.value, cst.Call) \
+                    and isinstance(node.value.func, cst.Name):
+                found.add(node.value.func.value)
+
+    module.visit(_Finder())
+    return found
+
+
+def extension_build_stop(rule: Rule, node: cst.CSTNode) -> bool:
+    """Whether ``node`` is an ``if <CUDA test>: ... else: raise ...`` at the top of the
+    function a ``setup.py`` calls for ``ext_modules=`` (Deformable-DETR's, and the copies of
+    its ``models/ops/setup.py`` in DINO, Mask2Former, GroundingDINO's forks): off CUDA the
+    build stops there, where building no extension would let the package install (PT203)."""
+    if not isinstance(node, cst.If) or rule.ctx.path.rsplit("/", 1)[-1] != "setup.py" or not else_stops(rule, node):
+        return False
+    if not any(rule.matches(call.func, "torch.cuda.is_available") is not None for call in nodes_of(node.test, cst.Call)):
+        return False
+    module = rule.ctx.module
+    builders = _ext_modules_builders(module)
+    return any(isinstance(stmt, cst.FunctionDef) and stmt.name.value in builders
+               and isinstance(stmt.body, cst.IndentedBlock) and node in stmt.body.body for stmt in module.body)

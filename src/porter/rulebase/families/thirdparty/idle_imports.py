@@ -1,0 +1,46 @@
+"""An import of a CUDA-only package that nothing in its module uses (TP609 guards it; TP603
+leaves it to TP609)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from porter.rulebase.cuda_packages import IMPORT_ROOTS
+from porter.rulebase.families.thirdparty.flash_attn_calls import version_import
+from porter.rulebase.families.thirdparty.kernel_builds import lone_import
+from porter.rulebase.families.thirdparty.uses import uses
+from porter.rulebase.matching import dotted_name
+from porter.rulebase.rule import Rule
+from porter.rulebase.syntax import bound_names
+
+
+def guardable_unused(rule: Rule, line: cst.CSTNode) -> Optional[str]:
+    """The imported module when ``line`` is a module-level line holding one import of a
+    CUDA-only package (flash_attn, xformers, apex, ...; not flash_attn's ``__version__``,
+    which TP104 rewrites) whose names nothing in the module uses, after the module's
+    ``import torch`` (the guard's CUDA test), and that no other module reads and no string
+    (an ``__all__``) names; else None."""
+    module = rule.ctx.module
+    if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1 or line not in module.body:
+        return None
+    small = line.body[0]
+    if isinstance(small, cst.Import) and len(small.names) == 1:
+        name = dotted_name(small.names[0].name) or ""
+    elif isinstance(small, cst.ImportFrom) and not small.relative and small.module is not None \
+            and version_import(small) is None:
+        name = dotted_name(small.module) or ""
+    else:
+        return None
+    bound = bound_names(small)
+    if name.split(".")[0] not in IMPORT_ROOTS or not bound or uses(module, bound, small) > 0:
+        return None
+    body = list(module.body)
+    if not any((found := lone_import(stmt)) is not None and found[0] == "torch" for stmt in body[:body.index(line)]):
+        return None
+    project, source = rule.ctx.project, module.code
+    if any((project is not None and project.read_elsewhere(rule.ctx.path, n)) or f'"{n}"' in source
+           or f"'{n}'" in source for n in bound):
+        return None
+    return name

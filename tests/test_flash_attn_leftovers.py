@@ -1,0 +1,93 @@
+"""What porter leaves of flash-attn once its twins run every call (LongLoRA, blind round 15),
+through the real CLI: the version import (TP104) and an import nothing uses (TP609). The
+ported tree then runs on this CPU-only machine, with a KV cache behind the version check;
+with CUDA simulated and no flash_attn, both imports fail where they did."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from porter_test_utils import python_without_porter, run_porter
+
+FILES = {
+    "llama_attn_replace.py": """\
+        import torch
+        from flash_attn import __version__ as flash_attn_version
+        from flash_attn.flash_attn_interface import flash_attn_func
+
+
+        def forward_flashattn_inference(q, k, v, past_key_value=None):
+            if past_key_value is not None:
+                assert (
+                    flash_attn_version >= "2.1.0"
+                ), "past_key_value support requires flash-attn >= 2.1.0"
+                k = torch.cat([past_key_value[0], k], dim=1)
+                v = torch.cat([past_key_value[1], v], dim=1)
+            return flash_attn_func(q, k, v, causal=True)
+        """,
+    "gptneox_attn_replace.py": """\
+        import math
+
+        import torch
+        from flash_attn.bert_padding import unpad_input, pad_input
+
+
+        def scale(x):
+            return x * math.sqrt(4)
+        """,
+    "infer.py": """\
+        import torch
+        import gptneox_attn_replace
+        from llama_attn_replace import forward_flashattn_inference
+
+        q = torch.randn(1, 2, 2, 8)
+        cache = (torch.randn(1, 3, 2, 8), torch.randn(1, 3, 2, 8))
+        out = forward_flashattn_inference(q, q, q, past_key_value=cache)
+        print(tuple(out.shape), float(gptneox_attn_replace.scale(torch.ones(1))))
+        """,
+}
+
+
+@pytest.fixture(scope="module")
+def ported(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("longlora")
+    for rel, code in FILES.items():
+        (root / rel).write_text(textwrap.dedent(code))
+    out = run_porter("migrate", root, "--write")
+    assert out.returncode in (0, 1), out.stderr.decode()
+    return root
+
+
+def test_the_leftovers_are_rewritten_and_nothing_is_left_to_a_human(ported: Path):
+    assert "flash_attn_version = porter_runtime.flash_attn_version()" in (ported / "llama_attn_replace.py").read_text()
+    guarded = (ported / "gptneox_attn_replace.py").read_text()
+    assert "try:\n    from flash_attn.bert_padding import unpad_input, pad_input\nexcept ImportError:" in guarded
+    check = run_porter("migrate", ported, "--check", "--output-format", "json")
+    findings = [f for entry in json.loads(check.stdout)["files"] for f in entry.get("findings", [])
+                if f.get("severity") != "info"]
+    assert findings == [] and check.returncode == 0, findings
+
+
+def test_the_port_runs_on_the_cpu_with_its_kv_cache(ported: Path):
+    env = {**os.environ, "PORTER_QUIET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    out = subprocess.run(python_without_porter("infer.py"), cwd=ported, capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert out.stdout.strip() == "(1, 2, 2, 8) 2.0", out.stderr
+
+
+@pytest.mark.parametrize("module", ["llama_attn_replace", "gptneox_attn_replace"])
+def test_without_flash_attn_on_cuda_both_imports_fail_where_they_did(ported: Path, monkeypatch, module):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.syspath_prepend(str(ported))
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    monkeypatch.delitem(sys.modules, "porter_runtime", raising=False)
+    with pytest.raises(ImportError, match="flash_attn"):
+        __import__(module)
