@@ -270,6 +270,29 @@ class DoubleOnDevice(DeviceMoves, Rule):
                     return attention_core(porter_runtime.double(value), porter_runtime.double(weights)).detach().cpu()
                 """),
         ),
+        Example(  # ... and its gradient check, which sets requires_grad on them first
+            dedent("""\
+                import torch
+                from torch.autograd import gradcheck
+
+
+                def check_gradient_numerical(channels=4, grad_value=True):
+                    value = torch.rand(N, S, M, channels).cuda() * 0.01
+                    value.requires_grad = grad_value
+                    return gradcheck(MSDeformAttnFunction.apply, (value.double(), shapes, 2))
+                """),
+            dedent("""\
+                import porter_runtime
+                import torch
+                from torch.autograd import gradcheck
+
+
+                def check_gradient_numerical(channels=4, grad_value=True):
+                    value = torch.rand(N, S, M, channels).cuda() * 0.01
+                    value.requires_grad = grad_value
+                    return gradcheck(MSDeformAttnFunction.apply, (porter_runtime.double(value), shapes, 2))
+                """),
+        ),
         Example(  # a float64 noise schedule: buffers move to the device with the module
             dedent("""\
                 import torch
@@ -374,9 +397,10 @@ class _Assignments(cst.CSTVisitor):
         for target in node.targets:
             if isinstance(target.target, cst.Name):
                 self.values.setdefault(target.target.value, []).append(node.value)
-            else:  # a tuple, a starred name: values unknown
-                for name in _names_in(target.target):
+            elif isinstance(target.target, (cst.Tuple, cst.List, cst.StarredElement)):  # values unknown
+                for name in _bound_in(target.target):
                     self.values.setdefault(name, []).append(None)
+            # `value.requires_grad = ...` / `x[i] = ...` set a part of what the name holds: no new binding
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         if isinstance(node.target, cst.Name):
@@ -394,6 +418,18 @@ class _Assignments(cst.CSTVisitor):
     def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
         for name in _names_in(node.target):
             self.values.setdefault(name, []).append(None)
+
+
+def _bound_in(node: cst.CSTNode) -> list[str]:
+    """The names a tuple or list target binds (``a, (b, *c)``), not those inside its
+    attribute or subscript elements (``a.b, x[i]``)."""
+    if isinstance(node, cst.Name):
+        return [node.value]
+    if isinstance(node, (cst.Tuple, cst.List)):
+        return [name for element in node.elements for name in _bound_in(element.value)]
+    if isinstance(node, cst.StarredElement):
+        return _bound_in(node.value)
+    return []
 
 
 def _names_in(node: cst.CSTNode) -> list[str]:
