@@ -89,6 +89,9 @@ class ProjectModel:
     extension_importers: frozenset[str] = frozenset()
     #: the import names of the CUDA extensions the tree's setup.py files build
     built_extensions: frozenset[str] = frozenset()
+    #: a YAML config of the tree builds a Lightning Trainer (``_target_: pytorch_lightning.Trainer``),
+    #: which ``hydra.utils.instantiate(config.trainer)`` makes (TP403)
+    lightning_trainer_configs: bool = False
     #: the folders of nested projects (_nested_bases), found once
     _bases: Optional[tuple] = field(default=None, repr=False, compare=False)
 
@@ -197,6 +200,8 @@ def build_from(sources: Mapping[str, bytes], texts: Optional[Mapping[str, bytes]
                         cuda_device_options=cuda_device_options({**sources, **(texts or {})}),
                         lightning_loads=lightning_loads(sources),
                         built_extensions=frozenset(built),
+                        lightning_trainer_configs=any(_LIGHTNING_TARGET.search(data) for rel, data in (texts or {}).items()
+                                                      if rel.endswith((".yaml", ".yml"))),
                         extension_importers=extension_importers(sources, built | set(COMPILED)))
 
 
@@ -251,6 +256,8 @@ _TRAINER_ARGUMENTS = re.compile(
     rb"(?:TrainingArguments|SFTConfig|DPOConfig|GRPOConfig|RewardConfig|ORPOConfig|KTOConfig)\b")
 
 
+_LIGHTNING_TARGET = re.compile(rb"""^\s*_target_\s*:\s*["']?(?:pytorch_lightning|lightning\.pytorch|lightning)"""
+                               rb"""(?:\.trainer(?:\.trainer)?)?\.Trainer\b""", re.M)
 _TRAINER_OPTIONS = re.compile(
     rb"\b(?:(?:Seq2Seq)?TrainingArguments|HfArgumentParser|TrlParser|(?:SFT|DPO|GRPO|Reward|ORPO|KTO)Config)\b")
 

@@ -19,6 +19,8 @@ _TARGETS = frozenset({
 })
 #: Lightning 1.x's ``Trainer.from_argparse_args(args)``: the choices come from the command line.
 _FROM_ARGS = frozenset(f"{t}.from_argparse_args" for t in _TARGETS if t.endswith("Trainer"))
+#: Hydra builds the Trainer from its config (``_target_: pytorch_lightning.Trainer``): safari's train.py.
+_INSTANTIATE = "hydra.utils.instantiate"
 #: Strategies written as a name that run without CUDA: left as written.
 _ANYWHERE = frozenset({"auto", "ddp", "ddp_spawn", "ddp_fork", "ddp_notebook", "single_device", "dp",
                        "ddp_find_unused_parameters_true", "ddp_find_unused_parameters_false"})
@@ -60,15 +62,21 @@ class LightningCudaChoices(Rule):
     `**porter_runtime.lightning_options(config.trainer)`: the mapping itself on CUDA,
     elsewhere a dict copy whose accelerator, strategy and `gpus` are chosen as above.
 
+    `hydra.utils.instantiate(config.trainer, ...)`, where a YAML config of the tree has
+    `_target_: pytorch_lightning.Trainer` (safari's `configs/trainer/default.yaml`, with
+    `accelerator: gpu`), gets `porter_runtime.lightning_options(config.trainer)`, whose
+    copy keeps `_target_`.
+
     Known limits:
-    Only the call's own keywords and mappings, and `from_argparse_args`; `devices=N`
+    Only the call's own keywords and mappings, `from_argparse_args` and Hydra's
+    `instantiate` of a config named like a trainer; `devices=N`
     greater than one on a Mac (Lightning takes one MPS device) is not rewritten.
     """
 
     code = "TP403"
     name = "lightning-cuda-choices"
     safety = Safety.SAFE
-    needs = Needs(calls_only=True, targets=_TARGETS)
+    needs = Needs(calls_only=True, targets=_TARGETS | {_INSTANTIATE})
 
     valid = [
         "import lightning as L\nfabric = L.Fabric(accelerator='auto', devices=1)\n",
@@ -76,6 +84,8 @@ class LightningCudaChoices(Rule):
         "from pytorch_lightning import Trainer\ntrainer = Trainer(max_epochs=1)\n",
         "from myproject import Trainer\ntrainer = Trainer(accelerator='gpu', strategy=strategy)\n",  # a lookalike
         "def build(L):\n    return L.Fabric(accelerator='cuda')\n",  # a parameter shadowing nothing imported
+        # Hydra instantiating a config no YAML of the tree makes a Lightning Trainer
+        "import hydra\ntrainer = hydra.utils.instantiate(config.trainer, logger=logger)\n",
     ]
     invalid = [
         Example(  # lit-llama's finetune/lora.py
@@ -221,6 +231,30 @@ class LightningCudaChoices(Rule):
                     )
                 """),
         ),
+        Example(  # safari's train.py: Hydra builds the Trainer of configs/trainer/default.yaml
+            dedent("""\
+                import hydra
+
+
+                def create_trainer(config, callbacks, logger):
+                    trainer = hydra.utils.instantiate(
+                        config.trainer, callbacks=callbacks, logger=logger)
+                    return trainer
+                """),
+            dedent("""\
+                import porter_runtime
+                import hydra
+
+
+                def create_trainer(config, callbacks, logger):
+                    trainer = hydra.utils.instantiate(
+                        porter_runtime.lightning_options(config.trainer), callbacks=callbacks, logger=logger)
+                    return trainer
+                """),
+            path="train.py",
+            project=(("configs/trainer/default.yaml", "_target_: pytorch_lightning.Trainer\n\ndevices: 1\n"
+                      "accelerator: gpu\nmax_epochs: 200\n"),),
+        ),
         Example(  # an accelerator read from a config
             "import lightning as L\n\n\ndef build(cfg):\n"
             "    return L.Trainer(accelerator=cfg.trainer.accelerator, devices=cfg.trainer.devices)\n",
@@ -232,6 +266,8 @@ class LightningCudaChoices(Rule):
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         name = self.qualname(original.func)
+        if name == _INSTANTIATE:
+            return self._instantiated(original, updated)
         if name is None or isinstance(name, Ambiguous) or name not in _TARGETS | _FROM_ARGS:
             return updated
         args, said = list(updated.args), []
@@ -265,6 +301,25 @@ class LightningCudaChoices(Rule):
         return self.rewrite(original, updated.with_changes(args=args),
                             f"Lightning's {' and '.join(said)} need CUDA; porter_runtime keeps them on CUDA and "
                             "chooses what runs here elsewhere")
+
+
+    def _instantiated(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        """``hydra.utils.instantiate(config.trainer, ...)`` where the tree's YAML builds a
+        Lightning Trainer: the config goes through ``lightning_options`` (its ``_target_`` kept)."""
+        project = self.ctx.project
+        args = list(updated.args)
+        if project is None or not project.lightning_trainer_configs or not args or args[0].keyword is not None \
+                or args[0].star or _is_runtime(args[0].value):
+            return updated
+        first = original.args[0].value
+        named = first.attr.value if isinstance(first, cst.Attribute) else first.value if isinstance(first, cst.Name) \
+            else ""
+        if "trainer" not in named.lower():
+            return updated
+        args[0] = args[0].with_changes(value=self.runtime_call("lightning_options", args[0].value))
+        return self.rewrite(original, updated.with_changes(args=args),
+                            "the Lightning Trainer this config builds may ask for CUDA (`accelerator: gpu`, `gpus:`); "
+                            "porter_runtime keeps its options on CUDA and chooses what runs here elsewhere")
 
 
 def _is_value(node: cst.BaseExpression) -> bool:
