@@ -120,7 +120,11 @@ def _migrate(
         return SourceResult(code, ctx.findings())  # rules change code only through rewrite()
     # the rewrites call ``porter_runtime.X``: the name itself must be bound (an
     # ``import porter_runtime as pr`` of the file's own binds only ``pr``)
-    if ctx.needs_runtime and not ctx.resolver.binds_name_to(RUNTIME, RUNTIME):
+    # ``needs_runtime`` is set when a rule builds a runtime call, even one it then reports
+    # instead of applying: the import comes only for a call the new code holds (based's
+    # slide_attention.py got an unused one once another rule's rewrite made the file change)
+    if ctx.needs_runtime and not ctx.resolver.binds_name_to(RUNTIME, RUNTIME) \
+            and f"{RUNTIME}." in new_module.code:
         new_module = add_runtime_import(new_module, runtime_bootstrap)
     new_module = remove_unused(new_module, ctx)
     new_module = probes.remove_dead(new_module, ctx, options.ledger)
