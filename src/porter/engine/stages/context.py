@@ -18,6 +18,7 @@ from porter.engine.options import Options
 from porter.engine.stages.segments import Reduced
 from porter.rulebase.matching import ImportFacts, Resolver
 from porter.rulebase.rule import INFO, Finding, Rule, WholeFile, one_line
+from porter.rulebase.walk import nodes_of
 
 
 class _Record(NamedTuple):
@@ -142,6 +143,12 @@ class FileContext:
     def rewrites(self) -> list[tuple[Rule, cst.CSTNode]]:
         """(rule, original node) of each rewrite recorded so far, in order."""
         return [(r.rule, r.node) for r in self._records if r.action == "rewrite"]
+
+    def rewrites_name(self, name: str) -> bool:
+        """Whether the new code of a recorded rewrite names ``name`` (the runtime: a rule may
+        build a runtime call and then report instead of applying it)."""
+        return any(r.action == "rewrite" and r.after is not None
+                   and any(n.value == name for n in nodes_of(r.after, cst.Name)) for r in self._records)
 
     def see_all_uses_of(self, names: Sequence[str]) -> None:
         """A use of ``names`` inside a definition left out (porter.engine.stages.segments) is invisible

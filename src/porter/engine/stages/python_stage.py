@@ -123,8 +123,7 @@ def _migrate(
     # ``needs_runtime`` is set when a rule builds a runtime call, even one it then reports
     # instead of applying: the import comes only for a call the new code holds (based's
     # slide_attention.py got an unused one once another rule's rewrite made the file change)
-    if ctx.needs_runtime and not ctx.resolver.binds_name_to(RUNTIME, RUNTIME) \
-            and f"{RUNTIME}." in new_module.code:
+    if ctx.needs_runtime and not ctx.resolver.binds_name_to(RUNTIME, RUNTIME) and ctx.rewrites_name(RUNTIME):
         new_module = add_runtime_import(new_module, runtime_bootstrap)
     new_module = remove_unused(new_module, ctx)
     new_module = probes.remove_dead(new_module, ctx, options.ledger)
