@@ -7,10 +7,10 @@ import libcst as cst
 from porter.rulebase.families.thirdparty.kernel_builds import (
     BUILDERS,
     COMPILED_MODULES,
+    guarded_import,
     imports_of,
     optional_builds,
     optional_import,
-    torch_alias,
 )
 from porter.rulebase.families.thirdparty.uses import example_code
 from porter.rulebase.needs import literal_patterns
@@ -20,17 +20,6 @@ from porter.rulebase.rule import Example, Needs, Rule, Safety
 #: a builder, its module's name.
 _IMPORTS_AN_EXTENSION = (*imports_of(COMPILED_MODULES), *literal_patterns(["cpp_extension"]))
 
-
-#: On CUDA the failed import still raises where it did (the CUDA branches need the
-#: extension); only without CUDA does the name become None.
-_GUARDED_IMPORT = """\
-try:
-    {stmt}
-except ImportError:  # CUDA-only extension: off CUDA the PyTorch path runs without it
-    if {torch}.cuda.is_available():
-        raise
-    {name} = None
-"""
 
 
 class CudaExtensionOptional(Rule):
@@ -157,10 +146,8 @@ class CudaExtensionOptional(Rule):
         name = optional_import(self.ctx.module, original)
         if name is None:
             return updated
-        stmt = updated.with_changes(leading_lines=())
-        code = _GUARDED_IMPORT.format(stmt=self.ctx.module.code_for_node(stmt).strip(), name=name,
-                                      torch=torch_alias(self.ctx.module))
-        new = cst.parse_statement(code).with_changes(leading_lines=updated.leading_lines)
+        new = guarded_import(self, original, updated, "CUDA-only extension: off CUDA the PyTorch path runs without it",
+                             name)
         return self.rewrite(original, new, f"`{name}` is imported where it exists (CUDA); the module's "
                             "PyTorch path runs without it")
 

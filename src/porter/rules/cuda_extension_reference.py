@@ -4,21 +4,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from porter.rulebase.families.thirdparty.kernel_builds import COMPILED_MODULES, imports_of, torch_alias
+from porter.rulebase.families.thirdparty.kernel_builds import COMPILED_MODULES, guarded_import, imports_of
 from porter.rulebase.families.thirdparty.kernel_references import wiring
 from porter.rulebase.families.thirdparty.uses import example_code
 from porter.rulebase.rule import Example, Needs, Rule, Safety
-
-#: Same guard as TP604's: on CUDA a missing extension still fails the import where it did.
-_GUARDED_IMPORT = """\
-try:
-    {stmt}
-except ImportError:  # CUDA-only extension: off CUDA the module's PyTorch reference runs
-    if {torch}.cuda.is_available():
-        raise
-    {name} = None
-"""
-
 
 def _defined_at(body, name: str) -> int:
     """The index of the last module-level definition of ``name`` (other rules may have
@@ -212,10 +201,8 @@ class CudaExtensionReference(Rule):
         found = self._wiring()
         if found is None or original is not found[0]:
             return updated
-        stmt = updated.with_changes(leading_lines=())
-        code = _GUARDED_IMPORT.format(stmt=self.ctx.module.code_for_node(stmt).strip(), name=found[1],
-                                      torch=torch_alias(self.ctx.module))
-        new = cst.parse_statement(code).with_changes(leading_lines=updated.leading_lines)
+        new = guarded_import(self, original, updated, "CUDA-only extension: off CUDA the module's PyTorch "
+                             "reference runs", found[1])
         kernels = ", ".join(f"`{k.name}`" for k, _ in found[2])
         return self.rewrite(original, new, f"`{found[1]}` is imported where it exists (CUDA); elsewhere {kernels} "
                             "run the module's PyTorch reference")

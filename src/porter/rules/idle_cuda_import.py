@@ -6,18 +6,8 @@ import libcst as cst
 
 from porter.rulebase.cuda_packages import IMPORT_ROOTS
 from porter.rulebase.families.thirdparty.idle_imports import guardable_unused
-from porter.rulebase.families.thirdparty.kernel_builds import imports_of, torch_alias
+from porter.rulebase.families.thirdparty.kernel_builds import guarded_import, imports_of
 from porter.rulebase.rule import Example, Needs, Rule, Safety
-
-#: On CUDA a missing package still fails the import where it did.
-_GUARDED = """\
-try:
-    {stmt}
-except ImportError:  # CUDA-only and unused in this module: off CUDA it is not needed
-    if {torch}.cuda.is_available():
-        raise
-"""
-
 
 class IdleCudaImport(Rule):
     """An unused import of flash_attn, xformers, apex and the like is imported only where CUDA is.
@@ -72,8 +62,6 @@ class IdleCudaImport(Rule):
         module = guardable_unused(self, original)
         if module is None:
             return updated
-        stmt = self.ctx.module.code_for_node(updated.with_changes(leading_lines=())).strip()
-        new = cst.parse_statement(_GUARDED.format(stmt=stmt, torch=torch_alias(self.ctx.module)))
-        new = new.with_changes(leading_lines=updated.leading_lines)
+        new = guarded_import(self, original, updated, "CUDA-only and unused in this module: off CUDA it is not needed")
         return self.rewrite(original, new, f"`{module}` is imported but nothing here uses it: it is imported where "
                             "torch sees CUDA, as before, and skipped elsewhere, where it does not install")

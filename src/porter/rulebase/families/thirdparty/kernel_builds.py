@@ -210,16 +210,9 @@ def torch_alias(module: cst.Module) -> Optional[str]:
 
 def _ext_modules_builders(module: cst.Module) -> set[str]:
     """The functions whose call is passed as ``ext_modules=`` (``setup(..., ext_modules=get_extensions())``)."""
-    found: set[str] = set()
-
-    class _Finder(cst.CSTVisitor):
-        def visit_Arg(self, node: cst.Arg) -> None:
-            if node.keyword is not None and node.keyword.value == "ext_modules" and isinstance(node.value, cst.Call) \
-                    and isinstance(node.value.func, cst.Name):
-                found.add(node.value.func.value)
-
-    module.visit(_Finder())
-    return found
+    return {arg.value.func.value for arg in nodes_of(module, cst.Arg)
+            if arg.keyword is not None and arg.keyword.value == "ext_modules" and isinstance(arg.value, cst.Call)
+            and isinstance(arg.value.func, cst.Name)}
 
 
 def extension_build_stop(rule: Rule, node: cst.CSTNode) -> bool:
@@ -235,3 +228,15 @@ def extension_build_stop(rule: Rule, node: cst.CSTNode) -> bool:
     builders = _ext_modules_builders(module)
     return any(isinstance(stmt, cst.FunctionDef) and stmt.name.value in builders
                and isinstance(stmt.body, cst.IndentedBlock) and node in stmt.body.body for stmt in module.body)
+
+
+def guarded_import(rule: Rule, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine,
+                   why: str, fallback: Optional[str] = None) -> cst.BaseStatement:
+    """``updated`` (a module-level import line) inside ``try:`` / ``except ImportError:`` that
+    re-raises where torch sees CUDA (a missing package fails there as before) and, elsewhere,
+    binds ``fallback`` to None (or nothing); ``why`` is the handler's comment (TP604, TP608, TP609)."""
+    stmt = rule.ctx.module.code_for_node(updated.with_changes(leading_lines=())).strip()
+    tail = f"    {fallback} = None\n" if fallback else ""
+    code = (f"try:\n    {stmt}\nexcept ImportError:  # {why}\n"
+            f"    if {torch_alias(rule.ctx.module)}.cuda.is_available():\n        raise\n{tail}")
+    return cst.parse_statement(code).with_changes(leading_lines=updated.leading_lines)

@@ -17,6 +17,7 @@ from porter.rulebase.families.thirdparty.kernel_builds import (
 )
 from porter.rulebase.matching import dotted_name
 from porter.rulebase.rule import Rule
+from porter.rulebase.walk import nodes_of
 
 #: Words that say a function is the PyTorch version of something (one must be in its name).
 _REFERENCE_WORDS = frozenset({"pytorch", "torch", "ref", "reference", "naive", "fallback"})
@@ -53,20 +54,8 @@ class Kernel:
     names: list[str]  # what its callers pass (a Function: its forward's, after ctx)
 
 
-class _Uses(cst.CSTVisitor):
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.found = False
-
-    def visit_Name(self, node: cst.Name) -> None:
-        if node.value == self.name:
-            self.found = True
-
-
 def _uses(node: cst.CSTNode, name: str) -> bool:
-    finder = _Uses(name)
-    node.visit(finder)
-    return finder.found
+    return any(n.value == name for n in nodes_of(node, cst.Name))
 
 
 def _kernel(stmt: cst.CSTNode) -> Optional[Kernel]:
