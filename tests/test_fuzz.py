@@ -229,8 +229,10 @@ def comments(code: bytes) -> Counter:
 
 def migrate_example(rule, example, code: str):
     project = None
-    if example.project:
-        project = build_from({**{p: c.encode() for p, c in example.project}, example.path: code.encode()})
+    if example.project:  # as test_rule_examples builds it: the modules, and the tree's other texts (a YAML config)
+        sources = {**{p: c.encode() for p, c in example.project if p.endswith(".py")}, example.path: code.encode()}
+        texts = {p: c.encode() for p, c in example.project if not p.endswith(".py")}
+        project = build_from(sources, texts or None)
     options = Options(rules=[rule], unsafe_fixes=True, project=project)
     return migrate_source(code.encode(), options, path=example.path)
 

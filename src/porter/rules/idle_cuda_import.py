@@ -38,13 +38,18 @@ class IdleCudaImport(Rule):
     code = "TP609"
     name = "idle-cuda-import"
     safety = Safety.SAFE
-    needs = Needs(whole_file=True, targets=frozenset(IMPORT_ROOTS), byte_patterns=imports_of(IMPORT_ROOTS))
+    # Only module-level lines change; the use count asks for the whole file when one
+    # looks unused in the parts the engine parsed (rulebase.families.thirdparty.idle_imports).
+    needs = Needs(targets=frozenset(IMPORT_ROOTS), byte_patterns=imports_of(IMPORT_ROOTS))
 
     valid = [
         "import torch\nfrom flash_attn.bert_padding import unpad_input\nx = unpad_input\n",  # used
         "from flash_attn.bert_padding import unpad_input\nimport torch\n",  # torch comes after
         "import torch\nfrom flash_attn.bert_padding import unpad_input\n__all__ = ['unpad_input']\n",
         "import torch\nfrom flash_attn import __version__ as flash_attn_version\n",  # TP104's
+        # Liger-Kernel's CuTe DSL module: the package's other import is used, so guarding
+        # this one changes nothing off CUDA (TP603 reports the first)
+        "import torch\nimport cutlass\nimport cutlass.cute as cute\n\n\ndef ce(x):\n    return cute.compile(x)\n",
     ]
     invalid = [
         Example(  # LongLoRA's gptneox_attn_replace.py
