@@ -22,6 +22,7 @@ import pytest
 import torch
 
 from porter_test_utils import python_without_porter, run_porter
+from test_verify import verify
 
 FILES = {
     "models/__init__.py": "",
@@ -93,12 +94,15 @@ FILES = {
         """,
     "models/ops/test.py": """\
         import torch
+        from torch.autograd import gradcheck
         from functions.deform_scale_func import DeformScaleFunction, deform_scale_core_pytorch
 
         value = torch.rand(2, 8).cuda()
         weight = torch.rand(8).cuda()
         out = DeformScaleFunction.apply(value, weight, 64)
         print("test.py", torch.equal(out, deform_scale_core_pytorch(value, weight)))
+        value.requires_grad = True
+        print("gradcheck", gradcheck(DeformScaleFunction.apply, (value.double(), weight.double(), 64)))
         """,
     "train.py": """\
         import torch
@@ -144,7 +148,16 @@ def test_the_port_runs_on_the_cpu_from_the_root_and_from_the_scripts_folder(port
     assert root.stdout.strip() == "train.py True True", root.stderr
     ops = subprocess.run(python_without_porter("test.py"), cwd=ported / "models/ops", capture_output=True, text=True,
                          env=env, timeout=300)
-    assert ops.stdout.strip() == "test.py True", ops.stderr
+    assert ops.stdout.split() == ["test.py", "True", "gradcheck", "True"], ops.stderr
+
+
+def test_the_float64_gradient_check_runs_on_the_host_under_mps_rules(ported: Path):
+    """Deformable-DETR's models/ops/test.py under --emulate mps: the device has no float64,
+    so `.double()` stays float32 there and gradcheck (PT611) checks on the host in float64."""
+    assert "porter_runtime.gradcheck(DeformScaleFunction.apply, (" in (
+        ported / "models/ops/test.py").read_text()
+    code, data, _ = verify(ported, "--emulate", "mps", "--run", "cd models/ops && python test.py")
+    assert code == 0 and data["run"]["output"].split()[-4:] == ["test.py", "True", "gradcheck", "True"], data["run"]
 
 
 def test_where_the_extension_imports_the_kernel_runs_as_before(ported: Path, monkeypatch: pytest.MonkeyPatch):

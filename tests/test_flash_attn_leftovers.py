@@ -1,5 +1,6 @@
 """What porter leaves of flash-attn once its twins run every call (LongLoRA, blind round 15),
-through the real CLI: the version import (TP104) and an import nothing uses (TP609). The
+through the real CLI: the version import (TP104), an import nothing uses (TP609) and the
+capability query that only picks a warning (PT104). The
 ported tree then runs on this CPU-only machine, with a KV cache behind the version check;
 with CUDA simulated and no flash_attn, both imports fail where they did."""
 
@@ -18,6 +19,8 @@ from porter_test_utils import python_without_porter, run_porter
 
 FILES = {
     "llama_attn_replace.py": """\
+        import warnings
+
         import torch
         from flash_attn import __version__ as flash_attn_version
         from flash_attn.flash_attn_interface import flash_attn_func
@@ -31,6 +34,14 @@ FILES = {
                 k = torch.cat([past_key_value[0], k], dim=1)
                 v = torch.cat([past_key_value[1], v], dim=1)
             return flash_attn_func(q, k, v, causal=True)
+
+
+        def replace_llama_attn(use_flash_attn=True):
+            if use_flash_attn:
+                cuda_major, cuda_minor = torch.cuda.get_device_capability()
+                if cuda_major < 8:
+                    warnings.warn("Flash attention is only supported on A100 or H100 GPU during training")
+            return use_flash_attn
         """,
     "gptneox_attn_replace.py": """\
         import math
@@ -45,7 +56,9 @@ FILES = {
     "infer.py": """\
         import torch
         import gptneox_attn_replace
-        from llama_attn_replace import forward_flashattn_inference
+        from llama_attn_replace import forward_flashattn_inference, replace_llama_attn
+
+        assert replace_llama_attn()
 
         q = torch.randn(1, 2, 2, 8)
         cache = (torch.randn(1, 3, 2, 8), torch.randn(1, 3, 2, 8))

@@ -5,7 +5,7 @@ from typing import Any, Optional, TypeVar
 
 import torch
 
-from . import _device, _dtypes
+from . import _device, _dtypes, _log
 
 T = TypeVar("T")
 
@@ -60,3 +60,46 @@ def _mps_dtype(data: Any, dtype: Optional[torch.dtype], device: Any) -> Optional
     wide = {"float64": torch.float64, "torch.float64": torch.float64,
             "complex128": torch.complex128, "torch.complex128": torch.complex128}.get(kind)
     return _dtypes.supported_dtype(wide, target) if wide is not None else dtype
+
+
+def gradcheck(func: Any, inputs: Any, *args: Any, **kwargs: Any) -> bool:
+    """Twin of ``torch.autograd.gradcheck`` for a check whose inputs are on the device.
+
+    Where the resolved device has float64 (CUDA, CPU, XPU): torch's gradcheck, unchanged.
+    On MPS, which has none: a numerical gradient check needs float64 (its float32
+    finite differences fail the default tolerances), so the inputs are copied to the
+    host, float32 ones as float64 (``porter_runtime.double`` left them float32 there),
+    each keeping ``requires_grad``, and the check runs on the CPU, with the module's own
+    function: an info line says so once.
+    """
+    return _on_the_host(torch.autograd.gradcheck, func, inputs, args, kwargs)
+
+
+def gradgradcheck(func: Any, inputs: Any, *args: Any, **kwargs: Any) -> bool:
+    """Twin of ``torch.autograd.gradgradcheck``: as :func:`gradcheck`, with its
+    ``grad_outputs`` copied the same way."""
+    if kwargs.get("grad_outputs") is not None:
+        kwargs["grad_outputs"] = _host_inputs(kwargs["grad_outputs"])
+    elif args and args[0] is not None and _dtypes.supported_dtype(torch.float64) != torch.float64:
+        args = (_host_inputs(args[0]), *args[1:])
+    return _on_the_host(torch.autograd.gradgradcheck, func, inputs, args, kwargs)
+
+
+def _on_the_host(check: Any, func: Any, inputs: Any, args: tuple, kwargs: dict) -> bool:
+    if _dtypes.supported_dtype(torch.float64) == torch.float64:
+        return bool(check(func, inputs, *args, **kwargs))
+    _log.info_once("gradcheck:host", "gradcheck runs on the CPU in float64: the device has no float64")
+    return bool(check(func, _host_inputs(inputs), *args, **kwargs))
+
+
+def _host_inputs(inputs: Any) -> Any:
+    if isinstance(inputs, torch.Tensor):
+        return _host(inputs)
+    if type(inputs) in (tuple, list):
+        return type(inputs)(_host_inputs(x) for x in inputs)
+    return inputs
+
+
+def _host(tensor: torch.Tensor) -> torch.Tensor:
+    wide = {torch.float32: torch.float64, torch.complex64: torch.complex128}.get(tensor.dtype, tensor.dtype)
+    return tensor.detach().to("cpu").to(wide).requires_grad_(tensor.requires_grad)

@@ -3,6 +3,10 @@ set_default_tensor_type, load_state_dict) and the device calls the PT9xx rewrite
 make, on simulated CUDA, MPS and CPU machines."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 import warnings
 from collections import OrderedDict
 
@@ -64,6 +68,34 @@ def test_off_cuda_each_process_of_a_local_launch_has_a_device(simulate, monkeypa
     machine = simulate("cuda")
     machine.record(torch.cuda, "device_count", 8)
     assert porter_runtime.device_count() == 8  # CUDA's own count, launch or not
+
+
+def test_off_cuda_each_process_of_a_spawned_group_has_a_device(tmp_path):
+    """YOLOX's launch: ``mp.start_processes`` workers make a Gloo group, then
+    ``assert num_gpus_per_machine <= device_count()``: a real 2-process group on this CPU."""
+    script = tmp_path / "spawned.py"
+    script.write_text(textwrap.dedent(f"""\
+        import os
+        import torch.distributed as dist
+        import torch.multiprocessing as mp
+
+        import porter_runtime
+
+
+        def worker(rank):
+            before = porter_runtime.device_count()
+            dist.init_process_group("gloo", init_method="file://{tmp_path / 'rendezvous'}", world_size=2, rank=rank)
+            print(rank, before, porter_runtime.device_count(), flush=True)
+            dist.destroy_process_group()
+
+
+        if __name__ == "__main__":
+            mp.start_processes(worker, nprocs=2, start_method="spawn")
+        """))
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "RANK")}
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                         env={**env, "PORTER_QUIET": "1", "CUDA_VISIBLE_DEVICES": ""})
+    assert sorted(out.stdout.split("\n")[:2]) == ["0 1 2", "1 1 2"], out.stderr
 
 
 # -- require_device --------------------------------------------------------------

@@ -25,6 +25,7 @@ FORWARDED = [
     ("cuda_device", "device", (1,)),
     ("device_name", "get_device_name", (0,)),
     ("get_device_properties", "get_device_properties", ("cuda:1",)),
+    ("get_device_capability", "get_device_capability", (0,)),
     ("memory_allocated", "memory_allocated", (1,)),
     ("max_memory_allocated", "max_memory_allocated", (None,)),
     ("memory_reserved", "memory_reserved", (0,)),
@@ -41,7 +42,7 @@ FORWARDED = [
 ]
 RESULTS = {"device_count": 2, "current_device": 1, "get_device_name": "NVIDIA H100",
            "memory_allocated": 11, "max_memory_allocated": 12, "memory_reserved": 13,
-           "max_memory_reserved": 14, "mem_get_info": (5, 10), "get_device_properties": "P",
+           "max_memory_reserved": 14, "mem_get_info": (5, 10), "get_device_properties": "P", "get_device_capability": (9, 0),
            "memory_stats": {"num_ooms": 3}, "memory_summary": "|===|", "power_draw": 61000,
            "utilization": 97, "temperature": 70, "clock_rate": 1980}
 
@@ -107,6 +108,7 @@ def test_mps_neutral_results(simulate, monkeypatch):
     assert porter_runtime.set_device(0) is None
     props = porter_runtime.get_device_properties()
     assert props == porter_runtime.DeviceProperties("Apple M3 Max", "mps", 1000, 40, 0, 0)
+    assert porter_runtime.get_device_capability() == (props.major, props.minor) == (0, 0)
     assert porter_runtime.device_name() == "Apple M3 Max"
 
 
@@ -151,6 +153,7 @@ def test_cpu_neutral_results_on_this_machine():
     assert 0 <= free <= total
     props = porter_runtime.get_device_properties()
     assert props.name == porter_runtime.device_name() and props.multi_processor_count >= 1
+    assert porter_runtime.get_device_capability() == (0, 0)  # no CUDA capability: `major < 8` branches take the older-GPU path
 
 
 def test_cpu_memory_stats_answers_a_memory_monitors_keys():

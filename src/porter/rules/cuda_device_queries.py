@@ -19,8 +19,9 @@ class CudaDeviceQuery(TwinCall, Rule):
     What:
     Rewrites `torch.cuda.device_count()` → `porter_runtime.device_count()`,
     `current_device()` → `porter_runtime.current_device()`, `get_device_name(d)` →
-    `porter_runtime.device_name(d)` and `get_device_properties(d)` →
-    `porter_runtime.get_device_properties(d)`.
+    `porter_runtime.device_name(d)`, `get_device_properties(d)` →
+    `porter_runtime.get_device_properties(d)` and `get_device_capability(d)` →
+    `porter_runtime.get_device_capability(d)`.
 
     Why:
     Without CUDA, `current_device`, `get_device_name` and `get_device_properties`
@@ -35,7 +36,11 @@ class CudaDeviceQuery(TwinCall, Rule):
     reads a bare 0 as `cuda:0`), `device_name()` is
     the MPS name or `"CPU (<machine>)"`, and `get_device_properties()` is a
     `DeviceProperties` named tuple with `name`, `type`, `total_memory`,
-    `multi_processor_count`, `major=0` and `minor=0`.
+    `multi_processor_count`, `major=0` and `minor=0`; `get_device_capability()` is
+    `(0, 0)` to match: no CUDA compute capability, so a test for at least one
+    (`if major < 8: warnings.warn(...)`, `>= (8, 0)`) takes the code's path for GPUs
+    older than it asks for, the path without the kernel that needs them (LongLoRA's
+    `replace_llama_attn` only warned there, and stopped on the CPU).
 
     A count compared with 0 (`torch.cuda.device_count() == 0`, `> 0`, `< 1`) is a
     test for CUDA, as `torch.cuda.is_available()` is, and stays as written: what it
@@ -61,6 +66,7 @@ class CudaDeviceQuery(TwinCall, Rule):
         "current_device": "current_device",
         "get_device_name": "device_name",
         "get_device_properties": "get_device_properties",
+        "get_device_capability": "get_device_capability",
     })
     needs = Needs(calls_only=True, targets=frozenset(table), whole_file=True)  # a count tested in a helper (count_tests)
 
@@ -111,6 +117,45 @@ class CudaDeviceQuery(TwinCall, Rule):
         "import torch\nn = torch.mps.device_count()\n",
     ]
     invalid = [
+        Example(  # LongLoRA's llama_attn_replace.py
+            example_code("""
+            import warnings
+
+            import torch
+
+
+            def forward_noflashattn(query_states, key_states):
+                return torch.matmul(query_states, key_states.transpose(2, 3))
+
+
+            def replace_llama_attn(use_flash_attn=True, use_full=False, inference=False):
+                if use_flash_attn:
+                    cuda_major, cuda_minor = torch.cuda.get_device_capability()
+                    if cuda_major < 8:
+                        warnings.warn(
+                            "Flash attention is only supported on A100 or H100 GPU during training due to head dim > 64 backward."
+                        )
+            """),
+            example_code("""
+            import porter_runtime
+            import warnings
+
+            import torch
+
+
+            def forward_noflashattn(query_states, key_states):
+                return torch.matmul(query_states, key_states.transpose(2, 3))
+
+
+            def replace_llama_attn(use_flash_attn=True, use_full=False, inference=False):
+                if use_flash_attn:
+                    cuda_major, cuda_minor = porter_runtime.get_device_capability()
+                    if cuda_major < 8:
+                        warnings.warn(
+                            "Flash attention is only supported on A100 or H100 GPU during training due to head dim > 64 backward."
+                        )
+            """),
+        ),
         Example(
             "import torch\nif torch.cuda.device_count() > 1:\n    model = torch.nn.DataParallel(model)\n",
             "import porter_runtime\nimport torch\nif porter_runtime.device_count() > 1:\n"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from textwrap import dedent
 from typing import Optional
 
 import libcst as cst
@@ -40,7 +41,8 @@ class CudaGuardSkipsDistributed(Rule):
     1) still returns early as before; only a multi-process launch goes on.
 
     Known limits:
-    Only a guard in the same block as the setup call, ending in `return`, is seen;
+    Only a guard in the same block as the setup call, ending in `return` (as each of
+    its `elif` branches must), is seen;
     a guard around the call of a setup function in another function or file, and
     `if torch.cuda.is_available(): init_process_group(...)`, are PT202's.
     """
@@ -76,6 +78,45 @@ class CudaGuardSkipsDistributed(Rule):
             "def setup():\n    if (not t.cuda.is_available() and not porter_runtime.is_multiprocess_launch()) "
             "or \"RANK\" not in os.environ:\n        return 0, 1\n"
             "    if True:\n        init_process_group(backend=\"gloo\")\n    return int(os.environ[\"RANK\"]), 2\n",
+        ),
+        Example(  # FoundationVision/VAR's dist.py: an `elif` for a run without a launcher, then the group
+            dedent("""\
+                import os
+                import sys
+
+                import torch
+                import torch.distributed as tdist
+
+
+                def initialize(fork=False, backend='nccl', gpu_id_if_not_distibuted=0, timeout=30):
+                    global __device
+                    if not torch.cuda.is_available():
+                        print(f'[dist initialize] cuda is not available, use cpu instead', file=sys.stderr)
+                        return
+                    elif 'RANK' not in os.environ:
+                        __device = torch.device('cuda', gpu_id_if_not_distibuted)
+                        return
+                    tdist.init_process_group(backend=backend)
+                """),
+            dedent("""\
+                import porter_runtime
+                import os
+                import sys
+
+                import torch
+                import torch.distributed as tdist
+
+
+                def initialize(fork=False, backend='nccl', gpu_id_if_not_distibuted=0, timeout=30):
+                    global __device
+                    if not torch.cuda.is_available() and not porter_runtime.is_multiprocess_launch():
+                        print(f'[dist initialize] cuda is not available, use cpu instead', file=sys.stderr)
+                        return
+                    elif 'RANK' not in os.environ:
+                        __device = torch.device('cuda', gpu_id_if_not_distibuted)
+                        return
+                    tdist.init_process_group(backend=backend)
+                """),
         ),
         Example(
             "from torch.cuda import is_available\nimport porter_runtime\n\ndef setup(backend):\n"

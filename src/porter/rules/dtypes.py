@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from textwrap import dedent
-from typing import Optional
+from typing import Optional, Union
 
 import libcst as cst
 
@@ -245,6 +245,29 @@ class DoubleOnDevice(DeviceMoves, Rule):
             "y = porter_runtime.double(tensor([1.0])).to(porter_runtime.device(), non_blocking=True)\n",
         ),
         Example("class P:\n    def double(self):\n        return self\n\np = P().double().cuda()\n"),
+        Example(  # an operator's test script: names bound at its top level, read there and in a function
+            dedent("""\
+                import torch
+
+                value = torch.rand(2, 8).cuda()
+                weight = torch.rand(8).cuda()
+
+
+                def check(func):
+                    return torch.autograd.gradcheck(func, (value.double(), weight.double()))
+                """),
+            dedent("""\
+                import porter_runtime
+                import torch
+
+                value = torch.rand(2, 8).cuda()
+                weight = torch.rand(8).cuda()
+
+
+                def check(func):
+                    return torch.autograd.gradcheck(func, (porter_runtime.double(value), porter_runtime.double(weight)))
+                """),
+        ),
         Example(  # Deformable-DETR's operator test: local names bound to moved tensors, then made float64
             dedent("""\
                 import torch
@@ -327,8 +350,17 @@ class DoubleOnDevice(DeviceMoves, Rule):
         self._own = bool(_DEFINES_DOUBLE.search(ctx.source))
         self._on_device: list[frozenset[str]] = []  # per enclosing function: names that hold moved tensors
 
+    def visit_Module(self, node: cst.Module) -> None:
+        self._on_device.append(_moved_names(self, node))  # a script's top level: `value = torch.rand(...).cuda()`
+
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self._on_device.append(_moved_names(self, node))
+        own = _Assignments()
+        node.body.visit(own)
+        outer = self._on_device[-1] if self._on_device else frozenset()
+        params = _parameters(node)
+        # the function's own moved names, and the module's that it reads without binding them
+        self._on_device.append(_moved_names(self, node) | frozenset(
+            name for name in outer if name not in own.values and name not in params))
 
     def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
         self._on_device.pop()
@@ -452,11 +484,22 @@ def _on_the_device(rule, value: Optional[cst.BaseExpression]) -> bool:
     return is_device_move(rule, value)
 
 
-def _moved_names(rule, function: cst.FunctionDef) -> frozenset[str]:
-    """The function's local names every assignment binds to a moved tensor (none is a parameter)."""
+def _moved_names(rule, scope: Union[cst.FunctionDef, cst.Module]) -> frozenset[str]:
+    """The names every assignment of a function (none a parameter) or of a module's top
+    level binds to a moved tensor."""
     found = _Assignments()
-    function.body.visit(found)
-    params = {p.name.value for p in (*function.params.params, *function.params.posonly_params,
-                                      *function.params.kwonly_params)}
+    if isinstance(scope, cst.Module):
+        for statement in scope.body:
+            statement.visit(found)
+        params: set[str] = set()
+    else:
+        scope.body.visit(found)
+        params = _parameters(scope)
     return frozenset(name for name, values in found.values.items()
                      if name not in params and all(_on_the_device(rule, v) for v in values))
+
+
+def _parameters(function: cst.FunctionDef) -> set[str]:
+    params = function.params
+    return {p.name.value for p in (*params.params, *params.posonly_params, *params.kwonly_params)} | {
+        p.name.value for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)}

@@ -12,6 +12,7 @@ import libcst as cst
 from porter.rulebase.needs import Needs
 from porter.rulebase.rule import Example, Rule, Safety, has_star_args, string_value
 from porter.rulebase.syntax import with_arg
+from porter.rulebase.walk import nodes_of
 
 # torch.cuda.<Type>Tensor -> the dtype it holds (torch/cuda/__init__.py, torch 2.13).
 _TYPES = {
@@ -180,12 +181,43 @@ class LegacyCudaTensor(Rule):
                 """),
             line=5, message="CUDA",
         ),
+        Example(  # YOLOX's COCOEvaluator: the type is a cast's argument, which refuses a stand-in
+            dedent("""\
+                import torch
+
+
+                def evaluate(self, model, half=False):
+                    tensor_type = torch.cuda.HalfTensor if half else torch.cuda.FloatTensor
+                    for imgs, _, info_imgs, ids in self.dataloader:
+                        imgs = imgs.type(tensor_type)
+                        outputs = model(imgs)
+                    return outputs
+                """),
+            line=5, message="off CUDA no tensor is an instance of it",
+        ),
     ]
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._calls: set[int] = set()  # func nodes of constructor calls handled in leave_Call
         self._casts: set[int] = set()  # types given to x.type(...)
+
+    def visit_Module(self, node: cst.Module) -> None:
+        # names given to a cast, `imgs.type(tensor_type)`: a legacy type assigned to one is a cast too
+        self._cast_names = {call.args[0].value.value for call in nodes_of(node, cst.Call)
+                            if isinstance(call.func, cst.Attribute) and call.func.attr.value == "type"
+                            and call.args and isinstance(call.args[0].value, cst.Name)}
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        """YOLOX's evaluator: `tensor_type = torch.cuda.HalfTensor if half else torch.cuda.FloatTensor`,
+        then `imgs.type(tensor_type)`, which refuses the runtime's stand-in: reported as a cast."""
+        names = [t.target.value for t in node.targets if isinstance(t.target, cst.Name)]
+        references = [ref for ref in nodes_of(node.value, (cst.Attribute, cst.Name)) if self.matches(ref)]
+        if not names or not references:
+            return
+        self.ctx.see_all_uses_of(names)  # a cast in a definition the engine left out
+        if any(name in getattr(self, "_cast_names", ()) for name in names):
+            self._casts.update(id(ref) for ref in references)
 
     def visit_Call(self, node: cst.Call) -> None:
         if self.matches(node.func):

@@ -127,17 +127,32 @@ def device_count() -> int:
     Off CUDA in one of several processes a launcher started on this machine
     (``LOCAL_WORLD_SIZE`` above 1, where the runtime runs each on the CPU), the local
     process count: each has a device of its own, as the launch assumed, so
-    ``assert device_count() > local_rank`` holds on every rank (yolov7, blind round 5)."""
+    ``assert device_count() > local_rank`` holds on every rank (yolov7, blind round 5).
+    The same for processes the program spawned itself once their group is made (the
+    group's size: YOLOX's ``assert num_gpus_per_machine <= device_count()`` in each
+    ``mp.start_processes`` worker, blind round 16)."""
     mod = _forward()
     if mod is not None:
         return int(mod.device_count())
     local = _compat.launch_world_size("LOCAL_WORLD_SIZE")
     if local > 1:
         return local
+    group = _group_size()
+    if group > 1:
+        return group
     if _on_mps():
         return int(torch.mps.device_count())
     return 1
 
+
+
+def _group_size() -> int:
+    """The default process group's size, 1 where there is none (off CUDA one machine
+    runs every process of a group the program spawned itself)."""
+    dist = getattr(torch, "distributed", None)
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return 1
+    return int(dist.get_world_size())
 
 
 def current_device() -> int:
@@ -214,6 +229,16 @@ def get_device_properties(device: Dev = None) -> Any:
         return DeviceProperties(device_name(), "mps",
                                 int(torch.mps.recommended_max_memory()), int(cores))
     return DeviceProperties(_cpu_name(), "cpu", _physical_memory(), os.cpu_count() or 0)
+
+
+def get_device_capability(device: Dev = None) -> tuple[int, int]:
+    """CUDA: torch.cuda.get_device_capability(device). Elsewhere ``(0, 0)``, the
+    ``major`` and ``minor`` of :func:`get_device_properties` there: the device has no CUDA
+    compute capability, so a test for at least one (``>= (8, 0)``, ``major >= 8``) takes
+    the code's path for GPUs older than it asks for, which is the one without a kernel."""
+    if _device.hardware_type() == "cuda":
+        return torch.cuda.get_device_capability(device)
+    return (0, 0)
 
 
 def fork_rng(*args: Any, **kwargs: Any) -> Any:

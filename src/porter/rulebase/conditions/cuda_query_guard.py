@@ -33,7 +33,7 @@ from porter.rulebase.walk import nodes_of
 CUDA_QUERIES = frozenset(f"torch.cuda.{n}" for n in (
     "is_bf16_supported", "get_device_capability", "get_device_properties", "get_device_name",
     "get_arch_list", "mem_get_info", "device_count")) | frozenset(f"porter_runtime.{n}" for n in (
-        "is_bf16_supported", "get_device_properties", "mem_get_info", "device_count"))
+        "is_bf16_supported", "get_device_properties", "get_device_capability", "mem_get_info", "device_count"))
 
 
 def shielded_check(rule: Rule, node: cst.BooleanOperation) -> Optional[cst.Call]:

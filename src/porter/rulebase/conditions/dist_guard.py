@@ -58,6 +58,17 @@ def _returns(body: cst.BaseSuite) -> bool:
     return isinstance(statements[-1].body[-1], cst.Return)
 
 
+def _elifs_return(orelse: Optional[cst.CSTNode]) -> bool:
+    """No ``elif`` / ``else``, or a chain of ``elif`` branches that each return too (VAR's
+    ``if not torch.cuda.is_available(): return`` / ``elif "RANK" not in os.environ:
+    ... return``): the setup after the chain is what a launch reaches."""
+    while isinstance(orelse, cst.If):
+        if not _returns(orelse.body):
+            return False
+        orelse = orelse.orelse
+    return orelse is None
+
+
 class _InitCall(cst.CSTVisitor):
     def __init__(self, rule) -> None:
         self.rule = rule
@@ -82,7 +93,7 @@ class _Guards(cst.CSTVisitor):
 
     def _scan(self, body) -> None:
         for i, stmt in enumerate(body):
-            if (isinstance(stmt, cst.If) and stmt.orelse is None and _returns(stmt.body)
+            if (isinstance(stmt, cst.If) and _returns(stmt.body) and _elifs_return(stmt.orelse)
                     and any(True for _ in guard_operands(self.rule, stmt.test)) and self._inits(body[i + 1:])):
                 self.found.add(id(stmt))
 
