@@ -7,6 +7,7 @@ from typing import Optional
 import libcst as cst
 
 from porter.rulebase.rule import Example, Needs, Rule, Safety
+from porter.rulebase.walk import nodes_of
 
 _TRITON_DECORATORS = frozenset({"triton.jit", "triton.autotune", "triton.heuristics"})
 
@@ -38,6 +39,13 @@ class _Launches(cst.CSTVisitor):
             self.found.setdefault(func.value.value, []).append((node, enclosing))
 
 
+def _returns_a_value(function: cst.FunctionDef) -> bool:
+    """A ``return x`` in the function's own body: a Triton kernel launched from Python
+    returns nothing, so this is a device function that kernels call."""
+    return any(r.value is not None and not (isinstance(r.value, cst.Name) and r.value.value == "None")
+               for r in nodes_of(function.body, cst.Return))
+
+
 class TritonKernel(Rule):
     """`@triton.jit` kernels are reported with their launch sites and any PyTorch path.
 
@@ -54,6 +62,10 @@ class TritonKernel(Rule):
     Fix safety:
     Review only: a kernel's PyTorch equivalent must be written (or an existing one
     selected) by a human who knows what the kernel computes.
+
+    A `@triton.jit` function that returns a value, or that another kernel of the file
+    calls and nothing launches, is a device function: the kernels that call it carry the
+    finding (fla's native-sparse-attention `_bitonic_merge`, blind round 16).
 
     Known limits:
     Launches through other names (a kernel stored in a dict, passed as an argument)
@@ -74,6 +86,10 @@ class TritonKernel(Rule):
         "def jit(fn):\n    return fn\n\n@jit\ndef add_kernel(x):\n    return x\n",
         "import mylib as triton\n\n@triton.jit\ndef add_kernel(x_ptr, n):\n    pass\n",
         "def make(triton):\n    @triton.jit\n    def k(x):\n        pass\n    return k\n",
+        # fla-org/native-sparse-attention's ops/utils.py: device functions, called by kernels
+        "import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef _compare_and_swap(x, ids, flip, i: tl.constexpr):\n"
+        "    return x, ids\n\n\n@triton.jit\ndef argsort(x, ids, dim: tl.constexpr):\n"
+        "    x, ids = _compare_and_swap(x, ids, 0, dim)\n    return x, ids\n",
     ]
     invalid = [
         Example(
@@ -97,9 +113,21 @@ class TritonKernel(Rule):
             return
         kernel = node.name.value
         launches = self._launch_sites().get(kernel, [])
+        if not launches and (_returns_a_value(node) or self._called_in_a_kernel(kernel)):
+            return  # a device function (`x, ids = _bitonic_merge(...)` inside a kernel): the kernel's finding covers it
         where = ", ".join(f"line {self._line(call)}" for call, _ in launches) or "not in this file"
         self.flag(node, f"Triton kernel `{kernel}` (launched: {where}) needs a CUDA GPU; Triton "
                   "does not install on a Mac", suggestion=self._suggestion(kernel, launches))
+
+    def _called_in_a_kernel(self, name: str) -> bool:
+        """Whether another ``@triton.jit`` function of this file calls ``name`` (a plain call)."""
+        for function in nodes_of(self.ctx.module, cst.FunctionDef):
+            if function.name.value == name or not any(
+                    _decorator_name(self, d) in _TRITON_DECORATORS for d in function.decorators):
+                continue
+            if any(isinstance(c.func, cst.Name) and c.func.value == name for c in nodes_of(function.body, cst.Call)):
+                return True
+        return False
 
     def _launch_sites(self) -> dict:
         if self._launches is None:
