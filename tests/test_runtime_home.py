@@ -589,3 +589,26 @@ def test_a_package_that_imports_itself_by_a_longer_name_imports_the_runtime_by_i
     proc = _runs(repo, "demo.py")
     assert proc.returncode == 0 and "torch.Size([4])" in proc.stdout, proc.stderr
     assert run_porter("migrate", repo, "--diff", "-q").stdout == b""
+
+
+def test_a_script_that_puts_the_working_folder_on_its_path_imports_the_runtime_after_that(tmp_path):
+    """EVA-CLIP's ``rei/training/main.py``, run as ``python training/main.py`` from ``rei/``:
+    its own ``sys.path.append(os.getcwd())`` makes ``training`` importable. The port once put
+    ``from training import porter_runtime`` above that line: broken on every machine, CUDA too
+    (blind round 16)."""
+    repo = _tree(tmp_path / "repo", {
+        "README.md": "cd EVA-CLIP/rei && python training/main.py\n",
+        "EVA-CLIP/rei/training/__init__.py": "",
+        "EVA-CLIP/rei/training/data.py": "def batches(n):\n    return list(range(n))\n",
+        "EVA-CLIP/rei/training/main.py": (
+            "import logging\nimport os\nimport sys\nfrom datetime import datetime\nsys.path.append(os.getcwd())\n\n"
+            "import torch\n\nfrom training.data import batches\n\n\n"
+            "def main():\n    x = torch.ones(len(batches(3))).cuda()\n    print('sum', float(x.sum()))\n\n\n"
+            "if __name__ == '__main__':\n    main()\n"),
+    })
+    assert run_porter("migrate", repo, "--write", "-q").returncode == 0
+    text = (repo / "EVA-CLIP/rei/training/main.py").read_text()
+    assert text.index("sys.path.append(os.getcwd())") < text.index("porter_runtime\n"), text
+    proc = _runs(repo / "EVA-CLIP/rei", "training/main.py")
+    assert proc.returncode == 0 and "sum 3.0" in proc.stdout, proc.stderr
+    assert run_porter("migrate", repo, "--diff", "-q").stdout == b""
