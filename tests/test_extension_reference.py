@@ -156,8 +156,12 @@ def test_the_float64_gradient_check_runs_on_the_host_under_mps_rules(ported: Pat
     so `.double()` stays float32 there and gradcheck (PT611) checks on the host in float64."""
     assert "porter_runtime.gradcheck(DeformScaleFunction.apply, (" in (
         ported / "models/ops/test.py").read_text()
-    code, data, _ = verify(ported, "--emulate", "mps", "--run", "cd models/ops && python test.py")
-    assert code == 0 and data["run"]["output"].split()[-4:] == ["test.py", "True", "gradcheck", "True"], data["run"]
+    # the run's own result: verify's import check of each module may time out on a loaded machine
+    _, data, _ = verify(ported, "--emulate", "mps", "--timeout", "600", "--run", "cd models/ops && python test.py")
+    run = data["run"]
+    lines = run["output"].splitlines()
+    assert not run["error"] and "test.py True" in lines and "gradcheck True" in lines, run
+    assert any("gradcheck runs on the CPU in float64" in line for line in lines), run  # the runtime says so once
 
 
 def test_where_the_extension_imports_the_kernel_runs_as_before(ported: Path, monkeypatch: pytest.MonkeyPatch):
