@@ -60,6 +60,16 @@ class IdleCudaImport(Rule):
             "    if torch.cuda.is_available():\n        raise\n\n\n"
             "def forward_attention(self, hidden_states):\n    return hidden_states\n",
         ),
+        Example(  # LongLoRA's gptneox_attn_replace.py: the kernel import is used (TP101's), the helpers' is not
+            "import torch\nfrom flash_attn import flash_attn_varlen_qkvpacked_func\n"
+            "from flash_attn.bert_padding import unpad_input, pad_input\n\n\n"
+            "def attend(qkv, cu, n):\n    return flash_attn_varlen_qkvpacked_func(qkv, cu, n, 0.0, causal=True)\n",
+            "import torch\nfrom flash_attn import flash_attn_varlen_qkvpacked_func\ntry:\n"
+            "    from flash_attn.bert_padding import unpad_input, pad_input\n"
+            "except ImportError:  # CUDA-only and unused in this module: off CUDA it is not needed\n"
+            "    if torch.cuda.is_available():\n        raise\n\n\n"
+            "def attend(qkv, cu, n):\n    return flash_attn_varlen_qkvpacked_func(qkv, cu, n, 0.0, causal=True)\n",
+        ),
     ]
 
     def leave_SimpleStatementLine(self, original: cst.SimpleStatementLine,

@@ -22,9 +22,11 @@ def guardable_unused(rule: Rule, line: cst.CSTNode) -> Optional[str]:
     CUDA-only package (flash_attn, xformers, apex, ...; not flash_attn's ``__version__``,
     which TP104 rewrites) whose names nothing in the module uses, after the module's
     ``import torch`` (the guard's CUDA test), and that no other module reads and no string
-    (an ``__all__``) names; else None. Every other import of the same package in the module
-    must be such a line too: beside ``import cutlass.cute as cute`` (used), guarding an idle
-    ``import cutlass`` changes nothing off CUDA."""
+    (an ``__all__``) names; else None. Every other import of the same module or of one of
+    its submodules must be such a line too: beside ``import cutlass.cute as cute`` (used),
+    guarding an idle ``import cutlass`` changes nothing off CUDA. An import of another part
+    of the package does not count (``from flash_attn import f``, whose calls the twins
+    take, beside an idle ``from flash_attn.bert_padding import ...``)."""
     module = rule.ctx.module
     if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1 or line not in module.body:
         return None
@@ -34,9 +36,9 @@ def guardable_unused(rule: Rule, line: cst.CSTNode) -> Optional[str]:
     body = list(module.body)
     if not any((found := lone_import(stmt)) is not None and found[0] == "torch" for stmt in body[:body.index(line)]):
         return None
-    root = name.split(".")[0]
     for other in nodes_of(module, (cst.Import, cst.ImportFrom)):
-        if other is line.body[0] or _package_of(other).split(".")[0] != root:
+        # another import of this module or of one of its submodules imports it too
+        if other is line.body[0] or not any(m == name or m.startswith(name + ".") for m in _modules_of(other)):
             continue
         if not any(stmt.body[0] is other for stmt in body
                    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1) \
@@ -45,12 +47,13 @@ def guardable_unused(rule: Rule, line: cst.CSTNode) -> Optional[str]:
     return name
 
 
-def _package_of(small: cst.CSTNode) -> str:
+def _modules_of(small: cst.CSTNode) -> list[str]:
+    """The modules an import statement imports (``import a.b, c``: a.b and c)."""
     if isinstance(small, cst.Import):
-        return ".".join(sorted({(dotted_name(a.name) or "").split(".")[0] for a in small.names}))
+        return [dotted_name(a.name) or "" for a in small.names]
     if isinstance(small, cst.ImportFrom) and not small.relative and small.module is not None:
-        return dotted_name(small.module) or ""
-    return ""
+        return [dotted_name(small.module) or ""]
+    return []
 
 
 def _unused_import(rule: Rule, small: cst.CSTNode) -> Optional[str]:
