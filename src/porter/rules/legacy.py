@@ -215,6 +215,8 @@ class LegacyCudaTensor(Rule):
         references = [ref for ref in nodes_of(node.value, (cst.Attribute, cst.Name)) if self.matches(ref)]
         if not names or not references:
             return
+        if isinstance(node.value, cst.IfExp) and not (self.matches(node.value.body) and self.matches(node.value.orelse)):
+            return  # PyTorch-GAN's `torch.cuda.FloatTensor if cuda else torch.FloatTensor`: off CUDA the CPU type is cast to
         self.ctx.see_all_uses_of(names)  # a cast in a definition the engine left out
         if any(name in getattr(self, "_cast_names", ()) for name in names):
             self._casts.update(id(ref) for ref in references)
