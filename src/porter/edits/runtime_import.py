@@ -212,7 +212,8 @@ def _sorted_place(module: cst.Module, statement: str, package: str, first_party:
     blocks = [(i, min(j, first_use)) for i, j in blocks if i < first_use]
     # A package the file's own `sys.path.append(os.getcwd())` makes importable (EVA-CLIP's
     # training/main.py, run as `python training/main.py`): the import comes after that edit.
-    edits = [k for k in range(start, min(first_use, len(body))) if _is_path_edit(body[k])]
+    used = next((k for k in range(start, len(body)) if _uses_runtime_at_import(body[k])), len(body))
+    edits = [k for k in range(start, min(first_use, used)) if _is_path_edit(body[k])]
     if edits and package:
         blocks = [(i, j) for i, j in blocks if i > edits[-1]]
         if not blocks:
