@@ -201,6 +201,7 @@ class LegacyCudaTensor(Rule):
         super().__init__(ctx)
         self._calls: set[int] = set()  # func nodes of constructor calls handled in leave_Call
         self._casts: set[int] = set()  # types given to x.type(...)
+        self._cast_names: set[str] = set()  # names given to x.type(...) (visit_Module)
 
     def visit_Module(self, node: cst.Module) -> None:
         # names given to a cast, `imgs.type(tensor_type)`: a legacy type assigned to one is a cast too
@@ -218,7 +219,7 @@ class LegacyCudaTensor(Rule):
         if isinstance(node.value, cst.IfExp) and not (self.matches(node.value.body) and self.matches(node.value.orelse)):
             return  # PyTorch-GAN's `torch.cuda.FloatTensor if cuda else torch.FloatTensor`: off CUDA the CPU type is cast to
         self.ctx.see_all_uses_of(names)  # a cast in a definition the engine left out
-        if any(name in getattr(self, "_cast_names", ()) for name in names):
+        if any(name in self._cast_names for name in names):
             self._casts.update(id(ref) for ref in references)
 
     def visit_Call(self, node: cst.Call) -> None:

@@ -107,6 +107,7 @@ class TritonKernel(Rule):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._launches: Optional[dict] = None
+        self._kernel_calls: Optional[dict[str, set[str]]] = None  # kernel -> the names it calls
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         if not any(_decorator_name(self, d) in _TRITON_DECORATORS for d in node.decorators):
@@ -121,13 +122,13 @@ class TritonKernel(Rule):
 
     def _called_in_a_kernel(self, name: str) -> bool:
         """Whether another ``@triton.jit`` function of this file calls ``name`` (a plain call)."""
-        for function in nodes_of(self.ctx.module, cst.FunctionDef):
-            if function.name.value == name or not any(
-                    _decorator_name(self, d) in _TRITON_DECORATORS for d in function.decorators):
-                continue
-            if any(isinstance(c.func, cst.Name) and c.func.value == name for c in nodes_of(function.body, cst.Call)):
-                return True
-        return False
+        if self._kernel_calls is None:
+            self._kernel_calls = {}
+            for function in nodes_of(self.ctx.module, cst.FunctionDef):
+                if any(_decorator_name(self, d) in _TRITON_DECORATORS for d in function.decorators):
+                    self._kernel_calls[function.name.value] = {
+                        c.func.value for c in nodes_of(function.body, cst.Call) if isinstance(c.func, cst.Name)}
+        return any(name in called for kernel, called in self._kernel_calls.items() if kernel != name)
 
     def _launch_sites(self) -> dict:
         if self._launches is None:

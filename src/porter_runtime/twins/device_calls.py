@@ -149,10 +149,7 @@ def device_count() -> int:
 def _group_size() -> int:
     """The default process group's size, 1 where there is none (off CUDA one machine
     runs every process of a group the program spawned itself)."""
-    dist = getattr(torch, "distributed", None)
-    if dist is None or not dist.is_available() or not dist.is_initialized():
-        return 1
-    return int(dist.get_world_size())
+    return int(torch.distributed.get_world_size()) if _device._group_initialized() else 1
 
 
 def current_device() -> int:
