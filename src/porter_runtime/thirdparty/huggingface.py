@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import copyreg
 import dataclasses
+import functools
 import json
 import os
+import sys
 
 from typing import Any, Optional, TypeVar
 
-from .. import _device, _gloo_teardown, _log
+import torch
+
+from .. import _device, _gloo_teardown, _log, _master
 from . import libs as _thirdparty_libs
 
 T = TypeVar("T")
@@ -132,7 +136,10 @@ def training_arguments(args: Any) -> None:
     states: accelerate's plugin looks for a CUDA, XPU or NPU device for that broadcast
     ("no available devices found"), and every rank loads the same weights anyway;
     ``deepspeed`` (a ZeRO config) is unset with a warning: DeepSpeed has no MPS support and
-    accelerate's DeepSpeed path fails on the CPU, so Trainer trains without ZeRO;
+    accelerate's DeepSpeed path fails on the CPU, so Trainer trains without ZeRO, and its
+    optimizer steps float32 copies of the half-precision parameters it trains, as ZeRO's
+    master weights do (:func:`_master_weights`; ``fp16``, which Trainer's AMP refuses on
+    float16 parameters, asks the same for them);
     ``use_liger_kernel`` (open-r1's SFT configs) is unset with a warning: Liger's fused
     layers are Triton kernels, and the model's own layers compute the same loss. On the CPU
     accelerate is told its device is plain ``"cpu"`` (``ACCELERATE_TORCH_DEVICE``; its
@@ -150,6 +157,10 @@ def training_arguments(args: Any) -> None:
         args.optim = "adamw_torch"
     _gloo_teardown.release_gloo_at_exit()  # accelerate's Gloo group, which Trainer code never destroys
     if (getattr(args, "fp16", False) or getattr(args, "fp16_full_eval", False)) and _fp16_refused():
+        if getattr(args, "fp16", False):
+            # on CUDA, Trainer's fp16 AMP refuses float16 parameters ("Attempting to unscale FP16
+            # gradients"): such a run trained them through DeepSpeed's float32 master weights
+            _master_weights(args, (torch.float16,))
         _fp16_off_cuda(args)
     if _device.device_type() == "cpu":
         # accelerate's multi-CPU state names its device "cpu:<rank>", which Trainer's resume
@@ -172,6 +183,7 @@ def training_arguments(args: Any) -> None:
                        "CUDA GPUs (DeepSpeed does not support MPS, and accelerate's DeepSpeed path fails on the "
                        "CPU); left unset: Trainer trains without ZeRO (a launch of several processes is plain DDP)")
         args.deepspeed = None
+        _master_weights(args, (torch.float16, torch.bfloat16))  # what ZeRO's fp16 / bf16 optimizers keep
     if getattr(args, "use_liger_kernel", False):
         _log.warn_once("training_arguments.liger", "TrainingArguments: use_liger_kernel=True asks for Liger's "
                        "Triton kernels, which need a CUDA GPU (Trainer raises where liger-kernel can't be "
@@ -184,6 +196,39 @@ def training_arguments(args: Any) -> None:
             args.fsdp_config = {**config, "sync_module_states": "false"}
             _log.info_once("training_arguments.fsdp", "TrainingArguments: FSDP does not sync module states here "
                            "(no CUDA device for the broadcast); every rank loads the same weights")
+
+
+def _master_weights(args: Any, dtypes: tuple) -> None:
+    """Off CUDA, where the run would have trained half-precision parameters through
+    float32 master weights (DeepSpeed's, which the runtime takes out): Trainer's optimizer
+    steps float32 copies of its trainable parameters of ``dtypes`` instead
+    (:func:`porter_runtime._master.keep_float32_master`), so a model loaded in float16
+    (``--torch_dtype float16``) does not turn NaN at its first AdamW step. Only a Trainer
+    the script has imported (``transformers.trainer``) is hooked, and only for these arguments."""
+    kept = tuple(getattr(args, "_porter_master_dtypes", ()))
+    object.__setattr__(args, "_porter_master_dtypes", kept + tuple(d for d in dtypes if d not in kept))
+    trainer = getattr(sys.modules.get("transformers.trainer"), "Trainer", None)
+    create = getattr(trainer, "create_optimizer_and_scheduler", None)
+    if create is None or getattr(create, "_porter_master", False):
+        return
+
+    @functools.wraps(create)
+    def create_optimizer_and_scheduler(self: Any, *a: Any, **kw: Any) -> Any:
+        result = create(self, *a, **kw)
+        dtypes = getattr(getattr(self, "args", None), "_porter_master_dtypes", ())
+        optimizer = getattr(self, "optimizer", None)
+        optimizer = getattr(optimizer, "optimizer", optimizer)  # accelerate's AcceleratedOptimizer wraps it
+        if dtypes and optimizer is not None:
+            count = _master.keep_float32_master(optimizer, dtypes)
+            if count:
+                _log.warn_once("training_arguments.master", f"Trainer: {count} trainable parameters are "
+                               f"{'/'.join(str(d).replace('torch.', '') for d in dtypes)}; the optimizer steps float32 "
+                               "copies of them and writes them back, as DeepSpeed's master weights do on CUDA "
+                               "(AdamW on float16 parameters turns them NaN)")
+        return result
+
+    create_optimizer_and_scheduler._porter_master = True  # type: ignore[attr-defined]
+    trainer.create_optimizer_and_scheduler = create_optimizer_and_scheduler
 
 
 def _fsdp_config(config: Any) -> Optional[dict]:
