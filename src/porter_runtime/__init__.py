@@ -49,7 +49,7 @@ _EXPORTS = {
     "flash_attn_backward": "attn.internals", "flash_attn_varlen_backward": "attn.internals",
     "apply_rotary_emb": "attn.flash_ops", "index_first_axis": "attn.flash_ops", "layer_norm_fn": "attn.flash_ops",
     "pad_input": "attn.flash_ops", "rms_norm_fn": "attn.flash_ops", "unpad_input": "attn.flash_ops",
-    "as_tensor": "_cast", "double": "_cast", "to_dtype": "_cast", "gradcheck": "_cast", "gradgradcheck": "_cast",
+    "as_tensor": "_cast", "double": "_cast", "double_here": "_cast", "to_dtype": "_cast", "gradcheck": "_cast", "gradgradcheck": "_cast",
     "compile": "_compile",
     "dataloader_kwargs": "_data", "map_location": "_data", "mpi_workers": "_data", "pin_memory": "_data",
     "pin_memory_device": "_data", "pin_tensor": "_data", "to_device": "_data", "unguarded_workers": "_data",

@@ -22,6 +22,24 @@ def double(obj: T) -> T:
     return obj.float()  # type: ignore[attr-defined]
 
 
+def double_here(obj: T) -> T:
+    """Twin of ``obj.double()`` where ``obj`` may already be on the device (a loss summed
+    for a report, ``(pred == y).double().mean()``).
+
+    ``obj.double()`` on CUDA and for anything that is not an MPS tensor (a CPU tensor
+    keeps float64 on a Mac too; a module casts as ``.double()`` does). An MPS tensor,
+    which can't hold float64, gets float32 instead, warned once (``supported_dtype``).
+    Unlike :func:`double`, which decides by the device the run resolved to (for what is
+    about to move there), this asks the object where it is.
+    """
+    device = getattr(obj, "device", None)
+    if isinstance(device, torch.device) and device.type != "cuda" and _device.kind_of(device) == "mps":
+        dtype = _dtypes.supported_dtype(torch.float64, device)
+        if dtype != torch.float64:
+            return obj.to(dtype)  # type: ignore[attr-defined, no-any-return]
+    return obj.double()  # type: ignore[attr-defined, no-any-return]
+
+
 def to_dtype(obj: T, dtype: torch.dtype) -> T:
     """Twin of ``obj.to(dtype)`` for a float64 / complex128 ``dtype``, where ``obj`` may
     be on the device (``logits.to(torch.float64)`` in a loss).

@@ -270,6 +270,43 @@ def test_a_float64_cast_of_a_device_tensor_runs_through_to_dtype(emulated, monke
         assert porter_runtime.to_dtype(host, torch.float64).dtype == torch.float64  # the host keeps float64
 
 
+def test_a_move_to_the_device_a_tensor_is_on_returns_it_as_mps_does(emulated, monkeypatch):
+    # PixArt-alpha's T5 load (blind round 17): accelerate sets each weight as
+    # `param_cls(value.to(d)).to(d)`; on MPS the second move returns the Parameter itself, and
+    # torch's own .to("cpu:0") of a CPU tensor copied it into a plain Tensor (tie_weights then raised)
+    monkeypatch.setattr(torch.Tensor, "cpu", torch.Tensor.cpu)
+    monkeypatch.setattr(torch.Tensor, "to", torch.Tensor.to)
+    monkeypatch.setattr(torch.Tensor, "device", torch.Tensor.device)
+    _emulate.patch_host_moves()
+    with contract():
+        weight = torch.nn.Parameter(torch.randn(4, 2).to(emulated))
+        for spelled in (emulated, "mps", "mps:0", torch.device("mps")):
+            assert weight.to(spelled) is weight and weight.to(device=spelled) is weight
+        half = weight.to(emulated, torch.float16)
+        assert half is not weight and half.dtype == torch.float16 and half.device == emulated
+        assert weight.to(emulated, copy=True) is not weight
+        host = weight.to("cpu")
+        assert host is not weight and host.device == torch.device("cpu")  # still a copy to the host
+
+
+def test_a_double_of_a_device_tensor_runs_through_double_here(emulated, monkeypatch):
+    # PT612's stand-in: 2D Gaussian Splatting's `l1_loss(image, gt).mean().double()` raises on MPS
+    monkeypatch.setattr(torch.Tensor, "cpu", torch.Tensor.cpu)
+    monkeypatch.setattr(torch.Tensor, "to", torch.Tensor.to)
+    monkeypatch.setattr(torch.Tensor, "device", torch.Tensor.device)
+    _emulate.patch_host_moves()
+    with contract():
+        loss = (torch.rand(4).to(emulated) - torch.rand(4).to(emulated)).abs().mean()
+        with pytest.raises(TypeError, match="Cannot convert a MPS Tensor to float64"):
+            loss.double()
+        with pytest.warns(UserWarning, match="float32 instead of torch.float64 on mps"):
+            cast = porter_runtime.double_here(loss)
+        assert cast.dtype == torch.float32 and cast.device == emulated and torch.equal(cast, loss)
+        host = torch.ones(2)
+        assert porter_runtime.double_here(host).dtype == torch.float64  # the host keeps float64
+        assert porter_runtime.double_here(torch.nn.Linear(2, 2)).weight.dtype == torch.float64  # a host module too
+
+
 def test_in_a_process_that_runs_on_the_cpu_cpu0_is_the_cpu(monkeypatch):
     # a 2-process launch resolves to the CPU (Gloo cannot send MPS tensors); accelerate's
     # multi-CPU device there is torch.device("cpu", 0), the emulated device's spelling

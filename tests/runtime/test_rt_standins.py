@@ -188,6 +188,16 @@ def test_sdpa_kernel_says_once_what_it_cannot_keep(simulate):
             assert _switches() == (True, True)
 
 
+def test_double_here_is_the_objects_own_double_on_cuda_and_on_the_cpu(simulate):
+    for machine in ("cuda", "cpu", "mps"):  # "mps": the run resolved there, but these tensors are on the host
+        simulate(machine)
+        x = torch.arange(3.0)
+        y = porter_runtime.double_here(x)
+        assert y.dtype == torch.float64 and torch.equal(y, x.double())
+        module = torch.nn.Linear(2, 2)
+        assert porter_runtime.double_here(module) is module and module.weight.dtype == torch.float64
+
+
 def test_to_dtype_is_the_tensors_own_cast_on_cuda_and_on_the_cpu(simulate):
     for machine in ("cuda", "cpu"):
         simulate(machine)

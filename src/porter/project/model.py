@@ -40,7 +40,7 @@ from porter.project.value_flow import build as build_flow
 from porter.rulebase.cuda_packages import COMPILED
 
 #: The methods whose override a rewrite must not skip.
-OVERRIDABLE = ("cuda", "to")
+OVERRIDABLE = ("cuda", "to", "double")
 
 
 @dataclass
@@ -135,6 +135,10 @@ class ProjectModel:
 
     def overrides_method(self, class_name: str, method: str) -> bool:
         return method in self.overrides.get(class_name, ())
+
+    def defines_method(self, method: str) -> bool:
+        """Whether some class of the tree defines ``method`` (one of ``OVERRIDABLE``)."""
+        return any(method in methods for methods in self.overrides.values())
 
     def name_kind(self, scope: Scope, name: str) -> Optional[Kind]:
         return self.flow.name_kind(scope, name)

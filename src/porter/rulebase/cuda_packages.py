@@ -29,6 +29,9 @@ class CudaPackage:
     compiled: tuple[str, ...] = ()
 
 
+#: What replaces a Gaussian-splatting rasteriser (diff_gaussian_rasterization and its forks).
+_SPLATTING = "a PyTorch Gaussian-splatting rasteriser (gsplat's torch path) off CUDA"
+
 PACKAGES: tuple[CudaPackage, ...] = (
     CudaPackage(("flash_attn",), ("flash-attn",),
                 "porter_runtime.attention (flash_attn's Python API on torch's scaled_dot_product_attention)",
@@ -95,8 +98,11 @@ PACKAGES: tuple[CudaPackage, ...] = (
     # Graphics and 3-D kernels.
     CudaPackage(("tinycudann",), (), "a torch.nn MLP and a PyTorch hash-grid encoding off CUDA"),
     CudaPackage(("nvdiffrast",), ("nvdiffrast",), "a PyTorch rasteriser (pytorch3d's) off CUDA"),
-    CudaPackage(("diff_gaussian_rasterization", "simple_knn"), (),
-                "a PyTorch Gaussian-splatting rasteriser (gsplat's torch path) off CUDA"),
+    CudaPackage(("diff_gaussian_rasterization",), (), _SPLATTING),
+    CudaPackage(("simple_knn",), (),
+                "distCUDA2(points) is each point's mean squared distance to its 3 nearest neighbours: "
+                "torch.cdist(points, points).topk(4, largest=False).values[:, 1:].pow(2).mean(-1) "
+                "(in chunks of points for a large cloud) off CUDA"),
     CudaPackage(("auto_gptq",), ("auto-gptq",), "load the unquantised model off CUDA"),
     CudaPackage(("exllamav2",), ("exllamav2",), "load the unquantised model off CUDA"),
     CudaPackage((), ("tensorflow-gpu",),  # imported as tensorflow, which installs anywhere
@@ -142,8 +148,12 @@ IMPORT_ROOTS = frozenset(name for p in PACKAGES for name in p.imports if "." not
 #: Compiled CUDA extension module names, by the package that builds them.
 COMPILED = {name: p for p in PACKAGES for name in p.compiled}
 
-#: How a compiled CUDA extension is usually named when the table doesn't know it.
-_COMPILED_NAME = re.compile(r"^(?:\w+_cuda(?:_lib|_ext|_kernels?)?|cuda_\w+_ext|\w+_cuda\d*)$")
+#: How a compiled CUDA extension is usually named when the table doesn't know it. The forks of
+#: diff_gaussian_rasterization keep its name's shape (2DGS's diff_surfel_rasterization,
+#: diff_gaussian_rasterization_depth, PGSR's diff_plane_rasterization): each is a CUDA build.
+_COMPILED_NAME = re.compile(r"^(?:\w+_cuda(?:_lib|_ext|_kernels?)?|cuda_\w+_ext|\w+_cuda\d*"
+                            r"|diff_\w*rasteri[sz]ation\w*)$")
+_RASTERISER_FORK = re.compile(r"^diff_\w*rasteri[sz]ation\w*$")
 
 _BY_IMPORT = {name: p for p in PACKAGES for name in p.imports}
 
@@ -202,6 +212,8 @@ def advice_for(module: str) -> str:
     specific = COMPILED_ADVICE.get(module.split(".")[0])
     if specific is not None:
         return specific
+    if _RASTERISER_FORK.match(module.split(".")[0]):
+        return _SPLATTING
     found = package_for(module)
     if found is not None:
         return found.advice

@@ -48,7 +48,8 @@ class CudaAvailableGuard(GuardDecisions, AvailabilityRoles, Rule):
     porter.rulebase.conditions.name_choice): off CUDA the CPU name, which runs. Every
     other use (`use_cuda = torch.cuda.is_available()`, `assert`, `not ...`, a guard
     around CUDA-only code) is reported with a suggestion, except where the answer is
-    only printed (`print(...)`, an f-string) and where it is a requirement
+    only printed (`print(...)`, an f-string) or only composes a message (`if not
+    torch.cuda.is_available(): DESCRIPTION += "Running on CPU"`: a note), and where it is a requirement
     (`assert torch.cuda.is_available()`, `if not ...: raise`): PT903's.
 
     Why:
@@ -477,6 +478,16 @@ class CudaAvailableGuard(GuardDecisions, AvailabilityRoles, Rule):
                         buffer = torch.ones(4, device="cuda")
                 """),
             line=7, message="a test skipped off CUDA: for information",
+        ),
+        Example(  # PixArt-alpha's gradio demos (blind round 17): the guard only extends the page's text
+            dedent("""\
+                import torch
+
+                DESCRIPTION = "# PixArt-Alpha 1024px"
+                if not torch.cuda.is_available():
+                    DESCRIPTION += "\\n<p>Running on CPU: this demo does not work on CPU.</p>"
+                """),
+            line=4, message="only composes a message",
         ),
         Example(  # a CUDA-only flag is harmless elsewhere: device-neutral code next to it is ported
             dedent("""\

@@ -7,13 +7,12 @@ from textwrap import dedent
 import libcst as cst
 
 from porter.rulebase.evidence import CallsMethod, InFile, Uses
+from porter.rulebase.families.dtypes.host import on_host
 from porter.rulebase.rule import Example, Needs, Rule, Safety
 from porter.rulebase.syntax import DeviceMoves
 
 #: What MPS has no kernel for at all (bfloat16 it has from macOS 14: PT604's).
 _FLOAT64 = frozenset({"torch.float64", "torch.double", "torch.complex128", "torch.cdouble"})
-#: Receivers that are visibly on the host: their float64 is fine on every machine.
-_HOST = frozenset({"cpu", "numpy", "from_numpy", "as_tensor", "tensor"})
 
 
 class Float64Cast(DeviceMoves, Rule):
@@ -40,7 +39,7 @@ class Float64Cast(DeviceMoves, Rule):
     `_counter_dtype = torch.float64`, then `moments.to(_counter_dtype)`) is followed.
 
     Known limits:
-    `.double()` is PT606's (next to a move), a move and a cast in one call PT604's. A
+    `.double()` is PT606's next to a move and PT612's elsewhere; a move and a cast in one call PT604's. A
     dtype reached through a function argument or an attribute is not followed.
     """
 
@@ -132,7 +131,7 @@ class Float64Cast(DeviceMoves, Rule):
             return updated
         if not self._float64(arg.value) or self.qualname(func.value) is not None:
             return updated  # not a float64 dtype, or a module's `to(...)` function
-        if self.beside_device_move(original) or _on_host(func.value):
+        if self.beside_device_move(original) or on_host(func.value):
             return updated  # next to a move: PT604's `supported_dtype`; or on the host, where float64 is fine
         assert isinstance(updated.func, cst.Attribute)
         new = self.runtime_call("to_dtype", updated.func.value, updated.args[0].value)
@@ -191,18 +190,3 @@ def _assigned_names(module: cst.Module) -> list[str]:
             names.extend(n.name.value for n in node.names)
         stack.extend(code_children(node))
     return names
-
-
-def _on_host(node: cst.BaseExpression) -> bool:
-    """A call chain that visibly ends on the host: ``x.cpu()``, ``t.numpy()``,
-    ``torch.from_numpy(a)``, ``torch.tensor(...)`` anywhere along it."""
-    while isinstance(node, cst.Call):
-        func = node.func
-        if isinstance(func, cst.Name):
-            return func.value in _HOST
-        if not isinstance(func, cst.Attribute):
-            return False
-        if func.attr.value in _HOST:
-            return True
-        node = func.value
-    return False

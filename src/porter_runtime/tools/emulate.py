@@ -24,9 +24,8 @@ marked tensor's ``.device`` is the emulated device, so ``device=x.device`` and
 ``.to(x.device)`` stay on it; ``torch.as_tensor(x, device="cpu")`` is a host copy too,
 and ``torch.tensor(data, device=d)`` / ``torch.as_tensor(data, device=d)`` are on the
 device.
-Known gaps: threads other than the one that imported the
-runtime are not checked (the mode is per thread); numerics and speed are the CPU's,
-not MPS's.
+Known gaps: threads other than the one that imported the runtime are not checked (the
+mode is per thread); numerics and speed are the CPU's, not MPS's.
 """
 from __future__ import annotations
 
@@ -258,9 +257,8 @@ def _gloo_error(func: Any, tensors: list) -> str:
 
 
 def _to_host(tensor: torch.Tensor, moved: torch.Tensor) -> torch.Tensor:
-    """``moved`` (the result of ``.cpu()`` / ``.to("cpu")``): on a Mac a device tensor's
-    move to the host is a copy; here the CPU returns the tensor itself, so copy it and
-    leave the copy unmarked."""
+    """``moved`` (the result of ``.cpu()`` / ``.to("cpu")``): on a Mac a device tensor's move to the
+    host is a copy; here the CPU returns the tensor itself, so copy it and leave the copy unmarked."""
     if moved is not tensor or not _marked(tensor):
         return moved
     copy = tensor.clone()
@@ -293,6 +291,8 @@ def patch_host_moves() -> None:
         return _to_host(self, cpu(self, *args, **kwargs))
 
     def move(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        if _marked(self) and mps_names.to_the_same_place(args, kwargs):
+            return self  # to the device it is on: the tensor itself, as on MPS
         moved = to(self, *args, **kwargs)
         return _to_host(self, moved) if _names_host(args, kwargs) else moved
 

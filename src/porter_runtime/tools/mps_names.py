@@ -136,6 +136,16 @@ def _names_the_device(device: Any) -> bool:
     return isinstance(device, torch.device) and device == _device.EMULATED
 
 
+def to_the_same_place(args: tuple, kwargs: dict) -> bool:
+    """Whether ``.to(*args, **kwargs)`` only names the emulated device (``non_blocking`` aside):
+    for a tensor already there, MPS returns the tensor itself, where torch takes ``cpu:0`` for
+    another place than a CPU tensor's ``cpu`` and copies (accelerate's ``param_cls(value.to(d)).to(d)``
+    then loses the Parameter: PixArt-alpha's T5 load with a device_map)."""
+    if set(kwargs) - {"device", "non_blocking"} or len(args) + ("device" in kwargs) != 1:
+        return False
+    return _names_the_device(kwargs["device"] if "device" in kwargs else args[0])
+
+
 class _OnTheDevice:
     """A safetensors file opened on the CPU whose tensors come out on the emulated device."""
 

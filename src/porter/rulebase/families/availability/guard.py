@@ -102,6 +102,11 @@ class GuardDecisions:
         if availability_test(self, test) is False and isinstance(original, cst.If) and _skips_test(original.body):
             self.note(test, f"{NOTE}; a test skipped off CUDA: for information", suggestion=SUGGESTION)
             return updated
+        if availability_test(self, test) is False and isinstance(original, cst.If) and original.orelse is None \
+                and _only_messages(original.body):
+            self.note(test, f"{NOTE}; the code it guards only composes a message (a demo's \"Running on CPU\" "
+                      "banner), which a Mac also shows: for information", suggestion=f"if not {SUGGESTION}:")
+            return updated
         if availability_test(self, test) is False:
             self._report(test, NOTE + "; code it guards now runs on a Mac",
                       suggestion=f"if not {SUGGESTION}:")
@@ -254,3 +259,24 @@ def _skips_test(body: cst.BaseSuite) -> bool:
     func = call.func if isinstance(call, cst.Call) else call
     return func is not None and dotted_name(func) in _SKIPS
 
+
+
+#: What a message is made of: string literals, f-strings and their concatenation.
+_TEXT = (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
+
+
+def _only_messages(body: cst.BaseSuite) -> bool:
+    """Whether a block only sets or extends names with text (gradio demos' ``if not
+    torch.cuda.is_available(): DESCRIPTION += "<p>Running on CPU ...</p>"``): no device,
+    model or option is chosen there."""
+    lines = body.body if isinstance(body, cst.IndentedBlock) else [body]
+    smalls = [s for line in lines for s in (line.body if isinstance(line, (cst.SimpleStatementLine,
+                                                                             cst.SimpleStatementSuite)) else [None])]
+    return bool(smalls) and all(isinstance(s, (cst.Assign, cst.AugAssign, cst.AnnAssign)) and _is_text(s.value)
+                                for s in smalls)
+
+
+def _is_text(node) -> bool:
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+        return _is_text(node.left) and _is_text(node.right)
+    return isinstance(node, _TEXT)
