@@ -34,6 +34,7 @@ from porter.project.flags import cuda_device_options, import_probes, unread_flag
 from porter.project.import_fallbacks import caught_triton_modules
 from porter.project.known_modules import extension_importers, extension_names
 from porter.project.loaders import mapped_wrappers
+from porter.project.options import opt_in_options
 from porter.project.unreached import other_vendor_modules, unreached_modules
 from porter.project.value_flow import FlowFacts, Kind, Scope
 from porter.project.value_flow import build as build_flow
@@ -92,6 +93,9 @@ class ProjectModel:
     #: a YAML config of the tree builds a Lightning Trainer (``_target_: pytorch_lightning.Trainer``),
     #: which ``hydra.utils.instantiate(config.trainer)`` makes (TP403)
     lightning_trainer_configs: bool = False
+    #: dest -> option of each ``store_true`` option no command of the tree turns on (porter.project.options):
+    #: code under ``if args.<dest>:`` runs only for a user who asks (porter.engine.stages.notes). Whole trees only
+    opt_in_options: dict[str, str] = field(default_factory=dict)
     #: the folders of nested projects (_nested_bases), found once
     _bases: Optional[tuple] = field(default=None, repr=False, compare=False)
 
@@ -206,7 +210,8 @@ def build_from(sources: Mapping[str, bytes], texts: Optional[Mapping[str, bytes]
                         built_extensions=frozenset(built),
                         lightning_trainer_configs=any(_LIGHTNING_TARGET.search(data) for rel, data in (texts or {}).items()
                                                       if rel.endswith((".yaml", ".yml"))),
-                        extension_importers=extension_importers(sources, built | set(COMPILED)))
+                        extension_importers=extension_importers(sources, built | set(COMPILED)),
+                        opt_in_options={} if texts is None else opt_in_options(sources, texts))
 
 
 def _built_extensions(sources: Mapping[str, bytes]) -> set[str]:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-from typing import Callable, Collection, Optional, Sequence
+from typing import Callable, Collection, Mapping, Optional, Sequence
 
 from porter.rulebase.conditions.guards import Region, cuda_regions, guard_ported, parse, within
 from porter.rulebase.conditions.import_tails import import_tails, top_level_cuda_import
@@ -209,3 +209,38 @@ def one_per_setting(files: Sequence, codes: Collection[str]) -> None:
                                               "covers them)")
             changed.append(finding)
         item.findings = changed
+
+
+def opt_in_notes(findings: Sequence[Finding], data: bytes, options: Mapping[str, str]) -> list[Finding]:
+    """``findings`` with each one that needs a human, but lies in the body of ``if
+    args.use_8bit_adam:`` (alone or in an ``and``), made a note, where ``options`` (dest ->
+    option: ProjectModel.opt_in_options) says no command of the tree turns that
+    ``store_true`` option on: the code runs only for a user who asks for it."""
+    if not options or not any(f.needs_human for f in findings):
+        return list(findings)
+    tree = parse(data) if any(dest.encode() in data for dest in options) else None
+    if tree is None:
+        return list(findings)
+    blocks: list[tuple[int, int, int, str]] = []  # first and last line of a body, the `if` line, the option
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and node.body:
+            dest = _opt_in_test(node.test, options)
+            if dest is not None:
+                blocks.append((node.body[0].lineno, node.body[-1].end_lineno or node.body[-1].lineno,
+                               node.lineno, options[dest]))
+    if not blocks:
+        return list(findings)
+    out = []
+    for f in findings:
+        block = next((b for b in blocks if b[0] <= f.line <= b[1]), None) if f.needs_human else None
+        out.append(f if block is None else dataclasses.replace(
+            f, severity=INFO, message=f"{f.message} (for information: code run only with `{block[3]}`, an option "
+                                      f"that is off by default and that no command of the repository passes, "
+                                      f"line {block[2]})"))
+    return out
+
+
+def _opt_in_test(test: ast.expr, options: Mapping[str, str]) -> Optional[str]:
+    """The dest of ``args.<dest>`` when it is the test, or an operand of its ``and``."""
+    operands = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+    return next((o.attr for o in operands if isinstance(o, ast.Attribute) and o.attr in options), None)

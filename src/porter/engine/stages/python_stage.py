@@ -27,7 +27,7 @@ from porter.edits.roundtrip import restore_untouched
 from porter.edits.runtime_import import add_runtime_import
 from porter.edits.unused_imports import remove_unused
 from porter.engine.stages.context import ignore_comments
-from porter.engine.stages.notes import cuda_only_notes, module_notes, restated_touchpoints
+from porter.engine.stages.notes import cuda_only_notes, module_notes, opt_in_notes, restated_touchpoints
 from porter.engine.options import Options
 from porter.engine.prefilter import SyntaxFacts, byte_candidates, candidate_rules
 from porter.engine.results import FileResult, SourceResult
@@ -67,6 +67,8 @@ def migrate_source(
     result.findings = cuda_only_notes(result.findings, data, keep, restating=restating,
                                       never_runs=project.never_runs_here(path) if project is not None else "",
                                       cuda_module=cuda_only_outside(project), ported=result.new)
+    if project is not None:
+        result.findings = opt_in_notes(result.findings, data, project.opt_in_options)
     return result
 
 
@@ -229,7 +231,8 @@ def add_ledger(result: FileResult, data: bytes, options: Options) -> None:
         extra = restated_touchpoints(extra, data, {f.line for f in result.findings if f.action == "rewrite"},
                                      cuda_only_outside(project), result.new)
         if extra and project is not None:  # a module that never runs off CUDA, as in migrate_source
-            extra = module_notes(extra, project.never_runs_here(result.path))
+            extra = opt_in_notes(module_notes(extra, project.never_runs_here(result.path)), data,
+                                 project.opt_in_options)
         if extra:
             result.findings = sorted(result.findings + extra, key=lambda f: (f.line, f.column, f.code))
 

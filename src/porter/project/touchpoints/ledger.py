@@ -226,6 +226,8 @@ def _suggestion(touchpoint: Touchpoint) -> str:
         "torch.cuda": "guard it with `if torch.cuda.is_available():` or use the porter_runtime equivalent",
         "cuda-method": "`.to(porter_runtime.device())`",
         "string": "porter_runtime.device() for a device, porter_runtime.dist_backend('nccl') for a backend",
+        "device-words": "the device the runtime resolved, by its bare name, as the first word: "
+                        "f\"{porter_runtime.device_type()} fp16\"",
         "env": "os.environ.get(...) with a default",
         "cpp-extension": "build the extension only where CUDA is present and keep a PyTorch path",
         "ddp-device": "device_ids only where the device is CUDA (None elsewhere)",

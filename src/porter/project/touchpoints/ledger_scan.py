@@ -18,6 +18,10 @@ from porter.rulebase.matching import ast_dotted_name
 _CUDA_WORD = re.compile(r"cuda|nccl", re.I)
 #: A device or backend spelled in a string: "cuda", "cuda:1", "cuda:{}", "nccl".
 _DEVICE_SPEC = re.compile(r"^\s*(cuda(:(\d+|\{\w*\}|%[ds]))?|nccl)\s*$")
+#: A specification that starts with a CUDA device and goes on with a precision: rwkv's strategy
+#: strings (``"cuda fp16"``, ``"cuda fp16i8 *10 -> cpu fp32"``), whose reader takes the first word
+#: for the device (ChatRWKV, blind round 17).
+_DEVICE_WORDS = re.compile(r"^\s*cuda(:\d+)?\s+(fp|bf|int|float|half|bfloat)\w*(\s|$)")
 _ENV = re.compile(r"^(CUDA_\w+|NCCL_\w+|PYTORCH_CUDA_ALLOC_CONF|PYTORCH_NO_CUDA_MEMORY_CACHING|TORCH_CUDA_ARCH_LIST)$")
 #: torch.cuda functions that answer without CUDA (checked on a CPU build of torch 2.13)
 _SAFE_CUDA = frozenset({
@@ -313,6 +317,9 @@ class Scanner:
         elif _DEVICE_SPEC.match(value) and not isinstance(self.parents.get(node), ast.JoinedStr):
             self._add(node, "string", repr(value), "names a CUDA device or the NCCL backend: CUDA-only where "
                       "it is used", self._string_use(node, value))
+        elif _DEVICE_WORDS.match(value) and not isinstance(self.parents.get(node), ast.JoinedStr):
+            self._add(node, "device-words", repr(value), "starts with a CUDA device, then a precision (a strategy "
+                      "string): what reads the device from its first word gets CUDA", self._string_use(node, ""))
 
     def _parameter_root(self, node: ast.AST) -> bool:
         """Whether the chain's first name is a parameter of a function around it
