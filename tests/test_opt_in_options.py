@@ -15,7 +15,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from porter.cli.app import cli
-from porter.project.options import opt_in_options
+from porter.project.flags import opt_in_options
 from test_cli import make_tree
 
 TRAIN = '''\

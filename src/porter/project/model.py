@@ -30,11 +30,10 @@ from typing import Iterable, Mapping, Optional
 
 from porter.files.apply import read_or_none
 from porter.project.cuda_gated import cuda_gated_modules
-from porter.project.flags import cuda_device_options, import_probes, unread_flags
+from porter.project.flags import cuda_device_options, import_probes, opt_in_options, unread_flags
 from porter.project.import_fallbacks import caught_triton_modules
 from porter.project.known_modules import extension_importers, extension_names
 from porter.project.loaders import mapped_wrappers
-from porter.project.options import opt_in_options
 from porter.project.unreached import other_vendor_modules, unreached_modules
 from porter.project.value_flow import FlowFacts, Kind, Scope
 from porter.project.value_flow import build as build_flow
@@ -93,7 +92,7 @@ class ProjectModel:
     #: a YAML config of the tree builds a Lightning Trainer (``_target_: pytorch_lightning.Trainer``),
     #: which ``hydra.utils.instantiate(config.trainer)`` makes (TP403)
     lightning_trainer_configs: bool = False
-    #: dest -> option of each ``store_true`` option no command of the tree turns on (porter.project.options):
+    #: dest -> option of each ``store_true`` option no command of the tree turns on (porter.project.flags):
     #: code under ``if args.<dest>:`` runs only for a user who asks (porter.engine.stages.notes). Whole trees only
     opt_in_options: dict[str, str] = field(default_factory=dict)
     #: the folders of nested projects (_nested_bases), found once

@@ -14,43 +14,34 @@ class CudaAvailableGuard(GuardDecisions, AvailabilityRoles, Rule):
     """`if torch.cuda.is_available():` around device-neutral code tests `is_accelerator_available()`.
 
     What:
-    Rewrites `torch.cuda.is_available()` to `porter_runtime.is_accelerator_available()`
-    where it is the test of an `if`/`elif` or a ternary (alone or as an operand of
-    `and`), and the code it guards no longer needs CUDA once porter's other rules ran:
-    no name or string mentioning cuda or nccl, no import, nothing from a CUDA-only
-    package (apex, flash_attn, xformers, triton, bitsandbytes, deepspeed, ...).
-    porter's own calls (`porter_runtime.device(f"cuda:{r}")`) and CUDA backend flags
-    (`torch.backends.cuda.*`, `torch.backends.cudnn.*`: harmless elsewhere) don't
-    count as needing CUDA. A guard that is already right on every device is left
-    alone with no finding: its CUDA side only sets CUDA backend flags or picks
-    "nccl", its other side (if any) only picks "gloo". An `elif
-    torch.cuda.is_available():` whose `else` only reports and stops (`print(...)`;
-    `sys.exit(1)`) becomes that `else`, led by `porter_runtime.require_device(msg)`. A
-    device ternary left as it is (`f"cuda:{rank}" if torch.cuda.is_available() else
-    "cpu"`) is a note (severity "info"): its CPU arm runs off CUDA; so is the answer
-    used as a repeat count (`(torch.device("cuda"),) * torch.cuda.is_available()`), and
-    a check that only keeps a question about CUDA's own device from being asked
-    without CUDA (`not torch.cuda.is_available() or torch.cuda.is_bf16_supported()`,
-    `torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 8`
-    outside an `if` test; porter.rulebase.conditions.cuda_query_guard), and
-    any use in a function (or module) that also asks `torch.backends.mps.is_available()`:
-    its own device choice already has an MPS branch; and any use in test code (a test's
-    CUDA gate or case, which the suite skips off CUDA) or in a module that builds CUDA
-    kernels (`setup.py`, `cpp_extension`: only CUDA compiles them), unless its other
-    branch raises (then the build stops off CUDA: a finding); and a flag set from it that
-    nothing reads (`self.sync_cuda = torch.cuda.is_available()` with no other
-    `.sync_cuda` in the repository); and a module's own flag that only requirements
-    read (`HAS_CUDA = torch.cuda.is_available()` then `if not HAS_CUDA: raise ...`,
-    which PT903 ports); and a half-precision flag set from it
-    (`opt.half = torch.cuda.is_available() and opt.device != "cpu"`): off CUDA the
-    code runs in float32, a speed choice that runs everywhere; and a flag whose
-    every use picks between names (`"onnxruntime-gpu" if cuda else "onnxruntime"`,
-    porter.rulebase.conditions.name_choice): off CUDA the CPU name, which runs. Every
-    other use (`use_cuda = torch.cuda.is_available()`, `assert`, `not ...`, a guard
-    around CUDA-only code) is reported with a suggestion, except where the answer is
-    only printed (`print(...)`, an f-string) or only composes a message (`if not
-    torch.cuda.is_available(): DESCRIPTION += "Running on CPU"`: a note), and where it is a requirement
-    (`assert torch.cuda.is_available()`, `if not ...: raise`): PT903's.
+    Rewrites `torch.cuda.is_available()` to `porter_runtime.is_accelerator_available()` where it is the test of an
+    `if`/`elif` or a ternary (alone or as an operand of `and`), and the code it guards no longer needs CUDA once
+    porter's other rules ran: no name or string mentioning cuda or nccl, no import, nothing from a CUDA-only package
+    (apex, flash_attn, xformers, triton, bitsandbytes, deepspeed, ...). porter's own calls
+    (`porter_runtime.device(f"cuda:{r}")`) and CUDA backend flags (`torch.backends.cuda.*`,
+    `torch.backends.cudnn.*`: harmless elsewhere) don't count as needing CUDA. A guard that is already right on
+    every device is left alone with no finding: its CUDA side only sets CUDA backend flags or picks "nccl", its
+    other side (if any) only picks "gloo". An `elif torch.cuda.is_available():` whose `else` only reports and stops
+    (`print(...)`; `sys.exit(1)`) becomes that `else`, led by `porter_runtime.require_device(msg)`. A device ternary
+    left as it is (`f"cuda:{rank}" if torch.cuda.is_available() else "cpu"`) is a note (severity "info"): its CPU
+    arm runs off CUDA; so is the answer used as a repeat count (`(torch.device("cuda"),) *
+    torch.cuda.is_available()`), and a check that only keeps a question about CUDA's own device from being asked
+    without CUDA (`not torch.cuda.is_available() or torch.cuda.is_bf16_supported()`, `torch.cuda.is_available() and
+    torch.cuda.get_device_capability()[0] >= 8` outside an `if` test; porter.rulebase.conditions.cuda_query_guard),
+    and any use in a function (or module) that also asks `torch.backends.mps.is_available()`: its own device choice
+    already has an MPS branch; and any use in test code (a test's CUDA gate or case, which the suite skips off CUDA)
+    or in a module that builds CUDA kernels (`setup.py`, `cpp_extension`: only CUDA compiles them), unless its other
+    branch raises (then the build stops off CUDA: a finding); and a flag set from it that nothing reads
+    (`self.sync_cuda = torch.cuda.is_available()` with no other `.sync_cuda` in the repository); and a module's own
+    flag that only requirements read (`HAS_CUDA = torch.cuda.is_available()` then `if not HAS_CUDA: raise ...`,
+    which PT903 ports); and a half-precision flag set from it (`opt.half = torch.cuda.is_available() and opt.device
+    != "cpu"`): off CUDA the code runs in float32, a speed choice that runs everywhere; and a flag whose every use
+    picks between names (`"onnxruntime-gpu" if cuda else "onnxruntime"`, porter.rulebase.conditions.name_choice):
+    off CUDA the CPU name, which runs. Every other use (`use_cuda = torch.cuda.is_available()`, `assert`, `not ...`,
+    a guard around CUDA-only code) is reported with a suggestion, except where the answer is only printed
+    (`print(...)`, an f-string) or only composes a message (`if not torch.cuda.is_available(): DESCRIPTION +=
+    "Running on CPU"`: a note), and where it is a requirement (`assert torch.cuda.is_available()`, `if not ...:
+    raise`): PT903's.
 
     Why:
     `torch.cuda.is_available()` is False on a Mac, so code that means "is there an
@@ -480,15 +471,9 @@ class CudaAvailableGuard(GuardDecisions, AvailabilityRoles, Rule):
             line=7, message="a test skipped off CUDA: for information",
         ),
         Example(  # PixArt-alpha's gradio demos (blind round 17): the guard only extends the page's text
-            dedent("""\
-                import torch
-
-                DESCRIPTION = "# PixArt-Alpha 1024px"
-                if not torch.cuda.is_available():
-                    DESCRIPTION += "\\n<p>Running on CPU: this demo does not work on CPU.</p>"
-                """),
-            line=4, message="only composes a message",
-        ),
+            "import torch\n\nDESCRIPTION = '# PixArt'\nif not torch.cuda.is_available():\n"
+            "    DESCRIPTION += '<p>Running on CPU: this demo does not work on CPU.</p>'\n",
+            line=4, message="only composes a message"),
         Example(  # a CUDA-only flag is harmless elsewhere: device-neutral code next to it is ported
             dedent("""\
                 import torch
