@@ -433,3 +433,28 @@ def test_a_relative_python_is_taken_from_where_porter_runs(tmp_path):
                            "--format", "json", "-j", "1"], cwd=tmp_path, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["summary"]["ok"] == 1
+
+
+def test_a_script_header_keeps_the_path_its_sys_path_edit_reads(tmp_path):
+    """ChatRWKV's v2 scripts (blind round 17): ``current_path = os.path.dirname(os.path.abspath(
+    __file__))``, then ``sys.path.append(f"{current_path}/../pkg")`` and ``from rwkv_demo import ...``.
+    Verify ran the script's header without the assignment: NameError on both sides."""
+    tree = write_tree(tmp_path / "repo", {
+        "pkg/rwkv_demo.py": "import torch\n\nSTRATEGY = 'cpu fp32'\n",
+        "v2/chat.py": textwrap.dedent("""\
+            import os
+            import sys
+
+            current_path = os.path.dirname(os.path.abspath(__file__))
+            config = open(os.path.join(current_path, "missing.json")).read()  # not a path: left out
+            sys.path.append(f"{current_path}/../pkg")
+            from rwkv_demo import STRATEGY
+
+            for step in range(3):
+                print(STRATEGY, step)
+            """),
+    })
+    code, data, _ = verify(tree)
+    mods = by_path(data)
+    assert mods["v2/chat.py"]["status"] == "ok", mods["v2/chat.py"]
+    assert code == 0

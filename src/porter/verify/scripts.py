@@ -93,7 +93,30 @@ def script_header(tree: ast.Module, imported: bool) -> Optional[tuple[int, ...]]
     (``os.system("pip install ...")``) is never imported whole: verify would run it, and
     install into the environment it checks."""
     if any(_spawns(s) for s in tree.body):
-        return tuple(s.lineno for s in tree.body if _header(s))
+        return _header_lines(tree)
     if imported or any(_main_guard(s) for s in tree.body) or not any(_works(s) for s in tree.body):
         return None
-    return tuple(s.lineno for s in tree.body if _header(s))
+    return _header_lines(tree)
+
+
+#: Calls a path a ``sys.path`` edit reads may be computed with (no program runs in them).
+_PATH_CALLS = ("os.path.", "os.getcwd", "os.fspath", "Path", "pathlib.", "str")
+
+
+def _header_lines(tree: ast.Module) -> tuple[int, ...]:
+    """The header's statements (``_header``) and the top-level assignments before them that
+    their ``sys.path`` edits read, where only paths are computed: ChatRWKV's ``current_path =
+    os.path.dirname(os.path.abspath(__file__))``, then ``sys.path.append(f"{current_path}/../rwkv_pip_package/src")``."""
+    kept = [s for s in tree.body if _header(s)]
+    wanted = {n.id for s in kept if _path_edit(s) for n in ast.walk(s) if isinstance(n, ast.Name)}
+    for stmt in reversed(tree.body[:max((tree.body.index(s) for s in kept if _path_edit(s)), default=0)]):
+        targets = [t.id for t in getattr(stmt, "targets", ()) if isinstance(t, ast.Name)]
+        if isinstance(stmt, ast.Assign) and set(targets) & wanted and _computes_a_path(stmt.value):
+            kept.append(stmt)
+            wanted |= {n.id for n in ast.walk(stmt.value) if isinstance(n, ast.Name)}
+    return tuple(sorted(s.lineno for s in kept))
+
+
+def _computes_a_path(value: ast.expr) -> bool:
+    # a method of a value computed here (``Path(__file__).resolve()``) is dotted from "."
+    return all(_dotted(n.func).startswith((*_PATH_CALLS, ".")) for n in ast.walk(value) if isinstance(n, ast.Call))
