@@ -91,6 +91,21 @@ def account(
             state, detail = _mocked(scanner, node) or (state, detail)
         out.append(Touchpoint(start[0], start[1] + 1, kind, what, state, detail if state != "unaccounted" else why))
     out.sort(key=lambda t: (t.line, t.column, t.kind))
+    return _once_a_line(out)
+
+
+def _once_a_line(touchpoints: list[Touchpoint]) -> list[Touchpoint]:
+    """The same unaccounted touchpoint again on a line (``{512: 'cuda', 1024: 'cuda'}``) is one
+    construct: its first one gets the PT999 finding, which reports the others."""
+    seen: set[tuple[int, str, str]] = set()
+    out = []
+    for t in touchpoints:
+        key = (t.line, t.kind, t.what)
+        if t.state == "unaccounted" and key in seen:
+            t = Touchpoint(t.line, t.column, t.kind, t.what, "reported", CODE)
+        elif t.state == "unaccounted":
+            seen.add(key)
+        out.append(t)
     return out
 
 
