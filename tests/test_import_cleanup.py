@@ -444,3 +444,59 @@ def test_an_import_nested_in_a_functions_branch_goes_with_its_last_use(tmp_path)
                           env={"CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin", "PORTER_QUIET": "1"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["ShardedGradScaler GradScaler", "[[[0.0, 1.0], [0.0, 0.0], [4.0, 5.0], [0.0, 0.0]]]"]
+
+
+# -- imports a rewrite left idle, in a __main__ block and beside never-used names ------------
+
+SEQUENCE_PARALLEL = dedent("""\
+    import torch
+
+    try:
+        from flash_attn.flash_attn_interface import _flash_attn_forward, _flash_attn_backward
+    except ImportError:
+        pass
+
+
+    def attend(q, k, v):
+        out, lse = _flash_attn_forward(q, k, v, 0.0, q.shape[-1] ** -0.5, True, (-1, -1), None, False)[:2]
+        return out
+
+
+    def check(q, k, v):
+        from flash_attn import flash_attn_qkvpacked_func, flash_attn_func
+        return (flash_attn_func(q, k, v, causal=True) - attend(q, k, v)).abs().max()
+
+
+    if __name__ == "__main__":
+        if torch.cuda.is_available():
+            from flash_attn.flash_attn_interface import _flash_attn_forward, _flash_attn_backward
+        q = torch.randn(1, 8, 2, 16)
+        print("max difference", float(check(q, q, q)))
+    """)
+
+
+def test_an_import_every_use_of_which_the_port_took_goes_from_a_main_block_and_a_function(tmp_path):
+    """EasyContext's lightseq_async_attn.py (blind round 17): the port rewrote every call to
+    flash_attn's twins but kept `from flash_attn import flash_attn_qkvpacked_func, flash_attn_func`
+    (the first name never used) in a test function and the same import in the ``__main__``
+    block: the second `porter migrate` found 3 new TP603 and ruff 3 new F401."""
+    import subprocess
+    import sys
+
+    from porter_test_utils import run_porter
+
+    (tmp_path / "attn.py").write_text(SEQUENCE_PARALLEL)
+    first = tmp_path / "first.json"
+    assert run_porter("migrate", tmp_path, "--write", "--report", first).returncode == 0
+    ported = (tmp_path / "attn.py").read_text()
+    assert "from flash_attn import" not in ported
+    main_block = ported[ported.index('if __name__ == "__main__":'):]
+    assert "flash_attn" not in main_block and "        pass\n" in main_block
+    second = tmp_path / "second.json"
+    assert run_porter("migrate", tmp_path, "--write", "--report", second).returncode == 0
+    assert (tmp_path / "attn.py").read_text() == ported  # a fixed point
+    review = [(f["code"], f["line"]) for e in json.loads(second.read_text())["files"] for f in e.get("findings", ())
+              if f.get("action") == "review" and f.get("severity") != "info"]
+    assert review == []  # nothing new to review after --write
+    done = subprocess.run([sys.executable, "attn.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "max difference" in done.stdout, done.stderr[-2000:]

@@ -47,7 +47,7 @@ _EXPORTS = {
     "sdpa_kernel": "attn.sdpa", "flex_attention_call": "attn.flex",
     "flash_attn_forward": "attn.internals", "flash_attn_varlen_forward": "attn.internals",
     "flash_attn_backward": "attn.internals", "flash_attn_varlen_backward": "attn.internals",
-    "apply_rotary_emb": "attn.flash_ops", "index_first_axis": "attn.flash_ops", "layer_norm_fn": "attn.flash_ops",
+    "apply_rotary_emb": "attn.flash_ops", "CrossEntropyLoss": "attn.flash_ops", "index_first_axis": "attn.flash_ops", "layer_norm_fn": "attn.flash_ops",
     "pad_input": "attn.flash_ops", "rms_norm_fn": "attn.flash_ops", "unpad_input": "attn.flash_ops",
     "as_tensor": "_cast", "double": "_cast", "double_here": "_cast", "to_dtype": "_cast", "gradcheck": "_cast", "gradgradcheck": "_cast",
     "compile": "_compile",

@@ -130,3 +130,34 @@ def test_on_cuda_without_flash_attn_the_twin_runs_and_says_so(simulate):
     with pytest.warns(UserWarning, match="flash_attn.layers.rotary.apply_rotary_emb is not called on CUDA"):
         out = porter_runtime.apply_rotary_emb(x, cos, sin)
     torch.testing.assert_close(out, _rotary_reference(x, cos, sin))
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_cross_entropy_loss_is_torchs_cross_entropy_in_float32_with_flash_attns_extras(simulate, smoothing):
+    # EasyContext (blind round 17): `CrossEntropyLoss(inplace_backward=True)` over bf16 logits
+    simulate("cpu")
+    torch.manual_seed(0)
+    logits = torch.randn(2, 7, 13, dtype=torch.bfloat16, requires_grad=True)
+    target = torch.randint(0, 13, (2, 7))
+    target[0, :3] = -100
+    loss = porter_runtime.CrossEntropyLoss(inplace_backward=True, label_smoothing=smoothing)(
+        logits.view(-1, 13), target.view(-1))
+    want = torch.nn.functional.cross_entropy(logits.float().view(-1, 13), target.view(-1), label_smoothing=smoothing)
+    assert loss.dtype == torch.float32 and torch.allclose(loss, want, atol=1e-6)
+    loss.backward()
+    assert logits.grad is not None and torch.isfinite(logits.grad).all()
+    # the z-loss: lse ** 2 scaled, added to the loss and returned beside it; ignored tokens count 0
+    per, z = porter_runtime.CrossEntropyLoss(lse_square_scale=1e-2, return_z_loss=True, reduction="none")(
+        logits.detach().view(-1, 13), target.view(-1))
+    lse = torch.logsumexp(logits.detach().float().view(-1, 13), -1)
+    valid = target.view(-1) != -100
+    assert torch.allclose(z[valid], 1e-2 * lse[valid] ** 2) and (z[~valid] == 0).all() and (per[~valid] == 0).all()
+    plain = torch.nn.functional.cross_entropy(logits.detach().float().view(-1, 13), target.view(-1), reduction="none")
+    assert torch.allclose(per[valid] - z[valid], plain[valid], atol=1e-5)
+    summed = porter_runtime.CrossEntropyLoss(reduction="sum", logit_scale=0.5)(logits.detach().view(-1, 13),
+                                                                                target.view(-1))
+    scaled = torch.nn.functional.cross_entropy(0.5 * logits.detach().float().view(-1, 13), target.view(-1),
+                                               reduction="sum")
+    assert torch.allclose(summed, scaled, atol=1e-4)
+    with pytest.raises(NotImplementedError, match="reduction"):
+        porter_runtime.CrossEntropyLoss(reduction="batchmean")

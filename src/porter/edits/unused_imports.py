@@ -18,6 +18,7 @@ import libcst as cst
 
 from porter.edits.import_lines import alias_asname, is_import_line
 from porter.edits.import_removal import Scheduled, remove_imports
+from porter.edits.local_imports import Names, drop_names_in_lines, remove_dead_local_imports
 from porter.edits.removal_layout import keep_layout
 from porter.rulebase.cuda_packages import IMPORT_ROOTS
 from porter.rulebase.conditions.guards import parse
@@ -66,7 +67,7 @@ def remove_unused(new_module: cst.Module, ctx: RulePass) -> cst.Module:
     CUDA-only package inside a function whose every use there a rule rewrote."""
     if not ctx.recorded():
         return new_module
-    new_module = _remove_dead_local_imports(new_module, ctx)
+    new_module = remove_dead_local_imports(new_module, ctx)
     if not _may_lose_a_use(ctx):
         return new_module
     before = ctx.resolver.use_counts()
@@ -75,35 +76,85 @@ def remove_unused(new_module: cst.Module, ctx: RulePass) -> cst.Module:
     context: list[Scheduled] = []
     scheduled = False
     kept = _ignored_imports(ctx)
-    for stmt in ctx.module.body:
-        if not isinstance(stmt, cst.SimpleStatementLine) or stmt in kept:
+    top = {id(stmt) for stmt in ctx.module.body}
+    if ctx.reduced is not None and _cuda_imports_in_ifs(ctx.source):
+        raise WholeFile("an import in a module-level if block")  # a stubbed block would hide it
+    nested: dict[int, set[str]] = {}  # an import line in a module-level `if`: its dead names, by the line
+    for stmt in _module_scope_lines(ctx.module.body):
+        if stmt in kept:
             continue
+        into: list[Scheduled] = context if id(stmt) in top else []
         for small in stmt.body:
             if isinstance(small, cst.Import):
-                scheduled |= _remove_dead_module_imports(small, before, after, context, ctx)
+                scheduled |= _remove_dead_module_imports(small, before, after, into, ctx) and into is context
             elif isinstance(small, cst.ImportFrom):
-                scheduled |= _remove_dead_names(small, before, after, context, ctx)
+                scheduled |= _remove_dead_names(small, before, after, into, ctx) and into is context
+        if into is not context:
+            into = [entry for entry in into if entry[0].split(".")[0] in CUDA_ONLY_PACKAGES]
+            if into:
+                nested[id(stmt)] = {asname or (obj or module).split(".")[0] for module, obj, asname in into}
+    if nested:
+        new_module = drop_names_in_lines(ctx.module, new_module, nested, _module_scope_lines)
     if not scheduled:
         return new_module
     return keep_layout(new_module, remove_imports(new_module, context, kept, resolver.may_mean))
 
 
+def _cuda_imports_in_ifs(source: bytes) -> bool:
+    """Whether a module-level ``if`` block (at any depth of ``if``s) imports a CUDA-only package."""
+    tree = parse(source)
+    todo = [s for s in getattr(tree, "body", ()) if isinstance(s, ast.If)]
+    while todo:
+        branch = todo.pop()
+        for stmt in branch.body + branch.orelse:
+            if isinstance(stmt, ast.If):
+                todo.append(stmt)
+            elif isinstance(stmt, ast.ImportFrom) and stmt.module and not stmt.level:
+                if stmt.module.split(".")[0] in CUDA_ONLY_PACKAGES:
+                    return True
+            elif isinstance(stmt, ast.Import) and any(a.name.split(".")[0] in CUDA_ONLY_PACKAGES for a in stmt.names):
+                return True
+    return False
+
+
+def _module_scope_lines(body) -> list[cst.SimpleStatementLine]:
+    """The module's own lines: at its top level and in its ``if`` blocks (an ``if __name__ ==
+    "__main__":`` block's imports bind the module's names too: EasyContext's ``from
+    flash_attn.flash_attn_interface import _flash_attn_backward`` there). Those in an ``if``
+    lose their dead names line by line (``drop_names_in_lines``): the removal by name would edit
+    the same import in a top-level ``try`` too, which is porter.edits.probes'."""
+    found: list[cst.SimpleStatementLine] = []
+    for stmt in body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            found.append(stmt)
+        elif isinstance(stmt, (cst.If, cst.Else)):
+            found += _module_scope_lines(getattr(stmt.body, "body", ()))
+            if getattr(stmt, "orelse", None) is not None:
+                found += _module_scope_lines([stmt.orelse])
+    return found
+
+
 def _remove_dead_names(stmt: cst.ImportFrom, before, after, context, ctx) -> bool:
     """Schedule each name of ``from a.b import c`` / ``from a.b import c as d`` (absolute,
-    no ``*``) whose every use a rule rewrote."""
+    no ``*``) whose every use a rule rewrote; from a CUDA-only package, with those the module
+    never used (the line is edited anyway, and a name left alone would keep it failing)."""
     if isinstance(stmt.names, cst.ImportStar) or stmt.relative or stmt.module is None:
         return False
-    scheduled = False
     module_name = dotted_name(stmt.module) or ""
+    dead, idle = [], []
     for alias in stmt.names:
         obj = dotted_name(alias.name) or ""
         asname = alias_asname(alias)
         key = (asname or obj, f"{module_name}.{obj}")
-        if before[key] and not after[key] and not _read_elsewhere(ctx, key[0]):
-            _not_used_in_stubs(ctx, key[0])
-            context.append((module_name, obj, asname))
-            scheduled = True
-    return scheduled
+        if after[key] or _read_elsewhere(ctx, key[0]):
+            continue
+        (dead if before[key] else idle).append((key[0], (module_name, obj, asname)))
+    if dead and module_name.split(".")[0] in CUDA_ONLY_PACKAGES:
+        dead += idle
+    for name, scheduled in dead:
+        _not_used_in_stubs(ctx, name)
+        context.append(scheduled)
+    return bool(dead)
 
 
 def _read_elsewhere(ctx: RulePass, name: str) -> bool:
@@ -130,7 +181,7 @@ def _may_lose_a_use(ctx: RulePass) -> bool:
         return False
     if RUNTIME in bound:
         return True
-    taken = _Names()
+    taken = Names()
     rebound = _replaced_import_names(ctx.replaced)
     for original, replacement in ctx.replaced:
         original.visit(taken)
@@ -147,17 +198,6 @@ def _may_lose_a_use(ctx: RulePass) -> bool:
         return True
     loads = Counter(node.id for node in ast.walk(tree) if type(node) is ast.Name and node.id in at_risk)
     return any(loads[name] <= taken.counts[name] for name in at_risk)
-
-
-class _Names(cst.CSTVisitor):
-    """How often each name occurs (as any ``Name`` node) in the nodes visited."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.counts: Counter[str] = Counter()
-
-    def visit_Name(self, node: cst.Name) -> None:
-        self.counts[node.value] += 1
 
 
 #: The nodes that bind a name (or open a scope whose bindings a count can't follow).
@@ -249,7 +289,7 @@ def _ignored_imports(ctx: RulePass) -> list[cst.SimpleStatementLine]:
     """The import lines with a ``# porter: ignore`` comment (any codes): the user asked
     porter to leave them, so the clean-up neither removes nor edits them, even once a
     rewrite on another line took their names' last use."""
-    return [stmt for stmt in ctx.module.body
+    return [stmt for stmt in _module_scope_lines(ctx.module.body)
             if is_import_line(stmt) and ctx.ignored(stmt)]  # type: ignore[arg-type]
 
 
@@ -300,192 +340,3 @@ def _remove_dead_module_imports(stmt: cst.Import, before, after, context, ctx) -
             context.append((full, None, asname))
             scheduled = True
     return scheduled
-
-
-# -- imports inside functions -----------------------------------------------------------
-
-def _local_import_bindings(tree: ast.AST) -> set[str]:
-    """The names absolute imports bind inside functions, at any depth (cheap: ``ast``)."""
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for inner in ast.walk(node):
-                if isinstance(inner, ast.Import):
-                    names.update((a.asname or a.name.split(".")[0]) for a in inner.names)
-                elif isinstance(inner, ast.ImportFrom) and not inner.level:
-                    names.update((a.asname or a.name) for a in inner.names if a.name != "*")
-    return names
-
-
-class _Lines(cst.CSTVisitor):
-    """A function's simple statement lines at any depth (not inside a nested definition),
-    each with the number of statements of its block."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.found: list[tuple[cst.SimpleStatementLine, int]] = []
-        self._blocks: list[int] = []
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return False
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        return False
-
-    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
-        self._blocks.append(len(node.body))
-
-    def leave_IndentedBlock(self, node: cst.IndentedBlock) -> None:
-        self._blocks.pop()
-
-    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
-        self.found.append((node, self._blocks[-1] if self._blocks else 0))
-        return False
-
-
-def _function_lines(function: cst.FunctionDef) -> list[tuple[cst.SimpleStatementLine, int]]:
-    lines = _Lines()
-    function.body.visit(lines)
-    return lines.found
-
-
-class _Functions(cst.CSTVisitor):
-    """Each function by its path (``Block.forward``); a path defined twice maps to None."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.stack: list[str] = []
-        self.found: dict[str, Optional[cst.FunctionDef]] = {}
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self.stack.append(node.name.value)
-
-    def leave_ClassDef(self, node: cst.ClassDef) -> None:
-        self.stack.pop()
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.stack.append(node.name.value)
-        path = ".".join(self.stack)
-        self.found[path] = None if path in self.found else node
-
-    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.stack.pop()
-
-
-def _loads(node: cst.CSTNode, name: str) -> int:
-    """How often ``node`` reads ``name`` outside imports and attribute/keyword names
-    (a field walk)."""
-    from porter.rulebase.families.thirdparty.uses import uses
-
-    return uses(node, [name], skip=cst.Pass())
-
-
-def _local_import_names(line: cst.SimpleStatementLine) -> list[tuple[str, cst.ImportAlias]]:
-    """The names a function's absolute import line binds (FastChat's ``get_gpu_memory``
-    kept ``import torch`` for ``torch.cuda.device`` alone; ChatGLM-6B's Trainer an FSDP
-    ``ShardedGradScaler`` import in an ``elif`` for the call now made to the runtime)."""
-    found = []
-    for small in line.body:
-        if isinstance(small, cst.Import):
-            for alias in small.names:
-                full = dotted_name(alias.name) or ""
-                found.append((alias_asname(alias) or full.split(".")[0], alias))
-        elif isinstance(small, cst.ImportFrom) and not small.relative and small.module is not None \
-                and not isinstance(small.names, cst.ImportStar):
-            for alias in small.names:
-                found.append((alias_asname(alias) or dotted_name(alias.name) or "", alias))
-    return found
-
-
-def _remove_dead_local_imports(new_module: cst.Module, ctx: RulePass) -> cst.Module:
-    """``from xformers.ops import memory_efficient_attention`` at the top of a ``forward``
-    whose call a rule rewrote still fails off CUDA each time the function runs: an
-    absolute import among a function's own statements (at any depth) goes (one name of
-    it, or the line) when the function used the name before the rewrites and no longer
-    does, as top-level imports do; the only statement of its block becomes ``pass``. Functions
-    are matched by their path (``Block.forward``); a line marked ``# porter: ignore``
-    stays. Only names a replaced node read can have lost their use."""
-    tree = parse(ctx.source)
-    if tree is None:
-        return new_module
-    local = _local_import_bindings(tree)
-    if not local:
-        return new_module
-    taken = _Names()
-    for original, _ in ctx.replaced:
-        original.visit(taken)
-    if local.isdisjoint(taken.counts):
-        return new_module
-    before, after = _Functions(), _Functions()
-    ctx.module.visit(before)
-    new_module.visit(after)
-    edits: dict[int, set[str]] = {}  # id of a new import line -> the names it loses
-    sole: set[int] = set()  # ... that loses all of them and is its block's only statement
-    for path, function in after.found.items():
-        old = before.found.get(path)
-        if function is None or old is None or not isinstance(function.body, cst.IndentedBlock):
-            continue
-        old_lines = [line for line, _ in _function_lines(old)]
-        for line, siblings in _function_lines(function):
-            names = _local_import_names(line)
-            if not names or taken.counts.keys().isdisjoint(n for n, _ in names):
-                continue
-            twin = next((o for o in old_lines if o.deep_equals(line)), None)
-            if twin is None or ctx.ignored(twin):
-                continue
-            dead = {name for name, _ in names if _loads(old, name) > 0 and _loads(function, name) == 0}
-            if dead:
-                edits[id(line)] = dead
-                if siblings < 2 and dead >= {name for name, _ in names}:
-                    sole.add(id(line))
-    if not edits:
-        return new_module
-    return new_module.visit(_DropLocalNames(edits, sole))
-
-
-class _DropLocalNames(cst.CSTTransformer):
-    """Drops the dead names; an import line that is its block's only statement (llm-foundry's
-    ``try: from flash_attn import bert_padding, flash_attn_interface`` / ``except ImportError
-    as e: raise e``) becomes ``pass``, so that the block stays and the import no longer fails."""
-
-    def __init__(self, edits: dict[int, set[str]], sole: set[int]) -> None:
-        super().__init__()
-        self.edits = edits
-        self.sole = sole
-        self.removed: set[int] = set()
-
-    def leave_SimpleStatementLine(self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine):
-        dead = self.edits.get(id(original))
-        if dead is None:
-            return updated
-        kept_smalls = []
-        for small in updated.body:
-            if isinstance(small, (cst.Import, cst.ImportFrom)) and not isinstance(small.names, cst.ImportStar):
-                names = [a for a in small.names
-                         if (alias_asname(a) or ((dotted_name(a.name) or "").split(".")[0]
-                                                 if isinstance(small, cst.Import) else dotted_name(a.name)))
-                         not in dead]
-                if not names:
-                    continue
-                if len(names) != len(small.names):
-                    names[-1] = names[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-                    small = small.with_changes(names=names)
-            kept_smalls.append(small)
-        if not kept_smalls and id(original) in self.sole:
-            return cst.SimpleStatementLine([cst.Pass()], leading_lines=updated.leading_lines)
-        if not kept_smalls:
-            self.removed.add(id(original))
-            return cst.RemoveFromParent()
-        return updated.with_changes(body=kept_smalls)
-
-    def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
-        """A function that now starts below a removed import line starts without the
-        blank line that followed it. A block left empty keeps its lines."""
-        if original.body and not updated.body:
-            return original
-        if not original.body or id(original.body[0]) not in self.removed:
-            return updated
-        first = updated.body[0]
-        if all(line.comment is None for line in first.leading_lines):
-            first = first.with_changes(leading_lines=[])
-        return updated.with_changes(body=[first, *updated.body[1:]])

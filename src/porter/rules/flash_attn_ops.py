@@ -1,4 +1,4 @@
-"""flash_attn's padding helpers, rotary embedding and Triton norm call runtime twins (TP103)."""
+"""flash_attn's padding helpers, rotary embedding, Triton norm and fused loss call runtime twins (TP103)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,14 @@ from porter.rulebase.syntax import EQ
 
 
 class FlashAttnOps(GuardTracker, Rule):
-    """flash_attn's `unpad_input`, `pad_input`, `index_first_axis`, `apply_rotary_emb`, `layer_norm_fn` and `rms_norm_fn` become runtime twins.
+    """flash_attn's `unpad_input`, `pad_input`, `index_first_axis`, `apply_rotary_emb`, `layer_norm_fn`, `rms_norm_fn` and `CrossEntropyLoss` become runtime twins.
 
     What:
     Rewrites calls of `flash_attn.bert_padding.unpad_input` / `pad_input` /
     `index_first_axis`, `flash_attn.layers.rotary.apply_rotary_emb` and
-    `flash_attn.ops.triton.layer_norm.layer_norm_fn` / `rms_norm_fn` to the
-    same-named `porter_runtime` functions, arguments kept. A call whose result is
+    `flash_attn.ops.triton.layer_norm.layer_norm_fn` / `rms_norm_fn`, and the construction
+    of `flash_attn.losses.cross_entropy.CrossEntropyLoss`, to the same-named `porter_runtime`
+    functions (and class), arguments kept. A call whose result is
     unpacked into four names (`x, idx, cu, m = unpad_input(h, mask)`, flash-attn before
     2.6) passes `results=4`. The import goes with its last use.
 
@@ -36,7 +37,9 @@ class FlashAttnOps(GuardTracker, Rule):
     batches (`cu_seqlens`) and positions past the table left as they are; the norms add
     the residual first and normalise in float32 as the kernel does. Arguments only the
     Triton kernel honours (`x1`, `rowscale`, `return_dropout_mask=True`) raise
-    NotImplementedError off CUDA.
+    NotImplementedError off CUDA. The loss is computed in float32 as the kernel does
+    (label smoothing, logit scale, z-loss, `ignore_index`); `inplace_backward` only saves
+    memory; a vocabulary split over several processes raises NotImplementedError.
 
     Known limits:
     A name the module also binds itself (an `except ImportError:` fallback, a function of
@@ -118,6 +121,18 @@ class FlashAttnOps(GuardTracker, Rule):
                     batch, seqlen = mask.shape
                     x, indices, cu_seqlens, max_s = porter_runtime.unpad_input(hidden, mask, results=4)
                     return porter_runtime.pad_input(attend(x, cu_seqlens, max_s), indices, batch, seqlen)
+                """),
+        ),
+        Example(  # EasyContext's train.py (blind round 17): flash-attn's fused loss over a long sequence
+            dedent("""\
+                from flash_attn.losses.cross_entropy import CrossEntropyLoss
+
+                loss_func = CrossEntropyLoss(inplace_backward=True)
+                """),
+            dedent("""\
+                import porter_runtime
+
+                loss_func = porter_runtime.CrossEntropyLoss(inplace_backward=True)
                 """),
         ),
     ]

@@ -194,3 +194,49 @@ def rms_norm_fn(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[
                          dropout_p=dropout_p, rowscale=rowscale, prenorm=prenorm,
                          residual_in_fp32=residual_in_fp32, is_rms_norm=True,
                          return_dropout_mask=return_dropout_mask, **kwargs)
+
+
+# -- flash_attn.losses.cross_entropy --------------------------------------------------------
+
+class CrossEntropyLoss(torch.nn.Module):
+    """``flash_attn.losses.cross_entropy.CrossEntropyLoss``: flash_attn's own module on a CUDA
+    machine where it imports; elsewhere the same loss in PyTorch, in float32: per token
+    ``logsumexp(s * x) - s * x[target]`` (``s``: ``logit_scale``), with ``label_smoothing`` as
+    torch's cross-entropy has it, plus ``lse_square_scale * lse ** 2`` (the z-loss, returned
+    too with ``return_z_loss``); tokens at ``ignore_index`` count 0, and ``"mean"`` divides by
+    the others. ``inplace_backward`` only saves memory in the kernel; a vocabulary split over
+    a ``process_group`` of several processes needs the kernel (NotImplementedError)."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        own = _own("flash_attn.losses.cross_entropy", "CrossEntropyLoss")
+        return own(*args, **kwargs) if own is not None else super().__new__(cls)
+
+    def __init__(self, ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0,
+                 logit_scale: float = 1.0, lse_square_scale: float = 0.0, inplace_backward: bool = False,
+                 process_group: Any = None, return_z_loss: bool = False) -> None:
+        super().__init__()
+        if reduction not in ("mean", "none", "sum"):
+            raise NotImplementedError("Only support reduction = 'mean' or 'none' or 'sum'")
+        if process_group is not None and torch.distributed.get_world_size(process_group) > 1:
+            raise NotImplementedError("CrossEntropyLoss over a vocabulary split across processes needs flash_attn's "
+                                      f"kernel, which this machine ({_device.device_type()}) cannot run")
+        self.ignore_index, self.reduction, self.label_smoothing = ignore_index, reduction, label_smoothing
+        self.logit_scale, self.lse_square_scale = logit_scale, lse_square_scale
+        self.inplace_backward, self.process_group, self.return_z_loss = inplace_backward, process_group, return_z_loss
+
+    def forward(self, input: torch.Tensor, target: torch.Tensor, precomputed_lse: Optional[torch.Tensor] = None) -> Any:
+        logits = input.float() * self.logit_scale
+        lse = torch.logsumexp(logits, dim=-1) if precomputed_lse is None else precomputed_lse.float()
+        valid = target != self.ignore_index
+        picked = logits.gather(-1, torch.where(valid, target, 0).unsqueeze(-1)).squeeze(-1)
+        smoothing = self.label_smoothing
+        loss = lse - picked if not smoothing else lse - (1 - smoothing) * picked - smoothing * logits.mean(-1)
+        z_loss = self.lse_square_scale * lse.square()
+        zero = torch.zeros((), dtype=loss.dtype, device=loss.device)
+        loss, z_loss = torch.where(valid, loss + z_loss, zero), torch.where(valid, z_loss, zero)
+        if self.reduction == "mean":
+            count = valid.sum()
+            loss, z_loss = loss.sum() / count, z_loss.sum() / count
+        elif self.reduction == "sum":
+            loss, z_loss = loss.sum(), z_loss.sum()
+        return (loss, z_loss) if self.return_z_loss else loss

@@ -84,7 +84,7 @@ def account(
         state, detail = _state(scanner, node, (start, end), by_start, starts, open_regions, inert, ignores,
                                whole=kind == "ddp-device")
         if state == "unaccounted" and new is not None and kind.endswith("import"):
-            state, detail = _removed(node, what.split()[-1], new, findings) or (state, detail)
+            state, detail = _removed(node, what.split()[-1], new, findings, tree) or (state, detail)
         if state == "unaccounted" and what == "'nccl'":
             state, detail = _backend_ported(findings, data) or (state, detail)
         if state == "unaccounted":
@@ -168,9 +168,14 @@ def _backend_ported(findings: Sequence[Finding], data: bytes) -> Optional[tuple[
     return None
 
 
-def _removed(node: ast.AST, module: str, new: bytes, findings: Sequence[Finding]) -> Optional[tuple[str, str]]:
-    """("rewritten", the code of a rewrite of its names) when the port removed the import."""
-    if _still_imported(node, module, new):
+def _removed(node: ast.AST, module: str, new: bytes, findings: Sequence[Finding],
+             old: Optional[ast.AST] = None) -> Optional[tuple[str, str]]:
+    """("rewritten", the code of a rewrite of its names) when the port removed the import: it
+    is gone, or (``old``: the file before) fewer of its twins are left, and this one was in an
+    ``if`` block, which the clean-up edits line by line (EasyContext's ``__main__`` block beside
+    a ``try`` of the same import, which stays)."""
+    if _still_imported(node, module, new) and not (
+            old is not None and _in_if(old, node) and _imports_like(_parse_new(new), node) < _imports_like(old, node)):
         return None
     names = [a.asname or a.name.split(".")[0] for a in node.names]  # type: ignore[attr-defined]
     rewrites = [f for f in findings if f.action == "rewrite"]
@@ -181,6 +186,26 @@ def _removed(node: ast.AST, module: str, new: bytes, findings: Sequence[Finding]
 
 #: the migrated bytes, parsed once for all of a file's import touchpoints
 _parse_new = lru_cache(maxsize=2)(parse)
+
+
+def _imports_like(tree: Optional[ast.AST], node: ast.AST) -> int:
+    """How many imports of ``tree`` import what ``node`` does (its module, a name of it)."""
+    wanted = {(a.name, a.asname) for a in node.names}  # type: ignore[attr-defined]
+    return 0 if tree is None else sum(
+        1 for other in ast.walk(tree) if type(other) is type(node)
+        and getattr(other, "module", None) == getattr(node, "module", None)
+        and any((a.name, a.asname) in wanted for a in other.names))  # type: ignore[attr-defined]
+
+
+def _in_if(tree: ast.AST, node: ast.AST) -> bool:
+    """Whether ``node`` is a statement of a module-level ``if`` block (at any depth of ``if``s)."""
+    todo = [s for s in getattr(tree, "body", ()) if isinstance(s, ast.If)]
+    while todo:
+        branch = todo.pop()
+        if any(s is node for s in branch.body + branch.orelse):
+            return True
+        todo += [s for s in branch.body + branch.orelse if isinstance(s, ast.If)]
+    return False
 
 
 def _still_imported(node: ast.AST, module: str, new: bytes) -> bool:

@@ -236,6 +236,7 @@ OPS = {
     "flash_attn.layers.rotary.apply_rotary_emb": "apply_rotary_emb",
     "flash_attn.ops.triton.layer_norm.layer_norm_fn": "layer_norm_fn",
     "flash_attn.ops.triton.layer_norm.rms_norm_fn": "rms_norm_fn",
+    "flash_attn.losses.cross_entropy.CrossEntropyLoss": "CrossEntropyLoss",
 }
 
 
