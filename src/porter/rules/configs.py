@@ -92,19 +92,24 @@ class ConfigDeviceCuda(TextRule):
 
 #: Hydra's `_target_: pkg.mod.Class` (YAML, or JSON's "_target_": "..."): the class the config builds.
 _HYDRA_TARGET = re.compile(r"""["']?_target_["']?\s*:\s*["']?(?P<target>[A-Za-z_][\w.]*)""")
+#: An accelerate config (`accelerate config`'s YAML) that launches DeepSpeed's engine.
+_ACCELERATE_DEEPSPEED = re.compile(r"^\s*distributed_type\s*:\s*['\"]?DEEPSPEED\b")
+_ACCELERATE_CONFIG = re.compile(r"^\s*(?:compute_environment|num_processes|deepspeed_config|mixed_precision)\s*:", re.M)
 #: A config value that runs `nvidia-smi` through an OmegaConf/Hydra interpolation (`${eval:"..."}`);
 #: a CI workflow's `run: nvidia-smi` is a step on a GPU runner, not the code's configuration.
 _NVIDIA_SMI = re.compile(r"\$\{[^\n]*\bnvidia-smi\b")
 
 
 class ConfigCudaOnlyTarget(TextRule):
-    """A config builds a CUDA-only class or runs `nvidia-smi`.
+    """A config builds a CUDA-only class, runs `nvidia-smi` or launches DeepSpeed.
 
     What:
     Reports Hydra's `_target_: apex.optimizers.FusedAdam` (any class of a CUDA-only
-    package: apex, flash_attn, xformers, bitsandbytes, ...), and a config value that
+    package: apex, flash_attn, xformers, bitsandbytes, ...), a config value that
     runs `nvidia-smi` through an interpolation (a resolver such as
-    `${eval:"...check_output('nvidia-smi ...')"}`).
+    `${eval:"...check_output('nvidia-smi ...')"}`), and an accelerate config whose
+    `distributed_type: DEEPSPEED` makes `accelerate launch` start DeepSpeed's engine
+    (EasyContext's `accelerate_configs/*.yaml`, blind round 17).
 
     Why:
     Hydra imports the target when it instantiates the config, and the package does not
@@ -147,11 +152,26 @@ class ConfigCudaOnlyTarget(TextRule):
               gpu_mem: ${eval:"round(float(__import__('subprocess').check_output('nvidia-smi -i 0 --query-gpu=memory.total --format=csv,noheader,nounits', shell=True).strip().decode()) / 1000)"}
             """), path="configs/experiment/pile/base.yaml", line=2, message="nvidia-smi"),
         Example('{"loss": {"_target_": "flash_attn.losses.cross_entropy.CrossEntropyLoss"}}\n', path="cfg.json"),
+        Example(dedent("""\
+            compute_environment: LOCAL_MACHINE
+            deepspeed_config:
+              deepspeed_config_file: accelerate_configs/zero3_offload.json
+              zero3_init_flag: false
+            distributed_type: DEEPSPEED
+            num_processes: 8
+            """), path="accelerate_configs/single_node.yaml", line=5, message="DeepSpeed's engine"),
     ]
 
     def check(self, text: str) -> str:
+        accelerate = _ACCELERATE_CONFIG.search(text) is not None
         for number, line in _lines(text):
             code = _uncommented(line)
+            if accelerate and _ACCELERATE_DEEPSPEED.match(code):
+                self.flag(number, "`accelerate launch` with this config starts DeepSpeed's engine, which needs CUDA "
+                          "here: DeepSpeed has no MPS support (porter's requirements leave it out on macOS) and "
+                          "accelerate's DeepSpeed path fails on the CPU", column=code.index("DEEPSPEED") + 1,
+                          before=line, suggestion="on a Mac, launch with a config of your own: `distributed_type: "
+                                                  "MULTI_CPU` (or `NO` for one process) and a torch.optim optimizer")
             for match in _HYDRA_TARGET.finditer(code):
                 target = match.group("target")
                 if is_cuda_only_module(target):
