@@ -18,6 +18,9 @@ from porter.rulebase.syntax import (
 )
 
 _PIN_INDEX = 7  # pin_memory's position in DataLoader(...)
+#: torch's tensor factories with a ``pin_memory=`` keyword (FlexGen's ``torch.zeros(..., pin_memory=pin_memory)``).
+_FACTORIES = frozenset(f"torch.{n}" for n in ("empty", "zeros", "ones", "full", "rand", "randn", "randint",
+                                               "randperm", "empty_strided", "tensor", "arange", "linspace"))
 
 
 #: a `pin_memory=` / `pin_memory_device=` keyword, or a {"pin_memory": ...} entry
@@ -31,9 +34,10 @@ class PinMemory(Rule):
     Rewrites `pin_memory=True` and `pin_memory=torch.cuda.is_available()` passed to
     any call, and the same values under a `"pin_memory"` dict key (the
     `kwargs = {"num_workers": 1, "pin_memory": True}` idiom), to
-    `porter_runtime.pin_memory()`. In a `DataLoader(...)` call, any other non-literal
-    value `v` becomes `porter_runtime.pin_memory(v)` and `pin_memory_device="cuda"`
-    becomes `pin_memory_device=porter_runtime.pin_memory_device("cuda")`.
+    `porter_runtime.pin_memory()`. In a `DataLoader(...)` call and a torch tensor factory
+    (`torch.zeros(..., pin_memory=pin_memory)`, FlexGen's, blind round 17), any other
+    non-literal value `v` becomes `porter_runtime.pin_memory(v)`; in a `DataLoader`,
+    `pin_memory_device="cuda"` becomes `pin_memory_device=porter_runtime.pin_memory_device("cuda")`.
 
     Why:
     Pinning needs CUDA. On a Mac the DataLoader warns `'pin_memory' argument is set as
@@ -47,7 +51,7 @@ class PinMemory(Rule):
     are False and `""`, which turn pinning off.
 
     Known limits:
-    A non-literal value passed to anything but `DataLoader` is left alone;
+    A non-literal value passed to anything but `DataLoader` and torch's factories is left alone;
     `loader.pin_memory` then reads a bool where the value was another truthy object.
     """
 
@@ -90,6 +94,13 @@ class PinMemory(Rule):
             "import porter_runtime\nfrom torch.autograd.graph import save_on_cpu\n"
             "with save_on_cpu(pin_memory=porter_runtime.pin_memory(), device_type=dev.type):\n    y = model(x)\n",
         ),
+        Example(  # FlexGen's TorchDevice.allocate (H2O, blind round 17): the flag is the caller's
+            "import torch\n\n\ndef allocate(shape, dtype, pin_memory=None):\n    if pin_memory is None:\n"
+            "        pin_memory = True\n    return torch.zeros(shape, dtype=dtype, pin_memory=pin_memory)\n",
+            "import porter_runtime\nimport torch\n\n\ndef allocate(shape, dtype, pin_memory=None):\n"
+            "    if pin_memory is None:\n        pin_memory = True\n"
+            "    return torch.zeros(shape, dtype=dtype, pin_memory=porter_runtime.pin_memory(pin_memory))\n",
+        ),
         Example(
             "import torch\nloader = make_loader(ds, pin_memory=torch.cuda.is_available())\n",
             "import porter_runtime\nloader = make_loader(ds, pin_memory=porter_runtime.pin_memory())\n",
@@ -101,7 +112,7 @@ class PinMemory(Rule):
         new = updated
         old, pin = argument_pair(original, updated, "pin_memory", _PIN_INDEX if loader else None)
         if pin is not None:
-            value = self._pin_value(old.value, pin.value, loader)
+            value = self._pin_value(old.value, pin.value, loader or self.qualname(original.func) in _FACTORIES)
             if value is not None:
                 new = replace_arg(new, new.args[list(updated.args).index(pin)], value)
         old, dev = argument_pair(original, updated, "pin_memory_device")
