@@ -167,9 +167,9 @@ class ConfigCudaOnlyTarget(TextRule):
         for number, line in _lines(text):
             code = _uncommented(line)
             if accelerate and _ACCELERATE_DEEPSPEED.match(code):
-                self.flag(number, "`accelerate launch` with this config starts DeepSpeed's engine, which needs CUDA "
-                          "here: DeepSpeed has no MPS support (porter's requirements leave it out on macOS) and "
-                          "accelerate's DeepSpeed path fails on the CPU", column=code.index("DEEPSPEED") + 1,
+                self.flag(number, "`accelerate launch` with this config starts DeepSpeed's engine, which has no MPS "
+                          "support (porter's requirements leave DeepSpeed out on macOS); on a CPU-only machine it "
+                          "runs only where DeepSpeed installs and builds its CPU ops", column=code.index("DEEPSPEED") + 1,
                           before=line, suggestion="on a Mac, launch with a config of your own: `distributed_type: "
                                                   "MULTI_CPU` (or `NO` for one process) and a torch.optim optimizer")
             for match in _HYDRA_TARGET.finditer(code):
