@@ -395,3 +395,21 @@ def test_a_ddp_device_list_is_ported_only_by_a_rewrite_of_all_of_it(tmp_path):
     check = run_porter("migrate", root, "--check", "--output-format", "json")
     again = [x["code"] for f in json.loads(check.stdout)["files"] for x in f["findings"] if x["action"] == "review"]
     assert again == ["PT999"]
+
+
+def test_an_attribute_test_of_torch_cuda_is_inert_and_a_string_spec_and_repeats_are_named_once(tmp_path):
+    """Blind round 17: H2O's vendored DeepSpeed probes `hasattr(torch.cuda, "nvtx")` (hasattr
+    never raises); ChatRWKV's `strategy="cuda fp16"` went unnamed; PixArt-alpha's
+    `{512: 'cuda', 1024: 'cuda'}` was two findings for one construct."""
+    root = write(tmp_path, {
+        "nvtx.py": 'import torch\n\nif hasattr(torch.cuda, "nvtx"):\n    HAS_NVTX = True\n',
+        "chat.py": 'from rwkv.model import RWKV\n\nmodel = RWKV(model="rwkv.pth", strategy="cuda fp16")\n',
+        "demo.py": "t5_device = {512: 'cuda', 1024: 'cuda'}\nemb = Embedder(device=t5_device[size])\n",
+    })
+    found, result = touchpoints(root)
+    assert [(t.kind, t.state) for t in found["nvtx.py"]] == [("torch.cuda", "inert")]
+    [spec] = [t for t in found["chat.py"] if t.kind != "undeclared-import"]
+    assert (spec.kind, spec.what, spec.state) == ("device-words", "'cuda fp16'", "unaccounted")
+    assert [t.state for t in found["demo.py"]] == ["unaccounted", "reported"]
+    findings = {f.path: [x for x in f.findings if x.code == "PT999"] for f in result.files}
+    assert len(findings["demo.py"]) == 1 and "porter_runtime.device_type()" in findings["chat.py"][0].suggestion

@@ -233,6 +233,9 @@ class Scanner:
             inert = "a type or exception test"
         elif not called and self._annotation(node):
             inert = "a type annotation: the name exists without CUDA"
+        elif not called and isinstance(parent, ast.Call) and parent.args and parent.args[0] is node \
+                and getattr(parent.func, "id", None) == "hasattr":
+            inert = "an attribute test: hasattr never raises"  # H2O's vendored DeepSpeed, blind round 17
         elif not called and isinstance(parent, ast.Dict) and node in parent.values and any(
                 isinstance(k, ast.Constant) and isinstance(k.value, str) for k in parent.keys):
             inert = "a value in a table keyed by name (called where that name applies)"
