@@ -131,7 +131,9 @@ def _state(scanner, node, span, by_start, findings, regions: Sequence[Region], i
     index off CUDA, and the next run would find ``[porter_runtime.current_device()]`` unported)."""
     found = [f for f in _covering(scanner, node, span, by_start, findings)
              if not (whole and f.action == "rewrite" and (f.line, f.column - 1) > span[0])]
-    rewrite = next((f for f in found if f.action == "rewrite" and not _kept_unhandled(node, f.after)), None)
+    parent = scanner.parents.get(node)
+    called = isinstance(parent, ast.Call) and parent.func is node
+    rewrite = next((f for f in found if f.action == "rewrite" and not _kept_unhandled(node, f, called)), None)
     if rewrite is not None:
         return "rewritten", rewrite.code
     found = [f for f in found if f.action != "rewrite"]
@@ -148,27 +150,36 @@ def _state(scanner, node, span, by_start, findings, regions: Sequence[Region], i
     return "unaccounted", ""
 
 
-def _kept_unhandled(node: ast.AST, after: str) -> bool:
-    """Whether a rewrite around the touchpoint left it as it was, outside any runtime call:
-    ``Stream() if overlap else torch.cuda.default_stream()`` became ``porter_runtime.Stream()
-    if ... else torch.cuda.default_stream()`` (H2O's vendored DeepSpeed, blind round 17). The
-    rewrite does not port it, and the next run, which sees no rewrite there, names it."""
+def _kept_unhandled(node: ast.AST, rewrite: Finding, called: bool) -> bool:
+    """Whether a rewrite that starts where the touchpoint's expression does leaves it as it
+    was: the rewrite's code does not hold it (``Stream() if overlap else
+    torch.cuda.default_stream()``, whose rewrite is of ``Stream()`` alone), or its result
+    holds it verbatim other than as a plain argument of a runtime call
+    (``porter_runtime.record_stream(g, torch.cuda.current_stream())``). H2O's vendored
+    DeepSpeed, blind round 17: the next run, which sees no rewrite there, named each."""
     try:
         text = re.sub(r"\s+", "", ast.unparse(node))
     except Exception:  # noqa: BLE001  (an odd node: keep the rewrite's account)
         return False
-    flat = re.sub(r"\s+", "", after)
-    at = flat.find(text)
-    if not text or at < 0:
+    if not text or len(text) > 200:
         return False
+    # quotes as ast.unparse writes them: "cuda" and 'cuda' are one string
+    text, before, after = (t.replace('"', "'") for t in (text, rewrite.before, rewrite.after))
+    pattern = re.compile(r"(?<![\w.])" + r"\s*".join(map(re.escape, text)) + r"(?![\w])")
+    if pattern.search(before) is None:
+        return not before.endswith("…")  # beside the touchpoint; a cut code can't tell (one_line)
+    found = pattern.search(after)
+    if found is None:
+        return False  # rewritten
     opened: list[str] = []  # the callee of each parenthesis still open before the touchpoint
-    for match in re.finditer(r"([\w.]*)\(|\)", flat[:at]):
+    for match in re.finditer(r"([\w.]*)\s*\(|\)", after[:found.start()]):
         if match.group(0) == ")":
             if opened:
                 opened.pop()
         else:
             opened.append(match.group(1))
-    return not any(name.startswith("porter_runtime.") for name in opened)
+    handed = bool(opened) and opened[-1].startswith("porter_runtime.") and not called and not text.endswith(")")
+    return not handed
 
 
 def _mocked(scanner: Scanner, node: ast.AST) -> Optional[tuple[str, str]]:
