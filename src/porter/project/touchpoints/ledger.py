@@ -157,6 +157,8 @@ def _kept_unhandled(node: ast.AST, rewrite: Finding, called: bool) -> bool:
     holds it verbatim other than as a plain argument of a runtime call
     (``porter_runtime.record_stream(g, torch.cuda.current_stream())``). H2O's vendored
     DeepSpeed, blind round 17: the next run, which sees no rewrite there, named each."""
+    if not isinstance(node, ast.expr):
+        return False  # a statement (an import) a rewrite wraps, in a `try`, stays in its result
     try:
         text = re.sub(r"\s+", "", ast.unparse(node))
     except Exception:  # noqa: BLE001  (an odd node: keep the rewrite's account)
