@@ -131,12 +131,9 @@ def _state(scanner, node, span, by_start, findings, regions: Sequence[Region], i
     index off CUDA, and the next run would find ``[porter_runtime.current_device()]`` unported)."""
     found = [f for f in _covering(scanner, node, span, by_start, findings)
              if not (whole and f.action == "rewrite" and (f.line, f.column - 1) > span[0])]
-    parent = scanner.parents.get(node)
-    called = isinstance(parent, ast.Call) and parent.func is node
-    rewrite = next((f for f in found if f.action == "rewrite" and not _kept_unhandled(node, f, called)), None)
+    rewrite = next((f for f in found if f.action == "rewrite"), None)
     if rewrite is not None:
         return "rewritten", rewrite.code
-    found = [f for f in found if f.action != "rewrite"]
     if found:
         return "reported", found[0].code
     guard = next((r for r in regions if r.encloses(span)), None)
@@ -148,40 +145,6 @@ def _state(scanner, node, span, by_start, findings, regions: Sequence[Region], i
     if codes is not None and (not codes or any(CODE.startswith(c) for c in codes)):
         return "inert", "silenced by a `# porter: ignore` comment"
     return "unaccounted", ""
-
-
-def _kept_unhandled(node: ast.AST, rewrite: Finding, called: bool) -> bool:
-    """Whether a rewrite that starts where the touchpoint's expression does leaves it as it
-    was: the rewrite's code does not hold it (``Stream() if overlap else
-    torch.cuda.default_stream()``, whose rewrite is of ``Stream()`` alone), or its result
-    holds it verbatim other than as a plain argument of a runtime call
-    (``porter_runtime.record_stream(g, torch.cuda.current_stream())``). H2O's vendored
-    DeepSpeed, blind round 17: the next run, which sees no rewrite there, named each."""
-    if not isinstance(node, ast.expr):
-        return False  # a statement (an import) a rewrite wraps, in a `try`, stays in its result
-    try:
-        text = re.sub(r"\s+", "", ast.unparse(node))
-    except Exception:  # noqa: BLE001  (an odd node: keep the rewrite's account)
-        return False
-    if not text or len(text) > 200:
-        return False
-    # quotes as ast.unparse writes them: "cuda" and 'cuda' are one string
-    text, before, after = (t.replace('"', "'") for t in (text, rewrite.before, rewrite.after))
-    pattern = re.compile(r"(?<![\w.])" + r"\s*".join(map(re.escape, text)) + r"(?![\w])")
-    if pattern.search(before) is None:
-        return not before.endswith("…")  # beside the touchpoint; a cut code can't tell (one_line)
-    found = pattern.search(after)
-    if found is None:
-        return False  # rewritten
-    opened: list[str] = []  # the callee of each parenthesis still open before the touchpoint
-    for match in re.finditer(r"([\w.]*)\s*\(|\)", after[:found.start()]):
-        if match.group(0) == ")":
-            if opened:
-                opened.pop()
-        else:
-            opened.append(match.group(1))
-    handed = bool(opened) and opened[-1].startswith("porter_runtime.") and not called and not text.endswith(")")
-    return not handed
 
 
 def _mocked(scanner: Scanner, node: ast.AST) -> Optional[tuple[str, str]]:
