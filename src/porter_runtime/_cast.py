@@ -32,12 +32,7 @@ def double_here(obj: T) -> T:
     Unlike :func:`double`, which decides by the device the run resolved to (for what is
     about to move there), this asks the object where it is.
     """
-    device = getattr(obj, "device", None)
-    if isinstance(device, torch.device) and device.type != "cuda" and _device.kind_of(device) == "mps":
-        dtype = _dtypes.supported_dtype(torch.float64, device)
-        if dtype != torch.float64:
-            return obj.to(dtype)  # type: ignore[attr-defined, no-any-return]
-    return obj.double()  # type: ignore[attr-defined, no-any-return]
+    return to_dtype(obj, torch.float64) if _on_mps(obj) else obj.double()  # type: ignore[attr-defined]
 
 
 def to_dtype(obj: T, dtype: torch.dtype) -> T:
@@ -48,10 +43,15 @@ def to_dtype(obj: T, dtype: torch.dtype) -> T:
     tensor keeps float64 on a Mac too). An MPS tensor, which can't hold float64, gets
     ``supported_dtype(dtype, its device)``: float32 / complex64, warned once.
     """
-    device = getattr(obj, "device", None)
-    if isinstance(device, torch.device) and device.type != "cuda" and _device.kind_of(device) == "mps":
-        dtype = _dtypes.supported_dtype(dtype, device)
+    if _on_mps(obj):
+        dtype = _dtypes.supported_dtype(dtype, obj.device)  # type: ignore[attr-defined]
     return obj.to(dtype)  # type: ignore[attr-defined, no-any-return]
+
+
+def _on_mps(obj: Any) -> bool:
+    """Whether ``obj`` is a tensor on MPS (or the emulated device), by its own ``device``."""
+    device = getattr(obj, "device", None)
+    return isinstance(device, torch.device) and device.type != "cuda" and _device.kind_of(device) == "mps"
 
 
 def as_tensor(data: Any, dtype: Optional[torch.dtype] = None, device: Any = None) -> torch.Tensor:

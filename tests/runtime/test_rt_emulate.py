@@ -253,12 +253,17 @@ def test_an_enabled_scaler_steps_on_the_emulated_device(emulated, monkeypatch):
             torch.zeros(2, device=emulated).double()
 
 
-def test_a_float64_cast_of_a_device_tensor_runs_through_to_dtype(emulated, monkeypatch):
-    # PT608's stand-in: HRM's `logits.to(torch.float64)` raises on MPS; to_dtype keeps float64 on the host
+def _patched_host_moves(monkeypatch):
+    """The emulation's host moves, undone after the test (torch.Tensor's own attributes kept first)."""
     monkeypatch.setattr(torch.Tensor, "cpu", torch.Tensor.cpu)
     monkeypatch.setattr(torch.Tensor, "to", torch.Tensor.to)
     monkeypatch.setattr(torch.Tensor, "device", torch.Tensor.device)
     _emulate.patch_host_moves()
+
+
+def test_a_float64_cast_of_a_device_tensor_runs_through_to_dtype(emulated, monkeypatch):
+    # PT608's stand-in: HRM's `logits.to(torch.float64)` raises on MPS; to_dtype keeps float64 on the host
+    _patched_host_moves(monkeypatch)
     with contract():
         logits = torch.randn(2, 3).to(emulated)
         with pytest.raises(TypeError, match="Cannot convert a MPS Tensor to float64"):
@@ -274,10 +279,7 @@ def test_a_move_to_the_device_a_tensor_is_on_returns_it_as_mps_does(emulated, mo
     # PixArt-alpha's T5 load (blind round 17): accelerate sets each weight as
     # `param_cls(value.to(d)).to(d)`; on MPS the second move returns the Parameter itself, and
     # torch's own .to("cpu:0") of a CPU tensor copied it into a plain Tensor (tie_weights then raised)
-    monkeypatch.setattr(torch.Tensor, "cpu", torch.Tensor.cpu)
-    monkeypatch.setattr(torch.Tensor, "to", torch.Tensor.to)
-    monkeypatch.setattr(torch.Tensor, "device", torch.Tensor.device)
-    _emulate.patch_host_moves()
+    _patched_host_moves(monkeypatch)
     with contract():
         weight = torch.nn.Parameter(torch.randn(4, 2).to(emulated))
         for spelled in (emulated, "mps", "mps:0", torch.device("mps")):
@@ -291,10 +293,7 @@ def test_a_move_to_the_device_a_tensor_is_on_returns_it_as_mps_does(emulated, mo
 
 def test_a_double_of_a_device_tensor_runs_through_double_here(emulated, monkeypatch):
     # PT612's stand-in: 2D Gaussian Splatting's `l1_loss(image, gt).mean().double()` raises on MPS
-    monkeypatch.setattr(torch.Tensor, "cpu", torch.Tensor.cpu)
-    monkeypatch.setattr(torch.Tensor, "to", torch.Tensor.to)
-    monkeypatch.setattr(torch.Tensor, "device", torch.Tensor.device)
-    _emulate.patch_host_moves()
+    _patched_host_moves(monkeypatch)
     with contract():
         loss = (torch.rand(4).to(emulated) - torch.rand(4).to(emulated)).abs().mean()
         with pytest.raises(TypeError, match="Cannot convert a MPS Tensor to float64"):
@@ -314,10 +313,7 @@ def test_in_a_process_that_runs_on_the_cpu_cpu0_is_the_cpu(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     porter_runtime._reset()
     assert porter_runtime.device() == torch.device("cpu")
-    monkeypatch.setattr(torch.Tensor, "cpu", torch.Tensor.cpu)
-    monkeypatch.setattr(torch.Tensor, "to", torch.Tensor.to)
-    monkeypatch.setattr(torch.Tensor, "device", torch.Tensor.device)
-    _emulate.patch_host_moves()
+    _patched_host_moves(monkeypatch)
     with contract():
         x = torch.ones(2).to(torch.device("cpu", 0))
         assert x.double().dtype == torch.float64 and x.device.type == "cpu"

@@ -194,6 +194,7 @@ def _imports_like(tree: Optional[ast.AST], node: ast.AST) -> int:
     return 0 if tree is None else sum(
         1 for other in ast.walk(tree) if type(other) is type(node)
         and getattr(other, "module", None) == getattr(node, "module", None)
+        and getattr(other, "level", 0) == getattr(node, "level", 0)
         and any((a.name, a.asname) in wanted for a in other.names))  # type: ignore[attr-defined]
 
 
@@ -216,13 +217,7 @@ def _still_imported(node: ast.AST, module: str, new: bytes) -> bool:
     tree = _parse_new(new)
     if tree is None:  # unreadable: any import of the module counts, as a text search sees it
         return re.search(rb"\b(?:import|from)[ \t]+" + re.escape(module.encode()) + rb"\b", new) is not None
-    wanted = {(a.name, a.asname) for a in node.names}  # type: ignore[attr-defined]
-    for other in ast.walk(tree):
-        if type(other) is type(node) and getattr(other, "module", None) == getattr(node, "module", None) \
-                and getattr(other, "level", 0) == getattr(node, "level", 0) \
-                and any((a.name, a.asname) in wanted for a in other.names):  # type: ignore[attr-defined]
-            return True
-    return False
+    return _imports_like(tree, node) > 0
 
 
 def _covering(scanner: Scanner, node: ast.AST, span, by_start, starts: _Starts) -> list[Finding]:
