@@ -223,8 +223,13 @@ def _cuda_request(index: Optional[int], announce: bool = True) -> torch.device:
         return resolved if index is None else torch.device("cuda", index)
     if resolved.type == "xpu" and index is not None:
         return torch.device("xpu", index)
-    # MPS has a single device and CPU has no index: drop it.
-    return torch.device(resolved.type) if resolved.type in ("mps", "cpu") else resolved
+    # MPS has a single device, mps:0, and a tensor there says so: an indexed request
+    # ("cuda:0", 1) is mps:0, so that `tensor.device == device` holds as it did on
+    # CUDA (H2O's FlexGen asserts it); an index-less one stays "mps". CPU tensors
+    # have no index: drop it.
+    if resolved.type == "mps":
+        return torch.device("mps") if index is None else torch.device("mps", 0)
+    return torch.device(resolved.type) if resolved.type == "cpu" else resolved
 
 
 def device(index: DeviceLike = None) -> torch.device:
@@ -232,8 +237,9 @@ def device(index: DeviceLike = None) -> torch.device:
 
     CUDA: ``device()`` is ``torch.device("cuda")`` (no index, as the original),
     ``device(1)`` and ``device("cuda:1")`` are ``cuda:1``.
-    MPS / XPU / CPU: CUDA requests map to the resolved device (index dropped on
-    MPS). An explicit non-CUDA request (``"cpu"``, ``"mps"``) is returned as is
+    MPS / XPU / CPU: CUDA requests map to the resolved device; on MPS an indexed
+    request is ``mps:0`` (the index a tensor there reports), an index-less one
+    ``mps``; on the CPU the index is dropped. An explicit non-CUDA request (``"cpu"``, ``"mps"``) is returned as is
     on every machine. PORTER_DEVICE overrides the resolution of CUDA requests;
     an explicit index in the request is kept when the override is CUDA.
     """

@@ -57,6 +57,9 @@ def test_on_cuda_the_device_works_as_a_context_manager(simulate):
 @pytest.mark.parametrize("value", ["cuda", "cuda:1", 1, torch.device("cuda")])
 def test_off_cuda_config_cuda_values_map_to_the_resolved_device(simulate, machine, expected, value):
     simulate(machine)
+    indexed = not isinstance(value, str) or ":" in value
+    indexed = indexed and not (isinstance(value, torch.device) and value.index is None)
+    expected = f"{expected}:0" if machine == "mps" and indexed else expected
     assert porter_runtime.device(value) == torch.device(expected)
 
 

@@ -21,7 +21,7 @@ def test_it_is_the_original_string_on_cuda(simulate):
 def test_elsewhere_it_names_the_resolved_device(simulate, machine):
     simulate(machine)
     assert porter_runtime.device_str() == machine
-    assert porter_runtime.device_str(1) == machine
+    assert porter_runtime.device_str(1) == ("mps:0" if machine == "mps" else machine)  # as a tensor there says
     assert porter_runtime.device_str("cpu") == "cpu"
 
 
@@ -61,7 +61,7 @@ def test_device_option_parses_a_cuda_request_to_the_resolved_device(simulate, ma
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", type=porter_runtime.device_option, default="cpu")
     parser.add_argument("--gpu", type=porter_runtime.device_option, default="0")
-    expected = {"cuda": ("cuda", "cuda:1"), "mps": ("mps", "mps"), "cpu": ("cpu", "cpu")}[machine]
+    expected = {"cuda": ("cuda", "cuda:1"), "mps": ("mps", "mps:0"), "cpu": ("cpu", "cpu")}[machine]
     assert parser.parse_args(["--device", "cuda"]).device == expected[0]
     assert parser.parse_args(["--device=cuda:1"]).device == expected[1]
     assert parser.parse_args([]).device == "cpu"
