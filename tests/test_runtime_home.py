@@ -612,3 +612,33 @@ def test_a_script_that_puts_the_working_folder_on_its_path_imports_the_runtime_a
     proc = _runs(repo / "EVA-CLIP/rei", "training/main.py")
     assert proc.returncode == 0 and "sum 3.0" in proc.stdout, proc.stderr
     assert run_porter("migrate", repo, "--diff", "-q").stdout == b""
+
+
+@pytest.mark.parametrize("builds", [True, False])
+def test_a_script_in_a_package_folder_run_from_that_folder_finds_the_runtime(tmp_path, builds):
+    """duo-attention's ``scripts/niah.sh``: ``cd eval/needle && python needle_in_haystack.py``.
+    ``eval/needle/`` has an ``__init__.py``, and the script imports the installed package
+    ``duo_attn``, never ``needle``: ``from needle import porter_runtime`` failed there, on
+    CUDA too (blind round 18). With a build it takes ``duo_attn``'s copy; without one,
+    a pointer beside it."""
+    repo = _tree(tmp_path / "repo", {
+        **({"setup.py": "from setuptools import setup, find_packages\n\nsetup(name='duo_attn', packages=['duo_attn'])\n"}
+           if builds else {"requirements.txt": "torch\n"}),
+        "duo_attn/__init__.py": "",
+        "duo_attn/utils.py": "import torch\n\n\ndef haystack(n):\n    return torch.arange(n).float().cuda()\n",
+        "eval/needle/__init__.py": "",
+        "eval/needle/utils.py": "def score(x):\n    return float(x.sum())\n",
+        "eval/needle/needle_in_haystack.py": (
+            "import torch\n\nfrom duo_attn.utils import haystack\nfrom utils import score\n\n\n"
+            "def main():\n    x = haystack(4) + torch.ones(4).cuda()\n    torch.cuda.synchronize()\n"
+            "    print('score', score(x))\n\n\nif __name__ == '__main__':\n    main()\n"),
+    })
+    assert run_porter("migrate", repo, "--write", "-q").returncode == 0
+    text = (repo / "eval/needle/needle_in_haystack.py").read_text()
+    assert "from needle import" not in text
+    assert ("from duo_attn import porter_runtime" if builds else "import porter_runtime\n") in text, text
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PORTER_QUIET": "1", "PYTHONPATH": str(repo), "PORTER_TEST_KEEP": str(repo)}
+    ran = subprocess.run(python_without_porter("needle_in_haystack.py"), cwd=repo / "eval/needle", capture_output=True,
+                         text=True, timeout=300, env=env)  # duo_attn as pip installs it: on the path
+    assert ran.returncode == 0 and "score 10.0" in ran.stdout, ran.stderr
+    assert run_porter("migrate", repo, "--diff", "-q").stdout == b""

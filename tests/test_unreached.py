@@ -118,3 +118,33 @@ def test_a_module_whose_name_is_not_utf8_is_read(tmp_path):
     assert porter("migrate", root, "--check") == 0  # no crash; the dead module's PT999 is a note, nothing else
     rels = [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()]
     assert build(root, rels, whole=True).unreached == {"caf\udce9.py"}
+
+
+def test_a_vendored_copy_is_reached_only_from_outside_it(tmp_path):
+    """H2O keeps forks of DeepSpeed and transformers under ``benchmark/third_party/`` and
+    installs them for its baselines: the modules its scripts import are reached, and so is a
+    script its own README runs; the copy's tests, benchmarks and setup.py, which its own
+    README names, run for that project's developers only (blind round 17: all false)."""
+    copy = "benchmark/third_party/DeepSpeed/"
+    root = make_tree(tmp_path / "repo", {
+        "benchmark/hf_opt.py": "import argparse\nimport deepspeed\n\nargparse.ArgumentParser().parse_args()\n",
+        "benchmark/README.md": "Install the fork, then `python third_party/DeepSpeed/bin/ds_report.py`.\n",
+        copy + "setup.py": "from setuptools import setup\n\nsetup(name='deepspeed')\n" + NVML,
+        copy + "README.md": "Run `python benchmarks/gpt_bench.py` and `pytest tests/unit/test_zero.py`.\n",
+        copy + "deepspeed/__init__.py": "from deepspeed.runtime import engine\n",
+        copy + "deepspeed/runtime/__init__.py": "",
+        copy + "deepspeed/runtime/engine.py": NVML,
+        copy + "deepspeed/ops/sparse_attention.py": NVML,
+        copy + "benchmarks/gpt_bench.py": "import argparse\n" + NVML + "argparse.ArgumentParser().parse_args()\n",
+        copy + "tests/unit/test_zero.py": NVML + "def test_zero():\n    assert gpu_count() >= 0\n",
+        copy + "bin/ds_report.py": "import sys\n" + NVML + "print(sys.argv)\n",
+    })
+    rels = [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()]
+    unreached = build(root, rels, whole=True).unreached
+    assert unreached == {copy + "setup.py", copy + "benchmarks/gpt_bench.py", copy + "tests/unit/test_zero.py",
+                         copy + "deepspeed/ops/sparse_attention.py"}
+    # the same files outside a third-party folder are the repository's own: each runs by itself
+    plain = make_tree(tmp_path / "plain", {"train.py": "import argparse\n", "benchmarks/gpt_bench.py": "import argparse\n",
+                                           "tests/test_zero.py": NVML, "ops/sparse_attention.py": NVML})
+    rels = [p.relative_to(plain).as_posix() for p in plain.rglob("*") if p.is_file()]
+    assert build(plain, rels, whole=True).unreached == {"ops/sparse_attention.py"}

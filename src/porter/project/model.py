@@ -34,7 +34,7 @@ from porter.project.flags import cuda_device_options, import_probes, opt_in_opti
 from porter.project.import_fallbacks import caught_triton_modules
 from porter.project.known_modules import extension_importers, extension_names
 from porter.project.loaders import mapped_wrappers
-from porter.project.unreached import other_vendor_modules, unreached_modules
+from porter.project.unreached import other_vendor_modules, unreached_modules, vendored_copy
 from porter.project.value_flow import FlowFacts, Kind, Scope
 from porter.project.value_flow import build as build_flow
 from porter.rulebase.cuda_packages import COMPILED
@@ -131,6 +131,9 @@ class ProjectModel:
         accelerator's backend. What porter finds there is for information (porter.engine.stages.notes)."""
         if rel in self.cuda_gated:
             return "the tree imports this module only in code run where CUDA is"
+        if rel in self.unreached and vendored_copy(rel):
+            return (f"this module is part of the copy of another project at `{vendored_copy(rel)}`, and nothing "
+                    "of the tree outside the copy imports or runs it")
         if rel in self.unreached:
             return "no script, test, notebook, config or module of the tree imports or runs this module"
         vendor = self.other_vendor.get(rel)

@@ -14,6 +14,9 @@ the runtime"):
   name (``ldm.models.diffusion``): a copy inside it, ``from ldm.models.diffusion import
   porter_runtime``;
 - a script or notebook that imports such a package: the same copy, through the package;
+- a script (not a test) in a package folder that imports neither that package nor
+  anything relatively (``eval/needle/needle_in_haystack.py``, run from its folder): the copy of
+  the build's package it imports, else a pointer beside it, as for any script;
 - a script or notebook in a subfolder that imports nothing of the repository: the root
   copy, through a pointer module beside it (``scripts/porter_runtime.py``, a dozen lines
   that load ``../porter_runtime`` by its path: Python puts only the script's own folder
@@ -30,6 +33,7 @@ same name that it did not create.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional, Union
@@ -131,6 +135,17 @@ class Layout:
         if nested is not None:
             ships = self.installable and _build_may_ship(self.root, nested)
             return (Home(top / RUNTIME, nested) if ships else self._pointer_or_copy(top / RUNTIME, nested)), ""
+        if top is not None and top.parent != self.root and own is None and top.name not in imported \
+                and _script(file) and not _relative_imports(file) and not _test_module(file):
+            # a script that sits in a package folder but imports neither it nor its
+            # siblings through it (duo-attention's ``cd eval/needle && python
+            # needle_in_haystack.py``): Python puts only the script's folder on sys.path,
+            # where ``from needle import porter_runtime`` fails, on CUDA too (blind round 18).
+            # The build's package it imports carries a copy; else a pointer beside it.
+            if self.installable and any(n in self.packages for n in imported):
+                name = self.base_package(imported)
+                return Home(self.packages[name] / RUNTIME, name), ""
+            return self._pointer_or_copy(file.parent / RUNTIME, ""), ""
         if top is not None and self.installable:
             # the package's build ships its copy; one the module imports serves it too
             own = [top.name] if self.packages.get(top.name) == top else []
@@ -193,6 +208,22 @@ class Layout:
 def _relative(file: Path, top: Path) -> str:
     """The dots of a relative import of ``top``'s copy from ``file`` (``.`` beside it)."""
     return "." * len(file.absolute().parent.relative_to(top).parts) + "."
+
+
+def _relative_imports(file: Path) -> bool:
+    """Whether ``file`` imports relatively (``from .utils import x``): it then runs only as a
+    module of its package (``python -m``), never as a script."""
+    try:
+        return re.search(rb"^[ \t]*from[ \t]+\.", file.read_bytes(), re.M) is not None
+    except OSError:
+        return False
+
+
+def _test_module(file: Path) -> bool:
+    """A test file (``test_*.py``, ``*_test.py``): a runner imports it as a module of its
+    package (``python -m unittest tests.test_x`` from the folder above), whatever its own
+    ``__main__`` says (detectron2's ``projects/TensorMask/tests``)."""
+    return file.name.startswith("test_") or file.name.endswith("_test.py")
 
 
 def _beside(folder: Path, name: str) -> bool:
