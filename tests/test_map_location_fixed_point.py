@@ -53,3 +53,41 @@ def test_one_write_reaches_the_fixed_point_and_the_port_loads_a_cuda_checkpoint(
                           env={"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": "", "PORTER_QUIET": "1"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "cpu"
+
+
+CONVERT = dedent("""\
+    import torch
+
+
+    def weight_load(fp, **kwargs):
+        is_safetensors = kwargs.pop('is_safetensors', False)
+        if is_safetensors:
+            raise NotImplementedError
+        return torch.load(fp, **kwargs)
+
+
+    state = weight_load('./weights.pth', is_safetensors=False)
+    mapped = weight_load('./weights.pth', map_location=lambda storage, loc: storage)
+    print(state['w'].device.type, mapped['w'].device.type, float(state['w'].sum()))
+    """)
+
+
+def test_a_load_with_unpacked_keywords_gets_a_location_its_callers_can_still_override(tmp_path):
+    """InternLM's ``tools/convert2llama.py`` (blind round 18): ``torch.load(fp, **kwargs)``
+    whose callers never pass ``map_location``: a checkpoint saved on CUDA failed off CUDA.
+    The location goes first in the unpacked dict, so a caller's own still wins."""
+    (tmp_path / "convert.py").write_text(CONVERT)
+    import torch
+
+    save_cuda_checkpoint({"w": torch.ones(3)}, tmp_path / "weights.pth")
+    env = {"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": "", "PORTER_QUIET": "1"}
+    before = subprocess.run([sys.executable, "convert.py"], cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert before.returncode != 0 and "CUDA" in before.stderr
+    assert _porter(str(tmp_path), "--write").returncode in (0, 2)
+    assert 'torch.load(fp, **{"map_location": porter_runtime.map_location(), **kwargs})' in (tmp_path / "convert.py").read_text()
+    first = (tmp_path / "convert.py").read_bytes()
+    assert _porter(str(tmp_path), "--write").returncode in (0, 2)
+    assert (tmp_path / "convert.py").read_bytes() == first
+    done = subprocess.run([sys.executable, "convert.py"], cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["cpu", "cpu", "3.0"]

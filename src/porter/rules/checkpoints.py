@@ -114,12 +114,17 @@ class TorchLoadMapLocation(Scoped, Rule):
     `torch.device("cuda", gpu)` to device `gpu`) with the same data; torch merely
     skips a host copy for the location.
 
+    A call with `**kwargs` and no visible `map_location` gets the location as the
+    first key of the unpacked dict, `**{"map_location": porter_runtime.map_location(),
+    **kwargs}`: a `map_location` in `kwargs` still wins, and on CUDA the added one is
+    None, torch's default (InternLM's `tools/convert2llama.py`, blind round 18).
+
     Known limits:
     A location held in a variable (`map_location=device`) or a dict is left alone.
-    A call with `**kwargs` and no visible `map_location` is reported, since adding
-    one could duplicate it; in a module-level wrapper whose every call in the tree
-    passes `map_location` (porter.project.loaders) it is a note, since the callers
-    map the checkpoint:
+    A call that also unpacks positional arguments (`*args`, which may hold the
+    location) is reported; in a module-level wrapper whose every call in the tree
+    passes `map_location` (porter.project.loaders) a `**kwargs` call is a note, since
+    the callers map the checkpoint:
 
         # dist_util.py: a note, as every caller names a location
         def load_state_dict(path, **kwargs):
@@ -176,7 +181,12 @@ class TorchLoadMapLocation(Scoped, Rule):
             "state = torch.load(path, map_location=porter_runtime.map_location(porter_runtime.device(args.gpu)))\n",
         ),
         Example("import torch\nstate = torch.load(path, map_location=lambda s, loc: s.cuda(int(loc[-1])))\n"),
-        Example("import torch\nstate = torch.load(path, **load_args)\n"),
+        Example(  # InternLM's tools/convert2llama.py
+            "import torch\n\n\ndef weight_load(fp, **kwargs):\n    return torch.load(fp, **kwargs)\n",
+            "import porter_runtime\nimport torch\n\n\ndef weight_load(fp, **kwargs):\n"
+            "    return torch.load(fp, **{\"map_location\": porter_runtime.map_location(), **kwargs})\n",
+        ),
+        Example("import torch\nstate = torch.load(path, *load_args)\n"),
     ]
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
@@ -185,8 +195,7 @@ class TorchLoadMapLocation(Scoped, Rule):
         index = self._location_index(original)
         if index is None:
             if any(a.star for a in original.args):
-                self._unpacked(original)
-                return updated
+                return self._unpacked(original, updated)
             new_arg = cst.Arg(self.runtime_call("map_location"), keyword=cst.Name("map_location"), equal=_EQ)
             return self.rewrite(original, with_arg(updated, new_arg), _MESSAGE)
         value = self._new_location(original.args[index].value, updated.args[index].value)
@@ -196,14 +205,26 @@ class TorchLoadMapLocation(Scoped, Rule):
         args[index] = args[index].with_changes(value=value)
         return self.rewrite(original, updated.with_changes(args=args), _MESSAGE)
 
-    def _unpacked(self, call: cst.Call) -> None:
+    def _unpacked(self, call: cst.Call, updated: cst.Call) -> cst.Call:
         message = "torch.load with unpacked arguments: a CUDA checkpoint needs a map_location off CUDA"
         scope = self.scope[1].split(".")
         project = self.ctx.project
         if project is not None and len(scope) == 1 and (self.ctx.path, scope[0]) in project.mapped_wrappers:
             self.note(call, f"{message} (for information: every call of `{scope[0]}` in the tree passes map_location)")
-            return
-        self.flag(call, message, suggestion="map_location=porter_runtime.map_location()")
+            return updated
+        if any(a.star == "**" and _names_location(a.value) for a in call.args):
+            return updated  # `**{"map_location": ..., **kwargs}`: mapped here (a second run)
+        stars = [a.star for a in call.args if a.star]
+        if stars != ["**"]:
+            self.flag(call, message, suggestion="map_location=porter_runtime.map_location()")
+            return updated
+        # the location first, the caller's keywords after it: theirs wins where it is given
+        at = next(i for i, a in enumerate(updated.args) if a.star == "**")
+        merged = cst.Dict([cst.DictElement(cst.SimpleString('"map_location"'), self.runtime_call("map_location")),
+                           cst.StarredDictElement(updated.args[at].value)])
+        args = list(updated.args)
+        args[at] = args[at].with_changes(value=merged)
+        return self.rewrite(call, updated.with_changes(args=args), _MESSAGE)
 
     @staticmethod
     def _location_index(call: cst.Call) -> Optional[int]:
@@ -262,6 +283,13 @@ class TorchLoadMapLocation(Scoped, Rule):
             return value
         moved = isinstance(value, cst.Call) and len(value.args) == 1 and value.func.deep_equals(self.runtime("device"))
         return value.args[0].value if moved and body.func.attr.value == "to" else None
+
+
+def _names_location(value: cst.BaseExpression) -> bool:
+    """Whether an unpacked dict display names ``map_location`` itself."""
+    return isinstance(value, cst.Dict) and any(
+        isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString)
+        and e.key.evaluated_value == "map_location" for e in value.elements)
 
 
 _MESSAGE = "a CUDA checkpoint now loads where the runtime's device can take it"
