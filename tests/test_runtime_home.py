@@ -642,3 +642,33 @@ def test_a_script_in_a_package_folder_run_from_that_folder_finds_the_runtime(tmp
                          text=True, timeout=300, env=env)  # duo_attn as pip installs it: on the path
     assert ran.returncode == 0 and "score 10.0" in ran.stdout, ran.stderr
     assert run_porter("migrate", repo, "--diff", "-q").stdout == b""
+
+
+def test_a_package_of_a_nested_project_reached_through_its_folder_imports_the_runtime_relatively(tmp_path):
+    """InternImage's ``classification/ops_dcnv3/``: a setup.py whose find_packages installs
+    ``functions`` and ``modules``, which import each other relatively; the model imports
+    ``from ops_dcnv3 import modules`` from ``classification/``. ``from functions import
+    porter_runtime`` failed there, on CUDA too (blind round 18)."""
+    repo = _tree(tmp_path / "repo", {
+        "README.md": "cd classification && python main.py\n",
+        "classification/main.py": (
+            "import torch\n\nfrom models.net import Net\n\n\n"
+            "if __name__ == '__main__':\n    print('out', float(Net()(torch.ones(2)).sum()))\n"),
+        "classification/models/__init__.py": "",
+        "classification/models/net.py": (
+            "import torch\n\nfrom ops_dcnv3 import modules as opsm\n\n\n"
+            "class Net(torch.nn.Module):\n    def forward(self, x):\n        return opsm.core(x)\n"),
+        "classification/ops_dcnv3/setup.py": (
+            "from setuptools import find_packages, setup\n\nsetup(name='DCNv3', packages=find_packages())\n"),
+        "classification/ops_dcnv3/functions/__init__.py": "from .dcnv3_func import dcnv3_core\n",
+        "classification/ops_dcnv3/functions/dcnv3_func.py": (
+            "import torch\n\n\ndef dcnv3_core(x):\n    torch.cuda.synchronize()\n    return x * 2\n"),
+        "classification/ops_dcnv3/modules/__init__.py": "from .dcnv3 import core\n",
+        "classification/ops_dcnv3/modules/dcnv3.py": "from ..functions import dcnv3_core\n\n\ndef core(x):\n    return dcnv3_core(x)\n",
+    })
+    assert run_porter("migrate", repo, "--write", "-q").returncode == 0
+    text = (repo / "classification/ops_dcnv3/functions/dcnv3_func.py").read_text()
+    assert "from . import porter_runtime\n" in text, text
+    proc = _runs(repo / "classification", "main.py")
+    assert proc.returncode == 0 and "out 4.0" in proc.stdout, proc.stderr
+    assert run_porter("migrate", repo, "--diff", "-q").stdout == b""

@@ -9,7 +9,9 @@ the runtime"):
   ``_vendor`` (``from mypkg import porter_runtime``), shipped by the package's build;
 - a package of a project inside the repository with a build of its own (``GroundingDINO/``
   and its setup.py): a copy inside the package, imported by the name pip installs it as
-  (``from groundingdino import porter_runtime``), where the package imports itself by it;
+  (``from groundingdino import porter_runtime``), where the package imports itself by it,
+  and relatively where it never does (InternImage's ``ops_dcnv3/functions``, installed as
+  ``functions`` and imported by the tree as ``ops_dcnv3.functions``);
 - a package inside folders without ``__init__.py`` that the tree imports by its full
   name (``ldm.models.diffusion``): a copy inside it, ``from ldm.models.diffusion import
   porter_runtime``;
@@ -123,7 +125,11 @@ class Layout:
         # under both names (Deformable-DETR's models/ops)
         if top is not None and top.parent != self.root and (own is not None or nested is None) \
                 and nested_project(top, self.root) is not None:
-            if both and own is None:
+            if own is None and not _script(file):
+                # its modules never import it by name: pip installs it as ``functions``
+                # while the tree reaches it through the project's folder
+                # (``ops_dcnv3.functions``, InternImage, blind round 18); only a
+                # relative import finds the copy under every name it has
                 return Home(top / RUNTIME, _relative(file, top)), ""
             # a package of a project that builds on its own inside the repository: pip
             # installs it by its own name, and may copy it away from the tree (a pointer's
