@@ -200,10 +200,11 @@ _CUDA_DEVICE_KEYWORD = Passes(keyword="device", string=CUDA_SPEC)
 #: torch callables whose device comes first or late by position, with its keyword name and
 #: whether it is a device type (`"cuda"`: `porter_runtime.device_type()`) or a device.
 _POSITIONAL_DEVICE = {
-    "torch.distributed.device_mesh.init_device_mesh": (0, "device_type", True),
-    "torch.distributed.init_device_mesh": (0, "device_type", True),
-    "torch.distributed.device_mesh.DeviceMesh": (0, "device_type", True),
-    "torch.distributed.DeviceMesh": (0, "device_type", True),
+    # the mesh and its factory, under every module torch exports them from (duo-attention
+    # imports DeviceMesh from the DTensor package, torch.distributed._tensor: blind round 18)
+    **{f"torch.distributed.{module}{name}": (0, "device_type", True)
+       for module in ("", "device_mesh.", "_tensor.", "_tensor.device_mesh.", "tensor.", "tensor.device_mesh.")
+       for name in ("init_device_mesh", "DeviceMesh")},
     "torch.nn.attention.flex_attention.create_block_mask": (5, "device", False),
     "torch.nn.attention.flex_attention.create_mask": (5, "device", False),
 }
@@ -283,6 +284,19 @@ class TorchDeviceKeyword(Rule):
                 def get_device_mesh(dp_replicate, dp_shard):
                     return init_device_mesh(porter_runtime.device_type(), mesh_shape=(dp_replicate, dp_shard),
                                             mesh_dim_names=("dp_replicate", "dp_shard"))
+                """),
+        ),
+        Example(  # duo-attention's FSDP2 training: the mesh from the DTensor package
+            example_code("""
+                from torch.distributed._tensor import DeviceMesh
+
+                mesh = DeviceMesh(device_type="cuda", mesh=[i for i in range(world_size)])
+                """),
+            example_code("""
+                import porter_runtime
+                from torch.distributed._tensor import DeviceMesh
+
+                mesh = DeviceMesh(device_type=porter_runtime.device_type(), mesh=[i for i in range(world_size)])
                 """),
         ),
         Example(
