@@ -66,7 +66,7 @@ _EXPORTS = {
     "fa3_attention": "attn.fa3",
     "attn_implementation": "thirdparty.huggingface", "cuda_option": "thirdparty.huggingface",
     "training_arguments": "thirdparty.huggingface", "quantized_load": "thirdparty.huggingface",
-    "training_arguments_class": "thirdparty.huggingface",
+    "training_arguments_class": "thirdparty.huggingface", "detectron2_config": "thirdparty.detectron2",
     "load_state_dict": "_idioms", "require_device": "_idioms", "off_device": "_idioms",
     "set_default_tensor_type": "_idioms", "legacy_tensor_type": "_idioms", "tensor_type": "_idioms",
     "max_memory_allocated": "twins.memory", "max_memory_reserved": "twins.memory",
