@@ -42,6 +42,10 @@ PACKAGES: tuple[CudaPackage, ...] = (
                 ("flash_attn_3_cuda", "flash_attn_3")),
     CudaPackage(("flashinfer",), ("flashinfer-python",),
                 "torch.nn.functional.scaled_dot_product_attention"),
+    CudaPackage(("block_sparse_attn",), ("block-sparse-attn",),
+                "torch.nn.functional.scaled_dot_product_attention with the block mask as attn_mask "
+                "(Block-Sparse-Attention builds flash-attn's CUDA kernels only)",
+                ("block_sparse_attn_cuda",)),
     CudaPackage(("xformers",), ("xformers",),
                 "torch.nn.functional.scaled_dot_product_attention (memory_efficient_attention's semantics)"),
     CudaPackage(("apex",), ("apex",),
@@ -84,6 +88,8 @@ PACKAGES: tuple[CudaPackage, ...] = (
                 "torch.nn.Linear / LayerNorm in bfloat16 off CUDA (no FP8 there)",
                 ("transformer_engine_torch",)),
     CudaPackage(("vllm",), ("vllm",), "Hugging Face transformers' generate() off CUDA"),
+    CudaPackage(("lmdeploy",), ("lmdeploy",),
+                "Hugging Face transformers' generate() off CUDA (lmdeploy's wheels are CUDA TurboMind builds)"),
     # Mixture-of-experts and attention kernels (nanotron's grouped_gemm raised at import).
     CudaPackage(("grouped_gemm",), ("grouped-gemm",),
                 "a loop of torch.matmul over the experts (or torch._grouped_mm where torch has it) off CUDA"),
