@@ -672,3 +672,34 @@ def test_a_package_of_a_nested_project_reached_through_its_folder_imports_the_ru
     proc = _runs(repo / "classification", "main.py")
     assert proc.returncode == 0 and "out 4.0" in proc.stdout, proc.stderr
     assert run_porter("migrate", repo, "--diff", "-q").stdout == b""
+
+
+def test_a_script_beside_a_package_named_like_the_roots_uses_the_one_it_imports(tmp_path):
+    """LLaMA-Adapter (blind round 18): the root builds a package ``llama``, and
+    ``alpaca_finetuning_v1/`` holds its own ``llama/`` beside ``finetuning.py``, which
+    ``from llama import Tokenizer`` finds first (the script's folder leads sys.path). The port
+    merged the runtime into that line and sized the root's ``llama`` copy for it, while the
+    copy it reached held only what its own package used: AttributeError on every machine.
+    ``util/misc.py``, in a folder without ``__init__.py`` that the script imports as
+    ``util.misc``, got a pointer in ``util/``, which is not on sys.path."""
+    repo = _tree(tmp_path / "repo", {
+        "setup.py": "from setuptools import setup\n\nsetup(name='llama', packages=['llama'])\n",
+        "llama/__init__.py": "from .generation import generate\n",
+        "llama/generation.py": "import torch\n\n\ndef generate(n):\n    return torch.zeros(n).cuda()\n",
+        "alpaca/llama/__init__.py": "from .tokenizer import Tokenizer\n",
+        "alpaca/llama/tokenizer.py": (
+            "import torch\n\n\nclass Tokenizer:\n    def encode(self, n):\n        return torch.arange(n).cuda()\n"),
+        "alpaca/util/misc.py": "import torch\n\n\ndef reduce(x):\n    torch.cuda.synchronize()\n    return float(x.sum())\n",
+        "alpaca/finetuning.py": (
+            "import argparse\n\nimport torch\n\nimport util.misc as misc\nfrom llama import Tokenizer\n\n\n"
+            "def main():\n    parser = argparse.ArgumentParser()\n    parser.add_argument('--device', default='cuda')\n"
+            "    args = parser.parse_args()\n    x = Tokenizer().encode(3).to(torch.device(args.device))\n"
+            "    loader = torch.utils.data.DataLoader(list(x), pin_memory=True)\n"
+            "    print('sum', misc.reduce(torch.stack(list(loader))))\n\n\n"
+            "if __name__ == '__main__':\n    main()\n"),
+    })
+    assert run_porter("migrate", repo, "--write", "-q").returncode == 0
+    assert not (repo / "alpaca/util/porter_runtime.py").exists()
+    proc = _runs(repo / "alpaca", "finetuning.py")
+    assert proc.returncode == 0 and "sum 3.0" in proc.stdout, proc.stderr
+    assert run_porter("migrate", repo, "--diff", "-q").stdout == b""

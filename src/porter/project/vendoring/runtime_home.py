@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Iterable, Optional, Union
 
 from porter.project.vendoring.runtime_copy import RUNTIME, Home, _is_file, _shown, is_pointer, is_vendored
-from porter.project.vendoring.runtime_probes import (_build_may_ship, _entries, _installable, _namespace_name, _package_imports,
+from porter.project.vendoring.runtime_probes import (_build_may_ship, _entries, _imported_as, _installable, _namespace_name, _package_imports,
                                            _script, reached_in_full,
                                            _package_name, _reach, _top_package, nested_project, own_name)
 
@@ -148,8 +148,9 @@ class Layout:
             # needle_in_haystack.py``): Python puts only the script's folder on sys.path,
             # where ``from needle import porter_runtime`` fails, on CUDA too (blind round 18).
             # The build's package it imports carries a copy; else a pointer beside it.
-            if self.installable and any(n in self.packages for n in imported):
-                name = self.base_package(imported)
+            found = [n for n in imported if n in self.packages and not _beside(file.parent, n)]
+            if self.installable and found:
+                name = self.base_package(found)
                 return Home(self.packages[name] / RUNTIME, name), ""
             return self._pointer_or_copy(file.parent / RUNTIME, ""), ""
         if top is not None and self.installable:
@@ -163,6 +164,9 @@ class Layout:
             return self._pointer_or_copy(top / RUNTIME, top.name), ""
         if top is not None:
             return self.root_home, ""
+        # a package of that name beside the file is the one it imports (its folder comes first
+        # on sys.path): LLaMA-Adapter's alpaca_finetuning_v1/llama, not the root's llama
+        imported = [n for n in imported if not _beside(file.parent, n) or file.parent == self.root]
         if self.installable and any(n in self.packages for n in imported):
             name = self.base_package(imported)
             return Home(self.packages[name] / RUNTIME, name), ""
@@ -174,6 +178,13 @@ class Layout:
         if any(n in self.first_party and n != RUNTIME and not _beside(file.parent, n) for n in imported) \
                 and not before_path_edit:
             return self.root_home, ""  # it reaches the repository's code, so the root copy
+        base = file.parent.parent
+        if file.parent != self.root and not _is_file(file.parent / "__init__.py") and not _script(file) \
+                and file.parent.name.isidentifier() and _imported_as(self.root, f"{file.parent.name}.{file.stem}"):
+            # a module of a folder without __init__.py that the scripts above it import as
+            # ``util.misc`` (LLaMA-Adapter's llama_adapter_v2_multimodal7b/util/misc.py, blind
+            # round 18): the folder above is on sys.path, not this one
+            return (self.root_home if base == self.root else self._pointer_or_copy(base / RUNTIME, "")), ""
         # A script or notebook in a subfolder that imports nothing of the repository:
         # Python puts only its own folder on sys.path (``python scripts/plot.py`` from the
         # root, or from scripts/), so a pointer beside it loads the root copy (a copy an
