@@ -413,3 +413,35 @@ def test_an_attribute_test_of_torch_cuda_is_inert_and_a_string_spec_and_repeats_
     assert [t.state for t in found["demo.py"]] == ["unaccounted", "reported"]
     findings = {f.path: [x for x in f.findings if x.code == "PT999"] for f in result.files}
     assert len(findings["demo.py"]) == 1 and "porter_runtime.device_type()" in findings["chat.py"][0].suggestion
+
+
+def test_a_count_of_cudas_per_device_generators_guards_what_it_tests(tmp_path):
+    """LLaMA-Adapter's gorilla/finetune (blind round 18): `hasattr(torch.cuda,
+    "default_generators") and len(torch.cuda.default_generators) > 0` is False without CUDA
+    (one generator per device, none there), and the `else` seeds with `torch.seed()`: two
+    PT999 labelled false. The port runs on the CPU as it is."""
+    code = dedent("""\
+        import sys
+
+        import torch
+
+
+        def set_seed():
+            if hasattr(torch.cuda, "default_generators") and len(torch.cuda.default_generators) > 0:
+                device_idx = torch.cuda.current_device()
+                seed = torch.cuda.default_generators[device_idx].seed()
+            else:
+                seed = int(torch.seed() % sys.maxsize)
+            torch.manual_seed(seed)
+            return seed
+
+
+        print(set_seed() >= 0)
+        """)
+    root = write(tmp_path, {"revllama.py": code})
+    found, result = touchpoints(root)
+    assert sorted(t.state for t in found["revllama.py"]) == ["guarded", "guarded", "inert", "inert"]
+    assert not [x for f in result.files for x in f.findings if x.code == "PT999"]
+    ran = subprocess.run([sys.executable, "revllama.py"], cwd=root, capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": ""})
+    assert ran.returncode == 0 and ran.stdout.strip() == "True", ran.stderr

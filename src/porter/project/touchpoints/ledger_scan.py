@@ -30,6 +30,7 @@ _SAFE_CUDA = frozenset({
     "memory_stats", "is_bf16_supported", "is_tf32_supported", "get_arch_list", "get_rng_state_all",
     "amp.autocast", "amp.GradScaler", "amp.custom_fwd", "amp.custom_bwd", "amp", "OutOfMemoryError",
     "_initialized",  # a plain bool, False where CUDA was never initialised (EasyContext's RNG-state save)
+    "default_generators",  # a tuple, one generator per CUDA device: empty without CUDA (LLaMA-Adapter)
 })
 _MESSAGE_CALLS = frozenset({
     "print", "warn", "warning", "warnings", "info", "debug", "error", "exception", "critical", "log",

@@ -72,6 +72,12 @@ _AVAILABLE = re.compile(r"^(?:is_|has_)?(\w+?)_(?:is_)?available$")
 _EXIT_CALLS = {"sys.exit", "exit", "quit", "os._exit"}
 
 
+#: torch.cuda's sequences with one entry per CUDA device, empty without CUDA (checked on a CPU
+#: build of torch 2.13): ``len(torch.cuda.default_generators) > 0`` tests for CUDA (LLaMA-Adapter's
+#: gorilla/finetune, blind round 18).
+_PER_DEVICE = frozenset({"torch.cuda.default_generators"})
+
+
 def _is_cuda_string(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and isinstance(node.value, str) and bool(_CUDA_STRING.match(node.value))
 
@@ -178,6 +184,9 @@ class GuardFinder:
         if several is not None:
             return several, "gpus", ()
         counted = self.names.qualname(left.func) if isinstance(left, ast.Call) else None
+        if isinstance(left, ast.Call) and isinstance(left.func, ast.Name) and left.func.id == "len" \
+                and len(left.args) == 1 and self.names.qualname(left.args[0]) in _PER_DEVICE:
+            counted = "torch.cuda.device_count"  # one per CUDA device: empty without CUDA
         if counted == "porter_runtime.device_count" and isinstance(right, ast.Constant):  # PT104's: 1 off CUDA
             several = several_count(op, right.value) if type(right.value) is int else None
             return None if several is None else (several, "gpus", ())
