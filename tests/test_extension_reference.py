@@ -192,3 +192,66 @@ def test_a_missing_extension_still_fails_the_import_where_torch_sees_cuda(ported
         monkeypatch.delitem(sys.modules, name)
     with pytest.raises(ModuleNotFoundError, match="DeformScale"):
         import functions.deform_scale_func  # noqa: F401
+
+
+DCN = {
+    "ops_dcnv3/setup.py": """\
+        import torch
+        from setuptools import find_packages, setup
+        from torch.utils.cpp_extension import CUDA_HOME, CppExtension, CUDAExtension
+
+
+        def get_extensions():
+            if torch.cuda.is_available() and CUDA_HOME is not None:
+                extension = CUDAExtension
+            else:
+                raise NotImplementedError('Cuda is not availabel')
+            return [extension("DCNv3", ["src/vision.cpp"])]
+
+
+        setup(name="DCNv3", packages=find_packages(), ext_modules=get_extensions())
+        """,
+    "ops_dcnv3/functions/__init__.py": "from .dcnv3_func import DCNv3Function, dcnv3_core_pytorch\n",
+    # InternImage's order: the extension sorts above torch, and its names differ in case
+    "ops_dcnv3/functions/dcnv3_func.py": """\
+        import DCNv3
+        import torch
+        from torch.autograd import Function
+
+
+        class DCNv3Function(Function):
+            @staticmethod
+            def forward(ctx, input, offset, offset_scale, im2col_step):
+                return DCNv3.dcnv3_forward(input, offset, offset_scale, im2col_step)
+
+
+        def dcnv3_core_pytorch(input, offset, offset_scale):
+            return input + offset * offset_scale
+        """,
+    "main.py": """\
+        import torch
+
+        from ops_dcnv3.functions import DCNv3Function
+
+        x = torch.ones(2, 3)
+        print("out", float(DCNv3Function.apply(x, torch.ones(2, 3), 0.5, 64).sum()))
+        """,
+}
+
+
+def test_an_extension_the_tree_builds_under_another_casing_takes_its_reference_before_torch_is_imported(tmp_path):
+    """InternImage's `ops_dcnv3` (blind round 18): its setup.py builds `DCNv3`, whose
+    reference is `dcnv3_core_pytorch` (the same words, cased apart), and `import DCNv3`
+    comes before `import torch`: the guard's handler imports torch itself."""
+    root = tmp_path / "repo"
+    for rel, text in DCN.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(textwrap.dedent(text))
+    assert run_porter("migrate", root, "--write", "-q").returncode in (0, 1)
+    ported = (root / "ops_dcnv3/functions/dcnv3_func.py").read_text()
+    assert "DCNv3Function = porter_runtime.reference_path(DCNv3Function, dcnv3_core_pytorch, DCNv3)" in ported
+    assert ported.index("    import torch\n") < ported.index("torch.cuda.is_available()")
+    ran = subprocess.run(python_without_porter("main.py"), cwd=root, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": "", "PORTER_QUIET": "1"})
+    assert ran.returncode == 0 and ran.stdout.split() == ["out", "9.0"], ran.stderr
+    assert run_porter("migrate", root, "--diff", "-q").stdout == b""

@@ -32,8 +32,8 @@ class ExtensionBuildStop(Rule):
     Python packages without the compiled extension.
 
     Known limits:
-    Only an `else` that stops, at the top of that function, is rewritten; PT202 reports
-    a CUDA test elsewhere in a build script.
+    Only an `else` that stops (or holds one `if` whose every branch stops), at the top of
+    that function, is rewritten; PT202 reports a CUDA test elsewhere in a build script.
     """
 
     code = "PT203"
@@ -99,6 +99,52 @@ class ExtensionBuildStop(Rule):
                       ext_modules=get_extensions())
                 """),
             path="models/ops/setup.py",
+        ),
+        Example(  # Mask2Former's copy: FORCE_CUDA in the test, and an else whose every branch raises
+            dedent("""\
+                import os
+
+                import torch
+                from setuptools import setup
+                from torch.utils.cpp_extension import CUDA_HOME, CppExtension, CUDAExtension
+
+
+                def get_extensions():
+                    extension = CppExtension
+                    if (os.environ.get('FORCE_CUDA') or torch.cuda.is_available()) and CUDA_HOME is not None:
+                        extension = CUDAExtension
+                        sources += source_cuda
+                    else:
+                        if CUDA_HOME is None:
+                            raise NotImplementedError('CUDA_HOME is None. Please set environment variable CUDA_HOME.')
+                        else:
+                            raise NotImplementedError('No CUDA runtime is found. Please set FORCE_CUDA=1.')
+                    return [extension("MultiScaleDeformableAttention", sources)]
+
+
+                setup(name="MultiScaleDeformableAttention", ext_modules=get_extensions())
+                """),
+            dedent("""\
+                import os
+
+                import torch
+                from setuptools import setup
+                from torch.utils.cpp_extension import CUDA_HOME, CppExtension, CUDAExtension
+
+
+                def get_extensions():
+                    extension = CppExtension
+                    if (os.environ.get('FORCE_CUDA') or torch.cuda.is_available()) and CUDA_HOME is not None:
+                        extension = CUDAExtension
+                        sources += source_cuda
+                    else:
+                        return []  # porter: no CUDA, no extension: the code's PyTorch path runs without it
+                    return [extension("MultiScaleDeformableAttention", sources)]
+
+
+                setup(name="MultiScaleDeformableAttention", ext_modules=get_extensions())
+                """),
+            path="mask2former/modeling/pixel_decoder/ops/setup.py",
         ),
     ]
 

@@ -146,8 +146,26 @@ def else_requirement(rule: Rule, node: cst.If) -> Optional[tuple[Optional[cst.Ba
 
 def else_stops(rule: Rule, node: cst.If) -> bool:
     """Whether the ``else`` of ``if <test>:`` only reports and stops the program, whatever
-    the test (Deformable-DETR's ``setup.py``: ``else: raise NotImplementedError(...)``)."""
-    return isinstance(node.orelse, cst.Else) and _reports_then_stops(rule, node.orelse.body) is not None
+    the test (Deformable-DETR's ``setup.py``: ``else: raise NotImplementedError(...)``), or
+    holds one ``if`` whose every branch does (Mask2Former's copy: ``if CUDA_HOME is None:
+    raise ...`` / ``else: raise ...``)."""
+    return isinstance(node.orelse, cst.Else) and _stops_everywhere(rule, node.orelse.body)
+
+
+def _stops_everywhere(rule: Rule, body: cst.BaseSuite) -> bool:
+    if _reports_then_stops(rule, body) is not None:
+        return True
+    if not isinstance(body, cst.IndentedBlock) or len(body.body) != 1 or not isinstance(body.body[0], cst.If):
+        return False
+    inner: cst.If = body.body[0]
+    while True:
+        if not _stops_everywhere(rule, inner.body):
+            return False
+        if isinstance(inner.orelse, cst.Else):
+            return _stops_everywhere(rule, inner.orelse.body)
+        if not isinstance(inner.orelse, cst.If):
+            return False  # no else: the program goes on when no branch is taken
+        inner = inner.orelse
 
 
 def _reports_then_stops(rule: Rule, body: cst.BaseSuite) -> Optional[tuple[Optional[cst.BaseExpression]]]:

@@ -208,6 +208,17 @@ def torch_alias(module: cst.Module) -> Optional[str]:
     return None
 
 
+def _torch_bound_before(module: cst.Module, stmt: cst.CSTNode) -> bool:
+    """Whether a module-level ``import torch`` comes before ``stmt`` in ``module``'s body."""
+    for other in module.body:
+        if other is stmt:
+            return False
+        found = lone_import(other)
+        if found is not None and found[0] == "torch":
+            return True
+    return True  # not at the top level: the module ran its imports by then
+
+
 def _ext_modules_builders(module: cst.Module) -> set[str]:
     """The functions whose call is passed as ``ext_modules=`` (``setup(..., ext_modules=get_extensions())``)."""
     return {arg.value.func.value for arg in nodes_of(module, cst.Arg)
@@ -235,8 +246,14 @@ def guarded_import(rule: Rule, original: cst.SimpleStatementLine, updated: cst.S
     """``updated`` (a module-level import line) inside ``try:`` / ``except ImportError:`` that
     re-raises where torch sees CUDA (a missing package fails there as before) and, elsewhere,
     binds ``fallback`` to None (or nothing); ``why`` is the handler's comment (TP604, TP608, TP609)."""
-    stmt = rule.ctx.module.code_for_node(updated.with_changes(leading_lines=())).strip()
+    module = rule.ctx.module
+    stmt = module.code_for_node(updated.with_changes(leading_lines=())).strip()
     tail = f"    {fallback} = None\n" if fallback else ""
-    code = (f"try:\n    {stmt}\nexcept ImportError:  # {why}\n"
-            f"    if {torch_alias(rule.ctx.module)}.cuda.is_available():\n        raise\n{tail}")
+    alias = torch_alias(module) or "torch"
+    # torch imported only below this line (InternImage's `import DCNv3` sorts first), or not
+    # at all: the handler imports it, or it would fail with a NameError instead
+    bound = torch_alias(module) is not None and _torch_bound_before(module, original)
+    first = "" if bound else (f"    import torch as {alias}\n" if alias != "torch" else "    import torch\n")
+    code = (f"try:\n    {stmt}\nexcept ImportError:  # {why}\n{first}"
+            f"    if {alias}.cuda.is_available():\n        raise\n{tail}")
     return cst.parse_statement(code).with_changes(leading_lines=updated.leading_lines)

@@ -82,7 +82,7 @@ def _reference(kernel: Kernel, functions: list[cst.FunctionDef], extension: str)
             continue
         if not _REFERENCE_WORDS & set(_words(function.name.value)):
             continue
-        if _stem(function.name.value, _REFERENCE_NOISE) != stem:
+        if "".join(_stem(function.name.value, _REFERENCE_NOISE)) != "".join(stem):  # DCNv3 / dcnv3
             continue
         found = _parameters(function.params)
         if found is not None and found[1] <= set(kernel.names):  # the rest keep their defaults
