@@ -255,3 +255,72 @@ def test_an_extension_the_tree_builds_under_another_casing_takes_its_reference_b
                          env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": "", "PORTER_QUIET": "1"})
     assert ran.returncode == 0 and ran.stdout.split() == ["out", "9.0"], ran.stderr
     assert run_porter("migrate", root, "--diff", "-q").stdout == b""
+
+
+def test_an_import_whose_handler_only_says_how_to_compile_it_takes_the_reference(tmp_path):
+    """Mask2Former's copy of the op (blind round 18): `try: import MultiScaleDeformableAttention`
+    / `except ModuleNotFoundError: raise ModuleNotFoundError("Please compile ...")`, and a
+    setup.py whose `else` raises in both of its branches. The port builds nothing off CUDA
+    and the kernel runs the module's PyTorch reference."""
+    files = {
+        "ops/setup.py": """\
+            import torch
+            from setuptools import find_packages, setup
+            from torch.utils.cpp_extension import CUDA_HOME, CppExtension, CUDAExtension
+
+
+            def get_extensions():
+                extension = CppExtension
+                if torch.cuda.is_available() and CUDA_HOME is not None:
+                    extension = CUDAExtension
+                else:
+                    if CUDA_HOME is None:
+                        raise NotImplementedError('CUDA_HOME is None. Please set environment variable CUDA_HOME.')
+                    else:
+                        raise NotImplementedError('No CUDA runtime is found.')
+                return [extension("MultiScaleDeformableAttention", ["src/vision.cpp"])]
+
+
+            setup(name="MultiScaleDeformableAttention", packages=find_packages(), ext_modules=get_extensions())
+            """,
+        "ops/functions/__init__.py": "from .ms_deform_attn_func import MSDeformAttnFunction\n",
+        "ops/functions/ms_deform_attn_func.py": """\
+            import torch
+            from torch.autograd import Function
+
+            try:
+                import MultiScaleDeformableAttention as MSDA
+            except ModuleNotFoundError as e:
+                info_string = "Please compile MultiScaleDeformableAttention CUDA op: cd ops && sh make.sh"
+                raise ModuleNotFoundError(info_string)
+
+
+            class MSDeformAttnFunction(Function):
+                @staticmethod
+                def forward(ctx, value, sampling_locations, im2col_step):
+                    return MSDA.ms_deform_attn_forward(value, sampling_locations, im2col_step)
+
+
+            def ms_deform_attn_core_pytorch(value, sampling_locations):
+                return value * sampling_locations
+            """,
+        "main.py": """\
+            import torch
+
+            from ops.functions import MSDeformAttnFunction
+
+            print("out", float(MSDeformAttnFunction.apply(torch.ones(2), torch.full((2,), 3.0), 64).sum()))
+            """,
+    }
+    root = tmp_path / "repo"
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(textwrap.dedent(text))
+    assert run_porter("migrate", root, "--write", "-q").returncode in (0, 1)
+    assert "return []  # porter" in (root / "ops/setup.py").read_text()
+    ported = (root / "ops/functions/ms_deform_attn_func.py").read_text()
+    assert "    if torch.cuda.is_available():\n        info_string" in ported and "MSDA = None" in ported
+    ran = subprocess.run(python_without_porter("main.py"), cwd=root, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": "", "PORTER_QUIET": "1"})
+    assert ran.returncode == 0 and ran.stdout.split() == ["out", "6.0"], ran.stderr
+    assert run_porter("migrate", root, "--diff", "-q").stdout == b""

@@ -142,11 +142,13 @@ def extension_names(text: str) -> set[str]:
 
 def extension_importers(sources: Mapping[str, bytes], names: Iterable[str]) -> frozenset[str]:
     """The files of ``sources`` with a module-level ``import NAME`` (``as`` an alias) of one
-    of ``names``, compiled extensions: where TP608 may wire a reference path."""
+    of ``names``, compiled extensions, alone or in a module-level ``try:`` (Mask2Former's):
+    where TP608 may wire a reference path."""
     wanted = sorted(set(names))
     if not wanted:
         return frozenset()
-    pattern = re.compile(rb"^import[ \t]+(?:" + b"|".join(re.escape(n.encode()) for n in wanted) + rb")\b", re.M)
+    pattern = re.compile(rb"^(?:try:[ \t]*(?:#[^\n]*)?\n[ \t]+)?import[ \t]+(?:"
+                         + b"|".join(re.escape(n.encode()) for n in wanted) + rb")\b", re.M)
     return frozenset(rel for rel, data in sources.items() if pattern.search(data))
 
 

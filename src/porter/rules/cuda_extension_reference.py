@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from porter.rulebase.families.thirdparty.kernel_builds import COMPILED_MODULES, guarded_import, imports_of
+from porter.rulebase.families.thirdparty.kernel_builds import (COMPILED_MODULES, guarded_import, imports_of,
+                                                           torch_alias, torch_bound_before)
 from porter.rulebase.families.thirdparty.kernel_references import wiring
 from porter.rulebase.families.thirdparty.uses import example_code
 from porter.rulebase.rule import Example, Needs, Rule, Safety
@@ -28,7 +29,9 @@ class CudaExtensionReference(Rule):
     beside `SelectiveScanFn`: the same words, plus `pytorch` / `torch` / `ref` /
     `naive` / `fallback`) whose parameters the kernel's callers pass by name, the import
     is wrapped in `try` / `except ImportError:` (re-raised where torch sees CUDA, the
-    name None elsewhere), and after both definitions
+    name None elsewhere; an import already in a `try` whose handler only says how to
+    build the extension and raises keeps that handler where torch sees CUDA: Mask2Former's
+    copy), and after both definitions
     `Kernel = porter_runtime.reference_path(Kernel, reference, ext)` is added.
 
     Why:
@@ -72,6 +75,64 @@ class CudaExtensionReference(Rule):
         "    return rotary_emb.apply(x, cos)\n\ndef apply_rotary_ref(x, cos):\n    return x * cos\n",
     ]
     invalid = [
+        Example(  # Mask2Former's copy: the import in a try whose handler says how to compile it, and raises
+            example_code("""
+            import torch
+            from torch.autograd import Function
+
+            try:
+                import MultiScaleDeformableAttention as MSDA
+            except ModuleNotFoundError as e:
+                info_string = "Please compile MultiScaleDeformableAttention CUDA op: sh make.sh"
+                raise ModuleNotFoundError(info_string)
+
+
+            class MSDeformAttnFunction(Function):
+                @staticmethod
+                def forward(ctx, value, value_spatial_shapes, sampling_locations, attention_weights):
+                    return MSDA.ms_deform_attn_forward(value, value_spatial_shapes, sampling_locations, attention_weights)
+
+
+            def ms_deform_attn_core_pytorch(value, value_spatial_shapes, sampling_locations, attention_weights):
+                return value * attention_weights.sum()
+            """),
+            example_code("""
+            import porter_runtime
+            import torch
+            from torch.autograd import Function
+
+            try:
+                import MultiScaleDeformableAttention as MSDA
+            except ModuleNotFoundError as e:
+                if torch.cuda.is_available():
+                    info_string = "Please compile MultiScaleDeformableAttention CUDA op: sh make.sh"
+                    raise ModuleNotFoundError(info_string)
+                MSDA = None  # porter: off CUDA the module's PyTorch reference runs
+
+
+            class MSDeformAttnFunction(Function):
+                @staticmethod
+                def forward(ctx, value, value_spatial_shapes, sampling_locations, attention_weights):
+                    return MSDA.ms_deform_attn_forward(value, value_spatial_shapes, sampling_locations, attention_weights)
+
+
+            def ms_deform_attn_core_pytorch(value, value_spatial_shapes, sampling_locations, attention_weights):
+                return value * attention_weights.sum()
+
+
+            MSDeformAttnFunction = porter_runtime.reference_path(MSDeformAttnFunction, ms_deform_attn_core_pytorch, MSDA)
+            """),
+            path="mask2former/modeling/pixel_decoder/ops/functions/ms_deform_attn_func.py",
+            project=(("mask2former/modeling/pixel_decoder/ops/setup.py", example_code("""
+                from setuptools import setup
+                from torch.utils.cpp_extension import CUDA_HOME, CppExtension, CUDAExtension
+
+                extension = CppExtension
+                if torch.cuda.is_available() and CUDA_HOME is not None:
+                    extension = CUDAExtension
+                setup(name="MultiScaleDeformableAttention", ext_modules=[extension("MultiScaleDeformableAttention", sources)])
+                """)),),
+        ),
         Example(  # Deformable-DETR's models/ops/functions/ms_deform_attn_func.py, shortened
             example_code("""
             import torch
@@ -206,6 +267,27 @@ class CudaExtensionReference(Rule):
         kernels = ", ".join(f"`{k.name}`" for k, _ in found[2])
         return self.rewrite(original, new, f"`{found[1]}` is imported where it exists (CUDA); elsewhere {kernels} "
                             "run the module's PyTorch reference")
+
+    def leave_Try(self, original: cst.Try, updated: cst.Try) -> cst.BaseStatement:
+        found = self._wiring()
+        if found is None or original is not found[0]:
+            return updated
+        # `except ImportError: raise ImportError("compile the op ...")`: the handler keeps its
+        # message where torch sees CUDA and binds the name to None elsewhere
+        alias = torch_alias(self.ctx.module) or "torch"
+        first = [] if torch_bound_before(self.ctx.module, original) else [cst.parse_statement(f"import {alias}\n"
+                                                                                        if alias == "torch" else
+                                                                                        f"import torch as {alias}\n")]
+        fallback = cst.parse_statement(f"{found[1]} = None  # porter: off CUDA the module's PyTorch reference runs\n")
+        handlers = []
+        for handler in updated.handlers:
+            stops = cst.If(test=cst.parse_expression(f"{alias}.cuda.is_available()"),
+                           body=cst.IndentedBlock(body=list(handler.body.body)))
+            handlers.append(handler.with_changes(body=handler.body.with_changes(body=[*first, stops, fallback])))
+        kernels = ", ".join(f"`{k.name}`" for k, _ in found[2])
+        return self.rewrite(original, updated.with_changes(handlers=handlers),
+                            f"`{found[1]}` is imported where it exists (CUDA), and its handler stops there as before; "
+                            f"elsewhere {kernels} run the module's PyTorch reference")
 
     def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
         found = self._wiring()

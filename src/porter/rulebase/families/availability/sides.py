@@ -164,11 +164,17 @@ def right_everywhere(rule: Rule, node: Union[cst.If, cst.IfExp], cuda_calls: lis
 
 
 def _only_reraises(side: cst.CSTNode) -> bool:
-    """A block that is a bare ``raise``: in a handler, what failed (a CUDA extension's
-    import, TP604) stays fatal where CUDA is, and nowhere else."""
+    """A block that is a bare ``raise``, or that only composes a message and raises it: in a
+    handler, what failed (a CUDA extension's import, TP604, TP608's Mask2Former handler)
+    stays fatal where CUDA is, and nowhere else."""
     stmts = block_statements(side) if isinstance(side, cst.BaseSuite) else []
     small = [s for stmt in stmts for s in small_statements(stmt)]
-    return len(stmts) == 1 and len(small) == 1 and isinstance(small[0], cst.Raise) and small[0].exc is None
+    if not small or not isinstance(small[-1], cst.Raise):
+        return False
+    if len(small) == 1:
+        return small[0].exc is None and len(stmts) == 1
+    return all(isinstance(s, cst.Assign) and isinstance(s.value, (cst.SimpleString, cst.ConcatenatedString,
+                                                                   cst.FormattedString)) for s in small[:-1])
 
 
 

@@ -208,7 +208,7 @@ def torch_alias(module: cst.Module) -> Optional[str]:
     return None
 
 
-def _torch_bound_before(module: cst.Module, stmt: cst.CSTNode) -> bool:
+def torch_bound_before(module: cst.Module, stmt: cst.CSTNode) -> bool:
     """Whether a module-level ``import torch`` comes before ``stmt`` in ``module``'s body."""
     for other in module.body:
         if other is stmt:
@@ -252,7 +252,7 @@ def guarded_import(rule: Rule, original: cst.SimpleStatementLine, updated: cst.S
     alias = torch_alias(module) or "torch"
     # torch imported only below this line (InternImage's `import DCNv3` sorts first), or not
     # at all: the handler imports it, or it would fail with a NameError instead
-    bound = torch_alias(module) is not None and _torch_bound_before(module, original)
+    bound = torch_alias(module) is not None and torch_bound_before(module, original)
     first = "" if bound else (f"    import torch as {alias}\n" if alias != "torch" else "    import torch\n")
     code = (f"try:\n    {stmt}\nexcept ImportError:  # {why}\n{first}"
             f"    if {alias}.cuda.is_available():\n        raise\n{tail}")

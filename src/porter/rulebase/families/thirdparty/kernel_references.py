@@ -90,10 +90,36 @@ def _reference(kernel: Kernel, functions: list[cst.FunctionDef], extension: str)
     return None
 
 
+def raising_probe(stmt: cst.CSTNode) -> Optional[cst.SimpleStatementLine]:
+    """The import line of ``try: import ext`` / ``except ImportError: ... raise ...``: a
+    handler that only says how to build the extension and raises (Mask2Former's
+    ``ms_deform_attn_func.py``: "Please compile MultiScaleDeformableAttention CUDA op"), which
+    is no fallback: the import as good as stands alone."""
+    if not isinstance(stmt, cst.Try) or stmt.orelse is not None or stmt.finalbody is not None \
+            or not isinstance(stmt.body, cst.IndentedBlock) or len(stmt.body.body) != 1 or not stmt.handlers:
+        return None
+    line = stmt.body.body[0]
+    if lone_import(line) is None:
+        return None
+    for handler in stmt.handlers:
+        caught = dotted_name(handler.type) if handler.type is not None else None
+        body = handler.body.body if isinstance(handler.body, cst.IndentedBlock) else ()
+        if caught not in ("ImportError", "ModuleNotFoundError") or not body:
+            return None
+        if not all(isinstance(s, cst.SimpleStatementLine) for s in body):
+            return None
+        last = body[-1].body[-1]
+        if not isinstance(last, cst.Raise) or any(isinstance(n, cst.Raise) for s in body[:-1] for n in s.body):
+            return None
+    return line
+
+
 def _extension_name(rule: Rule, stmt: cst.CSTNode) -> Optional[tuple[str, str]]:
     """(module, bound name) when ``stmt`` is a module-level ``import ext`` of a compiled CUDA
-    extension: a known one, or one the tree's setup.py builds."""
-    found = lone_import(stmt)
+    extension (alone, or in a ``try`` whose handler only raises): a known one, or one the
+    tree's setup.py builds."""
+    probe = raising_probe(stmt)
+    found = lone_import(probe if probe is not None else stmt)
     if found is None or stmt not in rule.ctx.module.body:
         return None
     project = rule.ctx.project
