@@ -105,3 +105,39 @@ def test_without_flash_attn_on_cuda_both_imports_fail_where_they_did(ported: Pat
     out = subprocess.run(python_without_porter(script.name), cwd=ported, capture_output=True, text=True, env=env,
                          timeout=300)
     assert out.returncode != 0 and "No module named 'flash_attn'" in out.stderr, out.stderr
+
+
+def test_flash_attn_func_handed_on_as_a_value_is_its_twin_and_the_port_runs(tmp_path):
+    """duo-attention (blind round 18): `full_attn_func = flash_attn_func` and
+    `UlyssesAttention(attn_func=flash_attn_func)` kept flash-attn's import after every call
+    was ported, so the model failed to import off CUDA. The value is the twin now, the import
+    goes, and the values compute SDPA with flash-attn's causal semantics."""
+    (tmp_path / "patch.py").write_text(textwrap.dedent("""\
+        import torch
+        from flash_attn import flash_attn_func
+
+
+        class UlyssesAttention(torch.nn.Module):
+            def __init__(self, attn_func=None):
+                super().__init__()
+                self.attn_func = attn_func
+
+            def forward(self, q, k, v):
+                return self.attn_func(q, k, v, causal=True)
+
+
+        full_attn_func = flash_attn_func
+        ulysses = UlyssesAttention(attn_func=flash_attn_func)
+        torch.manual_seed(0)
+        q, k, v = (torch.randn(1, 5, 2, 8) for _ in range(3))
+        want = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True).transpose(1, 2)
+        print(torch.allclose(ulysses(q, k, v), want, atol=1e-5), full_attn_func(q, k, v).shape == q.shape)
+        """))
+    assert run_porter("migrate", tmp_path, "--write", "-q").returncode in (0, 1)
+    ported = (tmp_path / "patch.py").read_text()
+    assert "flash_attn" not in ported.replace("porter_runtime", "")
+    assert "UlyssesAttention(attn_func=porter_runtime.attention)" in ported
+    ran = subprocess.run(python_without_porter("patch.py"), cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": "", "PORTER_QUIET": "1"})
+    assert ran.returncode == 0 and ran.stdout.split() == ["True", "True"], ran.stderr

@@ -49,7 +49,8 @@ class FlashAttnFunc(Rule):
     imported (`from flash_attn import ...`, `flash_attn.flash_attn_interface`, module
     imports, aliases), into `porter_runtime.attention`, `attention_qkvpacked`,
     `attention_kvpacked`, `attention_varlen`, `attention_varlen_qkvpacked` and
-    `attention_varlen_kvpacked`, keeping every argument as written. flash_attn's private
+    `attention_varlen_kvpacked`, keeping every argument as written; the function handed
+    on as a value (`attn_func=flash_attn_func`) becomes the twin itself. flash_attn's private
     `_flash_attn_forward`, `_flash_attn_varlen_forward`, `_flash_attn_backward` and
     `_flash_attn_varlen_backward`, which custom autograd Functions call for the
     log-sum-exp and for gradients of a merged output, become `porter_runtime.flash_attn_forward`
@@ -240,6 +241,25 @@ class FlashAttnFunc(Rule):
             out = porter_runtime.fa3_attention(q, k, v, softmax_scale=0.125)
             """),
         ),
+        # handed on as a value (duo-attention's patch/llama.py): the twin, and the import goes
+        Example(
+            example_code("""
+            from flash_attn import flash_attn_func
+
+            from duo_attn.ulysses import UlyssesAttention
+
+            full_attn_func = flash_attn_func
+            attn = UlyssesAttention(attn_func=flash_attn_func)
+            """),
+            example_code("""
+            import porter_runtime
+
+            from duo_attn.ulysses import UlyssesAttention
+
+            full_attn_func = porter_runtime.attention
+            attn = UlyssesAttention(attn_func=porter_runtime.attention)
+            """),
+        ),
         # FA3's (out, lse) unpacked: off CUDA there is no lse (line 2)
         Example("from flash_attn_interface import flash_attn_func\n"
                 "out, lse = flash_attn_func(q, k, v, causal=True)\n"),
@@ -392,9 +412,49 @@ class FlashAttnFunc(Rule):
         self._chains = None
         self._unpacked: set[cst.Call] = set()
         self._uses: Optional[dict[cst.Call, tuple]] = None  # how calls' results are used
+        self._not_values: set[int] = set()  # callees, targets, keyword names, attribute parts
 
     def visit_Assign(self, node: cst.Assign) -> None:
         self._unpacked.update(unpacked_call(node))
+        self._not_values.update(id(t.target) for t in node.targets)
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self._not_values.add(id(node.func))
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is not None:
+            self._not_values.add(id(node.keyword))
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._not_values.update((id(node.value), id(node.attr)))
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+        return self._value(original, updated)
+
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
+        return self._value(original, updated)
+
+    def _value(self, original: cst.BaseExpression, updated: cst.BaseExpression) -> cst.BaseExpression:
+        """flash-attn's function handed on as a value (`full_attn_func = flash_attn_func`,
+        `UlyssesAttention(attn_func=flash_attn_func)`: duo-attention, blind round 18): its
+        twin, which takes the same arguments, wherever the value is called."""
+        if id(original) in self._not_values:
+            return updated
+        if self._chains is None:
+            self._chains = module_chains(self.ctx.module, ROOTS)
+        options = chain_alternatives(self, original, self._chains)
+        if not options or len(options) != 1 or options[0] not in TARGETS:
+            return updated
+        function = TARGETS[options[0]]
+        return self.rewrite(original, self.runtime(FUNCTIONS[function][0]),
+                            f"`{function}` handed on as a value is now its twin, which runs flash-attn where it "
+                            "can and exact SDPA elsewhere, with the same arguments")
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
         self._unpacked.update(unpacked_call(node))

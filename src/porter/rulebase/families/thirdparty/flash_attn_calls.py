@@ -173,6 +173,8 @@ class PortedUses(UseFinder, cst.CSTVisitor):
             if self._uses is None:
                 self._uses = result_uses(self.module)
             self.all_ported &= private_problem(call, PRIVATE_TARGETS[name], self._uses.get(call))[0] is None
+        elif call is None and name in TARGETS:
+            pass  # handed on as a value: TP101 names the twin instead
         elif call is None or name not in TARGETS and name not in (FA3, V1_CLASS):
             self.all_ported = False
         elif name == V1_CLASS:
