@@ -214,7 +214,7 @@ def test_a_removed_import_leaves_its_comments_where_it_was():
 
     listed = ("import os\n# kernels, for GPUs\nimport flash_attn  # 2.x\nfrom flash_attn import (\n"
               "    flash_attn_func,  # fast\n    flash_attn_varlen_func,\n)\n\n"
-              "out = flash_attn_func(q, k, v)\nvarlen = flash_attn_varlen_func\nv = flash_attn.__version__\n")
+              "out = flash_attn_func(q, k, v)\nvarlen = flash_attn_varlen_func.__name__\nv = flash_attn.__version__\n")
     new = migrate(listed, "attention.py").new.decode()
     assert "# kernels, for GPUs\nimport flash_attn  # 2.x\n" in new  # still used: untouched
     assert "# fast\nfrom flash_attn import (\n    flash_attn_varlen_func,\n)\n" in new
