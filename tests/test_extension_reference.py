@@ -11,6 +11,7 @@ machine's build), the kernel runs, as before.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -264,6 +265,8 @@ def test_an_import_whose_handler_only_says_how_to_compile_it_takes_the_reference
     and the kernel runs the module's PyTorch reference."""
     files = {
         "ops/setup.py": """\
+            import os
+
             import torch
             from setuptools import find_packages, setup
             from torch.utils.cpp_extension import CUDA_HOME, CppExtension, CUDAExtension
@@ -271,7 +274,7 @@ def test_an_import_whose_handler_only_says_how_to_compile_it_takes_the_reference
 
             def get_extensions():
                 extension = CppExtension
-                if torch.cuda.is_available() and CUDA_HOME is not None:
+                if (os.environ.get('FORCE_CUDA') or torch.cuda.is_available()) and CUDA_HOME is not None:
                     extension = CUDAExtension
                 else:
                     if CUDA_HOME is None:
@@ -324,3 +327,8 @@ def test_an_import_whose_handler_only_says_how_to_compile_it_takes_the_reference
                          env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": "", "PORTER_QUIET": "1"})
     assert ran.returncode == 0 and ran.stdout.split() == ["out", "6.0"], ran.stderr
     assert run_porter("migrate", root, "--diff", "-q").stdout == b""
+    report = tmp_path / "check.json"
+    run_porter("migrate", root, "--check", "-q", "--report", report)
+    # the CUDA build under `FORCE_CUDA or is_available()` is guarded: nothing new after --write
+    assert not [f for e in json.loads(report.read_text())["files"] for f in e["findings"]
+                if f.get("severity") != "info" and f["code"] == "PT999"]

@@ -122,7 +122,13 @@ class GuardFinder:
             inner = self.polarity(test.operand)
             return None if inner is None else (not inner[0], inner[1], inner[2])
         if isinstance(test, ast.BoolOp):
-            parts = [self.polarity(v) for v in test.values]
+            values = test.values
+            if isinstance(test.op, ast.Or) and any(not self._environment(v) for v in values):
+                # `os.environ.get("FORCE_CUDA") or torch.cuda.is_available()` (Mask2Former's op
+                # build): a switch that forces the CUDA build on a machine without it, which a
+                # Mac never sets; the test is the CUDA part
+                values = [v for v in values if not self._environment(v)]
+            parts = [self.polarity(v) for v in values]
             want = isinstance(test.op, ast.And)  # `a and b` holds only with CUDA if one part does
             for part in parts:
                 if part is not None and part[0] is want:
