@@ -148,3 +148,31 @@ def test_a_vendored_copy_is_reached_only_from_outside_it(tmp_path):
                                            "tests/test_zero.py": NVML, "ops/sparse_attention.py": NVML})
     rels = [p.relative_to(plain).as_posix() for p in plain.rglob("*") if p.is_file()]
     assert build(plain, rels, whole=True).unreached == {"ops/sparse_attention.py"}
+
+
+def test_the_runtime_imports_a_write_adds_reach_nothing_new(tmp_path):
+    """H2O (blind round 18's run): `--write` gave a test of the vendored DeepSpeed `from tests
+    import porter_runtime`, which made `tests/__init__.py` and what it imports reached, so
+    `--check` after `--write` named DeepSpeed's CUDA accelerator (3 new PT999). Porter's own
+    runtime imports are not imports of the tree."""
+    copy = "benchmark/third_party/DeepSpeed/"
+    root = make_tree(tmp_path / "repo", {
+        "benchmark/hf_opt.py": "import argparse\n\nargparse.ArgumentParser().parse_args()\n",
+        "benchmark/README.md": "Check the fork: `pytest third_party/DeepSpeed/tests/test_zero.py`.\n",
+        copy + "setup.py": "from setuptools import setup\n\nsetup(name='deepspeed')\n",
+        copy + "tests/__init__.py": "from accelerator import cuda_accelerator\n",
+        copy + "tests/test_zero.py": "import torch\n\n\ndef test_zero():\n    torch.cuda.synchronize()\n",
+        copy + "accelerator/__init__.py": "",
+        copy + "accelerator/cuda_accelerator.py": NVML,
+    })
+
+    def unreached():
+        rels = [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() and "porter_runtime" not in p.parts
+                and not p.name.startswith("porter_runtime")]
+        return build(root, rels, whole=True).unreached
+
+    before = unreached()
+    assert copy + "accelerator/cuda_accelerator.py" in before
+    assert porter("migrate", root, "--write") in (0, 1)
+    assert "porter_runtime" in (root / copy / "tests/test_zero.py").read_text()
+    assert unreached() == before

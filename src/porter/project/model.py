@@ -227,6 +227,8 @@ def _import_targets(index: "_Index", rel: str, data: bytes) -> list[str]:
     froms, plain = _imports(data)
     found: list[str] = []
     for base, names in froms:
+        if names and all(name == "porter_runtime" for name, _ in names):
+            continue  # porter's own import of the runtime copy: no import of the tree's (a second run's reach is the first's)
         found += index.resolve(rel, base)
         for name, _ in names:
             if name != "*":
