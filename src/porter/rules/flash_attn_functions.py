@@ -15,6 +15,7 @@ from porter.rulebase.families.thirdparty.flash_attn_calls import (
     TARGETS,
     V1_CLASS,
     PortedUses,
+    TwinValues,
     fa2_problem,
     fa3_problem,
     private_problem,
@@ -39,7 +40,7 @@ _CHAIN_ADVICE = ("give the last `except ImportError:` a fallback (`flash_attn_fu
                  "PyTorch path), or call porter_runtime.attention / porter_runtime.fa3_attention")
 
 
-class FlashAttnFunc(Rule):
+class FlashAttnFunc(TwinValues, Rule):
     """flash-attn's attention functions become `porter_runtime.attention*` with the same arguments.
 
     What:
@@ -412,49 +413,10 @@ class FlashAttnFunc(Rule):
         self._chains = None
         self._unpacked: set[cst.Call] = set()
         self._uses: Optional[dict[cst.Call, tuple]] = None  # how calls' results are used
-        self._not_values: set[int] = set()  # callees, targets, keyword names, attribute parts
 
     def visit_Assign(self, node: cst.Assign) -> None:
         self._unpacked.update(unpacked_call(node))
-        self._not_values.update(id(t.target) for t in node.targets)
-
-    def visit_Import(self, node: cst.Import) -> bool:
-        return False
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-        return False
-
-    def visit_Call(self, node: cst.Call) -> None:
-        self._not_values.add(id(node.func))
-
-    def visit_Arg(self, node: cst.Arg) -> None:
-        if node.keyword is not None:
-            self._not_values.add(id(node.keyword))
-
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        self._not_values.update((id(node.value), id(node.attr)))
-
-    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
-        return self._value(original, updated)
-
-    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
-        return self._value(original, updated)
-
-    def _value(self, original: cst.BaseExpression, updated: cst.BaseExpression) -> cst.BaseExpression:
-        """flash-attn's function handed on as a value (`full_attn_func = flash_attn_func`,
-        `UlyssesAttention(attn_func=flash_attn_func)`: duo-attention, blind round 18): its
-        twin, which takes the same arguments, wherever the value is called."""
-        if id(original) in self._not_values:
-            return updated
-        if self._chains is None:
-            self._chains = module_chains(self.ctx.module, ROOTS)
-        options = chain_alternatives(self, original, self._chains)
-        if not options or len(options) != 1 or options[0] not in TARGETS:
-            return updated
-        function = TARGETS[options[0]]
-        return self.rewrite(original, self.runtime(FUNCTIONS[function][0]),
-                            f"`{function}` handed on as a value is now its twin, which runs flash-attn where it "
-                            "can and exact SDPA elsewhere, with the same arguments")
+        self.not_values(node)
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
         self._unpacked.update(unpacked_call(node))

@@ -15,6 +15,8 @@ from porter.rulebase.walk import nodes_of
 from porter.rulebase.families.thirdparty.uses import (
     UseFinder,
     arguments_fit,
+    chain_alternatives,
+    module_chains,
 )
 
 
@@ -270,3 +272,53 @@ def version_rewritten(module: cst.Module, name: str) -> bool:
     alone on its line, which TP104 rewrites."""
     return any(isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
                and version_import(stmt.body[0]) == name for stmt in module.body)
+
+
+class TwinValues:
+    """Mixin for TP101: flash-attn's function handed on as a value (`full_attn_func =
+    flash_attn_func`, `UlyssesAttention(attn_func=flash_attn_func)`: duo-attention, blind
+    round 18) becomes its twin, which takes the same arguments wherever the value is called.
+    The rule calls :meth:`not_values` from its `visit_Assign`."""
+
+    def not_values(self, node: cst.Assign) -> None:
+        self._skipped().update(id(t.target) for t in node.targets)
+
+    def _skipped(self) -> set[int]:
+        if not hasattr(self, "_not_values"):
+            self._not_values: set[int] = set()  # callees, targets, keyword names, attribute parts
+        return self._not_values
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self._skipped().add(id(node.func))
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is not None:
+            self._skipped().add(id(node.keyword))
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._skipped().update((id(node.value), id(node.attr)))
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+        return self._value(original, updated)
+
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
+        return self._value(original, updated)
+
+    def _value(self, original: cst.BaseExpression, updated: cst.BaseExpression) -> cst.BaseExpression:
+        if id(original) in self._skipped():
+            return updated
+        if self._chains is None:  # type: ignore[has-type]
+            self._chains = module_chains(self.ctx.module, ROOTS)  # type: ignore[attr-defined]
+        options = chain_alternatives(self, original, self._chains)
+        if not options or len(options) != 1 or options[0] not in TARGETS:
+            return updated
+        function = TARGETS[options[0]]
+        return self.rewrite(original, self.runtime(FUNCTIONS[function][0]),  # type: ignore[attr-defined]
+                            f"`{function}` handed on as a value is now its twin, which runs flash-attn where it "
+                            "can and exact SDPA elsewhere, with the same arguments")
