@@ -141,3 +141,22 @@ def test_flash_attn_func_handed_on_as_a_value_is_its_twin_and_the_port_runs(tmp_
     ran = subprocess.run(python_without_porter("patch.py"), cwd=tmp_path, capture_output=True, text=True, timeout=300,
                          env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": "", "PORTER_QUIET": "1"})
     assert ran.returncode == 0 and ran.stdout.split() == ["True", "True"], ran.stderr
+
+
+def test_a_global_or_del_of_the_function_stays_a_name(tmp_path):
+    """The review of the value rewrite: `global flash_attn_func` and `del` keep the name
+    (a `global porter_runtime.attention` would not compile); the value read is the twin."""
+    (tmp_path / "edge.py").write_text(textwrap.dedent("""\
+        from flash_attn import flash_attn_func
+
+
+        def current():
+            global flash_attn_func
+            fn = flash_attn_func
+            del fn
+            return flash_attn_func
+        """))
+    assert run_porter("migrate", tmp_path, "--write", "-q").returncode in (0, 1)
+    ported = (tmp_path / "edge.py").read_text()
+    compile(ported, "edge.py", "exec")
+    assert "    global flash_attn_func\n    fn = porter_runtime.attention\n    del fn\n" in ported

@@ -294,6 +294,24 @@ class TwinValues:
     def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
         return False
 
+    def visit_Global(self, node: cst.Global) -> None:
+        self._skipped().update(id(item.name) for item in node.names)
+
+    def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
+        self._skipped().update(id(item.name) for item in node.names)
+
+    def visit_ImportAlias(self, node: cst.ImportAlias) -> None:
+        self._skipped().update(id(n) for n in nodes_of(node, (cst.Name, cst.Attribute)))
+
+    def visit_Del(self, node: cst.Del) -> None:
+        self._skipped().add(id(node.target))
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._skipped().add(id(node.target))
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._skipped().add(id(node.target))
+
     def visit_Call(self, node: cst.Call) -> None:
         self._skipped().add(id(node.func))
 
