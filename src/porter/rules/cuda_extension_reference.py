@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from porter.rulebase.families.thirdparty.kernel_builds import (COMPILED_MODULES, guarded_import, imports_of,
-                                                           torch_alias, torch_bound_before)
+from porter.rulebase.families.thirdparty.kernel_builds import (COMPILED_MODULES, guarded_import, handler_torch,
+                                                           imports_of)
 from porter.rulebase.families.thirdparty.kernel_references import wiring
 from porter.rulebase.families.thirdparty.uses import example_code
 from porter.rulebase.rule import Example, Needs, Rule, Safety
@@ -274,10 +274,8 @@ class CudaExtensionReference(Rule):
             return updated
         # `except ImportError: raise ImportError("compile the op ...")`: the handler keeps its
         # message where torch sees CUDA and binds the name to None elsewhere
-        alias = torch_alias(self.ctx.module) or "torch"
-        first = [] if torch_bound_before(self.ctx.module, original) else [cst.parse_statement(f"import {alias}\n"
-                                                                                        if alias == "torch" else
-                                                                                        f"import torch as {alias}\n")]
+        alias, line = handler_torch(self.ctx.module, original)
+        first = [cst.parse_statement(line)] if line else []
         fallback = cst.parse_statement(f"{found[1]} = None  # porter: off CUDA the module's PyTorch reference runs\n")
         handlers = []
         for handler in updated.handlers:

@@ -219,6 +219,17 @@ def torch_bound_before(module: cst.Module, stmt: cst.CSTNode) -> bool:
     return True  # not at the top level: the module ran its imports by then
 
 
+def handler_torch(module: cst.Module, stmt: cst.CSTNode) -> tuple[str, str]:
+    """(the name torch has at ``stmt``, the ``import torch`` line an ``except`` handler there
+    needs first, or ""): torch imported only below the statement (InternImage's ``import
+    DCNv3`` sorts first), or not at all, would make the handler's CUDA test a NameError."""
+    alias = torch_alias(module)
+    if alias is not None and torch_bound_before(module, stmt):
+        return alias, ""
+    alias = alias or "torch"
+    return alias, (f"import torch as {alias}\n" if alias != "torch" else "import torch\n")
+
+
 def _ext_modules_builders(module: cst.Module) -> set[str]:
     """The functions whose call is passed as ``ext_modules=`` (``setup(..., ext_modules=get_extensions())``)."""
     return {arg.value.func.value for arg in nodes_of(module, cst.Arg)
@@ -249,11 +260,7 @@ def guarded_import(rule: Rule, original: cst.SimpleStatementLine, updated: cst.S
     module = rule.ctx.module
     stmt = module.code_for_node(updated.with_changes(leading_lines=())).strip()
     tail = f"    {fallback} = None\n" if fallback else ""
-    alias = torch_alias(module) or "torch"
-    # torch imported only below this line (InternImage's `import DCNv3` sorts first), or not
-    # at all: the handler imports it, or it would fail with a NameError instead
-    bound = torch_alias(module) is not None and torch_bound_before(module, original)
-    first = "" if bound else (f"    import torch as {alias}\n" if alias != "torch" else "    import torch\n")
-    code = (f"try:\n    {stmt}\nexcept ImportError:  # {why}\n{first}"
+    alias, first = handler_torch(module, original)
+    code = (f"try:\n    {stmt}\nexcept ImportError:  # {why}\n{'    ' + first if first else ''}"
             f"    if {alias}.cuda.is_available():\n        raise\n{tail}")
     return cst.parse_statement(code).with_changes(leading_lines=updated.leading_lines)
